@@ -1,0 +1,401 @@
+#include "config.h"
+
+#include <json-glib/json-glib.h>
+
+void
+ppx_config_default (PpxConfig *cfg)
+{
+  static const int delays[PPX_MAX_STREAMS] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1};
+  memset (cfg, 0, sizeof *cfg);
+  PpxLmConfig *lm = &cfg->lm;
+  lm->dim = 4096;
+  lm->num_heads = 32;
+  lm->num_layers = 32;
+  lm->hidden_scale = 4.125;
+  lm->context = 3000;
+  lm->text_card = 32000;
+  lm->card = 2048;
+  lm->n_q = 16;
+  lm->dep_q = 16;
+  lm->existing_text_padding_id = 3;
+  lm->max_period = 10000;
+  lm->depformer_dim = 1024;
+  lm->depformer_dim_feedforward = (int) (4.125 * 1024);
+  lm->depformer_num_heads = 16;
+  lm->depformer_num_layers = 6;
+  memcpy (lm->delays, delays, sizeof delays);
+
+  PpxMimiConfig *m = &cfg->mimi;
+  m->channels = 1;
+  m->dimension = 512;
+  m->n_filters = 64;
+  m->n_residual_layers = 1;
+  m->compress = 2;
+  m->dilation_base = 2;
+  m->kernel_size = 7;
+  m->residual_kernel_size = 3;
+  m->last_kernel_size = 3;
+  m->n_ratios = 4;
+  m->ratios[0] = 8;
+  m->ratios[1] = 6;
+  m->ratios[2] = 5;
+  m->ratios[3] = 4;
+  m->q_dimension = 256;
+  m->q_n_q = 32;
+  m->q_bins = 2048;
+  m->q_input_dimension = 512;
+  m->q_output_dimension = 512;
+  m->t_d_model = 512;
+  m->t_num_heads = 8;
+  m->t_num_layers = 8;
+  m->t_context = 250;
+  m->t_dim_feedforward = 2048;
+  m->t_max_period = 10000;
+  m->num_codebooks = 8;
+  m->sample_rate = 24000;
+}
+
+/* ---- JSON helpers ---- */
+
+static gboolean
+get_int (JsonObject *o, const char *key, int *out, const char *label, const char *section, GError **error)
+{
+  JsonNode *n = json_object_get_member (o, key);
+  if (!n || JSON_NODE_HOLDS_NULL (n))
+    return TRUE;
+  if (!JSON_NODE_HOLDS_VALUE (n) || json_node_get_value_type (n) != G_TYPE_INT64) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: %s.%s must be an integer", label, section, key);
+    return FALSE;
+  }
+  gint64 v = json_node_get_int (n);
+  if (v < G_MININT || v > G_MAXINT) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: %s.%s is out of range", label, section, key);
+    return FALSE;
+  }
+  *out = (int) v;
+  return TRUE;
+}
+
+static gboolean
+get_double (JsonObject *o, const char *key, double *out, const char *label, const char *section, GError **error)
+{
+  JsonNode *n = json_object_get_member (o, key);
+  if (!n || JSON_NODE_HOLDS_NULL (n))
+    return TRUE;
+  if (!JSON_NODE_HOLDS_VALUE (n) ||
+      (json_node_get_value_type (n) != G_TYPE_INT64 && json_node_get_value_type (n) != G_TYPE_DOUBLE)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: %s.%s must be a number", label, section, key);
+    return FALSE;
+  }
+  *out = json_node_get_double (n);
+  return TRUE;
+}
+
+static gboolean
+get_int_array (JsonObject *o, const char *key, int *out, int max, int *count, const char *label, const char *section,
+               GError **error)
+{
+  JsonNode *n = json_object_get_member (o, key);
+  if (!n || JSON_NODE_HOLDS_NULL (n))
+    return TRUE;
+  if (!JSON_NODE_HOLDS_ARRAY (n) || json_array_get_length (json_node_get_array (n)) > (guint) max) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: %s.%s must be an array of at most %d integers", label,
+                 section, key, max);
+    return FALSE;
+  }
+  JsonArray *a = json_node_get_array (n);
+  guint len = json_array_get_length (a);
+  for (guint i = 0; i < len; i++) {
+    JsonNode *e = json_array_get_element (a, i);
+    if (!JSON_NODE_HOLDS_VALUE (e) || json_node_get_value_type (e) != G_TYPE_INT64) {
+      g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: %s.%s[%u] must be an integer", label, section, key, i);
+      return FALSE;
+    }
+    out[i] = (int) CLAMP (json_node_get_int (e), G_MININT, G_MAXINT);
+  }
+  *count = (int) len;
+  return TRUE;
+}
+
+static gboolean
+apply_lm (PpxLmConfig *lm, JsonObject *o, const char *label, GError **error)
+{
+  const char *s = "lm";
+  int ndel = -1;
+  return get_int (o, "dim", &lm->dim, label, s, error) && get_int (o, "num_heads", &lm->num_heads, label, s, error) &&
+         get_int (o, "num_layers", &lm->num_layers, label, s, error) &&
+         get_double (o, "hidden_scale", &lm->hidden_scale, label, s, error) &&
+         get_int (o, "context", &lm->context, label, s, error) &&
+         get_int (o, "text_card", &lm->text_card, label, s, error) && get_int (o, "card", &lm->card, label, s, error) &&
+         get_int (o, "n_q", &lm->n_q, label, s, error) && get_int (o, "dep_q", &lm->dep_q, label, s, error) &&
+         get_int (o, "existing_text_padding_id", &lm->existing_text_padding_id, label, s, error) &&
+         get_int (o, "max_period", &lm->max_period, label, s, error) &&
+         get_int (o, "depformer_dim", &lm->depformer_dim, label, s, error) &&
+         get_int (o, "depformer_dim_feedforward", &lm->depformer_dim_feedforward, label, s, error) &&
+         get_int (o, "depformer_num_heads", &lm->depformer_num_heads, label, s, error) &&
+         get_int (o, "depformer_num_layers", &lm->depformer_num_layers, label, s, error) &&
+         get_int_array (o, "delays", lm->delays, PPX_MAX_STREAMS, &ndel, label, s, error) &&
+         (ndel < 0 || ndel == 1 + lm->n_q ||
+          (g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: lm.delays has %d entries, expected 1 + n_q = %d",
+                        label, ndel, 1 + lm->n_q),
+           FALSE));
+}
+
+static gboolean
+apply_mimi (PpxMimiConfig *m, JsonObject *o, const char *label, GError **error)
+{
+  JsonNode *n;
+  if ((n = json_object_get_member (o, "seanet")) && JSON_NODE_HOLDS_OBJECT (n)) {
+    JsonObject *so = json_node_get_object (n);
+    const char *s = "mimi.seanet";
+    int nr = -1;
+    if (!(get_int (so, "channels", &m->channels, label, s, error) &&
+          get_int (so, "dimension", &m->dimension, label, s, error) &&
+          get_int (so, "n_filters", &m->n_filters, label, s, error) &&
+          get_int (so, "n_residual_layers", &m->n_residual_layers, label, s, error) &&
+          get_int (so, "compress", &m->compress, label, s, error) &&
+          get_int (so, "dilation_base", &m->dilation_base, label, s, error) &&
+          get_int (so, "kernel_size", &m->kernel_size, label, s, error) &&
+          get_int (so, "residual_kernel_size", &m->residual_kernel_size, label, s, error) &&
+          get_int (so, "last_kernel_size", &m->last_kernel_size, label, s, error) &&
+          get_int_array (so, "ratios", m->ratios, PPX_MAX_RATIOS, &nr, label, s, error)))
+      return FALSE;
+    if (nr >= 0)
+      m->n_ratios = nr;
+  }
+  if ((n = json_object_get_member (o, "quantizer")) && JSON_NODE_HOLDS_OBJECT (n)) {
+    JsonObject *qo = json_node_get_object (n);
+    const char *s = "mimi.quantizer";
+    if (!(get_int (qo, "dimension", &m->q_dimension, label, s, error) &&
+          get_int (qo, "n_q", &m->q_n_q, label, s, error) && get_int (qo, "bins", &m->q_bins, label, s, error) &&
+          get_int (qo, "input_dimension", &m->q_input_dimension, label, s, error) &&
+          get_int (qo, "output_dimension", &m->q_output_dimension, label, s, error)))
+      return FALSE;
+  }
+  if ((n = json_object_get_member (o, "transformer")) && JSON_NODE_HOLDS_OBJECT (n)) {
+    JsonObject *to = json_node_get_object (n);
+    const char *s = "mimi.transformer";
+    if (!(get_int (to, "d_model", &m->t_d_model, label, s, error) &&
+          get_int (to, "num_heads", &m->t_num_heads, label, s, error) &&
+          get_int (to, "num_layers", &m->t_num_layers, label, s, error) &&
+          get_int (to, "context", &m->t_context, label, s, error) &&
+          get_int (to, "dim_feedforward", &m->t_dim_feedforward, label, s, error) &&
+          get_int (to, "max_period", &m->t_max_period, label, s, error)))
+      return FALSE;
+  }
+  return get_int (o, "num_codebooks", &m->num_codebooks, label, "mimi", error);
+}
+
+gboolean
+ppx_config_apply_json (PpxConfig *cfg, const char *json, gssize len, const char *label, GError **error)
+{
+  g_autoptr (JsonParser) p = json_parser_new_immutable ();
+  g_autoptr (GError) jerr = NULL;
+  if (!json_parser_load_from_data (p, json, len, &jerr)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: not valid JSON: %s", label, jerr->message);
+    return FALSE;
+  }
+  JsonNode *root = json_parser_get_root (p);
+  if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: top level is not a JSON object", label);
+    return FALSE;
+  }
+  JsonObject *o = json_node_get_object (root);
+  JsonNode *n;
+  if ((n = json_object_get_member (o, "lm"))) {
+    if (!JSON_NODE_HOLDS_OBJECT (n)) {
+      g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: \"lm\" is not an object", label);
+      return FALSE;
+    }
+    if (!apply_lm (&cfg->lm, json_node_get_object (n), label, error))
+      return FALSE;
+  }
+  if ((n = json_object_get_member (o, "mimi"))) {
+    if (!JSON_NODE_HOLDS_OBJECT (n)) {
+      g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: \"mimi\" is not an object", label);
+      return FALSE;
+    }
+    if (!apply_mimi (&cfg->mimi, json_node_get_object (n), label, error))
+      return FALSE;
+  }
+  return ppx_config_finish (cfg, label, error);
+}
+
+gboolean
+ppx_config_load_dir (PpxConfig *cfg, const char *model_dir, GError **error)
+{
+  ppx_config_default (cfg);
+  g_autofree char *path = g_build_filename (model_dir, "config.json", NULL);
+  if (!g_file_test (path, G_FILE_TEST_EXISTS))
+    return ppx_config_finish (cfg, path, error);
+  g_autofree char *text = NULL;
+  gsize len;
+  if (!g_file_get_contents (path, &text, &len, error))
+    return FALSE;
+  return ppx_config_apply_json (cfg, text, (gssize) len, path, error);
+}
+
+#define CHECK(cond, ...)                                                                                             \
+  do {                                                                                                               \
+    if (!(cond)) {                                                                                                   \
+      g_autofree char *_m = g_strdup_printf (__VA_ARGS__);                                                           \
+      g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: invalid config: %s", label, _m);                          \
+      return FALSE;                                                                                                  \
+    }                                                                                                                \
+  } while (0)
+
+static int
+gated_hidden (int dim, int dim_ff)
+{
+  return dim_ff == 4 * dim ? 21 * dim / 8 : 2 * dim_ff / 3;
+}
+
+gboolean
+ppx_config_finish (PpxConfig *cfg, const char *label, GError **error)
+{
+  PpxLmConfig *lm = &cfg->lm;
+  PpxMimiConfig *m = &cfg->mimi;
+  const int big = 1 << 20;
+  CHECK (lm->dim > 0 && lm->dim <= big, "lm.dim = %d", lm->dim);
+  CHECK (lm->num_heads > 0 && lm->dim % lm->num_heads == 0 && (lm->dim / lm->num_heads) % 2 == 0,
+         "lm.num_heads = %d must divide dim = %d into even head sizes", lm->num_heads, lm->dim);
+  CHECK (lm->num_layers > 0 && lm->num_layers <= 1024, "lm.num_layers = %d", lm->num_layers);
+  CHECK (lm->hidden_scale > 0 && lm->hidden_scale < 64, "lm.hidden_scale = %g", lm->hidden_scale);
+  CHECK (lm->context > 0 && lm->context <= big, "lm.context = %d", lm->context);
+  CHECK (lm->text_card > 4 && lm->text_card <= big, "lm.text_card = %d", lm->text_card);
+  CHECK (lm->card > 0 && lm->card <= big, "lm.card = %d", lm->card);
+  CHECK (lm->n_q == 16, "lm.n_q = %d (PersonaPlex has 8 agent + 8 user streams: 16)", lm->n_q);
+  CHECK (lm->dep_q >= 8 && lm->dep_q <= lm->n_q, "lm.dep_q = %d must be in 8..n_q", lm->dep_q);
+  CHECK (lm->existing_text_padding_id >= 0 && lm->existing_text_padding_id < lm->text_card,
+         "lm.existing_text_padding_id = %d", lm->existing_text_padding_id);
+  CHECK (lm->max_period > 0, "lm.max_period = %d", lm->max_period);
+  CHECK (lm->depformer_dim > 0 && lm->depformer_dim <= big, "lm.depformer_dim = %d", lm->depformer_dim);
+  CHECK (lm->depformer_num_heads > 0 && lm->depformer_dim % lm->depformer_num_heads == 0,
+         "lm.depformer_num_heads = %d must divide depformer_dim = %d", lm->depformer_num_heads, lm->depformer_dim);
+  CHECK (lm->depformer_num_layers > 0 && lm->depformer_num_layers <= 1024, "lm.depformer_num_layers = %d",
+         lm->depformer_num_layers);
+  CHECK (lm->depformer_dim_feedforward > 0 && lm->depformer_dim_feedforward <= 64 * big,
+         "lm.depformer_dim_feedforward = %d", lm->depformer_dim_feedforward);
+  lm->n_streams = 1 + lm->n_q;
+  lm->max_delay = 0;
+  for (int k = 0; k < lm->n_streams; k++) {
+    CHECK (lm->delays[k] >= 0 && lm->delays[k] <= 1, "lm.delays[%d] = %d (0 or 1 supported)", k, lm->delays[k]);
+    lm->max_delay = MAX (lm->max_delay, lm->delays[k]);
+  }
+  lm->ffn_hidden = gated_hidden (lm->dim, (int) (lm->hidden_scale * lm->dim));
+  lm->depformer_ffn_hidden = gated_hidden (lm->depformer_dim, lm->depformer_dim_feedforward);
+  CHECK (lm->ffn_hidden > 0 && lm->depformer_ffn_hidden > 0, "feed-forward sizes must be positive");
+
+  CHECK (m->channels == 1, "mimi.seanet.channels = %d (mono only)", m->channels);
+  CHECK (m->dimension > 0 && m->dimension <= big, "mimi.seanet.dimension = %d", m->dimension);
+  CHECK (m->n_filters > 0 && m->n_filters <= big, "mimi.seanet.n_filters = %d", m->n_filters);
+  CHECK (m->n_residual_layers >= 1 && m->n_residual_layers <= 8, "mimi.seanet.n_residual_layers = %d",
+         m->n_residual_layers);
+  CHECK (m->compress > 0 && m->dilation_base > 0, "mimi.seanet.compress/dilation_base must be positive");
+  CHECK (m->kernel_size > 0 && m->residual_kernel_size > 0 && m->last_kernel_size > 0,
+         "mimi.seanet kernel sizes must be positive");
+  CHECK (m->n_ratios > 0 && m->n_ratios <= PPX_MAX_RATIOS, "mimi.seanet.ratios has %d entries", m->n_ratios);
+  m->hop = 1;
+  for (int i = 0; i < m->n_ratios; i++) {
+    CHECK (m->ratios[i] > 0 && m->ratios[i] <= 64, "mimi.seanet.ratios[%d] = %d", i, m->ratios[i]);
+    m->hop *= m->ratios[i];
+  }
+  CHECK (m->q_dimension > 0 && m->q_bins > 0 && m->q_n_q >= 2, "mimi.quantizer sizes must be positive");
+  CHECK (m->q_input_dimension == m->dimension && m->q_output_dimension == m->dimension,
+         "mimi.quantizer input/output_dimension (%d/%d) must equal seanet.dimension (%d)", m->q_input_dimension,
+         m->q_output_dimension, m->dimension);
+  CHECK (m->t_d_model == m->dimension, "mimi.transformer.d_model = %d must equal seanet.dimension = %d", m->t_d_model,
+         m->dimension);
+  CHECK (m->t_num_heads > 0 && m->t_d_model % m->t_num_heads == 0 && (m->t_d_model / m->t_num_heads) % 2 == 0,
+         "mimi.transformer.num_heads = %d", m->t_num_heads);
+  CHECK (m->t_num_layers > 0 && m->t_num_layers <= 1024, "mimi.transformer.num_layers = %d", m->t_num_layers);
+  CHECK (m->t_context >= 2, "mimi.transformer.context = %d", m->t_context);
+  CHECK (m->t_dim_feedforward > 0, "mimi.transformer.dim_feedforward = %d", m->t_dim_feedforward);
+  CHECK (m->t_max_period > 0, "mimi.transformer.max_period = %d", m->t_max_period);
+  CHECK (m->num_codebooks == lm->n_q / 2, "mimi.num_codebooks = %d must be n_q / 2 = %d", m->num_codebooks,
+         lm->n_q / 2);
+  CHECK (m->num_codebooks - 1 <= m->q_n_q - 1, "mimi.num_codebooks = %d exceeds the quantizer's %d codebooks",
+         m->num_codebooks, m->q_n_q);
+  CHECK (m->q_bins == lm->card, "mimi.quantizer.bins = %d must equal lm.card = %d", m->q_bins, lm->card);
+  m->frame_size = m->hop * 2;
+  return TRUE;
+}
+
+char *
+ppx_config_to_json (const PpxConfig *cfg)
+{
+  const PpxLmConfig *lm = &cfg->lm;
+  const PpxMimiConfig *m = &cfg->mimi;
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+#define I(k, v) (json_builder_set_member_name (b, k), json_builder_add_int_value (b, v))
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "lm");
+  json_builder_begin_object (b);
+  I ("dim", lm->dim);
+  I ("num_heads", lm->num_heads);
+  I ("num_layers", lm->num_layers);
+  json_builder_set_member_name (b, "hidden_scale");
+  json_builder_add_double_value (b, lm->hidden_scale);
+  I ("context", lm->context);
+  I ("text_card", lm->text_card);
+  I ("card", lm->card);
+  I ("n_q", lm->n_q);
+  I ("dep_q", lm->dep_q);
+  I ("existing_text_padding_id", lm->existing_text_padding_id);
+  I ("max_period", lm->max_period);
+  I ("depformer_dim", lm->depformer_dim);
+  I ("depformer_dim_feedforward", lm->depformer_dim_feedforward);
+  I ("depformer_num_heads", lm->depformer_num_heads);
+  I ("depformer_num_layers", lm->depformer_num_layers);
+  json_builder_set_member_name (b, "delays");
+  json_builder_begin_array (b);
+  for (int k = 0; k < 1 + lm->n_q; k++)
+    json_builder_add_int_value (b, lm->delays[k]);
+  json_builder_end_array (b);
+  json_builder_end_object (b);
+  json_builder_set_member_name (b, "mimi");
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "seanet");
+  json_builder_begin_object (b);
+  I ("channels", m->channels);
+  I ("dimension", m->dimension);
+  I ("n_filters", m->n_filters);
+  I ("n_residual_layers", m->n_residual_layers);
+  I ("compress", m->compress);
+  I ("dilation_base", m->dilation_base);
+  I ("kernel_size", m->kernel_size);
+  I ("residual_kernel_size", m->residual_kernel_size);
+  I ("last_kernel_size", m->last_kernel_size);
+  json_builder_set_member_name (b, "ratios");
+  json_builder_begin_array (b);
+  for (int i = 0; i < m->n_ratios; i++)
+    json_builder_add_int_value (b, m->ratios[i]);
+  json_builder_end_array (b);
+  json_builder_end_object (b);
+  json_builder_set_member_name (b, "quantizer");
+  json_builder_begin_object (b);
+  I ("dimension", m->q_dimension);
+  I ("n_q", m->q_n_q);
+  I ("bins", m->q_bins);
+  I ("input_dimension", m->q_input_dimension);
+  I ("output_dimension", m->q_output_dimension);
+  json_builder_end_object (b);
+  json_builder_set_member_name (b, "transformer");
+  json_builder_begin_object (b);
+  I ("d_model", m->t_d_model);
+  I ("num_heads", m->t_num_heads);
+  I ("num_layers", m->t_num_layers);
+  I ("context", m->t_context);
+  I ("dim_feedforward", m->t_dim_feedforward);
+  I ("max_period", m->t_max_period);
+  json_builder_end_object (b);
+  I ("num_codebooks", m->num_codebooks);
+  json_builder_end_object (b);
+  json_builder_end_object (b);
+#undef I
+  g_autoptr (JsonGenerator) g = json_generator_new ();
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  json_generator_set_root (g, root);
+  json_generator_set_pretty (g, TRUE);
+  return json_generator_to_data (g, NULL);
+}

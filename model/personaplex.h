@@ -1,0 +1,93 @@
+/* personaplex: the public C API of the inference library (GStreamer-free).
+ *
+ * A PpxModel holds the read-only weights (LM, Mimi, tokenizer) and can be shared by many sessions and
+ * threads. A PpxSession holds one conversation's streaming state (codec buffers, KV caches, the token
+ * delay cache, the RNG). Every function that can fail on user input takes a GError** and never aborts.
+ *
+ * One call of ppx_session_step() takes 80 ms of user audio (frame_size samples, 24 kHz mono f32) and
+ * returns 80 ms of agent audio plus the 17 tokens of the frame and its text piece. */
+#ifndef PERSONAPLEX_H
+#define PERSONAPLEX_H
+
+#include <glib.h>
+#include <stdint.h>
+
+G_BEGIN_DECLS
+
+typedef struct PpxModel PpxModel;
+typedef struct PpxSession PpxSession;
+
+typedef enum {
+  PPX_QUANT_AUTO = 0, /* pre-quantized files as they are, otherwise bf16 */
+  PPX_QUANT_BF16,
+  PPX_QUANT_INT8,
+  PPX_QUANT_INT4,
+} PpxQuantization;
+
+typedef enum {
+  PPX_BACKEND_AUTO = 0, /* CUDA when built and a GPU is present, else CPU */
+  PPX_BACKEND_CPU,
+  PPX_BACKEND_CUDA,
+} PpxBackendKind;
+
+typedef struct {
+  const char *model_dir;       /* published layout: model.safetensors, tokenizer-*.safetensors, ... */
+  const char *lm_file;         /* optional override of DIR/model.safetensors */
+  const char *mimi_file;       /* optional override of the Mimi checkpoint */
+  const char *config_json;     /* optional override of DIR/config.json (path) */
+  PpxQuantization quantization;
+  PpxBackendKind backend;
+  int device;                  /* GPU index for CUDA */
+  int n_threads;               /* CPU threads, 0 = all cores */
+} PpxModelParams;
+
+void ppx_model_params_init (PpxModelParams *p);
+PpxModel *ppx_model_load (const PpxModelParams *params, GError **error);
+PpxModel *ppx_model_ref (PpxModel *model);
+void ppx_model_unref (PpxModel *model);
+
+int ppx_model_frame_size (const PpxModel *model);   /* samples per frame (1920) */
+int ppx_model_sample_rate (const PpxModel *model);  /* 24000 */
+const char *ppx_model_backend_name (const PpxModel *model);
+const char *ppx_model_quantization_name (const PpxModel *model);
+guint64 ppx_model_weight_bytes (const PpxModel *model);
+/* Text piece of a token as the reference prints it ("▁" -> " "), or NULL for padding ids (0, 3) and
+ * ids without a tokenizer. g_free the result. */
+char *ppx_model_token_text (const PpxModel *model, int token);
+/* Tokenizes a text prompt the reference's way ("<system> text <system>", no BOS/EOS). */
+int *ppx_model_tokenize_prompt (const PpxModel *model, const char *text, int *n_tokens, GError **error);
+
+typedef struct {
+  const char *voice_prompt;     /* audio file, .pt file, or NAME (DIR/voices/NAME.pt); NULL: none */
+  gboolean voice_normalize;     /* -24 LUFS on audio voice prompts (default TRUE) */
+  const char *voice_cache_dir;  /* where computed voice prompts are cached (NULL: no cache) */
+  const char *text_prompt;      /* NULL or "": no text phase */
+  const int *text_prompt_tokens;/* overrides text_prompt when n_text_prompt_tokens > 0 */
+  int n_text_prompt_tokens;
+  gboolean greedy;
+  guint64 seed;
+  float temp_audio, temp_text;  /* 0.8, 0.7 */
+  int topk_audio, topk_text;    /* 250, 25 */
+} PpxSessionParams;
+
+void ppx_session_params_init (PpxSessionParams *p);
+/* Creates a session and runs the system prompts (voice, silence, text, silence). */
+PpxSession *ppx_session_new (PpxModel *model, const PpxSessionParams *params, GError **error);
+void ppx_session_free (PpxSession *s);
+
+typedef struct {
+  int tokens[17];   /* text, 8 agent codes, 8 user codes (what the reference's step returns) */
+  char *text;       /* decoded text piece or NULL; owned by the session until the next step */
+  double step_ms;   /* wall time of this step */
+} PpxFrameResult;
+
+/* One 80 ms frame: in = frame_size samples, out = frame_size samples. NaN/Inf input samples are
+ * replaced by 0 (documented safe behaviour). */
+gboolean ppx_session_step (PpxSession *s, const float *in, float *out, PpxFrameResult *res, GError **error);
+/* Back to the state right after the system prompts (a new conversation with the same prompts). */
+gboolean ppx_session_reset (PpxSession *s, GError **error);
+/* Frames stepped since the prompts. */
+guint64 ppx_session_frames (const PpxSession *s);
+
+G_END_DECLS
+#endif

@@ -1,0 +1,72 @@
+/* personaplex-gst: shared basics of the inference library (errors, dtypes, bf16). */
+#ifndef PPX_COMMON_H
+#define PPX_COMMON_H
+
+#include <glib.h>
+#include <stdint.h>
+#include <string.h>
+
+G_BEGIN_DECLS
+
+#define PPX_ERROR (ppx_error_quark ())
+GQuark ppx_error_quark (void);
+
+typedef enum {
+  PPX_ERROR_IO,          /* a file could not be opened, read or written */
+  PPX_ERROR_FORMAT,      /* a file is corrupt, truncated or not what it claims */
+  PPX_ERROR_SHAPE,       /* a tensor's shape or dtype does not match the config */
+  PPX_ERROR_MISSING,     /* a required tensor, file or key is absent */
+  PPX_ERROR_CONFIG,      /* bad configuration values */
+  PPX_ERROR_INVALID,     /* bad argument from the caller */
+  PPX_ERROR_UNSUPPORTED, /* valid but not supported by this build or backend */
+  PPX_ERROR_NOMEM,       /* out of (device) memory */
+} PpxErrorCode;
+
+typedef enum {
+  PPX_DTYPE_F32,
+  PPX_DTYPE_F16,
+  PPX_DTYPE_BF16,
+  PPX_DTYPE_I64,
+  PPX_DTYPE_I32,
+  PPX_DTYPE_I8,
+  PPX_DTYPE_U8,
+  PPX_DTYPE_BOOL,
+  PPX_DTYPE_F64,
+  PPX_DTYPE_I16,
+  PPX_DTYPE_COUNT
+} PpxDType;
+
+/* Safetensors' dtype name ("F32", "BF16", ...) <-> enum. Returns FALSE for an unknown name. */
+gboolean ppx_dtype_from_name (const char *name, PpxDType *out);
+const char *ppx_dtype_name (PpxDType dt);
+gsize ppx_dtype_size (PpxDType dt);
+
+static inline float
+ppx_bf16_to_f32 (uint16_t h)
+{
+  uint32_t u = (uint32_t) h << 16;
+  float f;
+  memcpy (&f, &u, 4);
+  return f;
+}
+
+/* Round to nearest even, NaN kept quiet. */
+static inline uint16_t
+ppx_f32_to_bf16 (float f)
+{
+  uint32_t u;
+  memcpy (&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t) ((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t) (u >> 16);
+}
+
+float ppx_f16_to_f32 (uint16_t h);
+uint16_t ppx_f32_to_f16 (float f);
+
+/* Converts n elements of a stored tensor (F32, BF16 or F16) to f32. */
+gboolean ppx_convert_to_f32 (PpxDType dt, const void *src, float *dst, gsize n);
+
+G_END_DECLS
+#endif

@@ -1,0 +1,145 @@
+/* The compute backend interface.
+ *
+ * Shaped for a GPU from the start (docs/architecture.md):
+ *  - tensors live on the backend's device (PpxTensor is an opaque device buffer or a view into one);
+ *  - every op is enqueued on the backend's stream and returns at once; only ppx_tensor_download()
+ *    and ppx_backend_sync() wait, so a whole frame can be enqueued without host round trips (and be
+ *    captured as one CUDA graph);
+ *  - per-frame ops take a batch of M rows (sessions), with per-row positions and per-session cache
+ *    slots held in device tensors.
+ * The CPU backend (backend-cpu.c) executes each op immediately and is the numerical reference.
+ *
+ * Layout conventions: row-major; activations f32; a "row" is one session's (or one time step's)
+ * vector. Linear weights are [out, in] and compute y = x W^T. Conv weights are [C_out, C_in/groups, K];
+ * transposed-conv weights are [C_in, C_out/groups, K]. Conv activations are [M, C, L]. */
+#ifndef PPX_BACKEND_H
+#define PPX_BACKEND_H
+
+#include "ppx-common.h"
+
+G_BEGIN_DECLS
+
+typedef struct PpxBackend PpxBackend;
+typedef struct PpxTensor PpxTensor;
+typedef struct PpxWeight PpxWeight;
+
+typedef enum {
+  PPX_WFMT_F32,  /* plain f32 */
+  PPX_WFMT_BF16, /* bf16, computed in f32 */
+  PPX_WFMT_INT8, /* int8, one f32 scale per output row (see quant.h) */
+  PPX_WFMT_INT4, /* 4-bit, one scale per group of `group_size` inputs (see quant.h) */
+} PpxWeightFormat;
+
+const char *ppx_weight_format_name (PpxWeightFormat f);
+
+/* A matrix as stored on the host (e.g. inside an mmapped safetensors file). The backend copies or
+ * references it; host data must outlive the weight only when `borrow` is TRUE. */
+typedef struct {
+  PpxWeightFormat format;
+  int64_t rows, cols;
+  const void *data;    /* F32/BF16: rows*cols elements; INT8: rows*cols bytes; INT4: see quant.h */
+  const float *scales; /* INT8: [rows]; INT4: [rows, cols/group_size] */
+  int group_size;      /* INT4 only */
+  gboolean borrow;     /* keep a pointer instead of copying (CPU: zero-copy mmap) */
+} PpxWeightDesc;
+
+typedef enum { PPX_TENSOR_F32, PPX_TENSOR_I32 } PpxTensorType;
+
+/* ---- backend ---- */
+PpxBackend *ppx_backend_cpu_new (int n_threads, GError **error);
+void ppx_backend_free (PpxBackend *be);
+const char *ppx_backend_name (const PpxBackend *be);
+void ppx_backend_sync (PpxBackend *be);
+guint64 ppx_backend_allocated_bytes (const PpxBackend *be);
+
+/* ---- tensors (device memory) ---- */
+PpxTensor *ppx_tensor_new (PpxBackend *be, PpxTensorType type, gsize n, GError **error);
+/* A view of n elements at element offset `off` of a tensor; free it before its parent. */
+PpxTensor *ppx_tensor_view (PpxTensor *parent, gsize off, gsize n);
+void ppx_tensor_free (PpxTensor *t);
+gsize ppx_tensor_numel (const PpxTensor *t);
+void ppx_tensor_upload (PpxTensor *t, gsize off, const void *host, gsize n);
+void ppx_tensor_download (PpxTensor *t, gsize off, void *host, gsize n); /* waits for queued work */
+void ppx_tensor_fill (PpxTensor *t, float value);                         /* f32 value or int (cast) */
+/* dst[r*dld + doff + c] = src[r*sld + soff + c] for r < rows, c < cols (element units). */
+void ppx_tensor_copy2d (PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *src, gsize soff, gsize sld,
+                        gsize rows, gsize cols);
+
+/* ---- weights ---- */
+PpxWeight *ppx_weight_new (PpxBackend *be, const PpxWeightDesc *desc, GError **error);
+void ppx_weight_free (PpxWeight *w);
+int64_t ppx_weight_rows (const PpxWeight *w);
+int64_t ppx_weight_cols (const PpxWeight *w);
+guint64 ppx_weight_bytes (const PpxWeight *w);
+/* The first `rows` rows starting at row `row0` (per-step slices of stacked depformer weights). */
+PpxWeight *ppx_weight_slice_rows (PpxWeight *w, int64_t row0, int64_t rows);
+
+/* ---- linear algebra ---- */
+/* y[M, rows] (+)= x[M, cols] . W^T. x row stride = ldx, y row stride = ldy (elements). */
+void ppx_op_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, PpxTensor *y, gsize ldy,
+                    int M, gboolean accumulate);
+/* out[m, :] (+)= W[ids[m * id_stride + id_index], :] for m < M; an id of -1 gives zeros. */
+void ppx_op_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int id_index, int id_stride,
+                   PpxTensor *out, int M, gboolean accumulate);
+
+/* ---- elementwise and norms ---- */
+typedef enum { PPX_ACT_ELU, PPX_ACT_GELU, PPX_ACT_SILU } PpxActivation;
+void ppx_op_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n);
+void ppx_op_add (PpxBackend *be, const PpxTensor *a, const PpxTensor *b, PpxTensor *y, gsize n);
+/* y[r, c] += gamma[c] * x[r, c] (LayerScale residual), D columns. */
+void ppx_op_add_scaled (PpxBackend *be, const PpxTensor *x, const PpxTensor *gamma, PpxTensor *y, gsize rows, gsize D);
+/* u[r, :H] = silu(h[r, :H]) * h[r, H:2H] */
+void ppx_op_silu_gate (PpxBackend *be, const PpxTensor *h, PpxTensor *u, gsize rows, gsize H);
+/* y = x * alpha * rsqrt(eps + mean(x^2)), rows of D. */
+void ppx_op_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D,
+                     float eps);
+void ppx_op_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
+                       gsize rows, gsize D, float eps);
+/* [M, A, B] -> [M, B, A] */
+void ppx_op_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize A, gsize B);
+
+/* ---- attention ---- */
+/* Interleaved RoPE on the q and k parts of qkv rows ([rows, 3*H*Dh], q|k|v head-major), at the
+ * absolute positions pos[rows] (i32). */
+void ppx_op_rope (PpxBackend *be, PpxTensor *qkv, const PpxTensor *pos, gsize rows, int H, int Dh, float max_period);
+/* Causal attention over per-session ring KV caches.
+ * qkv [M*T, 3*H*Dh]: T consecutive rows per session; pos [M*T]: their absolute positions.
+ * kv_slot[M] (i32): which cache slot each session uses; the caches are [n_slots, cap, H*Dh] each.
+ * The new k/v are written at ring index pos % cap first. A query at position q attends the keys with
+ * positions p, max(0, E - cap + 1) <= p <= q and q - p < context, where E is the session's last position
+ * in this call + 1 (the reference's ring behaviour, see the spec §3.4). Output out [M*T, H*Dh]. */
+void ppx_op_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, const PpxTensor *kv_slot,
+                       PpxTensor *kcache, PpxTensor *vcache, PpxTensor *out, int M, int T, int H, int Dh, int cap,
+                       int context);
+
+/* ---- convolutions (Mimi) ---- */
+/* y[M, Cout, Lout] = conv(x[M, Cin, Lin]) + bias, Lout = (Lin - ((K-1)*dil+1)) / stride + 1.
+ * w: [Cout, Cin/groups, K] f32 tensor; bias may be NULL. */
+void ppx_op_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *y, int M,
+                    int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups);
+/* y[M, Cout, S*(T-1)+K] = full transposed conv of x[M, Cin, T] (+ bias everywhere).
+ * w: [Cin, Cout/groups, K]. */
+void ppx_op_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+                              PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride, int groups);
+
+/* ---- quantizer (Mimi RVQ) ---- */
+/* Residual VQ encode: for j < ncb: codes[m*code_stride + code_off + j] = argmin_i |r - E_j[i]|^2,
+ * r -= E_j[code]. codebooks [ncb, bins, dim] f32, r [M, dim] (modified). */
+void ppx_op_vq_encode (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTensor *codes, int code_off,
+                       int code_stride, int M, int ncb, int bins, int dim);
+/* y[M, dim] = sum_j E_j[codes[m*code_stride + code_off + j]] (summed in codebook order from 0). */
+void ppx_op_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *codes, int code_off,
+                       int code_stride, PpxTensor *y, int M, int ncb, int bins, int dim);
+
+/* ---- sampling ---- */
+/* tokens[m*tok_stride + tok_off] = a draw from logits[m, :V]: argmax when temp <= 0 or topk <= 1...
+ * otherwise softmax(logits/temp), top-k, exponential race with the counter-based RNG rng[m] (see
+ * sampling.h). Each row's RNG counter advances by one draw. */
+void ppx_op_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
+                    PpxTensor *rng, int M, float temp, int topk);
+/* dst[m*stride + off] = forced[m*fstride + foff] >= 0 ? forced[...] : src[m*stride + off] (teacher forcing). */
+void ppx_op_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
+                          int fstride, int M);
+
+G_END_DECLS
+#endif

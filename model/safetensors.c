@@ -54,6 +54,52 @@ cmp_by_offset (gconstpointer a, gconstpointer b)
   return x->nbytes < y->nbytes ? -1 : (x->nbytes > y->nbytes);
 }
 
+/* json-glib parses recursively: refuse deep nesting before it can exhaust the stack. */
+#define PPX_ST_MAX_NESTING 64
+
+static gboolean
+nesting_ok (const char *s, gsize len)
+{
+  int depth = 0;
+  gboolean in_string = FALSE;
+  for (gsize i = 0; i < len; i++) {
+    char ch = s[i];
+    if (in_string) {
+      if (ch == '\\')
+        i++;
+      else if (ch == '"')
+        in_string = FALSE;
+    } else if (ch == '"') {
+      in_string = TRUE;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > PPX_ST_MAX_NESTING)
+        return FALSE;
+    } else if (ch == ']' || ch == '}') {
+      depth--;
+    }
+  }
+  return TRUE;
+}
+
+/* json-glib keeps the last of duplicate keys silently; the "object-member" signal sees every one. */
+typedef struct {
+  GHashTable *members_seen; /* JsonObject* -> count */
+  JsonObject *dup_object;
+  char *dup_name;
+} DuplicateScan;
+
+static void
+on_object_member (JsonParser *parser, JsonObject *object, const char *name, gpointer user_data)
+{
+  DuplicateScan *scan = user_data;
+  guint seen = GPOINTER_TO_UINT (g_hash_table_lookup (scan->members_seen, object)) + 1;
+  g_hash_table_insert (scan->members_seen, object, GUINT_TO_POINTER (seen));
+  if (seen > json_object_get_size (object) && !scan->dup_name) {
+    scan->dup_object = object;
+    scan->dup_name = g_strdup (name);
+  }
+}
+
 static gboolean
 get_u64 (JsonNode *n, guint64 *out)
 {
@@ -114,7 +160,8 @@ parse_tensor (PpxSafetensors *st, const char *name, JsonNode *node, const uint8_
       return FALSE;
     }
     t->shape[i] = (int64_t) d;
-    if (d != 0 && numel > G_MAXUINT64 / d) {
+    /* Keep every partial product within gint64 so ppx_st_numel() cannot overflow either. */
+    if (d != 0 && numel > (guint64) G_MAXINT64 / d) {
       g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: tensor '%s': shape overflows", file, name);
       tensor_free (t);
       return FALSE;
@@ -181,18 +228,36 @@ parse_header (PpxSafetensors *st, GError **error)
   const uint8_t *data = st->map + 8 + hlen;
   guint64 data_len = st->map_size - 8 - hlen;
 
+  if (!nesting_ok ((const char *) st->map + 8, (gsize) hlen)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: header is nested more than %d levels deep", file,
+                 PPX_ST_MAX_NESTING);
+    return FALSE;
+  }
   g_autoptr (JsonParser) parser = json_parser_new_immutable ();
   g_autoptr (GError) jerr = NULL;
+  g_autoptr (GHashTable) members_seen = g_hash_table_new (NULL, NULL);
+  DuplicateScan dups = {members_seen, NULL, NULL};
+  g_signal_connect (parser, "object-member", G_CALLBACK (on_object_member), &dups);
   /* json-glib wants valid UTF-8 without NULs. */
   if (memchr (st->map + 8, 0, hlen) || !g_utf8_validate ((const char *) st->map + 8, (gssize) hlen, NULL) ||
       !json_parser_load_from_data (parser, (const char *) st->map + 8, (gssize) hlen, &jerr)) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: header is not valid JSON: %s", file,
                  jerr ? jerr->message : "invalid UTF-8 or NUL byte");
+    g_free (dups.dup_name);
     return FALSE;
   }
   JsonNode *root = json_parser_get_root (parser);
   if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: header is not a JSON object", file);
+    g_free (dups.dup_name);
+    return FALSE;
+  }
+  if (dups.dup_name) {
+    if (dups.dup_object == json_node_get_object (root))
+      g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: tensor '%s' appears twice", file, dups.dup_name);
+    else
+      g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: duplicate key '%s' in the header", file, dups.dup_name);
+    g_free (dups.dup_name);
     return FALSE;
   }
   JsonObject *obj = json_node_get_object (root);

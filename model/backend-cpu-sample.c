@@ -1,0 +1,93 @@
+/* CPU backend: token sampling (greedy, or temperature + top-k with the exponential race) and teacher
+ * forcing. The RNG is Philox (philox.h); docs/sampling.md describes the draw. */
+#include "backend-cpu.h"
+#include "philox.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct {
+  float p;
+  int i;
+} Cand;
+
+static int
+cand_cmp (const void *a, const void *b)
+{
+  const Cand *x = a, *y = b;
+  if (x->p != y->p)
+    return x->p > y->p ? -1 : 1;
+  return x->i - y->i;
+}
+
+static int
+argmax_first (const float *v, int n)
+{
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (v[i] > v[best])
+      best = i;
+  return best;
+}
+
+void
+ppx_cpu_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
+                PpxTensor *rng, int M, float temp, int topk)
+{
+  const float *L = F32 (logits);
+  int32_t *tok = I32 (tokens);
+  uint32_t *st = (uint32_t *) rng->data;
+  Cand *c = NULL;
+  for (int m = 0; m < M; m++) {
+    const float *l = L + (gsize) m * V;
+    int out;
+    if (temp <= 0.0f || topk == 1) {
+      out = argmax_first (l, V);
+    } else {
+      if (!c)
+        c = g_new (Cand, V);
+      float mx = l[argmax_first (l, V)], sum = 0.0f;
+      for (int i = 0; i < V; i++) {
+        c[i].p = expf ((l[i] - mx) / temp);
+        c[i].i = i;
+        sum += c[i].p;
+      }
+      for (int i = 0; i < V; i++)
+        c[i].p /= sum;
+      int k = (topk <= 0 || topk > V) ? V : topk;
+      qsort (c, V, sizeof (Cand), cand_cmp);
+      uint32_t *s = st + 4 * (gsize) m;
+      uint64_t seed = (uint64_t) s[0] | ((uint64_t) s[1] << 32);
+      uint64_t draw = (uint64_t) s[2] | ((uint64_t) s[3] << 32);
+      int best = 0;
+      float best_v = -1.0f;
+      for (int j = 0; j < k; j++) {
+        float q = -logf (ppx_philox_uniform (seed, draw, (uint32_t) j)); /* Exp(1) */
+        float v = c[j].p / q;
+        if (v > best_v) {
+          best_v = v;
+          best = j;
+        }
+      }
+      out = c[best].i;
+      draw++;
+      s[2] = (uint32_t) draw;
+      s[3] = (uint32_t) (draw >> 32);
+    }
+    tok[(gsize) m * tok_stride + tok_off] = out;
+  }
+  g_free (c);
+}
+
+void
+ppx_cpu_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
+                      int fstride, int M)
+{
+  int32_t *t = I32 (tokens);
+  const int32_t *f = I32 (forced);
+  for (int m = 0; m < M; m++) {
+    int32_t v = f[(gsize) m * fstride + foff];
+    if (v >= 0)
+      t[(gsize) m * stride + off] = v;
+  }
+}

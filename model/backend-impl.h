@@ -1,0 +1,79 @@
+/* Private: what a backend implements (the vtable behind backend.h), and the shared object layouts. */
+#ifndef PPX_BACKEND_IMPL_H
+#define PPX_BACKEND_IMPL_H
+
+#include "backend.h"
+
+typedef struct {
+  const char *name;
+  void (*free) (PpxBackend *be);
+  void (*sync) (PpxBackend *be);
+  void *(*alloc) (PpxBackend *be, gsize bytes, GError **error);
+  void (*dealloc) (PpxBackend *be, void *ptr, gsize bytes);
+  void (*upload) (PpxBackend *be, void *dst, const void *src, gsize bytes);
+  void (*download) (PpxBackend *be, void *dst, const void *src, gsize bytes);
+  void (*fill) (PpxBackend *be, PpxTensor *t, float value);
+  void (*copy2d) (PpxBackend *be, PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *src, gsize soff, gsize sld,
+                  gsize rows, gsize cols);
+  gboolean (*weight_init) (PpxBackend *be, PpxWeight *w, const PpxWeightDesc *d, GError **error);
+  void (*weight_release) (PpxBackend *be, PpxWeight *w);
+  void (*linear) (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, PpxTensor *y, gsize ldy, int M,
+                  gboolean accumulate);
+  void (*embed) (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int id_index, int id_stride,
+                 PpxTensor *out, int M, gboolean accumulate);
+  void (*act) (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n);
+  void (*add) (PpxBackend *be, const PpxTensor *a, const PpxTensor *b, PpxTensor *y, gsize n);
+  void (*add_scaled) (PpxBackend *be, const PpxTensor *x, const PpxTensor *gamma, PpxTensor *y, gsize rows, gsize D);
+  void (*silu_gate) (PpxBackend *be, const PpxTensor *h, PpxTensor *u, gsize rows, gsize H);
+  void (*rmsnorm) (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D,
+                   float eps);
+  void (*layernorm) (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
+                     gsize rows, gsize D, float eps);
+  void (*transpose) (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize A, gsize B);
+  void (*rope) (PpxBackend *be, PpxTensor *qkv, const PpxTensor *pos, gsize rows, int H, int Dh, float max_period);
+  void (*attention) (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, const PpxTensor *kv_slot,
+                     PpxTensor *kcache, PpxTensor *vcache, PpxTensor *out, int M, int T, int H, int Dh, int cap,
+                     int context);
+  void (*conv1d) (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *y, int M,
+                  int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups);
+  void (*conv_transpose1d) (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+                            PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride, int groups);
+  void (*vq_encode) (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTensor *codes, int code_off,
+                     int code_stride, int M, int ncb, int bins, int dim);
+  void (*vq_decode) (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *codes, int code_off,
+                     int code_stride, PpxTensor *y, int M, int ncb, int bins, int dim);
+  void (*sample) (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
+                  PpxTensor *rng, int M, float temp, int topk);
+  void (*force_tokens) (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
+                        int fstride, int M);
+} PpxBackendOps;
+
+struct PpxBackend {
+  const PpxBackendOps *ops;
+  guint64 allocated;
+  int n_threads;
+  void *priv;
+};
+
+struct PpxTensor {
+  PpxBackend *be;
+  PpxTensorType type;
+  gsize n;
+  void *data;        /* device pointer (host memory on the CPU backend) */
+  PpxTensor *parent; /* views only */
+};
+
+struct PpxWeight {
+  PpxBackend *be;
+  PpxWeightFormat format;
+  int64_t rows, cols;
+  int group_size;
+  const void *data;  /* device pointer */
+  const float *scales;
+  void *owned_data;  /* freed by the backend when not NULL */
+  void *owned_scales;
+  gsize data_bytes, scale_bytes;
+  PpxWeight *parent; /* slices borrow the parent's memory */
+};
+
+#endif

@@ -1,0 +1,299 @@
+/* Backend-neutral parts of backend.h: tensor and weight bookkeeping, and dispatch to the vtable. */
+#include "backend-impl.h"
+
+const char *
+ppx_weight_format_name (PpxWeightFormat f)
+{
+  switch (f) {
+    case PPX_WFMT_F32:
+      return "f32";
+    case PPX_WFMT_BF16:
+      return "bf16";
+    case PPX_WFMT_INT8:
+      return "int8";
+    case PPX_WFMT_INT4:
+      return "int4";
+  }
+  return "?";
+}
+
+void
+ppx_backend_free (PpxBackend *be)
+{
+  if (be)
+    be->ops->free (be);
+}
+
+const char *
+ppx_backend_name (const PpxBackend *be)
+{
+  return be->ops->name;
+}
+
+void
+ppx_backend_sync (PpxBackend *be)
+{
+  be->ops->sync (be);
+}
+
+guint64
+ppx_backend_allocated_bytes (const PpxBackend *be)
+{
+  return be->allocated;
+}
+
+PpxTensor *
+ppx_tensor_new (PpxBackend *be, PpxTensorType type, gsize n, GError **error)
+{
+  void *p = be->ops->alloc (be, MAX (n, 1) * 4, error);
+  if (!p)
+    return NULL;
+  PpxTensor *t = g_new0 (PpxTensor, 1);
+  t->be = be;
+  t->type = type;
+  t->n = n;
+  t->data = p;
+  return t;
+}
+
+PpxTensor *
+ppx_tensor_view (PpxTensor *parent, gsize off, gsize n)
+{
+  g_return_val_if_fail (off + n <= parent->n, NULL);
+  PpxTensor *t = g_new0 (PpxTensor, 1);
+  t->be = parent->be;
+  t->type = parent->type;
+  t->n = n;
+  t->data = (char *) parent->data + off * 4;
+  t->parent = parent;
+  return t;
+}
+
+void
+ppx_tensor_free (PpxTensor *t)
+{
+  if (!t)
+    return;
+  if (!t->parent)
+    t->be->ops->dealloc (t->be, t->data, MAX (t->n, 1) * 4);
+  g_free (t);
+}
+
+gsize
+ppx_tensor_numel (const PpxTensor *t)
+{
+  return t->n;
+}
+
+void
+ppx_tensor_upload (PpxTensor *t, gsize off, const void *host, gsize n)
+{
+  g_return_if_fail (off + n <= t->n);
+  t->be->ops->upload (t->be, (char *) t->data + off * 4, host, n * 4);
+}
+
+void
+ppx_tensor_download (PpxTensor *t, gsize off, void *host, gsize n)
+{
+  g_return_if_fail (off + n <= t->n);
+  t->be->ops->download (t->be, host, (const char *) t->data + off * 4, n * 4);
+}
+
+void
+ppx_tensor_fill (PpxTensor *t, float value)
+{
+  t->be->ops->fill (t->be, t, value);
+}
+
+void
+ppx_tensor_copy2d (PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *src, gsize soff, gsize sld, gsize rows,
+                   gsize cols)
+{
+  if (rows == 0 || cols == 0)
+    return;
+  g_return_if_fail (doff + (rows - 1) * dld + cols <= dst->n && soff + (rows - 1) * sld + cols <= src->n);
+  dst->be->ops->copy2d (dst->be, dst, doff, dld, src, soff, sld, rows, cols);
+}
+
+PpxWeight *
+ppx_weight_new (PpxBackend *be, const PpxWeightDesc *desc, GError **error)
+{
+  if (desc->rows <= 0 || desc->cols <= 0) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "weight with empty shape [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]",
+                 desc->rows, desc->cols);
+    return NULL;
+  }
+  PpxWeight *w = g_new0 (PpxWeight, 1);
+  w->be = be;
+  w->format = desc->format;
+  w->rows = desc->rows;
+  w->cols = desc->cols;
+  w->group_size = desc->group_size;
+  if (!be->ops->weight_init (be, w, desc, error)) {
+    g_free (w);
+    return NULL;
+  }
+  return w;
+}
+
+void
+ppx_weight_free (PpxWeight *w)
+{
+  if (!w)
+    return;
+  if (!w->parent)
+    w->be->ops->weight_release (w->be, w);
+  g_free (w);
+}
+
+int64_t
+ppx_weight_rows (const PpxWeight *w)
+{
+  return w->rows;
+}
+
+int64_t
+ppx_weight_cols (const PpxWeight *w)
+{
+  return w->cols;
+}
+
+guint64
+ppx_weight_bytes (const PpxWeight *w)
+{
+  return w->data_bytes + w->scale_bytes;
+}
+
+PpxWeight *
+ppx_weight_slice_rows (PpxWeight *w, int64_t row0, int64_t rows)
+{
+  g_return_val_if_fail (row0 >= 0 && rows > 0 && row0 + rows <= w->rows, NULL);
+  PpxWeight *s = g_new0 (PpxWeight, 1);
+  *s = *w;
+  s->parent = w;
+  s->owned_data = s->owned_scales = NULL;
+  s->rows = rows;
+  gsize row_bytes = w->data_bytes / (gsize) w->rows;
+  gsize row_scales = w->scale_bytes / 4 / (gsize) w->rows;
+  s->data = (const char *) w->data + (gsize) row0 * row_bytes;
+  s->scales = w->scales ? w->scales + (gsize) row0 * row_scales : NULL;
+  s->data_bytes = (gsize) rows * row_bytes;
+  s->scale_bytes = (gsize) rows * row_scales * 4;
+  return s;
+}
+
+#define BE(t) ((t)->be)
+
+void
+ppx_op_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, PpxTensor *y, gsize ldy, int M,
+               gboolean accumulate)
+{
+  be->ops->linear (be, w, x, ldx, y, ldy, M, accumulate);
+}
+
+void
+ppx_op_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int id_index, int id_stride,
+              PpxTensor *out, int M, gboolean accumulate)
+{
+  be->ops->embed (be, table, ids, id_index, id_stride, out, M, accumulate);
+}
+
+void
+ppx_op_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n)
+{
+  be->ops->act (be, act, x, y, n);
+}
+
+void
+ppx_op_add (PpxBackend *be, const PpxTensor *a, const PpxTensor *b, PpxTensor *y, gsize n)
+{
+  be->ops->add (be, a, b, y, n);
+}
+
+void
+ppx_op_add_scaled (PpxBackend *be, const PpxTensor *x, const PpxTensor *gamma, PpxTensor *y, gsize rows, gsize D)
+{
+  be->ops->add_scaled (be, x, gamma, y, rows, D);
+}
+
+void
+ppx_op_silu_gate (PpxBackend *be, const PpxTensor *h, PpxTensor *u, gsize rows, gsize H)
+{
+  be->ops->silu_gate (be, h, u, rows, H);
+}
+
+void
+ppx_op_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D,
+                float eps)
+{
+  be->ops->rmsnorm (be, x, alpha, y, rows, D, eps);
+}
+
+void
+ppx_op_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
+                  gsize rows, gsize D, float eps)
+{
+  be->ops->layernorm (be, x, w, b, y, rows, D, eps);
+}
+
+void
+ppx_op_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize A, gsize B)
+{
+  be->ops->transpose (be, x, y, M, A, B);
+}
+
+void
+ppx_op_rope (PpxBackend *be, PpxTensor *qkv, const PpxTensor *pos, gsize rows, int H, int Dh, float max_period)
+{
+  be->ops->rope (be, qkv, pos, rows, H, Dh, max_period);
+}
+
+void
+ppx_op_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, const PpxTensor *kv_slot,
+                  PpxTensor *kcache, PpxTensor *vcache, PpxTensor *out, int M, int T, int H, int Dh, int cap,
+                  int context)
+{
+  be->ops->attention (be, qkv, pos, kv_slot, kcache, vcache, out, M, T, H, Dh, cap, context);
+}
+
+void
+ppx_op_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *y, int M,
+               int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
+{
+  be->ops->conv1d (be, w, bias, x, y, M, Cin, Cout, K, Lin, stride, dilation, groups);
+}
+
+void
+ppx_op_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *y,
+                         int M, int Cin, int Cout, int K, int T, int stride, int groups)
+{
+  be->ops->conv_transpose1d (be, w, bias, x, y, M, Cin, Cout, K, T, stride, groups);
+}
+
+void
+ppx_op_vq_encode (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTensor *codes, int code_off,
+                  int code_stride, int M, int ncb, int bins, int dim)
+{
+  be->ops->vq_encode (be, codebooks, r, codes, code_off, code_stride, M, ncb, bins, dim);
+}
+
+void
+ppx_op_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *codes, int code_off, int code_stride,
+                  PpxTensor *y, int M, int ncb, int bins, int dim)
+{
+  be->ops->vq_decode (be, codebooks, codes, code_off, code_stride, y, M, ncb, bins, dim);
+}
+
+void
+ppx_op_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
+               PpxTensor *rng, int M, float temp, int topk)
+{
+  be->ops->sample (be, logits, V, tokens, tok_off, tok_stride, rng, M, temp, topk);
+}
+
+void
+ppx_op_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
+                     int fstride, int M)
+{
+  be->ops->force_tokens (be, tokens, off, stride, forced, foff, fstride, M);
+}

@@ -54,17 +54,22 @@ cmp_by_offset (gconstpointer a, gconstpointer b)
   return x->nbytes < y->nbytes ? -1 : (x->nbytes > y->nbytes);
 }
 
-/* json-glib parses recursively: refuse deep nesting before it can exhaust the stack. */
+/* json-glib parses recursively and stops after the first value: refuse deep nesting before it can exhaust
+ * the stack, and anything but padding after the top-level value (json-glib would silently ignore it).
+ * Returns NULL when the structure is acceptable, else what is wrong. */
 #define PPX_ST_MAX_NESTING 64
 
-static gboolean
-nesting_ok (const char *s, gsize len)
+static const char *
+header_structure_problem (const char *s, gsize len)
 {
   int depth = 0;
-  gboolean in_string = FALSE;
+  gboolean in_string = FALSE, closed = FALSE;
   for (gsize i = 0; i < len; i++) {
     char ch = s[i];
-    if (in_string) {
+    if (closed) {
+      if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r')
+        return "unexpected data after the JSON object";
+    } else if (in_string) {
       if (ch == '\\')
         i++;
       else if (ch == '"')
@@ -73,12 +78,12 @@ nesting_ok (const char *s, gsize len)
       in_string = TRUE;
     } else if (ch == '[' || ch == '{') {
       if (++depth > PPX_ST_MAX_NESTING)
-        return FALSE;
+        return "nested more than " G_STRINGIFY (PPX_ST_MAX_NESTING) " levels deep";
     } else if (ch == ']' || ch == '}') {
-      depth--;
+      closed = --depth <= 0;
     }
   }
-  return TRUE;
+  return NULL;
 }
 
 /* json-glib keeps the last of duplicate keys silently; the "object-member" signal sees every one. */
@@ -228,9 +233,9 @@ parse_header (PpxSafetensors *st, GError **error)
   const uint8_t *data = st->map + 8 + hlen;
   guint64 data_len = st->map_size - 8 - hlen;
 
-  if (!nesting_ok ((const char *) st->map + 8, (gsize) hlen)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: header is nested more than %d levels deep", file,
-                 PPX_ST_MAX_NESTING);
+  const char *problem = header_structure_problem ((const char *) st->map + 8, (gsize) hlen);
+  if (problem) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: header is not valid JSON: %s", file, problem);
     return FALSE;
   }
   g_autoptr (JsonParser) parser = json_parser_new_immutable ();

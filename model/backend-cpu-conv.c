@@ -3,61 +3,95 @@
 
 #include <math.h>
 
-void
-ppx_cpu_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *y, int M,
-                int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
+/* Plain conv of one session: X [Cin, Lin] -> Y [Cout, Lout]. */
+static void
+conv1d_one (const float *W, const float *B, const float *X, float *Y, int Cin, int Cout, int K, int Lin, int Lout,
+            int stride, int dilation, int groups, int n_threads)
 {
-  const int keff = (K - 1) * dilation + 1;
-  const int Lout = Lin >= keff ? (Lin - keff) / stride + 1 : 0;
   const int cig = Cin / groups, cog = Cout / groups;
-  const float *W = F32 (w), *B = bias ? F32 (bias) : NULL, *X = F32 (x);
-  float *Y = F32 (y);
-  const gboolean big = (gint64) M * Cout * Lout * cig * K >= (1 << 16);
-#pragma omp parallel for collapse (2) if (big) num_threads (be->n_threads) schedule (static)
-  for (int m = 0; m < M; m++) {
-    for (int co = 0; co < Cout; co++) {
-      const int g = co / cog;
-      float *yr = Y + ((gsize) m * Cout + co) * Lout;
-      for (int t = 0; t < Lout; t++)
-        yr[t] = B ? B[co] : 0.0f;
-      for (int ci = 0; ci < cig; ci++) {
-        const float *xr = X + ((gsize) m * Cin + (gsize) g * cig + ci) * Lin;
-        const float *wr = W + ((gsize) co * cig + ci) * K;
-        for (int k = 0; k < K; k++) {
-          const float wk = wr[k];
-          const float *xk = xr + k * dilation;
-          for (int t = 0; t < Lout; t++)
-            yr[t] += wk * xk[t * stride];
-        }
+  const gboolean big = (gint64) Cout * Lout * cig * K >= (1 << 16);
+#pragma omp parallel for if (big) num_threads (n_threads) schedule (static)
+  for (int co = 0; co < Cout; co++) {
+    const int g = co / cog;
+    float *yr = Y + (gsize) co * Lout;
+    for (int t = 0; t < Lout; t++)
+      yr[t] = B ? B[co] : 0.0f;
+    for (int ci = 0; ci < cig; ci++) {
+      const float *xr = X + ((gsize) g * cig + ci) * Lin;
+      const float *wr = W + ((gsize) co * cig + ci) * K;
+      for (int k = 0; k < K; k++) {
+        const float wk = wr[k];
+        const float *xk = xr + k * dilation;
+        for (int t = 0; t < Lout; t++)
+          yr[t] += wk * xk[t * stride];
       }
     }
   }
 }
 
 void
-ppx_cpu_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
-                          PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride, int groups)
+ppx_cpu_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *prev,
+                PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
 {
-  const int Lout = stride * (T - 1) + K;
+  const int keff = (K - 1) * dilation + 1;
+  const int P = prev ? keff - stride : 0;
+  const int L = P + Lin;
+  const int Lout = L >= keff ? (L - keff) / stride + 1 : 0;
+  const float *W = F32 (w), *B = bias ? F32 (bias) : NULL, *X = F32 (x);
+  float *Y = F32 (y), *H = prev ? F32 (prev) : NULL;
+  float *buf = P > 0 ? g_new (float, (gsize) Cin * L) : NULL;
+  for (int m = 0; m < M; m++) {
+    const float *xm = X + (gsize) m * Cin * Lin;
+    if (P > 0) {
+      float *hm = H + (gsize) m * Cin * P;
+      for (int c = 0; c < Cin; c++) {
+        memcpy (buf + (gsize) c * L, hm + (gsize) c * P, P * sizeof (float));
+        memcpy (buf + (gsize) c * L + P, xm + (gsize) c * Lin, Lin * sizeof (float));
+        memcpy (hm + (gsize) c * P, buf + (gsize) c * L + (L - P), P * sizeof (float));
+      }
+      xm = buf;
+    }
+    conv1d_one (W, B, xm, Y + (gsize) m * Cout * Lout, Cin, Cout, K, L, Lout, stride, dilation, groups, be->n_threads);
+  }
+  g_free (buf);
+}
+
+void
+ppx_cpu_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+                          PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride,
+                          int groups)
+{
+  const int Lz = stride * (T - 1) + K;
+  const int tail = K - stride;
+  const int Ly = partial ? stride * T : Lz;
   const int cig = Cin / groups, cog = Cout / groups;
   const float *W = F32 (w), *B = bias ? F32 (bias) : NULL, *X = F32 (x);
-  float *Y = F32 (y);
+  float *Y = F32 (y), *Pt = partial ? F32 (partial) : NULL;
   const gboolean big = (gint64) M * Cout * T * cig * K >= (1 << 16);
 #pragma omp parallel for collapse (2) if (big) num_threads (be->n_threads) schedule (static)
   for (int m = 0; m < M; m++) {
     for (int co = 0; co < Cout; co++) {
       const int g = co / cog, cl = co % cog;
-      float *yr = Y + ((gsize) m * Cout + co) * Lout;
-      for (int t = 0; t < Lout; t++)
-        yr[t] = B ? B[co] : 0.0f;
+      float *z = g_new0 (float, Lz);
       for (int ci = 0; ci < cig; ci++) {
         const int cin = g * cig + ci;
         const float *xr = X + ((gsize) m * Cin + cin) * T;
         const float *wr = W + ((gsize) cin * cog + cl) * K;
         for (int t = 0; t < T; t++)
           for (int k = 0; k < K; k++)
-            yr[t * stride + k] += xr[t] * wr[k];
+            z[t * stride + k] += xr[t] * wr[k];
       }
+      if (Pt) {
+        float *pr = Pt + ((gsize) m * Cout + co) * tail;
+        for (int i = 0; i < tail; i++)
+          z[i] += pr[i];
+        memcpy (pr, z + stride * T, tail * sizeof (float));
+      }
+      float *yr = Y + ((gsize) m * Cout + co) * Ly;
+      const float b = B ? B[co] : 0.0f;
+      for (int t = 0; t < Ly; t++)
+        yr[t] = z[t] + b;
+      g_free (z);
     }
   }
 }

@@ -257,17 +257,18 @@ ppx_op_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, co
 }
 
 void
-ppx_op_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *y, int M,
-               int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
+ppx_op_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *prev,
+               PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
 {
-  be->ops->conv1d (be, w, bias, x, y, M, Cin, Cout, K, Lin, stride, dilation, groups);
+  be->ops->conv1d (be, w, bias, x, prev, y, M, Cin, Cout, K, Lin, stride, dilation, groups);
 }
 
 void
-ppx_op_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *y,
-                         int M, int Cin, int Cout, int K, int T, int stride, int groups)
+ppx_op_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+                         PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride,
+                         int groups)
 {
-  be->ops->conv_transpose1d (be, w, bias, x, y, M, Cin, Cout, K, T, stride, groups);
+  be->ops->conv_transpose1d (be, w, bias, x, partial, y, M, Cin, Cout, K, T, stride, groups);
 }
 
 void

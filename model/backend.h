@@ -113,14 +113,17 @@ void ppx_op_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *po
                        int context);
 
 /* ---- convolutions (Mimi) ---- */
-/* y[M, Cout, Lout] = conv(x[M, Cin, Lin]) + bias, Lout = (Lin - ((K-1)*dil+1)) / stride + 1.
- * w: [Cout, Cin/groups, K] f32 tensor; bias may be NULL. */
-void ppx_op_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *y, int M,
-                    int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups);
-/* y[M, Cout, S*(T-1)+K] = full transposed conv of x[M, Cin, T] (+ bias everywhere).
- * w: [Cin, Cout/groups, K]. */
+/* Streaming causal conv: the input is concat(prev[M, Cin, P], x[M, Cin, Lin]) with P = (K-1)*dil+1 - stride,
+ * y[M, Cout, (P+Lin-Keff)/stride+1] = conv + bias, and prev becomes the last P columns of that input.
+ * prev NULL: no history (y from x alone). w: [Cout, Cin/groups, K] f32; bias may be NULL. */
+void ppx_op_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *prev,
+                    PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups);
+/* Streaming transposed conv (overlap-add). z = transposed conv of x[M, Cin, T] (length S*(T-1)+K, no bias);
+ * with partial [M, Cout, K-S]: z[:, :K-S] += partial, y[M, Cout, S*T] = z[:, :S*T] + bias,
+ * partial = z[:, S*T:]. partial NULL: y[M, Cout, S*(T-1)+K] = z + bias. w: [Cin, Cout/groups, K]. */
 void ppx_op_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
-                              PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride, int groups);
+                              PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride,
+                              int groups);
 
 /* ---- quantizer (Mimi RVQ) ---- */
 /* Residual VQ encode: for j < ncb: codes[m*code_stride + code_off + j] = argmin_i |r - E_j[i]|^2,

@@ -1,0 +1,186 @@
+/* Mimi's SEANet encoder and decoder, streaming (spec §4.2-4.4). */
+#include "mimi-internal.h"
+
+gboolean
+ppx_seanet_load (PpxSeanet *net, PpxLoader *ld, const PpxMimiConfig *m, gboolean decoder, int in_len)
+{
+  PpxSeanetLayer layers[PPX_SEANET_MAX_LAYERS];
+  int n = decoder ? ppx_seanet_decoder_layers (m, layers, PPX_SEANET_MAX_LAYERS)
+                  : ppx_seanet_encoder_layers (m, layers, PPX_SEANET_MAX_LAYERS);
+  const char *p = decoder ? "decoder" : "encoder";
+  memset (net, 0, sizeof *net);
+  if (n > PPX_SEANET_MAX_LAYERS) {
+    g_set_error (&ld->error, PPX_ERROR, PPX_ERROR_CONFIG, "SEANet with %d layers exceeds the supported %d", n,
+                 PPX_SEANET_MAX_LAYERS);
+    return FALSE;
+  }
+  net->n = n;
+  net->in_len = in_len;
+  int L = in_len, C = decoder ? m->dimension : m->channels;
+  net->max_elems = C * L;
+  for (int i = 0; i < n; i++) {
+    PpxSeanetWeights *w = &net->layers[i];
+    const PpxSeanetLayer *l = &layers[i];
+    w->l = *l;
+    switch (l->kind) {
+      case PPX_SEANET_CONV:
+        if (L % l->stride != 0) {
+          g_set_error (&ld->error, PPX_ERROR, PPX_ERROR_CONFIG, "%s layer %d: length %d not divisible by stride %d", p,
+                       l->index, L, l->stride);
+          return FALSE;
+        }
+        w->w = ppx_loader_tensor (ld, 3, l->c_out, l->c_in, l->kernel, "%s.model.%d.conv.conv.weight", p, l->index);
+        w->b = ppx_loader_tensor (ld, 1, l->c_out, 0, 0, "%s.model.%d.conv.conv.bias", p, l->index);
+        L /= l->stride;
+        C = l->c_out;
+        break;
+      case PPX_SEANET_CONVTR:
+        w->w = ppx_loader_tensor (ld, 3, l->c_in, l->c_out, l->kernel, "%s.model.%d.convtr.convtr.weight", p,
+                                  l->index);
+        w->b = ppx_loader_tensor (ld, 1, l->c_out, 0, 0, "%s.model.%d.convtr.convtr.bias", p, l->index);
+        L *= l->stride;
+        C = l->c_out;
+        break;
+      case PPX_SEANET_RESBLOCK:
+        w->w1 = ppx_loader_tensor (ld, 3, l->hidden, l->c_in, l->kernel, "%s.model.%d.block.1.conv.conv.weight", p,
+                                   l->index);
+        w->b1 = ppx_loader_tensor (ld, 1, l->hidden, 0, 0, "%s.model.%d.block.1.conv.conv.bias", p, l->index);
+        w->w2 = ppx_loader_tensor (ld, 3, l->c_in, l->hidden, 1, "%s.model.%d.block.3.conv.conv.weight", p, l->index);
+        w->b2 = ppx_loader_tensor (ld, 1, l->c_in, 0, 0, "%s.model.%d.block.3.conv.conv.bias", p, l->index);
+        net->max_elems = MAX (net->max_elems, l->hidden * L);
+        break;
+      case PPX_SEANET_ELU:
+        break;
+    }
+    net->max_elems = MAX (net->max_elems, C * L);
+  }
+  return ld->error == NULL;
+}
+
+void
+ppx_seanet_clear (PpxSeanet *net)
+{
+  for (int i = 0; i < net->n; i++) {
+    PpxSeanetWeights *w = &net->layers[i];
+    ppx_tensor_free (w->w);
+    ppx_tensor_free (w->b);
+    ppx_tensor_free (w->w1);
+    ppx_tensor_free (w->b1);
+    ppx_tensor_free (w->w2);
+    ppx_tensor_free (w->b2);
+  }
+  memset (net, 0, sizeof *net);
+}
+
+static int
+history_len (const PpxSeanetLayer *l)
+{
+  if (l->kind == PPX_SEANET_CONV)
+    return (l->kernel - 1) * l->dilation + 1 - l->stride;
+  if (l->kind == PPX_SEANET_RESBLOCK)
+    return (l->kernel - 1) * l->dilation;
+  return 0;
+}
+
+gboolean
+ppx_seanet_state_init (PpxSeanetState *st, const PpxSeanet *net, PpxBackend *be, GError **error)
+{
+  memset (st, 0, sizeof *st);
+  for (int i = 0; i < net->n; i++) {
+    const PpxSeanetLayer *l = &net->layers[i].l;
+    int P = history_len (l);
+    if (P > 0) {
+      st->prev[i] = ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) l->c_in * P, error);
+      if (!st->prev[i])
+        return FALSE;
+    }
+    if (l->kind == PPX_SEANET_CONVTR && l->kernel > l->stride) {
+      st->partial[i] = ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) l->c_out * (l->kernel - l->stride), error);
+      if (!st->partial[i])
+        return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+void
+ppx_seanet_state_clear (PpxSeanetState *st)
+{
+  for (int i = 0; i < PPX_SEANET_MAX_LAYERS; i++) {
+    ppx_tensor_free (st->prev[i]);
+    ppx_tensor_free (st->partial[i]);
+  }
+  memset (st, 0, sizeof *st);
+}
+
+/* Zero history is exactly the reference's zero left padding on the first call. */
+void
+ppx_seanet_state_reset (PpxSeanetState *st)
+{
+  for (int i = 0; i < PPX_SEANET_MAX_LAYERS; i++) {
+    if (st->prev[i])
+      ppx_tensor_fill (st->prev[i], 0.0f);
+    if (st->partial[i])
+      ppx_tensor_fill (st->partial[i], 0.0f);
+  }
+}
+
+PpxTensor *
+ppx_seanet_forward (const PpxSeanet *net, PpxSeanetState *st, PpxBackend *be, PpxTensor *x, PpxTensor *a,
+                    PpxTensor *b, PpxTensor *c, int *out_channels, int *out_len)
+{
+  PpxTensor *scratch[3] = {a, b, c};
+  PpxTensor *cur = x;
+  int L = net->in_len, C = net->n > 0 ? net->layers[0].l.c_in : 0;
+#define FREE_BUF(k) (scratch[k] != cur)
+  for (int i = 0; i < net->n; i++) {
+    const PpxSeanetWeights *w = &net->layers[i];
+    const PpxSeanetLayer *l = &w->l;
+    PpxTensor *t[2];
+    int nt = 0;
+    for (int k = 0; k < 3 && nt < 2; k++)
+      if (FREE_BUF (k))
+        t[nt++] = scratch[k];
+    switch (l->kind) {
+      case PPX_SEANET_CONV:
+        ppx_op_conv1d (be, w->w, w->b, cur, st->prev[i], t[0], 1, l->c_in, l->c_out, l->kernel, L, l->stride,
+                       l->dilation, 1);
+        L /= l->stride;
+        C = l->c_out;
+        cur = t[0];
+        break;
+      case PPX_SEANET_CONVTR:
+        ppx_op_conv_transpose1d (be, w->w, w->b, cur, st->partial[i], t[0], 1, l->c_in, l->c_out, l->kernel, L,
+                                 l->stride, 1);
+        L *= l->stride;
+        C = l->c_out;
+        cur = t[0];
+        break;
+      case PPX_SEANET_ELU:
+        if (cur == x) { /* never write the caller's input */
+          ppx_op_act (be, PPX_ACT_ELU, cur, t[0], (gsize) C * L);
+          cur = t[0];
+        } else {
+          ppx_op_act (be, PPX_ACT_ELU, cur, cur, (gsize) C * L);
+        }
+        break;
+      case PPX_SEANET_RESBLOCK:
+        ppx_op_act (be, PPX_ACT_ELU, cur, t[0], (gsize) C * L);
+        ppx_op_conv1d (be, w->w1, w->b1, t[0], st->prev[i], t[1], 1, l->c_in, l->hidden, l->kernel, L, 1, l->dilation,
+                       1);
+        ppx_op_act (be, PPX_ACT_ELU, t[1], t[1], (gsize) l->hidden * L);
+        ppx_op_conv1d (be, w->w2, w->b2, t[1], NULL, t[0], 1, l->hidden, l->c_in, 1, L, 1, 1, 1);
+        if (cur == x) {
+          ppx_op_add (be, cur, t[0], t[0], (gsize) C * L);
+          cur = t[0];
+        } else {
+          ppx_op_add (be, cur, t[0], cur, (gsize) C * L);
+        }
+        break;
+    }
+  }
+#undef FREE_BUF
+  *out_channels = C;
+  *out_len = L;
+  return cur;
+}

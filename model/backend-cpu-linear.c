@@ -1,45 +1,68 @@
 /* CPU backend: weights, linear layers and embedding gathers, for every weight format. */
 #include "backend-cpu.h"
+#include "quant.h"
 
 #include <stdlib.h>
 
 static gsize
-format_row_bytes (PpxWeightFormat f, int64_t cols)
+format_data_bytes (const PpxWeightDesc *d, gsize *scale_bytes)
 {
-  switch (f) {
+  *scale_bytes = 0;
+  switch (d->format) {
     case PPX_WFMT_F32:
-      return (gsize) cols * 4;
+      return (gsize) d->rows * d->cols * 4;
     case PPX_WFMT_BF16:
-      return (gsize) cols * 2;
-    default:
-      return 0;
+      return (gsize) d->rows * d->cols * 2;
+    case PPX_WFMT_INT8:
+      *scale_bytes = (gsize) d->rows * 4;
+      return (gsize) d->rows * d->cols;
+    case PPX_WFMT_INT4:
+      if (!ppx_q4_group_size_valid (d->group_size))
+        return 0;
+      *scale_bytes = (gsize) d->rows * ppx_q4_n_groups (d->cols, d->group_size) * 4;
+      return ppx_q4_packed_bytes (d->rows, d->cols);
   }
+  return 0;
+}
+
+static void *
+copy_aligned (PpxBackend *be, const void *src, gsize n, GError **error)
+{
+  void *p = NULL;
+  if (posix_memalign (&p, 64, MAX (n, 64)) != 0 || !p) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_NOMEM, "CPU backend: out of memory for %" G_GSIZE_FORMAT " weight bytes", n);
+    return NULL;
+  }
+  memcpy (p, src, n);
+  __atomic_add_fetch (&be->allocated, n, __ATOMIC_RELAXED);
+  return p;
 }
 
 gboolean
 ppx_cpu_weight_init (PpxBackend *be, PpxWeight *w, const PpxWeightDesc *d, GError **error)
 {
-  gsize row_bytes = format_row_bytes (d->format, d->cols);
-  if (row_bytes == 0) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CPU backend: weight format %s is not supported",
-                 ppx_weight_format_name (d->format));
+  gsize scale_bytes;
+  gsize data_bytes = format_data_bytes (d, &scale_bytes);
+  if (data_bytes == 0) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CPU backend: weight format %s (group size %d) is not supported",
+                 ppx_weight_format_name (d->format), d->group_size);
     return FALSE;
   }
-  w->data_bytes = row_bytes * (gsize) d->rows;
+  w->data_bytes = data_bytes;
+  w->scale_bytes = scale_bytes;
   if (d->borrow) {
     w->data = d->data;
+    w->scales = d->scales;
     return TRUE;
   }
-  void *p = NULL;
-  if (posix_memalign (&p, 64, w->data_bytes) != 0 || !p) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_NOMEM, "CPU backend: out of memory for a %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " weight",
-                 d->rows, d->cols);
+  if (!(w->owned_data = copy_aligned (be, d->data, data_bytes, error)))
     return FALSE;
+  w->data = w->owned_data;
+  if (scale_bytes) {
+    if (!(w->owned_scales = copy_aligned (be, d->scales, scale_bytes, error)))
+      return FALSE;
+    w->scales = w->owned_scales;
   }
-  memcpy (p, d->data, w->data_bytes);
-  w->owned_data = p;
-  w->data = p;
-  be->allocated += w->data_bytes;
   return TRUE;
 }
 
@@ -47,24 +70,38 @@ void
 ppx_cpu_weight_release (PpxBackend *be, PpxWeight *w)
 {
   if (w->owned_data) {
-    be->allocated -= w->data_bytes;
+    __atomic_sub_fetch (&be->allocated, w->data_bytes, __ATOMIC_RELAXED);
     free (w->owned_data);
   }
   if (w->owned_scales) {
-    be->allocated -= w->scale_bytes;
+    __atomic_sub_fetch (&be->allocated, w->scale_bytes, __ATOMIC_RELAXED);
     free (w->owned_scales);
   }
 }
 
-/* Converts row r of a float-format weight to f32 in buf (or returns a direct pointer). */
+/* Row r of a weight in f32: a direct pointer (F32) or converted into buf (cols floats). */
 static inline const float *
 weight_row_f32 (const PpxWeight *w, int64_t r, float *buf)
 {
-  if (w->format == PPX_WFMT_F32)
-    return (const float *) w->data + r * w->cols;
-  const uint16_t *src = (const uint16_t *) w->data + r * w->cols;
-  for (int64_t c = 0; c < w->cols; c++)
-    buf[c] = ppx_bf16_to_f32 (src[c]);
+  switch (w->format) {
+    case PPX_WFMT_F32:
+      return (const float *) w->data + r * w->cols;
+    case PPX_WFMT_BF16: {
+      const uint16_t *src = (const uint16_t *) w->data + r * w->cols;
+      for (int64_t c = 0; c < w->cols; c++)
+        buf[c] = ppx_bf16_to_f32 (src[c]);
+      return buf;
+    }
+    case PPX_WFMT_INT8:
+      ppx_q8_dequantize_row ((const int8_t *) w->data + r * w->cols, w->scales[r], w->cols, buf);
+      return buf;
+    case PPX_WFMT_INT4: {
+      int64_t ng = ppx_q4_n_groups (w->cols, w->group_size);
+      ppx_q4_dequantize_row ((const uint8_t *) w->data + r * ppx_q4_row_bytes (w->cols), w->scales + r * ng,
+                             w->group_size, w->cols, buf);
+      return buf;
+    }
+  }
   return buf;
 }
 
@@ -89,6 +126,14 @@ ppx_cpu_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ld
   const float *xs = F32 (x);
   float *ys = F32 (y);
   const int64_t rows = w->rows, cols = w->cols;
+  if (w->format == PPX_WFMT_INT8) {
+    ppx_q8_linear_f32 (w->data, w->scales, rows, cols, xs, ldx, ys, ldy, M, accumulate);
+    return;
+  }
+  if (w->format == PPX_WFMT_INT4) {
+    ppx_q4_linear_f32 (w->data, w->scales, w->group_size, rows, cols, xs, ldx, ys, ldy, M, accumulate);
+    return;
+  }
   const gboolean big = rows * cols >= (1 << 16);
 #pragma omp parallel if (big) num_threads (be->n_threads)
   {

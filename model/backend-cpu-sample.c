@@ -32,11 +32,11 @@ argmax_first (const float *v, int n)
 
 void
 ppx_cpu_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
-                PpxTensor *rng, int M, float temp, int topk)
+                const PpxTensor *rng, int stream, int M, float temp, int topk)
 {
   const float *L = F32 (logits);
   int32_t *tok = I32 (tokens);
-  uint32_t *st = (uint32_t *) rng->data;
+  const uint32_t *st = (const uint32_t *) rng->data;
   Cand *c = NULL;
   for (int m = 0; m < M; m++) {
     const float *l = L + (gsize) m * V;
@@ -56,9 +56,10 @@ ppx_cpu_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *token
         c[i].p /= sum;
       int k = (topk <= 0 || topk > V) ? V : topk;
       qsort (c, V, sizeof (Cand), cand_cmp);
-      uint32_t *s = st + 4 * (gsize) m;
+      const uint32_t *s = st + 4 * (gsize) m;
       uint64_t seed = (uint64_t) s[0] | ((uint64_t) s[1] << 32);
-      uint64_t draw = (uint64_t) s[2] | ((uint64_t) s[3] << 32);
+      uint64_t frame = (uint64_t) s[2] | ((uint64_t) s[3] << 32);
+      uint64_t draw = frame * 64 + (uint64_t) stream;
       int best = 0;
       float best_v = -1.0f;
       for (int j = 0; j < k; j++) {
@@ -70,9 +71,6 @@ ppx_cpu_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *token
         }
       }
       out = c[best].i;
-      draw++;
-      s[2] = (uint32_t) draw;
-      s[3] = (uint32_t) (draw >> 32);
     }
     tok[(gsize) m * tok_stride + tok_off] = out;
   }

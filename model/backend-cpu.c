@@ -29,14 +29,14 @@ cpu_alloc (PpxBackend *be, gsize bytes, GError **error)
     return NULL;
   }
   memset (p, 0, bytes);
-  be->allocated += bytes;
+  __atomic_add_fetch (&be->allocated, bytes, __ATOMIC_RELAXED);
   return p;
 }
 
 static void
 cpu_dealloc (PpxBackend *be, void *ptr, gsize bytes)
 {
-  be->allocated -= bytes;
+  __atomic_sub_fetch (&be->allocated, bytes, __ATOMIC_RELAXED);
   free (ptr);
 }
 

@@ -1,5 +1,7 @@
 #include "weights.h"
 
+#include "quant-load.h"
+
 #include <stdarg.h>
 
 void
@@ -123,8 +125,23 @@ ppx_loader_linear (PpxLoader *ld, int ndim, int64_t rows, int64_t cols, const ch
 {
   va_list ap;
   va_start (ap, fmt);
-  PpxWeight *w = linear_v (ld, ndim, rows, cols, FALSE, fmt, ap);
+  if (ndim != 2) {
+    PpxWeight *w = linear_v (ld, ndim, rows, cols, FALSE, fmt, ap);
+    va_end (ap);
+    return w;
+  }
+  g_autofree char *name = g_strdup_vprintf (fmt, ap);
   va_end (ap);
+  if (ld->error)
+    return NULL;
+  PpxWeightDesc d;
+  gpointer owned = NULL;
+  if (!ppx_quant_load_linear (ld->st, name, rows, cols, ld->quant, &d, &owned, &ld->error))
+    return NULL;
+  PpxWeight *w = ppx_weight_new (ld->be, &d, &ld->error);
+  g_free (owned);
+  if (w)
+    ld->bytes += ppx_weight_bytes (w);
   return w;
 }
 

@@ -1,0 +1,115 @@
+#include "lmgen.h"
+
+void
+ppx_lmgen_init (PpxLmGen *g, const PpxLmConfig *cfg)
+{
+  memset (g, 0, sizeof *g);
+  g->cfg = *cfg;
+  for (int k = 0; k < PPX_MAX_STREAMS; k++)
+    for (int c = 0; c < PPX_LMGEN_COLS; c++)
+      g->cache[k][c] = -2; /* "ungenerated" */
+}
+
+void
+ppx_lmgen_reset (PpxLmGen *g)
+{
+  g->offset = 0;
+  memset (g->provided, 0, sizeof g->provided);
+}
+
+static inline int
+col (gint64 n)
+{
+  return (int) (n % PPX_LMGEN_COLS);
+}
+
+static int
+start_token (const PpxLmConfig *c, int k)
+{
+  return k == 0 ? c->text_card : c->card;
+}
+
+static void
+provide (PpxLmGen *g, int k, gint64 at, int token)
+{
+  g->cache[k][col (at)] = token;
+  g->provided[k][col (at)] = TRUE;
+}
+
+static void
+write_inputs (PpxLmGen *g, const int *user, const int *agent, int text)
+{
+  const PpxLmConfig *c = &g->cfg;
+  const int nq = c->n_q / 2;
+  const gint64 o = g->offset;
+  for (int q = 0; user && q < nq; q++)
+    provide (g, 1 + nq + q, o + c->delays[1 + nq + q], user[q]);
+  for (int q = 0; agent && q < nq; q++)
+    provide (g, 1 + q, o + c->delays[1 + q], agent[q]);
+  if (text >= 0)
+    provide (g, 0, o, text);
+  for (int k = 0; k < c->n_streams; k++)
+    if (o <= c->delays[k])
+      provide (g, k, o, start_token (c, k));
+}
+
+gboolean
+ppx_lmgen_step (PpxLmGen *g, PpxLmState *lm, const int *user, const int *agent, int text, const float *embedding,
+                const PpxSampling *smp, int *out)
+{
+  const PpxLmConfig *c = &g->cfg;
+  const int ns = c->n_streams;
+  write_inputs (g, user, agent, text);
+  if (g->offset == 0) {
+    for (int k = 0; k < ns; k++)
+      provide (g, k, 0, start_token (c, k));
+    g->offset = 1;
+    if (!embedding)
+      return FALSE;
+    /* step_embeddings runs the model once on its first call: write its inputs again at o = 1 */
+    write_inputs (g, user, agent, text);
+  }
+  const gint64 o = g->offset;
+  const int in = col (o - 1), tg = col (o);
+  int forced[PPX_MAX_STREAMS];
+  int n_steps = 0;
+  for (int k = 0; k <= c->dep_q; k++) {
+    forced[k] = g->provided[k][tg] ? g->cache[k][tg] : -1;
+    if (k > 0 && forced[k] < 0)
+      n_steps = k; /* the depformer must reach the last stream that is not provided */
+  }
+  if (g->full_depformer)
+    n_steps = c->dep_q;
+  if (embedding) {
+    ppx_lm_temporal_embedding (lm, embedding);
+  } else {
+    int ids[PPX_MAX_STREAMS];
+    for (int k = 0; k < ns; k++)
+      ids[k] = g->cache[k][in];
+    if (g->capture) {
+      guint at = g->capture->len;
+      g_array_set_size (g->capture, at + c->dim);
+      ppx_lm_embed (lm, ids, &g_array_index (g->capture, float, at));
+    }
+    ppx_lm_temporal_tokens (lm, ids);
+  }
+  int sampled[PPX_MAX_STREAMS];
+  g->last_dep_steps = 0;
+  if (n_steps > 0 || forced[0] < 0) {
+    ppx_lm_sample_frame (lm, forced, n_steps, smp, (guint64) o, sampled);
+    g->last_dep_steps = n_steps;
+  }
+  for (int k = 0; k < ns; k++)
+    g->provided[k][in] = FALSE;
+  for (int k = 0; k <= MIN (n_steps, ns - 1); k++)
+    if (!g->provided[k][tg])
+      g->cache[k][tg] = sampled[k];
+  if (o <= c->max_delay) {
+    g->offset++;
+    return FALSE;
+  }
+  for (int k = 0; k < ns; k++)
+    out[k] = g->cache[k][col (o - 1 + c->delays[k])];
+  g->offset++;
+  return TRUE;
+}

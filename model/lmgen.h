@@ -1,0 +1,33 @@
+/* LMGen: PersonaPlex's streaming state machine around the LM (spec §5.1-5.4): the 4-column token
+ * cache with per-stream delays, provided (teacher-forced) tokens, start tokens and the output lag. */
+#ifndef PPX_LMGEN_H
+#define PPX_LMGEN_H
+
+#include "lm.h"
+
+G_BEGIN_DECLS
+
+#define PPX_LMGEN_COLS 4 /* max_delay + 3 */
+
+typedef struct {
+  PpxLmConfig cfg;
+  int cache[PPX_MAX_STREAMS][PPX_LMGEN_COLS];
+  gboolean provided[PPX_MAX_STREAMS][PPX_LMGEN_COLS];
+  gint64 offset;
+  gboolean full_depformer; /* run all dep_q steps even where their outputs are provided (tests) */
+  int last_dep_steps;      /* depformer steps run by the last model call */
+  GArray *capture;         /* when set: the input embedding of every model call is appended (floats) */
+} PpxLmGen;
+
+void ppx_lmgen_init (PpxLmGen *g, const PpxLmConfig *cfg);
+/* offset 0 and nothing provided; the cache itself is kept, as in the reference. */
+void ppx_lmgen_reset (PpxLmGen *g);
+
+/* One call. user/agent: num_codebooks codes or NULL; text: id or -1. embedding: NULL, or dim floats
+ * that replace the model input (the reference's step_embeddings, where every stream is provided by
+ * the caller). Returns TRUE and fills out[1 + n_q] when the call yields a frame. */
+gboolean ppx_lmgen_step (PpxLmGen *g, PpxLmState *lm, const int *user, const int *agent, int text,
+                         const float *embedding, const PpxSampling *smp, int *out);
+
+G_END_DECLS
+#endif

@@ -1,0 +1,901 @@
+#define _GNU_SOURCE /* memmem */
+#include "pt-fixtures.h"
+
+#include "ppx-common.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <zip.h>
+
+/* ---- a pickle writer ---- */
+
+typedef struct {
+  GByteArray *b;
+  guint memo; /* next memo index */
+} Pickler;
+
+static void
+op (Pickler *p, guint8 code)
+{
+  g_byte_array_append (p->b, &code, 1);
+}
+
+static void
+raw (Pickler *p, const void *data, gsize len)
+{
+  g_byte_array_append (p->b, data, (guint) len);
+}
+
+static void
+le (Pickler *p, guint64 v, int nbytes)
+{
+  for (int i = 0; i < nbytes; i++)
+    op (p, (guint8) (v >> (8 * i)));
+}
+
+/* BINPUT / LONG_BINPUT; returns the index. */
+static guint
+put (Pickler *p)
+{
+  guint idx = p->memo++;
+  if (idx < 256) {
+    op (p, 'q');
+    op (p, (guint8) idx);
+  } else {
+    op (p, 'r');
+    le (p, idx, 4);
+  }
+  return idx;
+}
+
+static void
+get (Pickler *p, guint idx)
+{
+  if (idx < 256) {
+    op (p, 'h');
+    op (p, (guint8) idx);
+  } else {
+    op (p, 'j');
+    le (p, idx, 4);
+  }
+}
+
+static void
+str (Pickler *p, const char *s)
+{
+  op (p, 'X');
+  le (p, strlen (s), 4);
+  raw (p, s, strlen (s));
+}
+
+/* The shortest encoding, as CPython's protocol 2 chooses it. */
+static void
+integer (Pickler *p, gint64 v)
+{
+  if (v >= 0 && v < 256) {
+    op (p, 'K');
+    op (p, (guint8) v);
+  } else if (v >= 0 && v < 65536) {
+    op (p, 'M');
+    le (p, (guint64) v, 2);
+  } else if (v >= G_MININT32 && v <= G_MAXINT32) {
+    op (p, 'J');
+    le (p, (guint64) v, 4);
+  } else {
+    int n = 8;
+    while (n > 1) {
+      gint64 shifted = v >> (8 * (n - 1) - 1); /* the top byte plus the next byte's sign bit */
+      if (shifted != 0 && shifted != -1)
+        break;
+      n--;
+    }
+    op (p, 0x8a);
+    op (p, (guint8) n);
+    le (p, (guint64) v, n);
+  }
+}
+
+static void
+global (Pickler *p, const char *module, const char *name)
+{
+  op (p, 'c');
+  raw (p, module, strlen (module));
+  op (p, '\n');
+  raw (p, name, strlen (name));
+  op (p, '\n');
+}
+
+static void
+int_tuple (Pickler *p, int n, const gint64 *v)
+{
+  if (n == 0) {
+    op (p, ')');
+    return;
+  }
+  if (n > 3)
+    op (p, '(');
+  for (int i = 0; i < n; i++)
+    integer (p, v[i]);
+  op (p, n > 3 ? 't' : (guint8) (0x84 + n));
+}
+
+static Pickler
+pickler_new (void)
+{
+  Pickler p = {g_byte_array_new (), 0};
+  op (&p, 0x80);
+  op (&p, 2);
+  return p;
+}
+
+static GBytes *
+pickler_finish (Pickler *p)
+{
+  return g_byte_array_free_to_bytes (p->b);
+}
+
+/* One tensor value, as torch's reduce of a tensor writes it; memo indices of reusable values in `m`. */
+typedef struct {
+  int rebuild, storage_str, location, ordered_dict;
+} TorchMemo;
+
+static void
+tensor_value (Pickler *p, TorchMemo *m, const PtFixtureTensor *t)
+{
+  if (m->rebuild < 0) {
+    global (p, "torch._utils", "_rebuild_tensor_v2");
+    m->rebuild = (int) put (p);
+  } else {
+    get (p, (guint) m->rebuild);
+  }
+  op (p, '(');
+  op (p, '(');
+  if (m->storage_str < 0) {
+    str (p, "storage");
+    m->storage_str = (int) put (p);
+  } else {
+    get (p, (guint) m->storage_str);
+  }
+  global (p, "torch", t->storage_type);
+  put (p);
+  str (p, t->key);
+  put (p);
+  if (m->location < 0) {
+    str (p, "cpu");
+    m->location = (int) put (p);
+  } else {
+    get (p, (guint) m->location);
+  }
+  integer (p, t->storage_numel);
+  op (p, 't');
+  put (p);
+  op (p, 'Q'); /* BINPERSID */
+  integer (p, t->offset);
+  int_tuple (p, t->ndim, t->shape);
+  put (p);
+  int_tuple (p, t->ndim, t->stride);
+  put (p);
+  op (p, 0x89); /* requires_grad False */
+  if (m->ordered_dict < 0) {
+    global (p, "collections", "OrderedDict");
+    m->ordered_dict = (int) put (p);
+  } else {
+    get (p, (guint) m->ordered_dict);
+  }
+  op (p, ')');
+  op (p, 'R');
+  put (p);
+  op (p, 't');
+  put (p);
+  op (p, 'R');
+  put (p);
+}
+
+GBytes *
+pt_fixture_pickle (const PtFixtureTensor *tensors, guint n)
+{
+  Pickler p = pickler_new ();
+  TorchMemo m = {-1, -1, -1, -1};
+  op (&p, '}');
+  put (&p);
+  op (&p, '(');
+  for (guint i = 0; i < n; i++) {
+    str (&p, tensors[i].name);
+    put (&p);
+    tensor_value (&p, &m, &tensors[i]);
+  }
+  op (&p, 'u');
+  op (&p, '.');
+  return pickler_finish (&p);
+}
+
+/* ---- zip archives ---- */
+
+GBytes *
+pt_fixture_zip (guint n, const char *const *names, GBytes *const *datas)
+{
+  zip_error_t ze;
+  zip_error_init (&ze);
+  zip_source_t *mem = zip_source_buffer_create (NULL, 0, 0, &ze);
+  g_assert (mem);
+  zip_source_keep (mem);
+  zip_t *za = zip_open_from_source (mem, ZIP_TRUNCATE, &ze);
+  g_assert (za);
+  for (guint i = 0; i < n; i++) {
+    gsize len;
+    const void *data = g_bytes_get_data (datas[i], &len);
+    zip_source_t *s = zip_source_buffer (za, data, len, 0);
+    zip_int64_t idx = zip_file_add (za, names[i], s, ZIP_FL_ENC_UTF_8);
+    g_assert (idx >= 0);
+    zip_set_file_compression (za, (zip_uint64_t) idx, ZIP_CM_STORE, 0);
+    zip_file_set_mtime (za, (zip_uint64_t) idx, 315532800, 0); /* fixed, for reproducible bytes */
+  }
+  g_assert (zip_close (za) == 0);
+  g_assert (zip_source_open (mem) == 0);
+  zip_source_seek (mem, 0, SEEK_END);
+  zip_int64_t size = zip_source_tell (mem);
+  zip_source_seek (mem, 0, SEEK_SET);
+  guint8 *buf = g_malloc (MAX (size, 1));
+  g_assert (zip_source_read (mem, buf, (zip_uint64_t) size) == size);
+  zip_source_close (mem);
+  zip_source_free (mem);
+  zip_error_fini (&ze);
+  return g_bytes_new_take (buf, (gsize) size);
+}
+
+GBytes *
+pt_fixture_file (GBytes *pickle, guint n_storages, const char *const *keys, GBytes *const *storages)
+{
+  guint n = 3 + n_storages;
+  g_autoptr (GPtrArray) names = g_ptr_array_new_with_free_func (g_free);
+  g_autoptr (GPtrArray) datas = g_ptr_array_new_with_free_func ((GDestroyNotify) g_bytes_unref);
+  g_ptr_array_add (names, g_strdup (PT_FIXTURE_FOLDER "/data.pkl"));
+  g_ptr_array_add (datas, g_bytes_ref (pickle));
+  g_ptr_array_add (names, g_strdup (PT_FIXTURE_FOLDER "/byteorder"));
+  g_ptr_array_add (datas, g_bytes_new_static ("little", 6));
+  g_ptr_array_add (names, g_strdup (PT_FIXTURE_FOLDER "/version"));
+  g_ptr_array_add (datas, g_bytes_new_static ("3\n", 2));
+  for (guint i = 0; i < n_storages; i++) {
+    g_ptr_array_add (names, g_strconcat (PT_FIXTURE_FOLDER "/data/", keys[i], NULL));
+    g_ptr_array_add (datas, g_bytes_ref (storages[i]));
+  }
+  return pt_fixture_zip (n, (const char *const *) names->pdata, (GBytes *const *) datas->pdata);
+}
+
+/* ---- the bf16 voice prompt ---- */
+
+float
+pt_fixture_embedding (int i)
+{
+  return (float) (i - 10) * 0.375f; /* exact in bf16 */
+}
+
+gint64
+pt_fixture_cache (int i)
+{
+  return i % 5 == 0 ? -1 : (gint64) ((i * 7919) % 2048);
+}
+
+static const PtFixtureTensor voice_tensors[] = {
+  {"embeddings", "BFloat16Storage", "0", PT_FIXTURE_N_FRAMES * PT_FIXTURE_DIM, 0, 4,
+   {PT_FIXTURE_N_FRAMES, 1, 1, PT_FIXTURE_DIM}, {PT_FIXTURE_DIM, PT_FIXTURE_DIM, PT_FIXTURE_DIM, 1}},
+  {"cache", "LongStorage", "1", 68, 0, 3, {1, 17, 4}, {68, 4, 1}},
+};
+
+static GBytes *
+voice_storage_embeddings (void)
+{
+  guint16 *v = g_new (guint16, PT_FIXTURE_N_FRAMES * PT_FIXTURE_DIM);
+  for (int i = 0; i < PT_FIXTURE_N_FRAMES * PT_FIXTURE_DIM; i++)
+    v[i] = GUINT16_TO_LE (ppx_f32_to_bf16 (pt_fixture_embedding (i)));
+  return g_bytes_new_take (v, PT_FIXTURE_N_FRAMES * PT_FIXTURE_DIM * sizeof *v);
+}
+
+static GBytes *
+voice_storage_cache (void)
+{
+  gint64 *v = g_new (gint64, 68);
+  for (int i = 0; i < 68; i++)
+    v[i] = GINT64_TO_LE (pt_fixture_cache (i));
+  return g_bytes_new_take (v, 68 * sizeof *v);
+}
+
+/* The voice file with its storages replaced where `emb`/`cache` are non-NULL. */
+static GBytes *
+voice_file_with (GBytes *pickle, GBytes *emb, GBytes *cache)
+{
+  g_autoptr (GBytes) e = emb ? g_bytes_ref (emb) : voice_storage_embeddings ();
+  g_autoptr (GBytes) c = cache ? g_bytes_ref (cache) : voice_storage_cache ();
+  const char *keys[] = {"0", "1"};
+  GBytes *storages[] = {e, c};
+  return pt_fixture_file (pickle, 2, keys, storages);
+}
+
+GBytes *
+pt_fixture_voice_bf16 (void)
+{
+  g_autoptr (GBytes) pkl = pt_fixture_pickle (voice_tensors, G_N_ELEMENTS (voice_tensors));
+  return voice_file_with (pkl, NULL, NULL);
+}
+
+/* ---- fuzzing the pickle alone ---- */
+
+GBytes *
+pt_fixture_wrap_pickle (const guint8 *pickle, gsize len)
+{
+  g_autoptr (GBytes) pkl = g_bytes_new (pickle, len);
+  guint8 *block = g_malloc (PT_FIXTURE_FUZZ_STORAGE_BYTES);
+  for (int i = 0; i < PT_FIXTURE_FUZZ_STORAGE_BYTES; i++)
+    block[i] = (guint8) (i * 29 + 7);
+  g_autoptr (GBytes) data = g_bytes_new_take (block, PT_FIXTURE_FUZZ_STORAGE_BYTES);
+  const char *keys[PT_FIXTURE_FUZZ_STORAGES] = {"0", "1", "2", "3"};
+  GBytes *storages[PT_FIXTURE_FUZZ_STORAGES] = {data, data, data, data};
+  return pt_fixture_file (pkl, PT_FIXTURE_FUZZ_STORAGES, keys, storages);
+}
+
+/* ---- the catalogue ---- */
+
+static void
+case_free (gpointer p)
+{
+  PtFixtureCase *c = p;
+  g_free (c->name);
+  g_bytes_unref (c->bytes);
+  g_free (c);
+}
+
+/* Takes `bytes`. */
+static void
+add (GPtrArray *cases, const char *name, GBytes *bytes, gboolean is_pickle, const char *expect)
+{
+  PtFixtureCase *c = g_new0 (PtFixtureCase, 1);
+  c->name = g_strdup (name);
+  c->bytes = bytes;
+  c->is_pickle = is_pickle;
+  c->expect = expect;
+  g_ptr_array_add (cases, c);
+}
+
+static void
+add_file (GPtrArray *cases, const char *name, const void *data, gsize len, const char *expect)
+{
+  add (cases, name, g_bytes_new (data, len), FALSE, expect);
+}
+
+static void
+add_pickle (GPtrArray *cases, const char *name, Pickler *p, const char *expect)
+{
+  add (cases, name, pickler_finish (p), TRUE, expect);
+}
+
+static void
+add_tensors (GPtrArray *cases, const char *name, const PtFixtureTensor *t, guint n, const char *expect)
+{
+  add (cases, name, pt_fixture_pickle (t, n), TRUE, expect);
+}
+
+/* Tensors that fit the wrap layout's 4096-byte storages. */
+#define EMB(...) {"embeddings", "BFloat16Storage", "0", 2048, __VA_ARGS__}
+static const PtFixtureTensor wrap_emb = EMB (0, 4, {3, 1, 1, 8}, {8, 8, 8, 1});
+static const PtFixtureTensor wrap_cache = {"cache", "LongStorage", "1", 512, 0, 3, {1, 17, 4}, {68, 4, 1}};
+
+/* A pickle writer positioned inside the top-level dict's MARK, ready for entries. */
+static Pickler
+dict_begin (void)
+{
+  Pickler p = pickler_new ();
+  op (&p, '}');
+  put (&p);
+  op (&p, '(');
+  return p;
+}
+
+static void
+dict_end (Pickler *p)
+{
+  op (p, 'u');
+  op (p, '.');
+}
+
+/* The argument tuple of a LongStorage [1,17,4] tensor on "cuda:0", followed by REDUCE; with `metadata`, the
+ * optional seventh argument (an empty dict). BUILD with a None state on the hooks dict on the way. */
+static void
+rare_tensor_args (Pickler *p, gboolean metadata)
+{
+  op (p, '(');
+  op (p, '(');
+  str (p, "storage");
+  global (p, "torch", "LongStorage");
+  str (p, "1");
+  str (p, "cuda:0");
+  integer (p, 512);
+  op (p, 't');
+  op (p, 'Q');
+  integer (p, 0);
+  int_tuple (p, 3, (const gint64[]){1, 17, 4});
+  int_tuple (p, 3, (const gint64[]){68, 4, 1});
+  op (p, 0x88); /* NEWTRUE */
+  global (p, "collections", "OrderedDict");
+  op (p, ')');
+  op (p, 'R');
+  op (p, 'N');
+  op (p, 'b');
+  if (metadata)
+    op (p, '}');
+  op (p, 't');
+  op (p, 'R');
+}
+
+static void
+add_valid_cases (GPtrArray *c)
+{
+  add (c, "valid-voice-bf16", pt_fixture_voice_bf16 (), FALSE, NULL);
+  const PtFixtureTensor pair[] = {wrap_emb, wrap_cache};
+  add_tensors (c, "valid-wrapped", pair, 2, NULL);
+  /* A transposed view, an offset view, a scalar and an empty tensor. */
+  const PtFixtureTensor views[] = {
+    {"transposed", "BFloat16Storage", "0", 2048, 0, 2, {8, 3}, {1, 8}},
+    {"offset", "FloatStorage", "2", 1024, 100, 2, {2, 3}, {3, 1}},
+    {"scalar", "LongStorage", "1", 512, 5, 0, {0}, {0}},
+    {"empty", "FloatStorage", "2", 1024, 1024, 2, {0, 4}, {4, 1}},
+    {"bytes", "ByteStorage", "3", 4096, 4000, 1, {96}, {1}},
+  };
+  add_tensors (c, "valid-views", views, G_N_ELEMENTS (views), NULL);
+
+  /* The less common opcodes: SHORT_BINUNICODE, MEMOIZE, LONG_BINPUT/GET, BININT, LONG1, SETITEM, BUILD,
+   * NEWTRUE, NONE; non-tensor values, which the reader skips. */
+  Pickler p = pickler_new ();
+  op (&p, '}');
+  op (&p, 0x94); /* MEMOIZE -> 0 */
+  p.memo = 1;
+  op (&p, 0x8c);
+  op (&p, 1);
+  raw (&p, "n", 1);
+  op (&p, 'J');
+  le (&p, (guint64) -5, 4);
+  op (&p, 's');
+  op (&p, 0x8c);
+  op (&p, 4);
+  raw (&p, "flag", 4);
+  op (&p, 0x88);
+  op (&p, 's');
+  op (&p, 0x8c);
+  op (&p, 4);
+  raw (&p, "none", 4);
+  op (&p, 'N');
+  op (&p, 's');
+  op (&p, 0x8c);
+  op (&p, 3);
+  raw (&p, "big", 3);
+  integer (&p, G_GINT64_CONSTANT (-1234567890123));
+  op (&p, 's');
+  str (&p, "cache");
+  global (&p, "torch._utils", "_rebuild_tensor_v2");
+  op (&p, 'r'); /* LONG_BINPUT 300 */
+  le (&p, 300, 4);
+  rare_tensor_args (&p, FALSE);
+  op (&p, 's');
+  str (&p, "cache_again");
+  op (&p, 'j'); /* LONG_BINGET 300 */
+  le (&p, 300, 4);
+  rare_tensor_args (&p, TRUE);
+  op (&p, 's');
+  op (&p, '.');
+  add_pickle (c, "valid-rare-opcodes", &p, NULL);
+}
+
+static void
+add_container_cases (GPtrArray *c)
+{
+  g_autoptr (GBytes) voice = pt_fixture_voice_bf16 ();
+  gsize len;
+  const guint8 *v = g_bytes_get_data (voice, &len);
+
+  add_file (c, "empty-file", "", 0, "file is empty");
+  add_file (c, "not-a-zip", "this is not a zip archive at all, just some text", 48, "not a torch.save zip archive");
+  static const guint8 legacy[] = {0x80, 0x02, 0x8a, 0x0a, 'l', 'z', 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, '.'};
+  add_file (c, "legacy-format", legacy, sizeof legacy, "legacy");
+  add_file (c, "truncated-half", v, len / 2, "not a torch.save zip archive");
+  add_file (c, "truncated-tail", v, len - 7, "not a torch.save zip archive");
+
+  /* A flipped byte inside the embeddings record: the zip CRC catches it. */
+  g_autoptr (GBytes) emb = voice_storage_embeddings ();
+  gsize emb_len;
+  const guint8 *e = g_bytes_get_data (emb, &emb_len);
+  const guint8 *at = memmem (v, len, e, emb_len);
+  g_assert (at);
+  guint8 *flipped = g_memdup2 (v, len);
+  flipped[(at - v) + 5] ^= 0x40;
+  add (c, "crc-mismatch", g_bytes_new_take (flipped, len), FALSE, "CRC");
+
+  g_autoptr (GBytes) pkl = pt_fixture_pickle (voice_tensors, G_N_ELEMENTS (voice_tensors));
+  g_autoptr (GBytes) cache = voice_storage_cache ();
+  {
+    const char *names[] = {PT_FIXTURE_FOLDER "/byteorder", PT_FIXTURE_FOLDER "/data/0", PT_FIXTURE_FOLDER "/data/1"};
+    g_autoptr (GBytes) order = g_bytes_new_static ("little", 6);
+    GBytes *datas[] = {order, emb, cache};
+    add (c, "missing-data-pkl", pt_fixture_zip (3, names, datas), FALSE, "no <folder>/data.pkl");
+  }
+  {
+    const char *names[] = {"data.pkl", "data/0", "data/1"};
+    GBytes *datas[] = {pkl, emb, cache};
+    add (c, "data-pkl-without-folder", pt_fixture_zip (3, names, datas), FALSE, "no <folder>/data.pkl");
+  }
+  {
+    const char *names[] = {"a/data.pkl", "b/data.pkl", "a/data/0", "a/data/1"};
+    GBytes *datas[] = {pkl, pkl, emb, cache};
+    add (c, "two-data-pkl", pt_fixture_zip (4, names, datas), FALSE, "several data.pkl");
+  }
+  {
+    const char *names[] = {PT_FIXTURE_FOLDER "/data.pkl", PT_FIXTURE_FOLDER "/byteorder", PT_FIXTURE_FOLDER "/data/0",
+                           PT_FIXTURE_FOLDER "/data/1"};
+    g_autoptr (GBytes) order = g_bytes_new_static ("big", 3);
+    GBytes *datas[] = {pkl, order, emb, cache};
+    add (c, "byteorder-big", pt_fixture_zip (4, names, datas), FALSE, "byteorder");
+  }
+  {
+    const char *names[] = {PT_FIXTURE_FOLDER "/data.pkl", PT_FIXTURE_FOLDER "/data/0"};
+    GBytes *datas[] = {pkl, emb};
+    add (c, "missing-storage-record", pt_fixture_zip (2, names, datas), FALSE, "record 'archive/data/1' is missing");
+  }
+  /* The record is shorter than the pickle says the storage is. */
+  g_autoptr (GBytes) short_emb = g_bytes_new_from_bytes (emb, 0, emb_len - 4);
+  add (c, "storage-record-short", voice_file_with (pkl, short_emb, NULL), FALSE, "pickle declares 24 elements");
+  /* Consistent pickle and record, but the tensor's shape needs more than the storage holds. */
+  PtFixtureTensor small[] = {voice_tensors[0], voice_tensors[1]};
+  small[0].storage_numel = 20;
+  g_autoptr (GBytes) small_pkl = pt_fixture_pickle (small, 2);
+  g_autoptr (GBytes) small_emb = g_bytes_new_from_bytes (emb, 0, 40);
+  add (c, "storage-too-small", voice_file_with (small_pkl, small_emb, NULL), FALSE,
+       "storage data/0 holds 40 bytes, shape [3, 1, 1, 8] of BF16 at offset 0 needs 48");
+}
+
+static void
+add_interpreter_cases (GPtrArray *c)
+{
+  Pickler p;
+  p = dict_begin ();
+  str (&p, "x");
+  op (&p, 0x93); /* STACK_GLOBAL */
+  add_pickle (c, "bad-opcode", &p, "unsupported pickle opcode 0x93 at byte 12");
+
+  p = pickler_new ();
+  op (&p, 0x80);
+  op (&p, 1);
+  add_pickle (c, "protocol-1", &p, "protocol 1");
+
+  p = pickler_new ();
+  op (&p, 'N');
+  add_pickle (c, "no-stop", &p, "without a STOP");
+
+  p = pickler_new ();
+  op (&p, '}');
+  op (&p, '.');
+  op (&p, 'N');
+  add_pickle (c, "trailing-bytes", &p, "1 trailing bytes after STOP");
+
+  p = pickler_new ();
+  op (&p, 'N');
+  op (&p, '.');
+  add_pickle (c, "not-a-dict", &p, "not a dict");
+
+  p = pickler_new ();
+  op (&p, '}');
+  op (&p, '}');
+  op (&p, '.');
+  add_pickle (c, "two-values-at-stop", &p, "STOP with 2 values");
+
+  p = pickler_new ();
+  op (&p, '}');
+  op (&p, '(');
+  op (&p, '.');
+  add_pickle (c, "open-mark-at-stop", &p, "1 MARKs");
+
+  p = pickler_new ();
+  for (int i = 0; i < 100; i++)
+    op (&p, '(');
+  add_pickle (c, "deep-marks", &p, "MARKs nested deeper than 64");
+
+  p = pickler_new ();
+  op (&p, 'K');
+  op (&p, 0);
+  for (int i = 0; i < 40; i++)
+    op (&p, 0x85);
+  add_pickle (c, "deep-tuples", &p, "nested deeper than 16");
+
+  p = pickler_new ();
+  for (int i = 0; i < 5000; i++)
+    op (&p, 'N');
+  add_pickle (c, "stack-overflow", &p, "stack deeper than 4096");
+
+  p = pickler_new ();
+  op (&p, 's');
+  add_pickle (c, "stack-underflow", &p, "stack underflow");
+
+  p = pickler_new ();
+  op (&p, 'N');
+  op (&p, '(');
+  op (&p, 0x85);
+  add_pickle (c, "pop-below-mark", &p, "stack underflow");
+
+  p = pickler_new ();
+  op (&p, 't');
+  add_pickle (c, "tuple-without-mark", &p, "no MARK");
+
+  p = pickler_new ();
+  op (&p, 'h');
+  op (&p, 9);
+  add_pickle (c, "memo-miss", &p, "memo entry 9 was never stored");
+
+  p = pickler_new ();
+  op (&p, 'q');
+  op (&p, 0);
+  add_pickle (c, "put-on-empty-stack", &p, "stack underflow");
+
+  p = pickler_new ();
+  global (&p, "os", "system");
+  add_pickle (c, "disallowed-global", &p, "global 'os.system' is not allowed");
+
+  p = pickler_new ();
+  op (&p, 'c');
+  for (int i = 0; i < 300; i++)
+    op (&p, 'a');
+  add_pickle (c, "global-unterminated", &p, "not terminated");
+
+  p = pickler_new ();
+  op (&p, 'X');
+  le (&p, 3, 4);
+  raw (&p, "a\xff", 3);
+  add_pickle (c, "bad-utf8", &p, "not valid UTF-8");
+
+  p = pickler_new ();
+  op (&p, 'X');
+  le (&p, 0x7fffffff, 4);
+  raw (&p, "abc", 3);
+  add_pickle (c, "string-past-end", &p, "truncated");
+
+  p = pickler_new ();
+  op (&p, 0x8a);
+  op (&p, 9);
+  raw (&p, "123456789", 9);
+  add_pickle (c, "long1-too-big", &p, "9 bytes is too large");
+
+  p = pickler_new ();
+  op (&p, 'K');
+  op (&p, 1);
+  op (&p, 'Q');
+  add_pickle (c, "persid-not-tuple", &p, "persistent id is not");
+
+  p = pickler_new ();
+  op (&p, ')');
+  op (&p, ')');
+  op (&p, 'R');
+  add_pickle (c, "reduce-non-global", &p, "REDUCE on a tuple");
+
+  p = pickler_new ();
+  global (&p, "collections", "OrderedDict");
+  op (&p, 'K');
+  op (&p, 1);
+  op (&p, 0x85);
+  op (&p, 'R');
+  add_pickle (c, "ordereddict-with-args", &p, "OrderedDict called with arguments");
+
+  p = pickler_new ();
+  global (&p, "torch", "FloatStorage");
+  op (&p, ')');
+  op (&p, 'R');
+  add_pickle (c, "storage-type-called", &p, "storage type is called");
+
+  p = pickler_new ();
+  op (&p, '}');
+  op (&p, 'K');
+  op (&p, 1);
+  op (&p, 0x85);
+  op (&p, 'b');
+  add_pickle (c, "build-non-empty", &p, "BUILD with a non-empty state");
+
+  p = dict_begin ();
+  str (&p, "inner");
+  op (&p, '}');
+  dict_end (&p);
+  add_pickle (c, "dict-value-is-dict", &p, "only tensors and scalars");
+
+  /* d['a'] = d would be a cycle. */
+  p = pickler_new ();
+  op (&p, '}');
+  put (&p);
+  str (&p, "a");
+  get (&p, 0);
+  op (&p, 's');
+  op (&p, '.');
+  add_pickle (c, "dict-contains-itself", &p, "only tensors and scalars");
+
+  p = dict_begin ();
+  op (&p, 'K');
+  op (&p, 1);
+  op (&p, 'N');
+  dict_end (&p);
+  add_pickle (c, "non-string-key", &p, "dict key is a int");
+
+  p = dict_begin ();
+  str (&p, "a");
+  dict_end (&p);
+  add_pickle (c, "odd-setitems", &p, "odd number (1)");
+
+  p = pickler_new ();
+  op (&p, 'N');
+  op (&p, '(');
+  op (&p, 'u');
+  add_pickle (c, "setitems-on-none", &p, "SETITEMS on a None");
+
+  p = dict_begin ();
+  for (int i = 0; i < 300; i++) {
+    char key[16];
+    g_snprintf (key, sizeof key, "k%d", i);
+    str (&p, key);
+    op (&p, 'N');
+  }
+  dict_end (&p);
+  add_pickle (c, "dict-too-large", &p, "more than 256 entries");
+}
+
+static void
+add_tensor_cases (GPtrArray *c)
+{
+  PtFixtureTensor t[2];
+
+  t[0] = wrap_emb;
+  t[0].storage_type = "ComplexFloatStorage";
+  add_tensors (c, "unknown-storage-type", t, 1, "unsupported storage type 'torch.ComplexFloatStorage'");
+
+  t[0] = wrap_emb;
+  t[0].key = "../0";
+  add_tensors (c, "storage-key-path", t, 1, "storage key is not a short alphanumeric string");
+
+  t[0] = wrap_emb;
+  t[0].key = "7";
+  add_tensors (c, "storage-key-absent", t, 1, "record 'archive/data/7' is missing");
+
+  t[0] = wrap_emb;
+  t[0].storage_numel = 2000;
+  add_tensors (c, "storage-numel-mismatch", t, 1, "pickle declares 2000 elements of BF16");
+
+  t[0] = wrap_emb;
+  t[1] = wrap_cache;
+  t[1].key = "0";
+  add_tensors (c, "storage-declared-twice", t, 2, "declared twice");
+
+  t[0] = t[1] = wrap_emb;
+  add_tensors (c, "duplicate-name", t, 2, "duplicate dict key 'embeddings'");
+
+  t[0] = wrap_emb;
+  t[0].ndim = 3;
+  t[0].shape[0] = t[0].shape[1] = t[0].shape[2] = (gint64) 1 << 40;
+  add_tensors (c, "huge-shape-overflow", t, 1, "overflows");
+
+  t[0] = wrap_emb;
+  t[0].ndim = 2;
+  t[0].shape[0] = t[0].shape[1] = (gint64) 1 << 30;
+  t[0].stride[0] = (gint64) 1 << 30;
+  t[0].stride[1] = 1;
+  add_tensors (c, "huge-shape", t, 1, "needs 2305843009213693952");
+
+  t[0] = wrap_emb;
+  t[0].offset = 2047;
+  add_tensors (c, "offset-past-storage", t, 1, "at offset 2047 needs 4142");
+
+  t[0] = wrap_emb;
+  t[0].stride[0] = 1100;
+  add_tensors (c, "stride-past-storage", t, 1, "needs 4416");
+
+  t[0] = wrap_emb;
+  t[0].ndim = 1;
+  t[0].shape[0] = 100000;
+  t[0].stride[0] = 0;
+  add_tensors (c, "overlapping-view", t, 1, "overlapping views are not supported");
+
+  t[0] = wrap_emb;
+  t[0].ndim = 1;
+  t[0].shape[0] = -1;
+  add_tensors (c, "negative-size", t, 1, "non-negative integers");
+
+  /* Nine dimensions: written by hand, the fixture struct holds eight. */
+  Pickler p = dict_begin ();
+  str (&p, "t");
+  global (&p, "torch._utils", "_rebuild_tensor_v2");
+  op (&p, '(');
+  op (&p, '(');
+  str (&p, "storage");
+  global (&p, "torch", "FloatStorage");
+  str (&p, "2");
+  str (&p, "cpu");
+  integer (&p, 1024);
+  op (&p, 't');
+  op (&p, 'Q');
+  integer (&p, 0);
+  for (int k = 0; k < 2; k++) {
+    op (&p, '(');
+    for (int d = 0; d < 9; d++)
+      integer (&p, 1);
+    op (&p, 't');
+  }
+  op (&p, 0x89);
+  global (&p, "collections", "OrderedDict");
+  op (&p, ')');
+  op (&p, 'R');
+  op (&p, 't');
+  op (&p, 'R');
+  dict_end (&p);
+  add_pickle (c, "nine-dims", &p, "at most 8");
+
+  /* _rebuild_tensor_v2 with five arguments. */
+  p = dict_begin ();
+  str (&p, "t");
+  global (&p, "torch._utils", "_rebuild_tensor_v2");
+  op (&p, '(');
+  op (&p, '(');
+  str (&p, "storage");
+  global (&p, "torch", "FloatStorage");
+  str (&p, "2");
+  str (&p, "cpu");
+  integer (&p, 1024);
+  op (&p, 't');
+  op (&p, 'Q');
+  integer (&p, 0);
+  int_tuple (&p, 1, (const gint64[]){4});
+  int_tuple (&p, 1, (const gint64[]){1});
+  op (&p, 0x89);
+  op (&p, 't');
+  op (&p, 'R');
+  dict_end (&p);
+  add_pickle (c, "rebuild-five-args", &p, "5 arguments");
+
+  /* Backward hooks: an OrderedDict with an entry. */
+  p = dict_begin ();
+  str (&p, "t");
+  global (&p, "torch._utils", "_rebuild_tensor_v2");
+  op (&p, '(');
+  op (&p, '(');
+  str (&p, "storage");
+  global (&p, "torch", "FloatStorage");
+  str (&p, "2");
+  str (&p, "cpu");
+  integer (&p, 1024);
+  op (&p, 't');
+  op (&p, 'Q');
+  integer (&p, 0);
+  int_tuple (&p, 1, (const gint64[]){4});
+  int_tuple (&p, 1, (const gint64[]){1});
+  op (&p, 0x89);
+  global (&p, "collections", "OrderedDict");
+  op (&p, ')');
+  op (&p, 'R');
+  str (&p, "hook");
+  op (&p, 'N');
+  op (&p, 's');
+  op (&p, 't');
+  op (&p, 'R');
+  dict_end (&p);
+  add_pickle (c, "backward-hooks", &p, "backward hooks are not supported");
+
+  /* More tensors than the limit. */
+  PtFixtureTensor many[65];
+  char names[65][8];
+  for (int i = 0; i < 65; i++) {
+    g_snprintf (names[i], sizeof names[i], "t%d", i);
+    many[i] = wrap_emb;
+    many[i].name = names[i];
+  }
+  add_tensors (c, "too-many-tensors", many, 65, "more than 64 tensors");
+}
+
+GPtrArray *
+pt_fixture_cases (void)
+{
+  GPtrArray *c = g_ptr_array_new_with_free_func (case_free);
+  add_valid_cases (c);
+  add_container_cases (c);
+  add_interpreter_cases (c);
+  add_tensor_cases (c);
+  return c;
+}

@@ -450,3 +450,9 @@ ppx_session_lm_state (PpxSession *s)
 {
   return s->lm;
 }
+
+char *
+ppx_model_dir_mimi_path (const char *model_dir)
+{
+  return find_mimi_file (model_dir);
+}

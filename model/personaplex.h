@@ -89,5 +89,10 @@ gboolean ppx_session_reset (PpxSession *s, GError **error);
 /* Frames stepped since the prompts. */
 guint64 ppx_session_frames (const PpxSession *s);
 
+/* The Mimi checkpoint of a model directory: DIR/tokenizer-e351c8d8-checkpoint125.safetensors, else another
+ * DIR/tokenizer-*.safetensors, else DIR/mimi.safetensors; the published name when none exists (for the
+ * error message). g_free the result. */
+char *ppx_model_dir_mimi_path (const char *model_dir);
+
 G_END_DECLS
 #endif

@@ -159,7 +159,7 @@ load_prequantized (const PpxSafetensors *st, const char *name, int64_t rows, int
   const float *scales = sc->data;
   gboolean borrow = TRUE;
   if (sc->dtype != PPX_DTYPE_F32 || !aligned (sc->data, sizeof (float))) {
-    float *converted;
+    float *converted = NULL;
     *owned = alloc_block (0, n_scales, &converted, file, scale_name, error);
     if (!*owned)
       return FALSE;
@@ -196,7 +196,7 @@ quantize_now (const PpxSafetensors *st, const PpxStTensor *t, int64_t rows, int6
   }
   ppx_convert_to_f32 (t->dtype, t->data, w, n);
 
-  float *scales;
+  float *scales = NULL;
   if (q == PPX_QUANT_INT8) {
     *owned = alloc_block (n, (gsize) rows, &scales, file, t->name, error);
     if (!*owned)
@@ -238,7 +238,7 @@ load_float (const PpxSafetensors *st, const PpxStTensor *t, int64_t rows, int64_
   };
   if (keep)
     return TRUE;
-  float *f;
+  float *f = NULL;
   *owned = alloc_block (0, n, &f, ppx_st_path (st), t->name, error);
   if (!*owned)
     return FALSE;

@@ -7,6 +7,7 @@
 #include "pt-fixtures.h"
 #include "torch-pt.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #define LABEL "fuzz-input"

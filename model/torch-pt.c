@@ -1,6 +1,5 @@
 #include "torch-pt.h"
 
-#include "safetensors.h" /* ppx_shape_str */
 #include "torch-pickle.h"
 
 #include <errno.h>
@@ -175,6 +174,17 @@ check_byteorder (Archive *a, GError **error)
 
 /* ---- tensors ---- */
 
+/* "[a, b, c]", as ppx_shape_str formats it (kept local so the reader stands alone for the fuzzer). */
+static char *
+shape_str (int ndim, const gint64 *shape)
+{
+  GString *s = g_string_new ("[");
+  for (int i = 0; i < ndim; i++)
+    g_string_append_printf (s, "%s%" G_GINT64_FORMAT, i ? ", " : "", shape[i]);
+  g_string_append_c (s, ']');
+  return g_string_free (s, FALSE);
+}
+
 static GBytes *
 storage_bytes (Archive *a, const PpxPickleTensor *pt, GError **error)
 {
@@ -243,7 +253,7 @@ make_tensor (Archive *a, const PpxPickleTensor *pt, GError **error)
     overflow |= !g_uint64_checked_mul (&term, (guint64) pt->shape[d] - 1, (guint64) pt->stride[d]);
     overflow |= !g_uint64_checked_add (&last, last, term);
   }
-  g_autofree char *shape = ppx_shape_str (pt->ndim, pt->shape);
+  g_autofree char *shape = shape_str (pt->ndim, pt->shape);
   guint64 needed = 0;
   overflow |= !g_uint64_checked_mul (&needed, numel > 0 ? last + 1 : last, esize);
   GBytes *b = overflow ? NULL : storage_bytes (a, pt, error);

@@ -1,0 +1,145 @@
+/* Written by hand rather than by a pretty printer so that each frame stays on one line and the
+ * temperatures read as given (0.8, not 0.80000001192092896); strings are escaped by json-glib. */
+#include "run-json.h"
+
+#include <json-glib/json-glib.h>
+
+#include "ppx-common.h"
+
+static void
+append_string (GString *s, const char *value)
+{
+  if (!value) {
+    g_string_append (s, "null");
+    return;
+  }
+  g_autofree char *valid = g_utf8_make_valid (value, -1); /* a piece may be a partial UTF-8 sequence */
+  JsonNode *n = json_node_init_string (json_node_alloc (), valid);
+  char *text = json_to_string (n, FALSE);
+  g_string_append (s, text);
+  g_free (text);
+  json_node_unref (n);
+}
+
+/* The shortest decimal that reads back as the same float (the value the library samples with). */
+static void
+append_float (GString *s, float value)
+{
+  static const char *const formats[] = {"%.1g", "%.2g", "%.3g", "%.4g", "%.5g", "%.6g", "%.7g", "%.8g", "%.9g"};
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
+    g_ascii_formatd (buf, sizeof buf, formats[i], value);
+    if ((float) g_ascii_strtod (buf, NULL) == value)
+      break;
+  }
+  g_string_append (s, buf);
+}
+
+static void
+append_key (GString *s, const char *key)
+{
+  g_string_append_printf (s, ",\n    \"%s\": ", key);
+}
+
+static void
+append_settings (GString *s, const RunSettings *st)
+{
+  g_string_append (s, "  \"settings\": {\n    \"model_dir\": ");
+  append_string (s, st->model_dir);
+  append_key (s, "input");
+  append_string (s, st->input);
+  append_key (s, "output");
+  append_string (s, st->output);
+  append_key (s, "output_json");
+  append_string (s, st->output_json);
+  append_key (s, "voice_prompt");
+  append_string (s, st->voice_prompt);
+  append_key (s, "voice_normalize");
+  g_string_append (s, st->voice_normalize ? "true" : "false");
+  append_key (s, "voice_cache_dir");
+  append_string (s, st->voice_cache_dir);
+  append_key (s, "text_prompt");
+  append_string (s, st->text_prompt);
+  append_key (s, "text_prompt_tokens");
+  if (st->n_text_prompt_tokens > 0) {
+    g_string_append_c (s, '[');
+    for (int i = 0; i < st->n_text_prompt_tokens; i++)
+      g_string_append_printf (s, i ? ", %d" : "%d", st->text_prompt_tokens[i]);
+    g_string_append_c (s, ']');
+  } else {
+    g_string_append (s, "null");
+  }
+  append_key (s, "greedy");
+  g_string_append (s, st->greedy ? "true" : "false");
+  append_key (s, "seed");
+  g_string_append_printf (s, "%" G_GUINT64_FORMAT, st->seed);
+  append_key (s, "temp_audio");
+  append_float (s, st->temp_audio);
+  append_key (s, "temp_text");
+  append_float (s, st->temp_text);
+  append_key (s, "topk_audio");
+  g_string_append_printf (s, "%d", st->topk_audio);
+  append_key (s, "topk_text");
+  g_string_append_printf (s, "%d", st->topk_text);
+  append_key (s, "quantization");
+  append_string (s, run_quantization_to_name (st->quantization));
+  append_key (s, "backend");
+  append_string (s, run_backend_to_name (st->backend));
+  append_key (s, "device");
+  g_string_append_printf (s, "%d", st->device);
+  g_string_append (s, "\n  },\n");
+}
+
+static void
+append_run (GString *s, const RunOutput *out)
+{
+  g_string_append (s, "  \"run\": {\n    \"backend\": ");
+  append_string (s, out->backend);
+  append_key (s, "quantization");
+  append_string (s, out->quantization);
+  append_key (s, "sample_rate");
+  g_string_append_printf (s, "%d", RUN_SAMPLE_RATE);
+  append_key (s, "samples");
+  g_string_append_printf (s, "%" G_GSIZE_FORMAT, out->n_samples);
+  append_key (s, "frames");
+  g_string_append_printf (s, "%" G_GSIZE_FORMAT, out->n_frames);
+  g_string_append (s, "\n  },\n");
+}
+
+static void
+append_frames (GString *s, const RunOutput *out)
+{
+  GString *transcript = g_string_new (NULL);
+  g_string_append (s, "  \"frames\": [");
+  for (gsize t = 0; t < out->n_frames; t++) {
+    const RunFrame *f = &out->frames[t];
+    g_string_append (s, t ? ",\n    {\"tokens\": [" : "\n    {\"tokens\": [");
+    for (int k = 0; k < RUN_TOKENS_PER_FRAME; k++)
+      g_string_append_printf (s, k ? ", %d" : "%d", f->tokens[k]);
+    g_string_append (s, "], \"text\": ");
+    append_string (s, f->text);
+    g_string_append_c (s, '}');
+    if (f->text)
+      g_string_append (transcript, f->text);
+  }
+  g_string_append (s, out->n_frames ? "\n  ],\n  \"transcript\": " : "],\n  \"transcript\": ");
+  append_string (s, transcript->str);
+  g_string_append (s, "\n");
+  g_string_free (transcript, TRUE);
+}
+
+gboolean
+run_json_write (const char *path, const RunSettings *settings, const RunOutput *out, GError **error)
+{
+  GString *s = g_string_new ("{\n");
+  append_settings (s, settings);
+  append_run (s, out);
+  append_frames (s, out);
+  g_string_append (s, "}\n");
+  g_autoptr (GError) e = NULL;
+  gboolean ok = g_file_set_contents (path, s->str, (gssize) s->len, &e);
+  if (!ok)
+    g_set_error (error, PPX_ERROR, PPX_ERROR_IO, "%s: cannot write: %s", path, e->message);
+  g_string_free (s, TRUE);
+  return ok;
+}

@@ -106,18 +106,20 @@ load_prequantized (const PpxSafetensors *st, const char *name, int64_t rows, int
                    PpxWeightDesc *desc, gpointer *owned, GError **error)
 {
   const char *file = ppx_st_path (st);
-  if (file_q != entry_q) {
+  /* int8 entries may sit in an int4 file (the policy keeps some tensors at int8); int4 entries need
+   * the group size of an int4 file. */
+  if (file_q == PPX_QUANT_BF16 || (entry_q == PPX_QUANT_INT4 && file_q != PPX_QUANT_INT4)) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT,
                  "%s: tensor '%s' is %s-quantized but the file's metadata " PPX_QUANT_META_FORMAT " is %s", file,
                  qt->name, ppx_quant_format_name (entry_q),
                  file_q == PPX_QUANT_BF16 ? "missing" : ppx_quant_format_name (file_q));
     return FALSE;
   }
-  if (want != PPX_QUANT_AUTO && want != entry_q) {
+  if (want != PPX_QUANT_AUTO && want != file_q) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
-                 "%s: tensor '%s' is stored as %s and cannot be loaded as %s (use quantization 'auto', or the "
-                 "original bf16 model)",
-                 file, name, ppx_quant_format_name (entry_q), ppx_quant_format_name (want));
+                 "%s: tensor '%s' is stored quantized (%s model) and cannot be loaded as %s (use quantization "
+                 "'auto', or the original bf16 model)",
+                 file, name, ppx_quant_format_name (file_q), ppx_quant_format_name (want));
     return FALSE;
   }
 
@@ -291,9 +293,10 @@ ppx_quant_load_linear (const PpxSafetensors *st, const char *name, int64_t rows,
   if (!ppx_st_check (st, t, t->dtype, 2, shape, error))
     return FALSE;
 
-  if ((quant == PPX_QUANT_INT8 || quant == PPX_QUANT_INT4) && ppx_quant_policy_selects (name, quant)) {
+  PpxQuantization target = ppx_quant_policy_format (name, quant);
+  if (target != PPX_QUANT_BF16) {
     int g = file_q == PPX_QUANT_INT4 ? group_size : PPX_Q4_DEFAULT_GROUP_SIZE;
-    return quantize_now (st, t, rows, cols, quant, g, desc, owned, error);
+    return quantize_now (st, t, rows, cols, target, g, desc, owned, error);
   }
   return load_float (st, t, rows, cols, desc, owned, error);
 }

@@ -30,9 +30,11 @@ gboolean ppx_quant_file_format (const PpxSafetensors *st, PpxQuantization *out, 
 /* Loads the linear weight `name` ([rows, cols]) from st as a backend weight description:
  *  - when the file holds `name.q8`/`name.q4` + `name.scale`, an INT8/INT4 description whose data point
  *    into the mapping (borrow = TRUE); scales stored as F16/BF16, or not 4-byte aligned, are converted
- *    into *owned (then borrow = FALSE). Asking for a different explicit quantization is an error.
- *  - else the BF16/F32/F16 tensor `name`: when `quant` is INT8/INT4 and the policy selects `name`, it is
- *    quantized now into *owned (borrow = FALSE; the int4 group size is the file's, else the default);
+ *    into *owned (then borrow = FALSE). `name.q8` may appear in an int8 or an int4 file, `name.q4` only
+ *    in an int4 file. Asking for an explicit quantization other than the file's is an error.
+ *  - else the BF16/F32/F16 tensor `name`: when the policy gives `name` a quantized format under `quant`
+ *    (ppx_quant_policy_format), it is quantized now into *owned (borrow = FALSE; the int4 group size is
+ *    the file's, else the default);
  *    otherwise a BF16/F32 description borrowing the mapping (F16, or misaligned data, is converted
  *    into *owned as F32).
  * *owned is NULL or one g_malloc'd block: g_free it after ppx_weight_new() when borrow is FALSE.

@@ -292,8 +292,43 @@ test_valid_small_files (void)
     ppx_st_close (st);
   }
   {
-    const Spec s[] = {{"f16", PPX_DTYPE_F16, 2, {2, 3}}, {"text_linear.weight", PPX_DTYPE_BF16, 2, {3, 20}}};
-    g_autofree char *p = write_file ("plain-valid", NULL, s, 2);
+    /* 35 bytes of codes put the f32 scales off 4-byte alignment: they are copied, not borrowed */
+    const Spec s[] = {{"w.q8", PPX_DTYPE_I8, 2, {5, 7}}, {"w.scale", PPX_DTYPE_F32, 1, {5}}};
+    g_autofree char *p = write_file ("q8-misaligned-scales", STRS (META_INT8), s, 2);
+    PpxSafetensors *st = ppx_st_open (p, &error);
+    g_assert_no_error (error);
+    PpxWeightDesc d;
+    gpointer owned = NULL;
+    g_assert_true (ppx_quant_load_linear (st, "w", 5, 7, PPX_QUANT_AUTO, &d, &owned, &error));
+    g_assert_no_error (error);
+    g_assert_false (d.borrow);
+    g_assert_nonnull (owned);
+    g_assert_true (((guintptr) d.scales & 3) == 0);
+    g_assert_cmpmem (d.scales, 5 * sizeof (float), ppx_st_find (st, "w.scale")->data, 5 * sizeof (float));
+    g_free (owned);
+    ppx_st_close (st);
+  }
+  {
+    /* int8 entries may sit in an int4 file (the int4 policy keeps the heads at int8) */
+    const Spec s[] = {{"w.q8", PPX_DTYPE_I8, 2, {5, 8}}, {"w.scale", PPX_DTYPE_F32, 1, {5}}};
+    g_autofree char *p = write_file ("q8-in-int4", STRS (META_INT4 ("64")), s, 2);
+    PpxSafetensors *st = ppx_st_open (p, &error);
+    g_assert_no_error (error);
+    PpxWeightDesc d;
+    gpointer owned = NULL;
+    g_assert_true (ppx_quant_load_linear (st, "w", 5, 8, PPX_QUANT_INT4, &d, &owned, &error));
+    g_assert_no_error (error);
+    g_assert_cmpint (d.format, ==, PPX_WFMT_INT8);
+    g_assert_true (d.borrow); /* 40 bytes of codes: the f32 scales are aligned in the mapping */
+    g_assert_null (owned);
+    g_assert_true (d.scales == ppx_st_find (st, "w.scale")->data);
+    ppx_st_close (st);
+    expect_load_error (p, "w", 5, 8, PPX_QUANT_INT8, PPX_ERROR_UNSUPPORTED, STRS ("'w'", "int4 model", "as int8"));
+  }
+  {
+    const Spec s[] = {{"f16", PPX_DTYPE_F16, 2, {2, 3}}, {"text_linear.weight", PPX_DTYPE_BF16, 2, {3, 20}},
+                      {"transformer.layers.0.gating.linear_out.weight", PPX_DTYPE_BF16, 2, {3, 20}}};
+    g_autofree char *p = write_file ("plain-valid", NULL, s, 3);
     PpxSafetensors *st = ppx_st_open (p, &error);
     g_assert_no_error (error);
     PpxWeightDesc d;
@@ -310,7 +345,20 @@ test_valid_small_files (void)
     g_assert_null (owned);
     g_assert_true (d.data == ppx_st_find (st, "text_linear.weight")->data);
 
+    /* quantized at load time: int8 for the head even in an int4 model, int4 for the temporal linears */
     g_assert_true (ppx_quant_load_linear (st, "text_linear.weight", 3, 20, PPX_QUANT_INT4, &d, &owned, &error));
+    g_assert_no_error (error);
+    g_assert_cmpint (d.format, ==, PPX_WFMT_INT8);
+    g_assert_false (d.borrow);
+    g_assert_true (d.data == owned);
+    float row8[20];
+    ppx_q8_dequantize_row (d.data, d.scales[0], 20, row8);
+    for (int c = 0; c < 20; c++)
+      g_assert_cmpfloat (fabsf (row8[c] - ppx_bf16_to_f32 (0x1111)), <, 1e-6f * ppx_bf16_to_f32 (0x1111));
+    g_free (owned);
+
+    g_assert_true (ppx_quant_load_linear (st, "transformer.layers.0.gating.linear_out.weight", 3, 20, PPX_QUANT_INT4,
+                                          &d, &owned, &error));
     g_assert_no_error (error);
     g_assert_cmpint (d.format, ==, PPX_WFMT_INT4);
     g_assert_cmpint (d.group_size, ==, PPX_Q4_DEFAULT_GROUP_SIZE);
@@ -453,7 +501,7 @@ reference_quantization (const PpxSafetensors *in, const PpxStTensor *t, PpxQuant
   g_autoptr (GError) error = NULL;
   int64_t rows = t->shape[0], cols = t->shape[1];
   gpointer owned = NULL;
-  if (q == PPX_QUANT_INT8 || group_size == PPX_Q4_DEFAULT_GROUP_SIZE) {
+  if (ppx_quant_policy_format (t->name, q) == PPX_QUANT_INT8 || group_size == PPX_Q4_DEFAULT_GROUP_SIZE) {
     g_assert_true (ppx_quant_load_linear (in, t->name, rows, cols, q, ref, &owned, &error));
     g_assert_no_error (error);
     g_assert_false (ref->borrow);
@@ -487,7 +535,7 @@ check_quantized_dir (const char *in_dir, const char *out_dir, PpxQuantization q,
   g_assert_cmpint (file_q, ==, q);
   g_assert_cmpint (file_group, ==, q == PPX_QUANT_INT4 ? group_size : 0);
 
-  guint n_selected = 0, n_kept = 0;
+  guint n_selected = 0, n_kept = 0, n_int4 = 0;
   for (guint i = 0; i < ppx_st_n_tensors (in); i++) {
     const PpxStTensor *t = ppx_st_tensor_at (in, i);
     if (!ppx_quant_policy_selects (t->name, q)) {
@@ -500,6 +548,8 @@ check_quantized_dir (const char *in_dir, const char *out_dir, PpxQuantization q,
       continue;
     }
     n_selected++;
+    PpxQuantization fmt = ppx_quant_policy_format (t->name, q);
+    n_int4 += fmt == PPX_QUANT_INT4;
     int64_t rows = t->shape[0], cols = t->shape[1];
     g_assert_null (ppx_st_find (out, t->name));
 
@@ -508,7 +558,7 @@ check_quantized_dir (const char *in_dir, const char *out_dir, PpxQuantization q,
     g_assert_true (ppx_quant_load_linear (out, t->name, rows, cols, PPX_QUANT_AUTO, &pre, &pre_owned, &error));
     g_assert_no_error (error);
     now_owned = reference_quantization (in, t, q, group_size, &now);
-    g_assert_cmpint (pre.format, ==, q == PPX_QUANT_INT8 ? PPX_WFMT_INT8 : PPX_WFMT_INT4);
+    g_assert_cmpint (pre.format, ==, fmt == PPX_QUANT_INT8 ? PPX_WFMT_INT8 : PPX_WFMT_INT4);
     g_assert_cmpint (now.format, ==, pre.format);
     g_assert_cmpint (pre.rows, ==, rows);
     g_assert_cmpint (pre.cols, ==, cols);
@@ -516,8 +566,8 @@ check_quantized_dir (const char *in_dir, const char *out_dir, PpxQuantization q,
     /* f32 scales inside the mapping: zero copies. */
     g_assert_true (pre.borrow);
     g_assert_null (pre_owned);
-    gsize data_bytes = q == PPX_QUANT_INT8 ? (gsize) rows * cols : ppx_q4_packed_bytes (rows, cols);
-    gsize n_scales = q == PPX_QUANT_INT8 ? (gsize) rows : (gsize) rows * ppx_q4_n_groups (cols, group_size);
+    gsize data_bytes = fmt == PPX_QUANT_INT8 ? (gsize) rows * cols : ppx_q4_packed_bytes (rows, cols);
+    gsize n_scales = fmt == PPX_QUANT_INT8 ? (gsize) rows : (gsize) rows * ppx_q4_n_groups (cols, group_size);
     assert_same_bytes (pre.data, now.data, data_bytes, t->name);
     assert_same_bytes (pre.scales, now.scales, n_scales * sizeof (float), t->name);
 
@@ -532,6 +582,7 @@ check_quantized_dir (const char *in_dir, const char *out_dir, PpxQuantization q,
     g_free (now_owned);
   }
   g_assert_cmpuint (n_selected, ==, 2 * 4 + 2 * (2 + 16 * 2) + 16 + 16 + 1); /* tiny: 2 + 2 layers, 16 steps */
+  g_assert_cmpuint (n_int4, ==, q == PPX_QUANT_INT4 ? 2 * 4 : 0); /* the temporal transformer's linears */
   g_assert_cmpuint (ppx_st_n_tensors (out), ==, n_kept + 2 * n_selected);
 
   /* A kept table loads as borrowed bf16 from the quantized file. */
@@ -580,7 +631,7 @@ test_golden_round_trip (void)
       g_error ("personaplex-quantize failed: %s", err);
     g_test_message ("%s", stdout_text);
     g_assert_nonnull (strstr (stdout_text, "transformer.layers.0.self_attn.in_proj_weight"));
-    g_assert_nonnull (strstr (stdout_text, "all quantized weights"));
+    g_assert_nonnull (strstr (stdout_text, runs[i].q == PPX_QUANT_INT8 ? "\nint8: 109 tensors" : "\nint4: 8 tensors"));
     check_quantized_dir (model, out, runs[i].q, runs[i].group_size);
   }
 }

@@ -322,9 +322,11 @@ test_error_bounds (void)
 static void
 test_policy (void)
 {
-  const char *selected[] = {
+  const char *temporal[] = {
     "transformer.layers.0.self_attn.in_proj_weight", "transformer.layers.31.self_attn.out_proj.weight",
     "transformer.layers.7.gating.linear_in.weight",  "transformer.layers.7.gating.linear_out.weight",
+  };
+  const char *int8_in_int4_model[] = {
     "depformer.layers.5.self_attn.in_proj_weight",   "depformer.layers.0.self_attn.out_proj.weight",
     "depformer.layers.1.gating.15.linear_in.weight", "depformer.layers.1.gating.0.linear_out.weight",
     "depformer_in.12.weight",                        "linears.3.weight",
@@ -337,17 +339,23 @@ test_policy (void)
     "encoder.model.0.conv.conv.weight", "decoder_transformer.transformer.layers.0.self_attn.in_proj_weight",
     "quantizer.rvq_first.input_proj.weight", "",
   };
-  for (gsize i = 0; i < G_N_ELEMENTS (selected); i++) {
-    g_assert_true (ppx_quant_policy_selects (selected[i], PPX_QUANT_INT8));
-    g_assert_true (ppx_quant_policy_selects (selected[i], PPX_QUANT_INT4));
-    g_assert_false (ppx_quant_policy_selects (selected[i], PPX_QUANT_BF16));
-    g_assert_false (ppx_quant_policy_selects (selected[i], PPX_QUANT_AUTO));
+  for (gsize i = 0; i < G_N_ELEMENTS (temporal); i++) {
+    g_assert_cmpint (ppx_quant_policy_format (temporal[i], PPX_QUANT_INT8), ==, PPX_QUANT_INT8);
+    g_assert_cmpint (ppx_quant_policy_format (temporal[i], PPX_QUANT_INT4), ==, PPX_QUANT_INT4);
+  }
+  for (gsize i = 0; i < G_N_ELEMENTS (int8_in_int4_model); i++) {
+    g_assert_cmpint (ppx_quant_policy_format (int8_in_int4_model[i], PPX_QUANT_INT8), ==, PPX_QUANT_INT8);
+    g_assert_cmpint (ppx_quant_policy_format (int8_in_int4_model[i], PPX_QUANT_INT4), ==, PPX_QUANT_INT8);
+    g_assert_true (ppx_quant_policy_selects (int8_in_int4_model[i], PPX_QUANT_INT4));
+    g_assert_false (ppx_quant_policy_selects (int8_in_int4_model[i], PPX_QUANT_BF16));
+    g_assert_false (ppx_quant_policy_selects (int8_in_int4_model[i], PPX_QUANT_AUTO));
   }
   for (gsize i = 0; i < G_N_ELEMENTS (kept); i++) {
+    g_assert_cmpint (ppx_quant_policy_format (kept[i], PPX_QUANT_INT8), ==, PPX_QUANT_BF16);
+    g_assert_cmpint (ppx_quant_policy_format (kept[i], PPX_QUANT_INT4), ==, PPX_QUANT_BF16);
     g_assert_false (ppx_quant_policy_selects (kept[i], PPX_QUANT_INT8));
-    g_assert_false (ppx_quant_policy_selects (kept[i], PPX_QUANT_INT4));
   }
-  g_assert_false (ppx_quant_policy_selects (NULL, PPX_QUANT_INT8));
+  g_assert_cmpint (ppx_quant_policy_format (NULL, PPX_QUANT_INT8), ==, PPX_QUANT_BF16);
 }
 
 int

@@ -3,7 +3,7 @@
  *   personaplex-quantize --model-dir DIR --format int8|int4 --output-dir OUT [--group-size N] [--report]
  *
  * Writes OUT/model.safetensors with the tensors the default policy selects stored as NAME.q8/NAME.q4 +
- * NAME.scale (docs/quantization.md) and every other tensor copied unchanged, and hard-links (or, across
+ * NAME.scale (docs/quantization.md; an int4 model keeps the depformer and the output heads at int8) and every other tensor copied unchanged, and hard-links (or, across
  * file systems, copies) every other entry of DIR into OUT. The LM is streamed in row chunks, so peak
  * memory stays around one chunk plus one tensor's scales however large the model is. */
 #include "quant-load.h"
@@ -33,10 +33,12 @@ typedef struct {
   gboolean report;
 } Options;
 
+/* Per stored format: [0] int8, [1] int4. */
 typedef struct {
-  guint64 in_bytes, out_bytes, quantized_params;
-  guint n_quantized, n_copied;
-  PpxQuantError total;
+  guint64 in_bytes, out_bytes;
+  guint64 params[2];
+  guint n_quantized[2], n_copied;
+  PpxQuantError error[2];
 } Totals;
 
 static gboolean
@@ -45,11 +47,13 @@ is_float (PpxDType dt)
   return dt == PPX_DTYPE_F32 || dt == PPX_DTYPE_BF16 || dt == PPX_DTYPE_F16;
 }
 
-static gboolean
-selected (const PpxStTensor *t, const Options *o)
+/* The format the policy gives tensor t (PPX_QUANT_BF16: copied unchanged). */
+static PpxQuantization
+target_format (const PpxStTensor *t, const Options *o)
 {
-  return t->ndim == 2 && is_float (t->dtype) && t->shape[0] > 0 && t->shape[1] > 0 &&
-         ppx_quant_policy_selects (t->name, o->format);
+  if (t->ndim != 2 || !is_float (t->dtype) || t->shape[0] <= 0 || t->shape[1] <= 0)
+    return PPX_QUANT_BF16;
+  return ppx_quant_policy_format (t->name, o->format);
 }
 
 /* Tells the kernel this process no longer needs the mapped pages of [p, p + n) (the file stays cached
@@ -76,14 +80,15 @@ declare_outputs (PpxStWriter *w, GPtrArray *tensors, const Options *o)
 {
   for (guint i = 0; i < tensors->len; i++) {
     const PpxStTensor *t = g_ptr_array_index (tensors, i);
-    if (!selected (t, o)) {
+    PpxQuantization fmt = target_format (t, o);
+    if (fmt == PPX_QUANT_BF16) {
       ppx_st_writer_declare (w, t->name, t->dtype, t->ndim, t->shape);
       continue;
     }
     int64_t rows = t->shape[0], cols = t->shape[1];
-    g_autofree char *q_name = g_strconcat (t->name, o->format == PPX_QUANT_INT8 ? PPX_QUANT_SUFFIX_Q8 : PPX_QUANT_SUFFIX_Q4, NULL);
+    g_autofree char *q_name = g_strconcat (t->name, fmt == PPX_QUANT_INT8 ? PPX_QUANT_SUFFIX_Q8 : PPX_QUANT_SUFFIX_Q4, NULL);
     g_autofree char *s_name = g_strconcat (t->name, PPX_QUANT_SUFFIX_SCALE, NULL);
-    if (o->format == PPX_QUANT_INT8) {
+    if (fmt == PPX_QUANT_INT8) {
       ppx_st_writer_declare (w, q_name, PPX_DTYPE_I8, 2, (int64_t[]){rows, cols});
       ppx_st_writer_declare (w, s_name, PPX_DTYPE_F32, 1, (int64_t[]){rows});
     } else {
@@ -93,15 +98,16 @@ declare_outputs (PpxStWriter *w, GPtrArray *tensors, const Options *o)
   }
 }
 
-/* Quantizes one tensor chunk by chunk: writes NAME.q* as it goes, then NAME.scale. */
+/* Quantizes one tensor to `fmt` chunk by chunk: writes NAME.q* as it goes, then NAME.scale. */
 static gboolean
-write_quantized (PpxStWriter *w, const PpxStTensor *t, const Options *o, Totals *tot, GError **error)
+write_quantized (PpxStWriter *w, const PpxStTensor *t, PpxQuantization fmt, const Options *o, Totals *tot,
+                 GError **error)
 {
   int64_t rows = t->shape[0], cols = t->shape[1];
   gsize elem = ppx_dtype_size (t->dtype);
   int64_t chunk_rows = MAX (1, (int64_t) (CHUNK_ELEMENTS / (gsize) cols));
   chunk_rows = MIN (chunk_rows, rows);
-  gboolean int8 = o->format == PPX_QUANT_INT8;
+  gboolean int8 = fmt == PPX_QUANT_INT8;
   int64_t n_groups = int8 ? 1 : ppx_q4_n_groups (cols, o->group_size);
   gsize q_row_bytes = int8 ? (gsize) cols : ppx_q4_row_bytes (cols);
 
@@ -139,15 +145,18 @@ write_quantized (PpxStWriter *w, const PpxStTensor *t, const Options *o, Totals 
   if (!ppx_st_writer_write (w, scales, (gsize) rows * n_groups * sizeof (float), error))
     return FALSE;
 
-  tot->n_quantized++;
-  tot->quantized_params += (guint64) rows * cols;
+  int f = int8 ? 0 : 1;
+  tot->n_quantized[f]++;
+  tot->params[f] += (guint64) rows * cols;
   if (o->report) {
-    tot->total.ref_sq += err.ref_sq;
-    tot->total.err_sq += err.err_sq;
-    tot->total.max_abs_err = MAX (tot->total.max_abs_err, err.max_abs_err);
-    tot->total.n += err.n;
-    g_print ("%-52s [%6" G_GINT64_FORMAT ", %6" G_GINT64_FORMAT "]  rel %.5f  SNR %6.2f dB  max|err| %.3g\n", t->name,
-             rows, cols, ppx_quant_error_relative (&err), ppx_quant_error_snr_db (&err), err.max_abs_err);
+    PpxQuantError *te = &tot->error[f];
+    te->ref_sq += err.ref_sq;
+    te->err_sq += err.err_sq;
+    te->max_abs_err = MAX (te->max_abs_err, err.max_abs_err);
+    te->n += err.n;
+    g_print ("%-52s [%6" G_GINT64_FORMAT ", %6" G_GINT64_FORMAT "]  %s  rel %.5f  SNR %6.2f dB  max|err| %.3g\n",
+             t->name, rows, cols, ppx_quant_format_name (fmt), ppx_quant_error_relative (&err),
+             ppx_quant_error_snr_db (&err), err.max_abs_err);
   }
   return TRUE;
 }
@@ -215,7 +224,8 @@ quantize_lm (const char *in_path, const char *out_path, const Options *o, Totals
   ok = ppx_st_writer_begin (w, tmp_path, error);
   for (guint i = 0; ok && i < tensors->len; i++) {
     const PpxStTensor *t = g_ptr_array_index (tensors, i);
-    ok = selected (t, o) ? write_quantized (w, t, o, tot, error) : write_unchanged (w, t, tot, error);
+    PpxQuantization fmt = target_format (t, o);
+    ok = fmt != PPX_QUANT_BF16 ? write_quantized (w, t, fmt, o, tot, error) : write_unchanged (w, t, tot, error);
   }
   ok = ok && ppx_st_writer_finish (w, error);
   ppx_st_writer_free (w);
@@ -383,12 +393,15 @@ main (int argc, char **argv)
     return fail (error->message);
 
   if (o.report) {
-    g_print ("quantized %u tensors (%" G_GUINT64_FORMAT " parameters), copied %u unchanged; format %s", tot.n_quantized,
-             tot.quantized_params, tot.n_copied, ppx_quant_format_name (o.format));
+    g_print ("format %s", ppx_quant_format_name (o.format));
     if (o.format == PPX_QUANT_INT4)
       g_print (", group size %d", o.group_size);
-    g_print ("\nall quantized weights: rel %.5f  SNR %.2f dB  max|err| %.3g\n", ppx_quant_error_relative (&tot.total),
-             ppx_quant_error_snr_db (&tot.total), tot.total.max_abs_err);
+    g_print ("; %u tensors copied unchanged\n", tot.n_copied);
+    for (int f = 0; f < 2; f++)
+      if (tot.n_quantized[f])
+        g_print ("%s: %u tensors, %" G_GUINT64_FORMAT " parameters, rel %.5f  SNR %.2f dB  max|err| %.3g\n",
+                 f == 0 ? "int8" : "int4", tot.n_quantized[f], tot.params[f], ppx_quant_error_relative (&tot.error[f]),
+                 ppx_quant_error_snr_db (&tot.error[f]), tot.error[f].max_abs_err);
     g_print ("%s: %" G_GUINT64_FORMAT " bytes -> %s: %" G_GUINT64_FORMAT " bytes (%.1f%%)\n", in_lm, tot.in_bytes, out_lm,
              tot.out_bytes, tot.in_bytes ? 100.0 * (double) tot.out_bytes / (double) tot.in_bytes : 0.0);
     g_print ("linked or copied %u other files into %s\n", n_files, output_dir);

@@ -1,6 +1,6 @@
 #include "config.h"
 
-#include <json-glib/json-glib.h>
+#include "json-strict.h"
 
 void
 ppx_config_default (PpxConfig *cfg)
@@ -189,10 +189,12 @@ apply_mimi (PpxMimiConfig *m, JsonObject *o, const char *label, GError **error)
 gboolean
 ppx_config_apply_json (PpxConfig *cfg, const char *json, gssize len, const char *label, GError **error)
 {
-  g_autoptr (JsonParser) p = json_parser_new_immutable ();
-  g_autoptr (GError) jerr = NULL;
-  if (!json_parser_load_from_data (p, json, len, &jerr)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: not valid JSON: %s", label, jerr->message);
+  GError *perr = NULL;
+  g_autoptr (JsonParser) p =
+    ppx_json_parse_strict (json, len < 0 ? strlen (json) : (gsize) len, label, "the config", NULL, &perr);
+  if (!p) {
+    perr->code = PPX_ERROR_CONFIG;
+    g_propagate_error (error, perr);
     return FALSE;
   }
   JsonNode *root = json_parser_get_root (p);

@@ -2,7 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <json-glib/json-glib.h>
+#include "json-strict.h"
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -52,57 +52,6 @@ cmp_by_offset (gconstpointer a, gconstpointer b)
   if (x->data != y->data)
     return (const uint8_t *) x->data < (const uint8_t *) y->data ? -1 : 1;
   return x->nbytes < y->nbytes ? -1 : (x->nbytes > y->nbytes);
-}
-
-/* json-glib parses recursively and stops after the first value: refuse deep nesting before it can exhaust
- * the stack, and anything but padding after the top-level value (json-glib would silently ignore it).
- * Returns NULL when the structure is acceptable, else what is wrong. */
-#define PPX_ST_MAX_NESTING 64
-
-static const char *
-header_structure_problem (const char *s, gsize len)
-{
-  int depth = 0;
-  gboolean in_string = FALSE, closed = FALSE;
-  for (gsize i = 0; i < len; i++) {
-    char ch = s[i];
-    if (closed) {
-      if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r')
-        return "unexpected data after the JSON object";
-    } else if (in_string) {
-      if (ch == '\\')
-        i++;
-      else if (ch == '"')
-        in_string = FALSE;
-    } else if (ch == '"') {
-      in_string = TRUE;
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > PPX_ST_MAX_NESTING)
-        return "nested more than " G_STRINGIFY (PPX_ST_MAX_NESTING) " levels deep";
-    } else if (ch == ']' || ch == '}') {
-      closed = --depth <= 0;
-    }
-  }
-  return NULL;
-}
-
-/* json-glib keeps the last of duplicate keys silently; the "object-member" signal sees every one. */
-typedef struct {
-  GHashTable *members_seen; /* JsonObject* -> count */
-  JsonObject *dup_object;
-  char *dup_name;
-} DuplicateScan;
-
-static void
-on_object_member (JsonParser *parser, JsonObject *object, const char *name, gpointer user_data)
-{
-  DuplicateScan *scan = user_data;
-  guint seen = GPOINTER_TO_UINT (g_hash_table_lookup (scan->members_seen, object)) + 1;
-  g_hash_table_insert (scan->members_seen, object, GUINT_TO_POINTER (seen));
-  if (seen > json_object_get_size (object) && !scan->dup_name) {
-    scan->dup_object = object;
-    scan->dup_name = g_strdup (name);
-  }
 }
 
 static gboolean
@@ -233,36 +182,23 @@ parse_header (PpxSafetensors *st, GError **error)
   const uint8_t *data = st->map + 8 + hlen;
   guint64 data_len = st->map_size - 8 - hlen;
 
-  const char *problem = header_structure_problem ((const char *) st->map + 8, (gsize) hlen);
-  if (problem) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: header is not valid JSON: %s", file, problem);
+  PpxJsonDuplicate dup = {0};
+  g_autoptr (JsonParser) parser =
+    ppx_json_parse_strict ((const char *) st->map + 8, (gsize) hlen, file, "header", &dup, error);
+  if (!parser)
     return FALSE;
-  }
-  g_autoptr (JsonParser) parser = json_parser_new_immutable ();
-  g_autoptr (GError) jerr = NULL;
-  g_autoptr (GHashTable) members_seen = g_hash_table_new (NULL, NULL);
-  DuplicateScan dups = {members_seen, NULL, NULL};
-  g_signal_connect (parser, "object-member", G_CALLBACK (on_object_member), &dups);
-  /* json-glib wants valid UTF-8 without NULs. */
-  if (memchr (st->map + 8, 0, hlen) || !g_utf8_validate ((const char *) st->map + 8, (gssize) hlen, NULL) ||
-      !json_parser_load_from_data (parser, (const char *) st->map + 8, (gssize) hlen, &jerr)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: header is not valid JSON: %s", file,
-                 jerr ? jerr->message : "invalid UTF-8 or NUL byte");
-    g_free (dups.dup_name);
-    return FALSE;
-  }
   JsonNode *root = json_parser_get_root (parser);
   if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: header is not a JSON object", file);
-    g_free (dups.dup_name);
+    ppx_json_duplicate_clear (&dup);
     return FALSE;
   }
-  if (dups.dup_name) {
-    if (dups.dup_object == json_node_get_object (root))
-      g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: tensor '%s' appears twice", file, dups.dup_name);
+  if (dup.key) {
+    if (dup.object == json_node_get_object (root))
+      g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: tensor '%s' appears twice", file, dup.key);
     else
-      g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: duplicate key '%s' in the header", file, dups.dup_name);
-    g_free (dups.dup_name);
+      g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: duplicate key '%s' in the header", file, dup.key);
+    ppx_json_duplicate_clear (&dup);
     return FALSE;
   }
   JsonObject *obj = json_node_get_object (root);

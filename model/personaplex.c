@@ -76,6 +76,41 @@ find_mimi_file (const char *dir)
   return g_build_filename (dir, MIMI_FILE, NULL); /* for the error message */
 }
 
+/* Fills m from the params; on failure m holds what was loaded so far (freed by the caller). */
+static gboolean
+model_load_parts (PpxModel *m, const PpxModelParams *params, GError **error)
+{
+  if (params->config_json) {
+    g_autofree char *text = NULL;
+    gsize len;
+    ppx_config_default (&m->cfg);
+    if (!g_file_get_contents (params->config_json, &text, &len, error) ||
+        !ppx_config_apply_json (&m->cfg, text, (gssize) len, params->config_json, error))
+      return FALSE;
+  } else if (!ppx_config_load_dir (&m->cfg, params->model_dir, error)) {
+    return FALSE;
+  }
+  m->lm_path = params->lm_file ? g_strdup (params->lm_file) : g_build_filename (params->model_dir, "model.safetensors", NULL);
+  g_autofree char *mimi_path = params->mimi_file ? g_strdup (params->mimi_file) : find_mimi_file (params->model_dir);
+  if (!(m->be = ppx_backend_cpu_new (params->n_threads, error)) || !(m->mimi_st = ppx_st_open (mimi_path, error)) ||
+      !(m->mimi = ppx_mimi_load (m->be, &m->cfg.mimi, m->mimi_st, error)) ||
+      !(m->lm_st = ppx_st_open (m->lm_path, error)))
+    return FALSE;
+  int group;
+  PpxQuantization stored;
+  if (!ppx_quant_file_format (m->lm_st, &stored, &group, error))
+    return FALSE;
+  m->quant = stored != PPX_QUANT_BF16 ? stored : (params->quantization == PPX_QUANT_AUTO ? PPX_QUANT_BF16 : params->quantization);
+  if (!(m->lm = ppx_lm_load (m->be, &m->cfg.lm, m->lm_st, params->quantization, error)))
+    return FALSE;
+  if (params->model_dir) {
+    g_autofree char *tp = g_build_filename (params->model_dir, TOKENIZER_FILE, NULL);
+    if (g_file_test (tp, G_FILE_TEST_EXISTS) && !(m->tok = ppx_tokenizer_load (tp, error)))
+      return FALSE;
+  }
+  return TRUE;
+}
+
 PpxModel *
 ppx_model_load (const PpxModelParams *params, GError **error)
 {
@@ -95,40 +130,11 @@ ppx_model_load (const PpxModelParams *params, GError **error)
   PpxModel *m = g_new0 (PpxModel, 1);
   m->refcount = 1;
   m->model_dir = g_strdup (params->model_dir);
-  gboolean ok;
-  if (params->config_json) {
-    g_autofree char *text = NULL;
-    gsize len;
-    ppx_config_default (&m->cfg);
-    ok = g_file_get_contents (params->config_json, &text, &len, error) &&
-         ppx_config_apply_json (&m->cfg, text, (gssize) len, params->config_json, error);
-  } else {
-    ok = ppx_config_load_dir (&m->cfg, params->model_dir, error);
-  }
-  if (!ok)
-    goto fail;
-  m->lm_path = params->lm_file ? g_strdup (params->lm_file) : g_build_filename (params->model_dir, "model.safetensors", NULL);
-  g_autofree char *mimi_path = params->mimi_file ? g_strdup (params->mimi_file) : find_mimi_file (params->model_dir);
-  if (!(m->be = ppx_backend_cpu_new (params->n_threads, error)) || !(m->mimi_st = ppx_st_open (mimi_path, error)) ||
-      !(m->mimi = ppx_mimi_load (m->be, &m->cfg.mimi, m->mimi_st, error)) ||
-      !(m->lm_st = ppx_st_open (m->lm_path, error)))
-    goto fail;
-  int group;
-  PpxQuantization stored;
-  if (!ppx_quant_file_format (m->lm_st, &stored, &group, error))
-    goto fail;
-  m->quant = stored != PPX_QUANT_BF16 ? stored : (params->quantization == PPX_QUANT_AUTO ? PPX_QUANT_BF16 : params->quantization);
-  if (!(m->lm = ppx_lm_load (m->be, &m->cfg.lm, m->lm_st, params->quantization, error)))
-    goto fail;
-  if (params->model_dir) {
-    g_autofree char *tp = g_build_filename (params->model_dir, TOKENIZER_FILE, NULL);
-    if (g_file_test (tp, G_FILE_TEST_EXISTS) && !(m->tok = ppx_tokenizer_load (tp, error)))
-      goto fail;
+  if (!model_load_parts (m, params, error)) {
+    ppx_model_unref (m);
+    return NULL;
   }
   return m;
-fail:
-  ppx_model_unref (m);
-  return NULL;
 }
 
 PpxModel *

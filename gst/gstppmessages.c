@@ -1,0 +1,68 @@
+/* personaplexduplex: the structures of its element messages and of the
+ * `stats` property (see docs/element.md for the field list). */
+#include "gstppmessages.h"
+
+GstStructure *
+gst_pp_stats_structure_new (const GstPersonaplexStats * stats,
+    const GstPpModelHandle * model)
+{
+  PpxModel *m = model ? gst_pp_model_handle_get_model (model) : NULL;
+  gdouble mean = stats->frames ? stats->total_step_ms / stats->frames : 0.0;
+
+  return gst_structure_new (GST_PP_STATS_NAME,
+      "frames", G_TYPE_UINT64, stats->frames,
+      "mean-step-ms", G_TYPE_DOUBLE, mean,
+      "max-step-ms", G_TYPE_DOUBLE, stats->max_step_ms,
+      "overruns", G_TYPE_UINT64, stats->overruns,
+      "memory-bytes", G_TYPE_UINT64, m ? ppx_model_weight_bytes (m) : 0,
+      "backend", G_TYPE_STRING, m ? ppx_model_backend_name (m) : "none",
+      "quantization", G_TYPE_STRING,
+      m ? ppx_model_quantization_name (m) : "none",
+      "model-users", G_TYPE_UINT,
+      model ? gst_pp_model_handle_get_users (model) : 0,
+      "timestamp", G_TYPE_UINT64, stats->last_pts,
+      "running-time", G_TYPE_UINT64, stats->last_running_time, NULL);
+}
+
+static GstStructure *
+position_structure_new (const gchar * name, const GstPpFramePosition * pos)
+{
+  return gst_structure_new (name,
+      "frame", G_TYPE_UINT64, pos->frame,
+      "pts", G_TYPE_UINT64, pos->pts,
+      "duration", G_TYPE_UINT64, pos->duration,
+      "running-time", G_TYPE_UINT64, pos->running_time,
+      "stream-time", G_TYPE_UINT64, pos->stream_time, NULL);
+}
+
+GstMessage *
+gst_pp_text_message_new (GstObject * src, const gchar * text,
+    const GstPpFramePosition * pos)
+{
+  GstStructure *s = position_structure_new (GST_PP_TEXT_NAME, pos);
+
+  gst_structure_set (s, "text", G_TYPE_STRING, text, NULL);
+  return gst_message_new_element (src, s);
+}
+
+GstMessage *
+gst_pp_frame_message_new (GstObject * src, const PpxFrameResult * res,
+    const GstPpFramePosition * pos)
+{
+  GstStructure *s = position_structure_new (GST_PP_FRAME_NAME, pos);
+  GValue tokens = G_VALUE_INIT;
+  guint i;
+
+  gst_value_array_init (&tokens, G_N_ELEMENTS (res->tokens));
+  for (i = 0; i < G_N_ELEMENTS (res->tokens); i++) {
+    GValue v = G_VALUE_INIT;
+
+    g_value_init (&v, G_TYPE_INT);
+    g_value_set_int (&v, res->tokens[i]);
+    gst_value_array_append_and_take_value (&tokens, &v);
+  }
+  gst_structure_take_value (s, "tokens", &tokens);
+  gst_structure_set (s, "text", G_TYPE_STRING, res->text,
+      "step-ms", G_TYPE_DOUBLE, res->step_ms, NULL);
+  return gst_message_new_element (src, s);
+}

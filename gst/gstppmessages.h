@@ -1,0 +1,37 @@
+/* personaplexduplex: the structures of its element messages and of the
+ * `stats` property. Field names and types are a public contract, listed in
+ * docs/element.md; change them only together with that file. */
+#ifndef __GST_PP_MESSAGES_H__
+#define __GST_PP_MESSAGES_H__
+
+#include "gstpersonaplexduplex.h"
+
+G_BEGIN_DECLS
+
+#define GST_PP_STATS_NAME "personaplex-stats"
+#define GST_PP_TEXT_NAME "personaplex-text"
+#define GST_PP_FRAME_NAME "personaplex-frame"
+
+/* Call with the object lock held; @model may be NULL (not loaded). */
+GstStructure *gst_pp_stats_structure_new (const GstPersonaplexStats * stats,
+    const GstPpModelHandle * model);
+
+/* Where in the stream one output frame sits. */
+typedef struct
+{
+  guint64 frame;                /* index since the conversation started */
+  GstClockTime pts;
+  GstClockTime duration;
+  GstClockTime running_time;
+  GstClockTime stream_time;
+} GstPpFramePosition;
+
+GstMessage *gst_pp_text_message_new (GstObject * src, const gchar * text,
+    const GstPpFramePosition * pos);
+
+GstMessage *gst_pp_frame_message_new (GstObject * src,
+    const PpxFrameResult * res, const GstPpFramePosition * pos);
+
+G_END_DECLS
+
+#endif /* __GST_PP_MESSAGES_H__ */

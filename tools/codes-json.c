@@ -3,6 +3,7 @@
 #include <json-glib/json-glib.h>
 
 #include "ppx-common.h"
+#include "tool-file.h"
 
 gboolean
 codes_json_write (const char *path, const int *codes, gsize n_frames, int n_codebooks, GError **error)
@@ -16,10 +17,7 @@ codes_json_write (const char *path, const int *codes, gsize n_frames, int n_code
     g_string_append_c (s, ']');
   }
   g_string_append (s, n_frames ? "\n]}\n" : "]}\n");
-  g_autoptr (GError) e = NULL;
-  gboolean ok = g_file_set_contents (path, s->str, (gssize) s->len, &e);
-  if (!ok)
-    g_set_error (error, PPX_ERROR, PPX_ERROR_IO, "%s: cannot write: %s", path, e->message);
+  gboolean ok = tool_write_file (path, s->str, s->len, error);
   g_string_free (s, TRUE);
   return ok;
 }
@@ -33,11 +31,18 @@ is_integer (JsonNode *n)
 int *
 codes_json_read (const char *path, int n_codebooks, int card, gsize *n_frames, GError **error)
 {
+  if (!g_file_test (path, G_FILE_TEST_IS_REGULAR)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: no such file", path);
+    return NULL;
+  }
   g_autoptr (JsonParser) parser = json_parser_new ();
   g_autoptr (GError) e = NULL;
   if (!json_parser_load_from_file (parser, path, &e)) {
-    g_set_error (error, PPX_ERROR, g_file_test (path, G_FILE_TEST_EXISTS) ? PPX_ERROR_FORMAT : PPX_ERROR_MISSING,
-                 "%s: cannot read codes: %s", path, e->message);
+    /* json-glib's parse errors start with the path ("PATH:LINE:COLUMN: Parse error: ..."). */
+    if (e->domain == JSON_PARSER_ERROR)
+      g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s (expected {\"codes\": [[8 ids], ...]})", e->message);
+    else
+      g_set_error (error, PPX_ERROR, PPX_ERROR_IO, "%s: cannot read: %s", path, e->message);
     return NULL;
   }
   JsonNode *root = json_parser_get_root (parser);

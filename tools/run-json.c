@@ -5,6 +5,7 @@
 #include <json-glib/json-glib.h>
 
 #include "ppx-common.h"
+#include "tool-file.h"
 
 static void
 append_string (GString *s, const char *value)
@@ -136,10 +137,7 @@ run_json_write (const char *path, const RunSettings *settings, const RunOutput *
   append_run (s, out);
   append_frames (s, out);
   g_string_append (s, "}\n");
-  g_autoptr (GError) e = NULL;
-  gboolean ok = g_file_set_contents (path, s->str, (gssize) s->len, &e);
-  if (!ok)
-    g_set_error (error, PPX_ERROR, PPX_ERROR_IO, "%s: cannot write: %s", path, e->message);
+  gboolean ok = tool_write_file (path, s->str, s->len, error);
   g_string_free (s, TRUE);
   return ok;
 }

@@ -1,6 +1,7 @@
 /* The whole conversation loop against the reference (golden, greedy): prompts, then per frame Mimi
  * encode -> LM step -> Mimi decode. Tokens exact for every frame, logits of the first 8 steps to 1e-3
  * relative, PCM to 1e-4 max abs; the same with the voice prompt replayed from voice_prompt.pt. */
+#include <glib/gstdio.h>
 #include <math.h>
 
 #include "golden-model.h"
@@ -25,6 +26,8 @@ rel_err (const float *a, const float *b, gsize n)
   return den > 0 ? num / den : num;
 }
 
+static const char *voice_cache_dir;
+
 static RunResult
 run (const char *voice, const char *tokens_name, const char *pcm_name, gboolean full_depformer, gboolean logits,
      int **all_tokens)
@@ -34,6 +37,7 @@ run (const char *voice, const char *tokens_name, const char *pcm_name, gboolean 
   PpxSessionParams p;
   ppx_session_params_init (&p);
   p.voice_prompt = voice;
+  p.voice_cache_dir = voice_cache_dir;
   p.voice_normalize = FALSE;
   p.text_prompt_tokens = G.text_tokens;
   p.n_text_prompt_tokens = G.n_text_tokens;
@@ -123,6 +127,46 @@ test_replay (void)
   g_assert_cmpfloat (r.pcm_err, <, 1e-4);
 }
 
+/* An audio voice prompt is cached on first use; the second start replays the cache and the
+ * conversation is unchanged (the reference's .pt replay equals its audio path). */
+static void
+test_voice_cache (void)
+{
+  g_autofree char *dir = g_dir_make_tmp ("ppx-voice-cache-XXXXXX", NULL);
+  voice_cache_dir = dir;
+  for (int pass = 0; pass < 2; pass++) {
+    g_autofree int *tokens = NULL;
+    RunResult r = run (G.voice_wav, "lm_run_out_tokens", "lm_run_pcm", FALSE, FALSE, &tokens);
+    g_assert_cmpint (r.token_mismatches, ==, 0);
+    g_assert_cmpfloat (r.pcm_err, <, 1e-4);
+    g_autoptr (GDir) d = g_dir_open (dir, 0, NULL);
+    const char *name = g_dir_read_name (d);
+    g_assert_nonnull (name); /* the first pass wrote exactly one cache entry */
+    g_assert_true (g_str_has_suffix (name, ".safetensors"));
+    g_assert_null (g_dir_read_name (d));
+    /* ... holding what the reference saved in voice_prompt.pt */
+    g_autofree char *path = g_build_filename (dir, name, NULL);
+    g_autoptr (GError) err = NULL;
+    PpxSafetensors *c = ppx_st_open (path, &err);
+    g_assert_no_error (err);
+    const PpxStTensor *e = ppx_st_find (c, "embeddings"), *k = ppx_st_find (c, "cache");
+    const PpxStTensor *ge = ppx_st_find (G.golden, "voice_prompt_embeddings"), *gk = ppx_st_find (G.golden, "voice_prompt_cache");
+    g_assert_true (e && k && ge && gk);
+    g_assert_cmpint (ppx_st_numel (e), ==, ppx_st_numel (ge));
+    g_assert_cmpfloat (rel_err (e->data, ge->data, (gsize) ppx_st_numel (e)), <, 1e-6);
+    g_assert_cmpmem (k->data, k->nbytes, gk->data, gk->nbytes);
+    ppx_st_close (c);
+  }
+  g_autoptr (GDir) d = g_dir_open (dir, 0, NULL);
+  const char *name;
+  while ((name = g_dir_read_name (d))) {
+    g_autofree char *p = g_build_filename (dir, name, NULL);
+    g_unlink (p);
+  }
+  g_rmdir (dir);
+  voice_cache_dir = NULL;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -138,6 +182,7 @@ main (int argc, char **argv)
   g_test_add_func ("/lm/golden/run", test_run);
   g_test_add_func ("/lm/golden/skip-depformer-steps", test_skip_depformer_steps);
   g_test_add_func ("/lm/golden/replay", test_replay);
+  g_test_add_func ("/lm/golden/voice-cache", test_voice_cache);
   int rc = g_test_run ();
   ppx_model_unref (model);
   golden_model_teardown (&G);

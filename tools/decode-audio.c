@@ -1,7 +1,9 @@
 #include "decode-audio.h"
 
 #include <gst/app/gstappsink.h>
+#include <gst/audio/audio.h>
 #include <gst/gst.h>
+#include <math.h>
 
 #include "ppx-common.h"
 
@@ -32,8 +34,30 @@ on_no_more_pads (GstElement *decodebin, gpointer convert)
   g_error_free (e);
 }
 
+/* The decoded input's duration in output samples (sum of frames * rate / input rate over its buffers),
+ * counted before the resampler: the resampler's edges may add or drop a sample, the contract is the
+ * input's length. */
+typedef struct {
+  int rate;
+  double out_samples;
+} InputLength;
+
+#define MAX_EDGE_SAMPLES 256
+
+static GstPadProbeReturn
+count_input (GstPad *pad, GstPadProbeInfo *info, gpointer data)
+{
+  InputLength *len = data;
+  GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
+  g_autoptr (GstCaps) caps = gst_pad_get_current_caps (pad);
+  GstAudioInfo ai;
+  if (buf && caps && gst_audio_info_from_caps (&ai, caps) && ai.bpf > 0 && ai.rate > 0)
+    len->out_samples += (double) (gst_buffer_get_size (buf) / ai.bpf) * len->rate / ai.rate;
+  return GST_PAD_PROBE_OK;
+}
+
 static GstElement *
-build_pipeline (const char *uri, int rate, GstElement **appsink)
+build_pipeline (const char *uri, int rate, InputLength *len, GstElement **appsink)
 {
   GstElement *pipe = gst_pipeline_new ("decode-audio");
   GstElement *src = gst_element_factory_make ("uridecodebin", NULL);
@@ -57,6 +81,8 @@ build_pipeline (const char *uri, int rate, GstElement **appsink)
   gst_element_link_many (convert, resample, sink, NULL);
   g_signal_connect (src, "pad-added", G_CALLBACK (on_pad_added), convert);
   g_signal_connect (src, "no-more-pads", G_CALLBACK (on_no_more_pads), convert);
+  g_autoptr (GstPad) convert_sink = gst_element_get_static_pad (convert, "sink");
+  gst_pad_add_probe (convert_sink, GST_PAD_PROBE_TYPE_BUFFER, count_input, len, NULL);
   *appsink = sink;
   return pipe;
 }
@@ -90,7 +116,8 @@ decode_audio_file (const char *path, int rate, gsize *n_samples, GError **error)
     return NULL;
   }
   GstElement *sink = NULL;
-  GstElement *pipe = build_pipeline (uri, rate, &sink);
+  InputLength len = {.rate = rate};
+  GstElement *pipe = build_pipeline (uri, rate, &len, &sink);
   if (!pipe) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
                  "GStreamer elements uridecodebin, audioconvert, audioresample or appsink are missing "
@@ -138,6 +165,17 @@ decode_audio_file (const char *path, int rate, gsize *n_samples, GError **error)
     g_byte_array_free (pcm, TRUE);
     return NULL;
   }
-  *n_samples = pcm->len / sizeof (float);
-  return (float *) g_byte_array_free (pcm, FALSE);
+  /* Exactly the input's duration: trim or zero-pad the resampler's edge sample(s). A larger difference
+   * would mean the count is wrong, not the resampler: then the decoded samples stand as they are. */
+  gsize expected = (gsize) llround (len.out_samples), have = pcm->len / sizeof (float);
+  float *samples = (float *) g_byte_array_free (pcm, FALSE);
+  if (expected == have || (expected > have ? expected - have : have - expected) > MAX_EDGE_SAMPLES) {
+    *n_samples = have;
+    return samples;
+  }
+  samples = g_renew (float, samples, MAX (expected, 1));
+  if (expected > have)
+    memset (samples + have, 0, (expected - have) * sizeof (float));
+  *n_samples = expected;
+  return samples;
 }

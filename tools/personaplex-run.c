@@ -73,6 +73,25 @@ check_writable_dir (const char *option, const char *path, GError **error)
   return FALSE;
 }
 
+/* A voice prompt is a file, or a bare NAME for DIR/voices/NAME.pt (the library's rule); say where it was
+ * looked for before anything is loaded. */
+static gboolean
+check_voice_prompt (const RunSettings *s, GError **error)
+{
+  const char *v = s->voice_prompt;
+  if (!v || g_file_test (v, G_FILE_TEST_EXISTS))
+    return TRUE;
+  g_autofree char *base = g_str_has_suffix (v, ".pt") ? g_strdup (v) : g_strconcat (v, ".pt", NULL);
+  g_autofree char *named = g_build_filename (s->model_dir, "voices", base, NULL);
+  if (!strchr (v, '/') && g_file_test (named, G_FILE_TEST_EXISTS))
+    return TRUE;
+  if (strchr (v, '/'))
+    g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "--voice-prompt %s: no such file", v);
+  else
+    g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "--voice-prompt %s: neither a file nor %s", v, named);
+  return FALSE;
+}
+
 typedef struct {
   char *seed, *quantization, *backend, *text_prompt_tokens;
   gboolean no_voice_normalize;
@@ -136,7 +155,7 @@ finish_settings (RunSettings *s, const RawOptions *raw, GError **error)
     g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: model directory does not exist", s->model_dir);
     return FALSE;
   }
-  return check_writable_dir ("--output", s->output, error) &&
+  return check_voice_prompt (s, error) && check_writable_dir ("--output", s->output, error) &&
          (!s->output_json || check_writable_dir ("--output-json", s->output_json, error));
 }
 

@@ -106,6 +106,7 @@ test_round_trip (void)
   decode_ok (empty, empty_wav);
   g_autofree float *none = wav_read (empty_wav, 24000, &n);
   g_assert_cmpuint (n, ==, 0);
+  g_assert_nonnull (none);
 }
 
 /* 16-bit stereo at 48 kHz: channel 0, resampled to 24 kHz, so 9600 frames -> 4800 samples -> 3 rows. */
@@ -119,6 +120,8 @@ test_other_format (void)
   gsize rows;
   g_autofree gint64 *c = read_codes (codes, &rows);
   g_assert_cmpuint (rows, ==, 3);
+  for (gsize i = 0; i < rows * NQ; i++)
+    g_assert_true (c[i] >= 0 && c[i] < CARD);
 }
 
 static void

@@ -175,6 +175,8 @@ test_other_formats (void)
     g_autofree float *res = wav_read (out, 24000, &n);
     g_test_message ("%s: %" G_GSIZE_FORMAT " samples out", cases[i].name, n);
     g_assert_cmpuint (n, ==, cases[i].expected);
+    for (gsize k = 0; k < n; k++)
+      g_assert_true (isfinite (res[k]));
   }
 }
 
@@ -295,7 +297,7 @@ make_wrong_shape_model (const char *dir)
 static void
 test_errors (void)
 {
-  g_autofree char *in = tmp_path ("err.wav"), *out = tmp_path ("err-out.wav"), *json = tmp_path ("err.json");
+  g_autofree char *in = tmp_path ("err.wav"), *out = tmp_path ("err-out.wav");
   g_autofree char *text = tmp_path ("not-audio.wav"), *missing = tmp_path ("missing.wav");
   g_autofree char *missing_dir = tmp_path ("no-such-model"), *wrong_dir = tmp_path ("wrong-shape");
   g_autofree char *bad_pt = tmp_path ("corrupt.pt"), *unwritable = g_build_filename (missing_dir, "out.wav", NULL);

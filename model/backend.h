@@ -47,6 +47,11 @@ typedef enum { PPX_TENSOR_F32, PPX_TENSOR_I32 } PpxTensorType;
 
 /* ---- backend ---- */
 PpxBackend *ppx_backend_cpu_new (int n_threads, GError **error);
+/* The CUDA backend on GPU `device` (kernels/). Fails with PPX_ERROR_UNSUPPORTED when the build has no
+ * CUDA or no GPU is usable, PPX_ERROR_INVALID for a device index that does not exist. */
+PpxBackend *ppx_backend_cuda_new (int device, GError **error);
+/* TRUE when the build has CUDA and at least one GPU is usable; *n_devices (may be NULL) gets the count. */
+gboolean ppx_backend_cuda_available (int *n_devices);
 void ppx_backend_free (PpxBackend *be);
 const char *ppx_backend_name (const PpxBackend *be);
 void ppx_backend_sync (PpxBackend *be);

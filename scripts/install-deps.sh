@@ -10,6 +10,7 @@ PKGS=(
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   gstreamer1.0-plugins-bad
   clang libclang-rt-14-dev valgrind
+  gstreamer1.0-nice chromium nodejs
 )
 missing=()
 for p in "${PKGS[@]}"; do

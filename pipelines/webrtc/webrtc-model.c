@@ -1,0 +1,104 @@
+/* personaplex-webrtc: personaplexduplex settings and the keeper that holds the shared model. */
+#include "webrtc-model.h"
+
+struct _PpxWebrtcModelKeeper {
+  GstElement *pipeline; /* just the keeper's personaplexduplex, in PAUSED */
+  GstElement *duplex;
+};
+
+static GQuark
+model_error_quark (void)
+{
+  return g_quark_from_static_string ("ppx-webrtc-model");
+}
+
+/* The plugin may not be installed yet when the server runs from the build tree. */
+static GstElementFactory *
+find_duplex_factory (void)
+{
+  GstElementFactory *f = gst_element_factory_find ("personaplexduplex");
+#ifdef PPX_WEBRTC_BUILD_PLUGIN_DIR
+  if (!f && gst_registry_scan_path (gst_registry_get (), PPX_WEBRTC_BUILD_PLUGIN_DIR))
+    f = gst_element_factory_find ("personaplexduplex");
+#endif
+  return f;
+}
+
+GstElement *
+ppx_webrtc_duplex_new (const PpxWebrtcOptions *o, const char *name, GError **error)
+{
+  g_autoptr (GstElementFactory) factory = find_duplex_factory ();
+  GstElement *duplex = factory ? gst_element_factory_create (factory, name) : NULL;
+  if (!duplex) {
+    g_set_error (error, model_error_quark (), 0,
+                 "GStreamer element personaplexduplex not found: install the plugin or set GST_PLUGIN_PATH "
+                 "to the directory holding libgstpersonaplex.so");
+    return NULL;
+  }
+  g_object_set (duplex, "model-dir", o->model_dir, "model-instance-id", o->model_instance_id, "greedy", o->greedy,
+                NULL);
+  gst_util_set_object_arg (G_OBJECT (duplex), "backend", o->backend);
+  gst_util_set_object_arg (G_OBJECT (duplex), "quantization", o->quantization);
+  if (o->voice_prompt)
+    g_object_set (duplex, "voice-prompt", o->voice_prompt, NULL);
+  if (o->text_prompt)
+    g_object_set (duplex, "text-prompt", o->text_prompt, NULL);
+  if (o->text_prompt_tokens)
+    g_object_set (duplex, "text-prompt-tokens", o->text_prompt_tokens, NULL);
+  return duplex;
+}
+
+/* The element's own error message (it names the file and the problem) instead of a bare state failure. */
+static void
+take_bus_error (GstElement *pipeline, const char *model_dir, GError **error)
+{
+  g_autoptr (GstBus) bus = gst_element_get_bus (pipeline);
+  g_autoptr (GstMessage) msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  if (msg) {
+    g_autoptr (GError) e = NULL;
+    g_autofree char *debug = NULL;
+    gst_message_parse_error (msg, &e, &debug);
+    g_set_error (error, model_error_quark (), 0, "loading the model from %s: %s", model_dir, e->message);
+  } else {
+    g_set_error (error, model_error_quark (), 0, "loading the model from %s failed", model_dir);
+  }
+}
+
+PpxWebrtcModelKeeper *
+ppx_webrtc_model_keeper_new (const PpxWebrtcOptions *o, GError **error)
+{
+  GstElement *duplex = ppx_webrtc_duplex_new (o, "model-keeper", error);
+  if (!duplex)
+    return NULL;
+  PpxWebrtcModelKeeper *k = g_new0 (PpxWebrtcModelKeeper, 1);
+  k->pipeline = gst_pipeline_new ("model-keeper");
+  k->duplex = duplex;
+  gst_bin_add (GST_BIN (k->pipeline), duplex);
+  /* No sink: PAUSED is reached at once, after the element loaded the model and ran the prompts. */
+  if (gst_element_set_state (k->pipeline, GST_STATE_PAUSED) == GST_STATE_CHANGE_FAILURE) {
+    take_bus_error (k->pipeline, o->model_dir, error);
+    ppx_webrtc_model_keeper_free (k);
+    return NULL;
+  }
+  return k;
+}
+
+char *
+ppx_webrtc_model_keeper_describe (PpxWebrtcModelKeeper *k)
+{
+  g_autoptr (GstStructure) stats = NULL;
+  g_object_get (k->duplex, "stats", &stats, NULL);
+  const char *backend = stats ? gst_structure_get_string (stats, "backend") : NULL;
+  const char *quantization = stats ? gst_structure_get_string (stats, "quantization") : NULL;
+  return g_strdup_printf ("%s / %s", backend ? backend : "?", quantization ? quantization : "?");
+}
+
+void
+ppx_webrtc_model_keeper_free (PpxWebrtcModelKeeper *k)
+{
+  if (!k)
+    return;
+  gst_element_set_state (k->pipeline, GST_STATE_NULL);
+  gst_object_unref (k->pipeline);
+  g_free (k);
+}

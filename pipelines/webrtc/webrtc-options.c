@@ -1,0 +1,162 @@
+/* personaplex-webrtc: the command line and its checks. */
+#include "webrtc-options.h"
+
+#include <gio/gio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_ADDRESS "127.0.0.1"
+#define DEFAULT_PORT 8080
+#define DEFAULT_MAX_SESSIONS 4
+
+static GQuark
+options_error_quark (void)
+{
+  return g_quark_from_static_string ("ppx-webrtc-options");
+}
+
+static gboolean
+name_in (const char *name, const char *const *names)
+{
+  for (; *names; names++)
+    if (g_str_equal (name, *names))
+      return TRUE;
+  return FALSE;
+}
+
+/* "1,2,3": non-negative ids that fit an int; the model checks them against its vocabulary. */
+static gboolean
+check_token_list (const char *text, GError **error)
+{
+  g_auto (GStrv) parts = g_strsplit (text, ",", -1);
+  for (guint i = 0; parts[i]; i++) {
+    g_autoptr (GError) e = NULL;
+    guint64 id;
+    if (!g_ascii_string_to_unsigned (g_strstrip (parts[i]), 10, 0, G_MAXINT, &id, &e)) {
+      g_set_error (error, options_error_quark (), 0, "--text-prompt-tokens: item %u ('%s'): %s", i + 1, parts[i],
+                   e->message);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+gboolean
+ppx_webrtc_address_is_loopback (const char *address)
+{
+  if (g_ascii_strcasecmp (address, "localhost") == 0)
+    return TRUE;
+  g_autoptr (GInetAddress) inet = g_inet_address_new_from_string (address);
+  return inet && g_inet_address_get_is_loopback (inet);
+}
+
+static gboolean
+check_options (PpxWebrtcOptions *o, GError **error)
+{
+  static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
+  static const char *const quantizations[] = {"auto", "bf16", "int8", "int4", NULL};
+
+  if (!o->model_dir) {
+    g_set_error (error, options_error_quark (), 0, "--model-dir is required (see --help)");
+    return FALSE;
+  }
+  if (!g_file_test (o->model_dir, G_FILE_TEST_IS_DIR)) {
+    g_set_error (error, options_error_quark (), 0, "--model-dir %s: not a directory", o->model_dir);
+    return FALSE;
+  }
+  if (o->voice_prompt && !*o->voice_prompt)
+    g_clear_pointer (&o->voice_prompt, g_free);
+  if (o->text_prompt && !*g_strstrip (o->text_prompt))
+    g_clear_pointer (&o->text_prompt, g_free);
+  if (o->text_prompt_tokens && !*g_strstrip (o->text_prompt_tokens))
+    g_clear_pointer (&o->text_prompt_tokens, g_free);
+  if (o->text_prompt && o->text_prompt_tokens) {
+    g_set_error (error, options_error_quark (), 0, "give either --text-prompt or --text-prompt-tokens, not both");
+    return FALSE;
+  }
+  if (o->text_prompt_tokens && !check_token_list (o->text_prompt_tokens, error))
+    return FALSE;
+  if (!name_in (o->backend, backends)) {
+    g_set_error (error, options_error_quark (), 0, "--backend '%s': use auto, cpu or cuda", o->backend);
+    return FALSE;
+  }
+  if (!name_in (o->quantization, quantizations)) {
+    g_set_error (error, options_error_quark (), 0, "--quantization '%s': use auto, bf16, int8 or int4",
+                 o->quantization);
+    return FALSE;
+  }
+  if (g_ascii_strcasecmp (o->address, "localhost") == 0) {
+    g_free (o->address);
+    o->address = g_strdup (DEFAULT_ADDRESS);
+  }
+  g_autoptr (GInetAddress) inet = g_inet_address_new_from_string (o->address);
+  if (!inet) {
+    g_set_error (error, options_error_quark (), 0, "--address '%s': not an IPv4 or IPv6 address", o->address);
+    return FALSE;
+  }
+  if (o->port < 0 || o->port > 65535) {
+    g_set_error (error, options_error_quark (), 0, "--port %d: use 0 (any free port) to 65535", o->port);
+    return FALSE;
+  }
+  if (o->max_sessions < 1 || o->max_sessions > 64) {
+    g_set_error (error, options_error_quark (), 0, "--max-sessions %d: use 1 to 64", o->max_sessions);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean
+ppx_webrtc_options_parse (PpxWebrtcOptions *o, int *argc, char ***argv, GError **error)
+{
+  memset (o, 0, sizeof *o);
+  o->port = DEFAULT_PORT;
+  o->max_sessions = DEFAULT_MAX_SESSIONS;
+  GOptionEntry entries[] = {
+    {"model-dir", 'm', 0, G_OPTION_ARG_FILENAME, &o->model_dir, "Model directory (published layout)", "DIR"},
+    {"voice-prompt", 0, 0, G_OPTION_ARG_FILENAME, &o->voice_prompt,
+     "Voice of the agent: audio file, .pt file, or NAME (DIR/voices/NAME.pt)", "FILE|NAME"},
+    {"text-prompt", 0, 0, G_OPTION_ARG_STRING, &o->text_prompt, "System text prompt (needs the model's tokenizer)",
+     "TEXT"},
+    {"text-prompt-tokens", 0, 0, G_OPTION_ARG_STRING, &o->text_prompt_tokens,
+     "System text prompt as comma-separated token ids", "1,2,3"},
+    {"backend", 0, 0, G_OPTION_ARG_STRING, &o->backend, "Compute backend: auto, cpu or cuda (default auto)", "B"},
+    {"quantization", 0, 0, G_OPTION_ARG_STRING, &o->quantization,
+     "LM weights: auto, bf16, int8 or int4 (default auto)", "Q"},
+    {"greedy", 0, 0, G_OPTION_ARG_NONE, &o->greedy, "Greedy decoding instead of sampling", NULL},
+    {"address", 'a', 0, G_OPTION_ARG_STRING, &o->address,
+     "Address to listen on (default " DEFAULT_ADDRESS "; a non-loopback address serves the network)", "ADDR"},
+    {"port", 'p', 0, G_OPTION_ARG_INT, &o->port, "TCP port (default 8080; 0 = any free port)", "PORT"},
+    {"max-sessions", 0, 0, G_OPTION_ARG_INT, &o->max_sessions, "Browsers served at once (default 4)", "N"},
+    {NULL},
+  };
+  g_autoptr (GOptionContext) ctx = g_option_context_new ("- talk to PersonaPlex from a browser (WebRTC)");
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  if (!g_option_context_parse (ctx, argc, argv, error))
+    return FALSE;
+  if (*argc > 1) {
+    g_set_error (error, options_error_quark (), 0, "unexpected argument '%s' (see --help)", (*argv)[1]);
+    return FALSE;
+  }
+  if (!o->backend)
+    o->backend = g_strdup ("auto");
+  if (!o->quantization)
+    o->quantization = g_strdup ("auto");
+  if (!o->address)
+    o->address = g_strdup (DEFAULT_ADDRESS);
+  o->model_instance_id = g_strdup_printf ("personaplex-webrtc-%d", (int) getpid ());
+  return check_options (o, error);
+}
+
+void
+ppx_webrtc_options_clear (PpxWebrtcOptions *o)
+{
+  g_free (o->model_dir);
+  g_free (o->voice_prompt);
+  g_free (o->text_prompt);
+  g_free (o->text_prompt_tokens);
+  g_free (o->backend);
+  g_free (o->quantization);
+  g_free (o->address);
+  g_free (o->model_instance_id);
+  memset (o, 0, sizeof *o);
+}

@@ -1,0 +1,32 @@
+/* personaplex-webrtc: the command line. */
+#ifndef PPX_WEBRTC_OPTIONS_H
+#define PPX_WEBRTC_OPTIONS_H
+
+#include <glib.h>
+
+G_BEGIN_DECLS
+
+typedef struct {
+  char *model_dir;
+  char *voice_prompt;       /* NULL: no voice prompt */
+  char *text_prompt;        /* NULL: none */
+  char *text_prompt_tokens; /* "1,2,3", checked; NULL: none */
+  char *backend;            /* personaplexduplex "backend" nick: auto, cpu, cuda */
+  char *quantization;       /* personaplexduplex "quantization" nick */
+  gboolean greedy;
+  char *address;            /* where HTTP/WebSocket listens, and the only ICE address when it is loopback */
+  int port;                 /* 0: any free port (printed) */
+  int max_sessions;         /* browsers served at once */
+  char *model_instance_id;  /* shared by every session's personaplexduplex */
+} PpxWebrtcOptions;
+
+/* Parses and checks argv (GOption; --help prints and exits). Returns FALSE with a message naming the
+ * option on bad input. Clear `o` with ppx_webrtc_options_clear either way. */
+gboolean ppx_webrtc_options_parse (PpxWebrtcOptions *o, int *argc, char ***argv, GError **error);
+void ppx_webrtc_options_clear (PpxWebrtcOptions *o);
+
+/* TRUE when `address` is a loopback IP literal or "localhost". */
+gboolean ppx_webrtc_address_is_loopback (const char *address);
+
+G_END_DECLS
+#endif

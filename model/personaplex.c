@@ -76,6 +76,17 @@ find_mimi_file (const char *dir)
   return g_build_filename (dir, MIMI_FILE, NULL); /* for the error message */
 }
 
+/* CUDA when asked for (a clear error when the build has no CUDA or no GPU is usable), or for AUTO when
+ * the build has CUDA and a GPU is present; the CPU otherwise. */
+static PpxBackend *
+backend_new (const PpxModelParams *params, GError **error)
+{
+  if (params->backend == PPX_BACKEND_CUDA ||
+      (params->backend == PPX_BACKEND_AUTO && ppx_backend_cuda_available (NULL)))
+    return ppx_backend_cuda_new (params->device, error);
+  return ppx_backend_cpu_new (params->n_threads, error);
+}
+
 /* Fills m from the params; on failure m holds what was loaded so far (freed by the caller). */
 static gboolean
 model_load_parts (PpxModel *m, const PpxModelParams *params, GError **error)
@@ -92,7 +103,7 @@ model_load_parts (PpxModel *m, const PpxModelParams *params, GError **error)
   }
   m->lm_path = params->lm_file ? g_strdup (params->lm_file) : g_build_filename (params->model_dir, "model.safetensors", NULL);
   g_autofree char *mimi_path = params->mimi_file ? g_strdup (params->mimi_file) : find_mimi_file (params->model_dir);
-  if (!(m->be = ppx_backend_cpu_new (params->n_threads, error)) || !(m->mimi_st = ppx_st_open (mimi_path, error)) ||
+  if (!(m->be = backend_new (params, error)) || !(m->mimi_st = ppx_st_open (mimi_path, error)) ||
       !(m->mimi = ppx_mimi_load (m->be, &m->cfg.mimi, m->mimi_st, error)) ||
       !(m->lm_st = ppx_st_open (m->lm_path, error)))
     return FALSE;
@@ -120,11 +131,6 @@ ppx_model_load (const PpxModelParams *params, GError **error)
   }
   if (params->model_dir && !g_file_test (params->model_dir, G_FILE_TEST_IS_DIR)) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: model directory does not exist", params->model_dir);
-    return NULL;
-  }
-  if (params->backend == PPX_BACKEND_CUDA) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
-                 "backend 'cuda' is not available in this build yet (use 'cpu' or 'auto')");
     return NULL;
   }
   PpxModel *m = g_new0 (PpxModel, 1);
@@ -299,6 +305,15 @@ load_voice (PpxSession *s, const PpxSessionParams *p, GError **error)
 {
   const PpxConfig *cfg = &s->model->cfg;
   g_autofree char *path = resolve_voice (s->model, p->voice_prompt);
+  if (!g_file_test (path, G_FILE_TEST_IS_REGULAR)) {
+    if (s->model->model_dir && !strchr (p->voice_prompt, '/'))
+      g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING,
+                   "voice prompt '%s': no such file, and no %s/voices/%s%s", p->voice_prompt, s->model->model_dir,
+                   p->voice_prompt, g_str_has_suffix (p->voice_prompt, ".pt") ? "" : ".pt");
+    else
+      g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: voice prompt file does not exist", path);
+    return FALSE;
+  }
   if (g_str_has_suffix (path, ".pt")) {
     s->voice = ppx_voice_prompt_from_embeddings_file (cfg, path, error);
     return s->voice != NULL;

@@ -34,6 +34,8 @@ if [ "$asan" = 1 ]; then
   setup_args+=(-Db_sanitize=address,undefined -Db_lundef=false)
   export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+  # GLib abandons its quark block on purpose once GStreamer registers many quarks.
+  export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan-glib-quarks.supp}"
 fi
 build_dir="${build_dir:-build}"
 

@@ -35,6 +35,9 @@ gsize ppx_q4_packed_bytes (int64_t rows, int64_t cols);
 /* Groups per row: ceil(cols / group_size). */
 int64_t ppx_q4_n_groups (int64_t cols, int group_size);
 
+/* A row (int8) or group (int4) whose largest |w| is below this is stored as zeros (scale 0). */
+#define PPX_QUANT_TINY 1e-30f
+
 /* ---- quantize (rows in parallel; non-finite inputs are treated as 0) ---- */
 void ppx_q8_quantize (const float *w, int64_t rows, int64_t cols, int8_t *q, float *scales);
 /* group_size must satisfy ppx_q4_group_size_valid(). */

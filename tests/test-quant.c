@@ -84,7 +84,7 @@ test_q4_round_trip (void)
         for (int64_t g = 0; g < ng; g++) {
           /* A power-of-two scale (exact products) with one code -8 per group: the lattice the
            * quantizer must find. */
-          float s = ldexpf (1.0f, g_rand_int_range (rng, -12, 3));
+          float s = ldexpf (1.0f, g_rand_int_range (rng, -95, 3)); /* down to tiny weights */
           if (g_rand_boolean (rng))
             s = -s;
           want_scales[r * ng + g] = s;
@@ -130,7 +130,7 @@ test_q8_round_trip (void)
   int8_t want[9 * 37], q[9 * 37];
   float w[9 * 37], want_scales[9], scales[9], row[37];
   for (int64_t r = 0; r < rows; r++) {
-    want_scales[r] = ldexpf (1.0f, g_rand_int_range (rng, -10, 2));
+    want_scales[r] = ldexpf (1.0f, g_rand_int_range (rng, -90, 2));
     int64_t extreme = g_rand_int_range (rng, 0, cols);
     for (int64_t c = 0; c < cols; c++) {
       want[r * cols + c] = c == extreme ? (g_rand_boolean (rng) ? 127 : -127) : (int8_t) g_rand_int_range (rng, -127, 128);
@@ -179,6 +179,20 @@ test_degenerate_values (void)
   g_assert_cmpfloat (row[0], ==, 0.0f);
   g_assert_cmpfloat (row[2], ==, 0.0f);
   g_assert_cmpfloat (fabsf (row[3] - 1.0f), <, 1e-6f);
+
+  /* Below PPX_QUANT_TINY a row (int8) or group (int4) is stored as zeros, never as an overflowing 1/scale. */
+  float tiny[16];
+  for (int i = 0; i < 16; i++)
+    tiny[i] = (i % 2 ? -1.0f : 1.0f) * 1e-36f * (float) i;
+  ppx_q8_quantize (tiny, 1, 16, q8, s8);
+  g_assert_cmpfloat (s8[0], ==, 0.0f);
+  for (int i = 0; i < 16; i++)
+    g_assert_cmpint (q8[i], ==, 0);
+  ppx_q4_quantize (tiny, 1, 16, 8, q4, s4);
+  g_assert_cmpfloat (s4[0], ==, 0.0f);
+  g_assert_cmpfloat (s4[1], ==, 0.0f);
+  for (int i = 0; i < 8; i++)
+    g_assert_cmpint (q4[i], ==, 0x88);
 }
 
 /* y = dequant(W) x computed in double, as the float path the kernels must match. */

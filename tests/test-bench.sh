@@ -1,0 +1,113 @@
+#!/bin/sh
+# Smoke test of personaplex-bench (not a timed test): every component runs for a couple of frames on the
+# tiny model, made in memory and read from a directory; the expected report lines, the JSON form, the
+# --measure-load table and the errors for bad options and the missing CUDA backend.
+#   PPX_BENCH       the personaplex-bench executable
+#   PPX_MAKE_MODEL  the personaplex-make-model executable
+set -u
+: "${PPX_BENCH:?set PPX_BENCH to the personaplex-bench executable}"
+: "${PPX_MAKE_MODEL:?set PPX_MAKE_MODEL to the personaplex-make-model executable}"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail () {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# run NAME EXPECTED_STATUS ARGS...: runs the bench, output in $tmp/NAME.out and $tmp/NAME.err
+run () {
+  name=$1 want=$2
+  shift 2
+  "$PPX_BENCH" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    fail "$name: exit status $got, expected $want"
+    sed 's/^/  | /' "$tmp/$name.err"
+  fi
+}
+
+# expect NAME REGEX...: every regular expression matches a line of $tmp/NAME.out
+expect () {
+  name=$1
+  shift
+  for re in "$@"; do
+    grep -Eq "$re" "$tmp/$name.out" || fail "$name: no line matches '$re'"
+  done
+}
+
+num='[0-9]+\.[0-9]+'
+component_lines="
+^  mimi-encode +2 +$num +$num +$num +$num +$num +$num
+^  mimi-decode +2 +$num
+^  lm-prompt-step +2 +$num .*temporal only \(0 depformer steps\)
+^  lm-step +2 +$num .*temporal \+ 8 depformer steps
+^  session-step +2 +$num"
+
+check_all () {
+  name=$1
+  expect "$name" '^personaplex-bench ' '^machine: .+, [0-9]+ cores, 1 threads used' '^build: ' '^model: ' \
+    '^config:  LM dim 64, 2 layers' '^run: +backend cpu, quantization auto, batch 2, 2 frames after 1 warm-up' \
+    "^  mimi +$num" "^  lm +$num" "^  model +$num" "^  session-new +$num" \
+    "^  mimi +$num +$num +$num" "^  lm +$num +$num +$num" "^  session +$num +$num\*"
+  echo "$component_lines" | while IFS= read -r re; do
+    [ -n "$re" ] && { grep -Eq "$re" "$tmp/$name.out" || echo "$name: no line matches '$re'"; }
+  done >"$tmp/$name.missing"
+  if [ -s "$tmp/$name.missing" ]; then
+    fail "$(cat "$tmp/$name.missing")"
+  fi
+}
+
+common="--frames 2 --warmup 1 --threads 1 --batch 2"
+
+# every component on random tiny weights made in memory
+run random 0 --random-weights tiny $common
+check_all random
+expect random '^model: +random tiny \(made in memory\), generated in'
+
+# the same from a model directory
+if "$PPX_MAKE_MODEL" --preset tiny --output-dir "$tmp/tiny" >"$tmp/make.err" 2>&1; then
+  run dir 0 --model-dir "$tmp/tiny" $common
+  check_all dir
+else
+  fail "personaplex-make-model failed: $(cat "$tmp/make.err")"
+fi
+
+# one component, pre-quantized random LM, JSON
+run json 0 --random-weights tiny --component lm --quantization int4 --frames 2 --warmup 0 --threads 1 --json
+expect json '"program" : "personaplex-bench"' '"name" : "lm-step"' '"lm_file_format" : "int4"' \
+  '"quantization" : "int4"' '"peak_rss_bytes" : [1-9]'
+if grep -q '"mimi-encode"' "$tmp/json.out"; then
+  fail "json: --component lm measured Mimi"
+fi
+if command -v python3 >/dev/null 2>&1; then
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["components"]) == 2' \
+    "$tmp/json.out" || fail "json: not a JSON document with two components"
+fi
+
+# load times: bf16, quantized at load, pre-quantized
+run load 0 --random-weights tiny --measure-load --load-repeats 1 --threads 1
+expect load '^run: +backend cpu, load times only' "^  bf16 \(as stored\) +1 +$num" \
+  "^  int8 quantized at load +1 +$num" "^  int8 pre-quantized +1 +$num" "^  int4 quantized at load +1 +$num" \
+  "^  int4 pre-quantized +1 +$num"
+
+# errors: the CUDA backend does not exist yet; bad options
+run cuda 1 --random-weights tiny --backend cuda
+grep -q "backend 'cuda' is not available" "$tmp/cuda.err" || fail "cuda: no clear error: $(cat "$tmp/cuda.err")"
+run no-model 2 --frames 2
+grep -q "exactly one of --model-dir and --random-weights" "$tmp/no-model.err" || fail "no-model: unclear error"
+run bad-size 1 --random-weights huge
+grep -q "unknown random model size 'huge'" "$tmp/bad-size.err" || fail "bad-size: unclear error"
+run bad-component 1 --random-weights tiny --component gpu
+grep -q -- "--component: unknown value 'gpu'" "$tmp/bad-component.err" || fail "bad-component: unclear error"
+run bad-frames 2 --random-weights tiny --frames 0
+run missing-dir 1 --model-dir "$tmp/does-not-exist"
+grep -q "does-not-exist" "$tmp/missing-dir.err" || fail "missing-dir: the message does not name the directory"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all personaplex-bench checks passed"

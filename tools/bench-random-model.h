@@ -1,0 +1,50 @@
+/* personaplex-bench: random models made in memory, in the published layout.
+ *
+ * The checkpoints are written into memfd files (anonymous, memory-backed; nothing touches the disk)
+ * that the ordinary loaders open through /proc/self/fd/N, so the benchmark measures exactly the code
+ * paths a model directory takes. Values follow the roles of the tensors (norm gains near 1, small
+ * LayerScales and biases, linears uniform within 1/sqrt(fan_in)) so forward passes stay finite, as in
+ * personaplex-make-model; the bytes differ from that tool's, which does not matter for timing.
+ *
+ * The LM can be written in bf16 (as published) or directly pre-quantized (int8 per row, int4 group 64,
+ * the personaplex-quantize layout with random codes), so a full-size quantized LM needs only its
+ * quantized size in memory (int4 about 5 GB instead of 16.7 GB of bf16). */
+#ifndef BENCH_RANDOM_MODEL_H
+#define BENCH_RANDOM_MODEL_H
+
+#include "config.h"
+#include "personaplex.h"
+
+G_BEGIN_DECLS
+
+#define BENCH_INT4_GROUP_SIZE 64
+
+/* The sizes of --random-weights: "tiny" (the golden tiny config), "mid" (LM dim 1024, 8 layers,
+ * depformer 512 x 2 layers; full-size Mimi) and "full" (PersonaPlex-7B). */
+gboolean bench_random_config (const char *size, PpxConfig *cfg, GError **error);
+
+/* Bytes of the checkpoint files bench_write_random_* write. */
+guint64 bench_random_lm_bytes (const PpxLmConfig *cfg, PpxQuantization format);
+guint64 bench_random_mimi_bytes (const PpxMimiConfig *cfg);
+
+/* An anonymous in-memory file; `path` (/proc/self/fd/N) opens it while the object lives. */
+typedef struct {
+  int fd;
+  char *path;
+} BenchMemFile;
+
+BenchMemFile *bench_mem_file_new (const char *label, GError **error);
+void bench_mem_file_free (BenchMemFile *f);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (BenchMemFile, bench_mem_file_free)
+
+/* Writes a random LM checkpoint for cfg to path: BF16, or INT8/INT4 pre-quantized (the policy's tensors
+ * as NAME.q8|q4 + NAME.scale, the rest bf16, with the format metadata). */
+gboolean bench_write_random_lm (const PpxLmConfig *cfg, PpxQuantization format, guint64 seed, const char *path,
+                                GError **error);
+/* Writes a random Mimi checkpoint (f32) for cfg to path. */
+gboolean bench_write_random_mimi (const PpxMimiConfig *cfg, guint64 seed, const char *path, GError **error);
+/* Writes cfg as config.json to path. */
+gboolean bench_write_config (const PpxConfig *cfg, const char *path, GError **error);
+
+G_END_DECLS
+#endif

@@ -1,0 +1,355 @@
+#include "bench-run.h"
+
+#include "lm.h"
+#include "lmgen.h"
+#include "mimi.h"
+#include "safetensors.h"
+
+#include <math.h>
+
+#define TEXT_PAD 3
+
+PpxBackend *
+bench_backend_new (PpxBackendKind kind, int threads, GError **error)
+{
+  if (kind == PPX_BACKEND_CUDA) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
+                 "backend 'cuda' is not available in this build yet (use 'cpu' or 'auto')");
+    return NULL;
+  }
+  return ppx_backend_cpu_new (threads, error);
+}
+
+/* Speech-like test audio: a gliding voiced tone (5 harmonics) under a 4 Hz syllable envelope plus a
+ * little noise; each session gets its own pitch. */
+static void
+test_signal (int session, gint64 frame, int n, int sample_rate, float *out)
+{
+  for (int i = 0; i < n; i++) {
+    double t = (double) (frame * n + i) / sample_rate;
+    double f0 = 110.0 + 15.0 * session + 30.0 * sin (2 * G_PI * 0.3 * t);
+    double env = 0.5 + 0.5 * sin (2 * G_PI * 4.0 * t);
+    double v = 0;
+    for (int h = 1; h <= 5; h++)
+      v += sin (2 * G_PI * f0 * h * t) / h;
+    guint32 x = (guint32) (frame * n + i) * 2654435761u + (guint32) session * 40503u;
+    double noise = (double) (x >> 8) / 16777216.0 - 0.5;
+    out[i] = (float) (0.15 * env * v + 0.01 * noise);
+  }
+}
+
+static void
+phase_begin (BenchReport *r)
+{
+  r->peak_per_phase = bench_rss_peak_reset ();
+}
+
+static void
+phase_end (BenchMemory *m)
+{
+  m->rss_bytes = bench_rss_bytes ();
+  m->peak_rss_bytes = bench_rss_peak_bytes ();
+}
+
+/* ---- Mimi ---- */
+
+typedef struct {
+  PpxBackend *be;
+  PpxSafetensors *st;
+  PpxMimi *mimi;
+  PpxMimiState **states;
+  int n_states;
+} MimiPhase;
+
+static void
+mimi_phase_clear (MimiPhase *p)
+{
+  for (int i = 0; p->states && i < p->n_states; i++)
+    ppx_mimi_state_free (p->states[i]);
+  g_free (p->states);
+  ppx_mimi_free (p->mimi);
+  if (p->st)
+    ppx_st_close (p->st);
+  if (p->be)
+    ppx_backend_free (p->be);
+}
+
+gboolean
+bench_run_mimi (const BenchSetup *s, BenchReport *r, GError **error)
+{
+  const PpxMimiConfig *mc = &s->cfg.mimi;
+  const int fs = mc->frame_size, nq = mc->num_codebooks, B = s->batch;
+  MimiPhase p = {0};
+  phase_begin (r);
+  double t0 = bench_now_ms ();
+  gboolean ok = (p.be = bench_backend_new (s->backend, s->threads, error)) &&
+                (p.st = ppx_st_open (s->mimi_path, error)) && (p.mimi = ppx_mimi_load (p.be, mc, p.st, error));
+  if (!ok) {
+    mimi_phase_clear (&p);
+    return FALSE;
+  }
+  bench_report_add_load (r, "mimi", "open + load the Mimi checkpoint", bench_now_ms () - t0);
+  BenchMemory *mem = bench_report_add_memory (r, "mimi");
+  mem->weight_bytes = ppx_mimi_weight_bytes (p.mimi);
+  guint64 before = ppx_backend_allocated_bytes (p.be);
+  p.states = g_new0 (PpxMimiState *, B);
+  p.n_states = B;
+  for (int i = 0; ok && i < B; i++)
+    ok = (p.states[i] = ppx_mimi_state_new (p.mimi, error)) != NULL;
+  if (!ok) {
+    mimi_phase_clear (&p);
+    return FALSE;
+  }
+  mem->backend_bytes = ppx_backend_allocated_bytes (p.be);
+  mem->state_bytes = (mem->backend_bytes - before) / B;
+
+  float *pcm = g_new (float, (gsize) B * fs), *out = g_new (float, fs);
+  int *codes = g_new (int, (gsize) B * nq);
+  double *enc = g_new (double, s->frames), *dec = g_new (double, s->frames);
+  for (int f = 0; f < s->warmup + s->frames; f++) {
+    for (int i = 0; i < B; i++)
+      test_signal (i, f, fs, mc->sample_rate, pcm + (gsize) i * fs);
+    double a = bench_now_ms ();
+    for (int i = 0; i < B; i++)
+      ppx_mimi_encode_host (p.states[i], pcm + (gsize) i * fs, codes + (gsize) i * nq, NULL);
+    double b = bench_now_ms ();
+    for (int i = 0; i < B; i++)
+      ppx_mimi_decode_host (p.states[i], codes + (gsize) i * nq, out);
+    double c = bench_now_ms ();
+    if (f >= s->warmup) {
+      enc[f - s->warmup] = b - a;
+      dec[f - s->warmup] = c - b;
+    }
+  }
+  bench_report_add_component (r, "mimi-encode", "mimi", "80 ms of PCM -> 8 codes", B, enc, s->frames);
+  bench_report_add_component (r, "mimi-decode", "mimi", "8 codes -> 80 ms of PCM", B, dec, s->frames);
+  phase_end (mem);
+  g_free (pcm);
+  g_free (out);
+  g_free (codes);
+  g_free (enc);
+  g_free (dec);
+  mimi_phase_clear (&p);
+  return TRUE;
+}
+
+/* ---- LM ---- */
+
+typedef struct {
+  PpxBackend *be;
+  PpxSafetensors *st;
+  PpxLm *lm;
+  PpxLmState **states;
+  PpxLmGen *gens;
+  int n_states;
+} LmPhase;
+
+static void
+lm_phase_clear (LmPhase *p)
+{
+  for (int i = 0; p->states && i < p->n_states; i++)
+    ppx_lm_state_free (p->states[i]);
+  g_free (p->states);
+  g_free (p->gens);
+  ppx_lm_free (p->lm);
+  if (p->st)
+    ppx_st_close (p->st);
+  if (p->be)
+    ppx_backend_free (p->be);
+}
+
+static void
+random_codes (guint32 *rng, int card, int n, int *out)
+{
+  for (int q = 0; q < n; q++) {
+    *rng = *rng * 1664525u + 1013904223u;
+    out[q] = (int) ((*rng >> 8) % (guint32) card);
+  }
+}
+
+/* Steps every session `warmup + frames` times; conversation = TRUE: user codes only (the agent's
+ * streams are sampled), else all streams provided (the prompt phase). */
+static void
+lm_steps (const BenchSetup *s, LmPhase *p, gboolean conversation, double *ms, int *dep_steps)
+{
+  const PpxLmConfig *c = &s->cfg.lm;
+  const int nq = c->n_q / 2;
+  int user[PPX_MAX_STREAMS], agent[PPX_MAX_STREAMS], out[PPX_MAX_STREAMS];
+  guint32 rng = 12345u;
+  for (int f = 0; f < s->warmup + s->frames; f++) {
+    double a = bench_now_ms ();
+    for (int i = 0; i < p->n_states; i++) {
+      PpxSampling smp = {.seed = s->seed + (guint64) i, .temp_text = 0.7f, .temp_audio = 0.8f, .topk_text = 25,
+                         .topk_audio = 250};
+      random_codes (&rng, c->card, nq, user);
+      if (conversation) {
+        ppx_lmgen_step (&p->gens[i], p->states[i], user, NULL, -1, NULL, &smp, out);
+      } else {
+        random_codes (&rng, c->card, nq, agent);
+        ppx_lmgen_step (&p->gens[i], p->states[i], user, agent, TEXT_PAD, NULL, &smp, out);
+      }
+    }
+    if (f >= s->warmup)
+      ms[f - s->warmup] = bench_now_ms () - a;
+    *dep_steps = p->gens[0].last_dep_steps;
+  }
+}
+
+gboolean
+bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error)
+{
+  const PpxLmConfig *c = &s->cfg.lm;
+  const int B = s->batch;
+  LmPhase p = {0};
+  phase_begin (r);
+  double t0 = bench_now_ms ();
+  gboolean ok = (p.be = bench_backend_new (s->backend, s->threads, error)) &&
+                (p.st = ppx_st_open (s->lm_path, error)) &&
+                (p.lm = ppx_lm_load (p.be, c, p.st, s->quantization, error));
+  if (!ok) {
+    lm_phase_clear (&p);
+    return FALSE;
+  }
+  bench_report_add_load (r, "lm", "open + load the LM checkpoint", bench_now_ms () - t0);
+  BenchMemory *mem = bench_report_add_memory (r, "lm");
+  mem->weight_bytes = ppx_lm_weight_bytes (p.lm);
+  guint64 before = ppx_backend_allocated_bytes (p.be);
+  p.states = g_new0 (PpxLmState *, B);
+  p.gens = g_new0 (PpxLmGen, B);
+  p.n_states = B;
+  for (int i = 0; ok && i < B; i++) {
+    ok = (p.states[i] = ppx_lm_state_new (p.lm, error)) != NULL;
+    ppx_lmgen_init (&p.gens[i], c);
+  }
+  if (!ok) {
+    lm_phase_clear (&p);
+    return FALSE;
+  }
+  mem->backend_bytes = ppx_backend_allocated_bytes (p.be);
+  mem->state_bytes = (mem->backend_bytes - before) / B;
+
+  /* The generator's first call only sets up its start tokens and runs no model: make it untimed. */
+  int out[PPX_MAX_STREAMS], zeros[PPX_MAX_STREAMS] = {0};
+  PpxSampling smp = {.greedy = TRUE};
+  for (int i = 0; i < B; i++)
+    ppx_lmgen_step (&p.gens[i], p.states[i], zeros, zeros, TEXT_PAD, NULL, &smp, out);
+
+  double *ms = g_new (double, s->frames);
+  int dep_steps = 0;
+  lm_steps (s, &p, FALSE, ms, &dep_steps);
+  g_autofree char *note = g_strdup_printf ("temporal only (%d depformer steps)", dep_steps);
+  bench_report_add_component (r, "lm-prompt-step", "lm", note, B, ms, s->frames);
+  lm_steps (s, &p, TRUE, ms, &dep_steps);
+  g_free (note);
+  note = g_strdup_printf ("temporal + %d depformer steps, sampled", dep_steps);
+  bench_report_add_component (r, "lm-step", "lm", note, B, ms, s->frames);
+  phase_end (mem);
+  g_free (ms);
+  lm_phase_clear (&p);
+  return TRUE;
+}
+
+/* ---- the whole session ---- */
+
+gboolean
+bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
+{
+  const int B = s->batch;
+  phase_begin (r);
+  PpxModelParams mp;
+  ppx_model_params_init (&mp);
+  mp.model_dir = s->model_dir;
+  if (!s->model_dir) {
+    mp.lm_file = s->lm_path;
+    mp.mimi_file = s->mimi_path;
+    mp.config_json = s->config_path;
+  }
+  mp.quantization = s->quantization;
+  mp.backend = s->backend;
+  mp.n_threads = s->threads;
+  double t0 = bench_now_ms ();
+  PpxModel *model = ppx_model_load (&mp, error);
+  if (!model)
+    return FALSE;
+  bench_report_add_load (r, "model", "ppx_model_load: Mimi + LM (+ tokenizer)", bench_now_ms () - t0);
+  BenchMemory *mem = bench_report_add_memory (r, "session");
+  mem->weight_bytes = ppx_model_weight_bytes (model);
+  mem->state_is_rss = TRUE;
+
+  PpxSession **sessions = g_new0 (PpxSession *, B);
+  PpxSessionParams sp;
+  ppx_session_params_init (&sp);
+  guint64 rss_before = bench_rss_bytes ();
+  double new_ms = 0;
+  gboolean ok = TRUE;
+  for (int i = 0; ok && i < B; i++) {
+    sp.seed = s->seed + (guint64) i;
+    double a = bench_now_ms ();
+    ok = (sessions[i] = ppx_session_new (model, &sp, error)) != NULL;
+    new_ms += bench_now_ms () - a;
+  }
+  if (ok) {
+    guint64 rss_after = bench_rss_bytes ();
+    mem->state_bytes = rss_after > rss_before ? (rss_after - rss_before) / B : 0;
+    bench_report_add_load (r, "session-new", "per session: state + the silence prompts (12 temporal-only steps)",
+                           new_ms / B);
+    const int fs = ppx_model_frame_size (model), sr = ppx_model_sample_rate (model);
+    float *in = g_new (float, (gsize) B * fs), *out = g_new (float, fs);
+    double *ms = g_new (double, s->frames);
+    for (int f = 0; ok && f < s->warmup + s->frames; f++) {
+      for (int i = 0; i < B; i++)
+        test_signal (i, f, fs, sr, in + (gsize) i * fs);
+      double a = bench_now_ms ();
+      for (int i = 0; ok && i < B; i++) {
+        PpxFrameResult res;
+        ok = ppx_session_step (sessions[i], in + (gsize) i * fs, out, &res, error);
+      }
+      if (f >= s->warmup)
+        ms[f - s->warmup] = bench_now_ms () - a;
+    }
+    if (ok)
+      bench_report_add_component (r, "session-step", "session", "ppx_session_step: encode + LM step + decode", B, ms,
+                                  s->frames);
+    g_free (in);
+    g_free (out);
+    g_free (ms);
+  }
+  phase_end (mem);
+  for (int i = 0; i < B; i++)
+    ppx_session_free (sessions[i]);
+  g_free (sessions);
+  ppx_model_unref (model);
+  return ok;
+}
+
+/* ---- load times ---- */
+
+gboolean
+bench_run_lm_load (const BenchSetup *s, const char *name, const char *path, PpxQuantization quant, int repeats,
+                   BenchReport *r, GError **error)
+{
+  double *ms = g_new (double, repeats);
+  guint64 weights = 0, peak = 0;
+  gboolean ok = TRUE;
+  for (int k = 0; ok && k < repeats; k++) {
+    LmPhase p = {0};
+    phase_begin (r);
+    double t0 = bench_now_ms ();
+    ok = (p.be = bench_backend_new (s->backend, s->threads, error)) && (p.st = ppx_st_open (path, error)) &&
+         (p.lm = ppx_lm_load (p.be, &s->cfg.lm, p.st, quant, error));
+    ms[k] = bench_now_ms () - t0;
+    if (ok) {
+      weights = ppx_lm_weight_bytes (p.lm);
+      peak = MAX (peak, bench_rss_peak_bytes ());
+    }
+    lm_phase_clear (&p);
+  }
+  if (ok) {
+    BenchLoadRun *run = bench_report_add_load_run (r, name, path);
+    bench_stats_compute (ms, repeats, &run->ms);
+    run->weight_bytes = weights;
+    run->peak_rss_bytes = peak;
+  }
+  g_free (ms);
+  return ok;
+}

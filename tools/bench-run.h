@@ -1,0 +1,41 @@
+/* personaplex-bench: the measured phases. Each phase makes its own backend, loads what it measures,
+ * makes `batch` independent sessions, steps them all once per frame tick (warm-up ticks first, not
+ * recorded), records the tick times and the memory, and frees everything again. */
+#ifndef BENCH_RUN_H
+#define BENCH_RUN_H
+
+#include "backend.h"
+#include "bench-report.h"
+#include "config.h"
+#include "personaplex.h"
+
+G_BEGIN_DECLS
+
+typedef struct {
+  PpxConfig cfg;
+  const char *model_dir;   /* a model directory, or NULL for files given one by one */
+  const char *lm_path;     /* the LM checkpoint (may be a /proc/self/fd path) */
+  const char *mimi_path;   /* the Mimi checkpoint */
+  const char *config_path; /* config.json to use with lm_path/mimi_path when model_dir is NULL */
+  PpxBackendKind backend;
+  PpxQuantization quantization;
+  int threads, batch, frames, warmup;
+  guint64 seed;
+} BenchSetup;
+
+/* The backend of the given kind (auto: the CPU until a CUDA backend is built). */
+PpxBackend *bench_backend_new (PpxBackendKind kind, int threads, GError **error);
+
+/* Mimi alone: load, then per frame encode (mimi-encode) and decode (mimi-decode). */
+gboolean bench_run_mimi (const BenchSetup *s, BenchReport *r, GError **error);
+/* The LM alone: load, then prompt-phase steps (lm-prompt-step: temporal only, all streams provided)
+ * and conversation steps (lm-step: temporal + the depformer steps for the agent's streams). */
+gboolean bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error);
+/* The public API: ppx_model_load, ppx_session_new (the prompt phase) and ppx_session_step. */
+gboolean bench_run_session (const BenchSetup *s, BenchReport *r, GError **error);
+/* `repeats` loads (open, validate, load onto a fresh backend) of the LM file at `path` with `quant`. */
+gboolean bench_run_lm_load (const BenchSetup *s, const char *name, const char *path, PpxQuantization quant,
+                            int repeats, BenchReport *r, GError **error);
+
+G_END_DECLS
+#endif

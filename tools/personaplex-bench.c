@@ -1,0 +1,380 @@
+/* personaplex-bench: speed and memory per component and per 80 ms frame.
+ *
+ *   personaplex-bench (--model-dir DIR | --random-weights tiny|mid|full)
+ *                     [--component all|mimi|lm|session] [--quantization auto|bf16|int8|int4]
+ *                     [--backend auto|cpu|cuda] [--batch N] [--frames N] [--warmup N] [--threads N]
+ *                     [--seed N] [--json]
+ *   personaplex-bench ... --measure-load [--load-repeats N] [--prequantized-dir DIR ...]
+ *
+ * Prints the machine and build, the load times, per component the mean/p50/p95/max time of one frame
+ * tick (all --batch sessions stepped once), the time per session and the real-time factor, and per
+ * phase the weight bytes, the state bytes per session and the resident memory (docs/performance.md).
+ * --random-weights makes the checkpoints in memory (memfd), only those the components need; with
+ * --quantization int8|int4 the LM is made pre-quantized, so a full-size LM fits (int4 about 5 GB).
+ * --measure-load times LM loads instead: bf16 as stored, quantized at load, and pre-quantized. */
+#include "bench-measure.h"
+#include "bench-random-model.h"
+#include "bench-report.h"
+#include "bench-run.h"
+#include "quant-load.h"
+#include "safetensors.h"
+
+#include <stdio.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define PROG "personaplex-bench"
+#define LM_FILE "model.safetensors"
+
+typedef struct {
+  char *model_dir, *random_size, *component, *quantization, *backend;
+  char **prequantized_dirs;
+  int batch, frames, warmup, threads, load_repeats;
+  gint64 seed;
+  gboolean json, measure_load;
+} Options;
+
+typedef struct {
+  const char *name;
+  int value;
+} Choice;
+
+static const Choice quant_choices[] = {
+  {"auto", PPX_QUANT_AUTO}, {"bf16", PPX_QUANT_BF16}, {"int8", PPX_QUANT_INT8}, {"int4", PPX_QUANT_INT4}, {NULL, 0}};
+static const Choice backend_choices[] = {
+  {"auto", PPX_BACKEND_AUTO}, {"cpu", PPX_BACKEND_CPU}, {"cuda", PPX_BACKEND_CUDA}, {NULL, 0}};
+static const Choice component_choices[] = {{"all", 0}, {"mimi", 1}, {"lm", 2}, {"session", 3}, {NULL, 0}};
+enum { COMP_ALL, COMP_MIMI, COMP_LM, COMP_SESSION };
+
+static gboolean
+pick (const Choice *choices, const char *option, const char *value, int *out, GError **error)
+{
+  GString *names = g_string_new (NULL);
+  for (const Choice *c = choices; c->name; c++) {
+    if (g_strcmp0 (c->name, value) == 0) {
+      *out = c->value;
+      g_string_free (names, TRUE);
+      return TRUE;
+    }
+    g_string_append_printf (names, "%s%s", names->len ? ", " : "", c->name);
+  }
+  g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--%s: unknown value '%s' (expected %s)", option, value,
+               names->str);
+  g_string_free (names, TRUE);
+  return FALSE;
+}
+
+static gboolean
+parse_options (int argc, char **argv, Options *o, GError **error)
+{
+  GOptionEntry entries[] = {
+    {"model-dir", 'm', 0, G_OPTION_ARG_FILENAME, &o->model_dir, "Model directory (published layout)", "DIR"},
+    {"random-weights", 'r', 0, G_OPTION_ARG_STRING, &o->random_size,
+     "Random weights made in memory: tiny, mid or full (PersonaPlex-7B)", "SIZE"},
+    {"component", 'c', 0, G_OPTION_ARG_STRING, &o->component, "all (default), mimi, lm or session", "NAME"},
+    {"quantization", 'q', 0, G_OPTION_ARG_STRING, &o->quantization, "auto (default), bf16, int8 or int4", "Q"},
+    {"backend", 'b', 0, G_OPTION_ARG_STRING, &o->backend, "auto (default), cpu or cuda", "NAME"},
+    {"batch", 'B', 0, G_OPTION_ARG_INT, &o->batch, "Independent sessions stepped per frame tick (default 1)", "N"},
+    {"frames", 'n', 0, G_OPTION_ARG_INT, &o->frames, "Measured frames (default 20)", "N"},
+    {"warmup", 'w', 0, G_OPTION_ARG_INT, &o->warmup, "Warm-up frames before measuring (default 2)", "N"},
+    {"threads", 't', 0, G_OPTION_ARG_INT, &o->threads, "CPU threads (default 0 = all cores)", "N"},
+    {"seed", 's', 0, G_OPTION_ARG_INT64, &o->seed, "Seed of the random weights and of sampling (default 0)", "N"},
+    {"json", 'j', 0, G_OPTION_ARG_NONE, &o->json, "Machine-readable output (JSON on stdout)", NULL},
+    {"measure-load", 0, 0, G_OPTION_ARG_NONE, &o->measure_load,
+     "Time LM loads (bf16, quantized at load, pre-quantized) instead of frames", NULL},
+    {"load-repeats", 0, 0, G_OPTION_ARG_INT, &o->load_repeats, "Loads per variant with --measure-load (default 3)", "N"},
+    {"prequantized-dir", 0, 0, G_OPTION_ARG_FILENAME_ARRAY, &o->prequantized_dirs,
+     "With --model-dir --measure-load: a personaplex-quantize output directory (repeatable)", "DIR"},
+    {NULL},
+  };
+  g_autoptr (GOptionContext) ctx = g_option_context_new ("- speed and memory per component and per 80 ms frame");
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  if (!g_option_context_parse (ctx, &argc, &argv, error))
+    return FALSE;
+  const char *problem = NULL;
+  if (argc > 1)
+    problem = "unexpected argument";
+  else if (!o->model_dir == !o->random_size)
+    problem = "give exactly one of --model-dir and --random-weights";
+  else if (o->batch < 1 || o->batch > 4096)
+    problem = "--batch must be in [1, 4096]";
+  else if (o->frames < 1 || o->frames > 1000000)
+    problem = "--frames must be in [1, 1000000]";
+  else if (o->warmup < 0 || o->warmup > 1000000)
+    problem = "--warmup must be in [0, 1000000]";
+  else if (o->threads < 0 || o->threads > 4096)
+    problem = "--threads must be in [0, 4096]";
+  else if (o->load_repeats < 1 || o->load_repeats > 1000)
+    problem = "--load-repeats must be in [1, 1000]";
+  else if (o->prequantized_dirs && !(o->measure_load && o->model_dir))
+    problem = "--prequantized-dir needs --model-dir and --measure-load";
+  if (problem) {
+    g_set_error_literal (error, PPX_ERROR, PPX_ERROR_INVALID, problem);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static char *
+config_summary (const PpxConfig *c)
+{
+  const PpxLmConfig *l = &c->lm;
+  const PpxMimiConfig *m = &c->mimi;
+  return g_strdup_printf ("LM dim %d, %d layers, %d heads, FFN %d, context %d, text vocab %d; depformer dim %d, "
+                          "%d layers, %d steps; Mimi SEANet %d filters, transformer %d x %d layers",
+                          l->dim, l->num_layers, l->num_heads, l->ffn_hidden, l->context, l->text_card,
+                          l->depformer_dim, l->depformer_num_layers, l->dep_q, m->n_filters, m->t_d_model,
+                          m->t_num_layers);
+}
+
+/* ---- random weights in memory ---- */
+
+typedef struct {
+  BenchMemFile *config, *mimi;
+  BenchMemFile *lm[3]; /* bf16, int8, int4 */
+} RandomFiles;
+
+static int
+format_slot (PpxQuantization q)
+{
+  return q == PPX_QUANT_INT8 ? 1 : q == PPX_QUANT_INT4 ? 2 : 0;
+}
+
+static void
+random_files_clear (RandomFiles *f)
+{
+  bench_mem_file_free (f->config);
+  bench_mem_file_free (f->mimi);
+  for (int i = 0; i < 3; i++)
+    bench_mem_file_free (f->lm[i]);
+}
+
+/* The LM's f32 KV caches of one session at full context (they fill up as a conversation goes on). */
+static guint64
+lm_kv_bytes (const PpxLmConfig *c)
+{
+  return (guint64) 2 * sizeof (float) * ((guint64) c->num_layers * c->context * c->dim +
+                                         (guint64) c->depformer_num_layers * c->dep_q * c->depformer_dim);
+}
+
+static gboolean
+check_memory (guint64 files, guint64 state, const char *what, GError **error)
+{
+  guint64 avail = bench_mem_available_bytes ();
+  if (avail == 0 || files + state + ((guint64) 1 << 30) <= avail)
+    return TRUE;
+  g_set_error (error, PPX_ERROR, PPX_ERROR_NOMEM,
+               "%s needs %.1f GB of memory for its checkpoints and %.1f GB for the sessions' KV caches, only %.1f GB "
+               "are available (leaving 1 GiB): use --quantization int8|int4 (the LM is then made pre-quantized), "
+               "a smaller --batch, or --component mimi",
+               what, files / 1e9, state / 1e9, avail / 1e9);
+  return FALSE;
+}
+
+static gboolean
+make_random (const Options *o, const PpxConfig *cfg, gboolean need_lm, gboolean need_mimi, const gboolean lm_formats[3],
+             RandomFiles *f, BenchReport *r, GError **error)
+{
+  static const PpxQuantization formats[3] = {PPX_QUANT_BF16, PPX_QUANT_INT8, PPX_QUANT_INT4};
+  guint64 need = need_mimi ? bench_random_mimi_bytes (&cfg->mimi) : 0;
+  for (int i = 0; need_lm && i < 3; i++)
+    if (lm_formats[i])
+      need += bench_random_lm_bytes (&cfg->lm, formats[i]);
+  guint64 state = need_lm && !o->measure_load ? (guint64) o->batch * lm_kv_bytes (&cfg->lm) : 0;
+  g_autofree char *what = g_strdup_printf ("the random %s model", o->random_size);
+  if (!check_memory (need, state, what, error))
+    return FALSE;
+  double t0 = bench_now_ms ();
+  if (!(f->config = bench_mem_file_new ("config.json", error)) || !bench_write_config (cfg, f->config->path, error))
+    return FALSE;
+  if (need_mimi) {
+    if (!(f->mimi = bench_mem_file_new ("tokenizer-random.safetensors", error)) ||
+        !bench_write_random_mimi (&cfg->mimi, (guint64) o->seed, f->mimi->path, error))
+      return FALSE;
+    r->mimi_file_bytes = bench_random_mimi_bytes (&cfg->mimi);
+  }
+  for (int i = 0; need_lm && i < 3; i++) {
+    if (!lm_formats[i])
+      continue;
+    if (!(f->lm[i] = bench_mem_file_new ("model.safetensors", error)) ||
+        !bench_write_random_lm (&cfg->lm, formats[i], (guint64) o->seed, f->lm[i]->path, error))
+      return FALSE;
+    if (!r->lm_file_format) {
+      r->lm_file_bytes = bench_random_lm_bytes (&cfg->lm, formats[i]);
+      r->lm_file_format = g_strdup (ppx_quant_format_name (formats[i]));
+    }
+  }
+  r->generate_ms = bench_now_ms () - t0;
+  return TRUE;
+}
+
+/* ---- --measure-load ---- */
+
+static gboolean
+measure_loads_random (const Options *o, const BenchSetup *s, const RandomFiles *f, BenchReport *r, GError **error)
+{
+  const char *bf16 = f->lm[0]->path;
+  return bench_run_lm_load (s, "bf16 (as stored)", bf16, PPX_QUANT_BF16, o->load_repeats, r, error) &&
+         bench_run_lm_load (s, "int8 quantized at load", bf16, PPX_QUANT_INT8, o->load_repeats, r, error) &&
+         bench_run_lm_load (s, "int8 pre-quantized", f->lm[1]->path, PPX_QUANT_AUTO, o->load_repeats, r, error) &&
+         bench_run_lm_load (s, "int4 quantized at load", bf16, PPX_QUANT_INT4, o->load_repeats, r, error) &&
+         bench_run_lm_load (s, "int4 pre-quantized", f->lm[2]->path, PPX_QUANT_AUTO, o->load_repeats, r, error);
+}
+
+static gboolean
+file_format (const char *path, PpxQuantization *q, GError **error)
+{
+  PpxSafetensors *st = ppx_st_open (path, error);
+  if (!st)
+    return FALSE;
+  gboolean ok = ppx_quant_file_format (st, q, NULL, error);
+  ppx_st_close (st);
+  return ok;
+}
+
+static gboolean
+measure_loads_dir (const Options *o, const BenchSetup *s, BenchReport *r, GError **error)
+{
+  PpxQuantization q;
+  if (!file_format (s->lm_path, &q, error))
+    return FALSE;
+  if (q == PPX_QUANT_BF16) {
+    if (!bench_run_lm_load (s, "bf16 (as stored)", s->lm_path, PPX_QUANT_BF16, o->load_repeats, r, error) ||
+        !bench_run_lm_load (s, "int8 quantized at load", s->lm_path, PPX_QUANT_INT8, o->load_repeats, r, error) ||
+        !bench_run_lm_load (s, "int4 quantized at load", s->lm_path, PPX_QUANT_INT4, o->load_repeats, r, error))
+      return FALSE;
+  } else {
+    g_autofree char *name = g_strdup_printf ("%s pre-quantized", ppx_quant_format_name (q));
+    if (!bench_run_lm_load (s, name, s->lm_path, PPX_QUANT_AUTO, o->load_repeats, r, error))
+      return FALSE;
+  }
+  for (char **d = o->prequantized_dirs; d && *d; d++) {
+    g_autofree char *path = g_build_filename (*d, LM_FILE, NULL);
+    if (!file_format (path, &q, error))
+      return FALSE;
+    g_autofree char *name = g_strdup_printf ("%s pre-quantized", ppx_quant_format_name (q));
+    if (!bench_run_lm_load (s, name, path, PPX_QUANT_AUTO, o->load_repeats, r, error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
+/* ---- main ---- */
+
+static gboolean
+run (const Options *o, BenchReport *r, GError **error)
+{
+  int component, quant, backend;
+  if (!pick (component_choices, "component", o->component ? o->component : "all", &component, error) ||
+      !pick (quant_choices, "quantization", o->quantization ? o->quantization : "auto", &quant, error) ||
+      !pick (backend_choices, "backend", o->backend ? o->backend : "auto", &backend, error))
+    return FALSE;
+  /* Fail before any generation or load when the backend does not exist. */
+  PpxBackend *probe = bench_backend_new (backend, o->threads, error);
+  if (!probe)
+    return FALSE;
+  r->backend = ppx_backend_name (probe);
+  ppx_backend_free (probe);
+#ifdef _OPENMP
+  if (o->threads > 0)
+    omp_set_num_threads (o->threads);
+#endif
+
+  BenchSetup s = {.backend = backend, .quantization = quant, .threads = o->threads, .batch = o->batch,
+                  .frames = o->frames, .warmup = o->warmup, .seed = (guint64) o->seed};
+  r->cpu = bench_cpu_model ();
+  r->cores = bench_cpu_cores ();
+  r->load_average = bench_load_average ();
+  r->threads = o->threads > 0 ? o->threads : r->cores;
+  r->quantization = ppx_quant_format_name (quant);
+  r->batch = o->batch;
+  r->frames = o->measure_load ? 0 : o->frames;
+  r->warmup = o->measure_load ? 0 : o->warmup;
+
+  const gboolean need_mimi = !o->measure_load && component != COMP_LM;
+  const gboolean need_lm = o->measure_load || component != COMP_MIMI;
+  g_autofree char *lm_path = NULL, *mimi_path = NULL;
+  RandomFiles files = {0};
+  gboolean ok;
+  if (o->model_dir) {
+    ok = g_file_test (o->model_dir, G_FILE_TEST_IS_DIR);
+    if (!ok)
+      g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: model directory does not exist", o->model_dir);
+    ok = ok && ppx_config_load_dir (&s.cfg, o->model_dir, error);
+    s.model_dir = o->model_dir;
+    lm_path = g_build_filename (o->model_dir, LM_FILE, NULL);
+    mimi_path = ppx_model_dir_mimi_path (o->model_dir);
+    r->model_source = g_strdup (o->model_dir);
+  } else {
+    ok = bench_random_config (o->random_size, &s.cfg, error);
+    gboolean formats[3] = {FALSE, FALSE, FALSE};
+    if (o->measure_load)
+      formats[0] = formats[1] = formats[2] = TRUE;
+    else
+      formats[format_slot (quant)] = TRUE;
+    r->model_source = g_strdup_printf ("random %s (made in memory)", o->random_size);
+    if (ok)
+      g_printerr ("%s: making the random %s model in memory...\n", PROG, o->random_size);
+    ok = ok && make_random (o, &s.cfg, need_lm, need_mimi, formats, &files, r, error);
+    if (ok) {
+      int slot = o->measure_load ? 0 : format_slot (quant);
+      lm_path = files.lm[slot] ? g_strdup (files.lm[slot]->path) : NULL;
+      mimi_path = files.mimi ? g_strdup (files.mimi->path) : NULL;
+      s.config_path = files.config->path;
+    }
+  }
+  if (ok) {
+    s.lm_path = lm_path;
+    s.mimi_path = mimi_path;
+    r->config_summary = config_summary (&s.cfg);
+    r->frame_ms = 1000.0 * s.cfg.mimi.frame_size / s.cfg.mimi.sample_rate;
+  }
+  if (ok && o->measure_load) {
+    g_printerr ("%s: measuring LM loads...\n", PROG);
+    ok = o->model_dir ? measure_loads_dir (o, &s, r, error) : measure_loads_random (o, &s, &files, r, error);
+  } else if (ok) {
+    if (ok && (component == COMP_ALL || component == COMP_MIMI)) {
+      g_printerr ("%s: measuring Mimi...\n", PROG);
+      ok = bench_run_mimi (&s, r, error);
+    }
+    if (ok && (component == COMP_ALL || component == COMP_LM)) {
+      g_printerr ("%s: measuring the LM...\n", PROG);
+      ok = bench_run_lm (&s, r, error);
+    }
+    if (ok && (component == COMP_ALL || component == COMP_SESSION)) {
+      g_printerr ("%s: measuring whole sessions...\n", PROG);
+      ok = bench_run_session (&s, r, error);
+    }
+  }
+  random_files_clear (&files);
+  return ok;
+}
+
+int
+main (int argc, char **argv)
+{
+  Options o = {.batch = 1, .frames = 20, .warmup = 2, .load_repeats = 3};
+  g_autoptr (GError) error = NULL;
+  if (!parse_options (argc, argv, &o, &error)) {
+    g_printerr ("%s: %s\n", PROG, error->message);
+    return 2;
+  }
+  g_autoptr (BenchReport) r = bench_report_new ();
+  gboolean ok = run (&o, r, &error);
+  if (ok && o.json) {
+    g_autofree char *json = bench_report_to_json (r);
+    printf ("%s\n", json);
+  } else if (ok) {
+    bench_report_print_text (r, stdout);
+  } else {
+    g_printerr ("%s: %s\n", PROG, error->message);
+  }
+  g_free (o.model_dir);
+  g_free (o.random_size);
+  g_free (o.component);
+  g_free (o.quantization);
+  g_free (o.backend);
+  g_strfreev (o.prequantized_dirs);
+  return ok ? 0 : 1;
+}

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Smoke test of personaplex-bench (not a timed test): every component runs for a couple of frames on the
 # tiny model, made in memory and read from a directory; the expected report lines, the JSON form, the
-# --measure-load table and the errors for bad options and the missing CUDA backend.
+# --measure-load table, --backend cuda (measured with a GPU, else a clear error) and bad options.
 #   PPX_BENCH       the personaplex-bench executable
 #   PPX_MAKE_MODEL  the personaplex-make-model executable
 set -u
@@ -84,7 +84,7 @@ if grep -q '"mimi-encode"' "$tmp/json.out"; then
 fi
 if command -v python3 >/dev/null 2>&1; then
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["components"]) == 2' \
-    "$tmp/json.out" || fail "json: not a JSON document with two components"
+    "$tmp/json.out" 2>/dev/null || fail "json: not a JSON document with two components"
 fi
 
 # load times: bf16, quantized at load, pre-quantized
@@ -93,9 +93,16 @@ expect load '^run: +backend cpu, load times only' "^  bf16 \(as stored\) +1 +$nu
   "^  int8 quantized at load +1 +$num" "^  int8 pre-quantized +1 +$num" "^  int4 quantized at load +1 +$num" \
   "^  int4 pre-quantized +1 +$num"
 
-# errors: the CUDA backend does not exist yet; bad options
-run cuda 1 --random-weights tiny --backend cuda
-grep -q "backend 'cuda' is not available" "$tmp/cuda.err" || fail "cuda: no clear error: $(cat "$tmp/cuda.err")"
+# --backend cuda: measured where a GPU is usable, else a clear error before any work
+"$PPX_BENCH" --random-weights tiny --backend cuda --frames 2 --warmup 1 >"$tmp/cuda.out" 2>"$tmp/cuda.err"
+case $? in
+  0) expect cuda '^run: +backend cuda' "^  session-step +2 +$num" ;;
+  1) grep -q "CUDA" "$tmp/cuda.err" || fail "cuda: no clear error: $(cat "$tmp/cuda.err")"
+     grep -q "making the random" "$tmp/cuda.err" && fail "cuda: work was done before the backend error" ;;
+  *) fail "cuda: unexpected exit status" ;;
+esac
+
+# errors: bad options
 run no-model 2 --frames 2
 grep -q "exactly one of --model-dir and --random-weights" "$tmp/no-model.err" || fail "no-model: unclear error"
 run bad-size 1 --random-weights huge

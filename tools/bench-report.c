@@ -80,6 +80,8 @@ bench_report_free (BenchReport *r)
   if (!r)
     return;
   g_free (r->cpu);
+  g_free (r->backend);
+  g_free (r->device);
   g_free (r->model_source);
   g_free (r->config_summary);
   g_free (r->lm_file_format);
@@ -152,6 +154,8 @@ print_header (const BenchReport *r, FILE *out)
   fprintf (out, "personaplex-bench %s\n", PPX_BENCH_VERSION);
   fprintf (out, "machine: %s, %d cores, %d threads used, load average %.2f at start\n", r->cpu, r->cores, r->threads,
            r->load_average);
+  if (r->device)
+    fprintf (out, "device:  %s\n", r->device);
   fprintf (out, "build:   %s\n", build);
   fprintf (out, "model:   %s", r->model_source);
   if (r->generate_ms > 0)
@@ -288,6 +292,7 @@ json_header (JsonBuilder *b, const BenchReport *r)
   add_int (b, "cores", r->cores);
   add_int (b, "threads", r->threads);
   add_double (b, "load_average", r->load_average);
+  add_str (b, "device", r->device);
   json_builder_end_object (b);
   json_builder_set_member_name (b, "build");
   json_builder_begin_object (b);

@@ -53,7 +53,9 @@ typedef struct {
   double generate_ms;     /* random weights: generation time (0 otherwise) */
   guint64 lm_file_bytes, mimi_file_bytes;
   char *lm_file_format;   /* bf16, int8, int4 or NULL */
-  const char *backend, *quantization;
+  char *backend;         /* backend name */
+  char *device;          /* the GPU's name, or NULL */
+  const char *quantization;
   int batch, frames, warmup;
   double frame_ms;
   gboolean peak_per_phase; /* the peak RSS could be reset at the start of each phase */

@@ -19,12 +19,15 @@ typedef struct {
   const char *config_path; /* config.json to use with lm_path/mimi_path when model_dir is NULL */
   PpxBackendKind backend;
   PpxQuantization quantization;
-  int threads, batch, frames, warmup;
+  int threads, device, batch, frames, warmup;
   guint64 seed;
 } BenchSetup;
 
-/* The backend of the given kind (auto: the CPU until a CUDA backend is built). */
-PpxBackend *bench_backend_new (PpxBackendKind kind, int threads, GError **error);
+/* The backend of the given kind, chosen as ppx_model_load() does: CUDA when asked for (a clear error
+ * without CUDA or a GPU), or for auto when a GPU is usable; the CPU otherwise. */
+PpxBackend *bench_backend_new (PpxBackendKind kind, int threads, int device, GError **error);
+/* The GPU's name for a CUDA backend (g_free), NULL otherwise. */
+char *bench_device_name (const PpxBackend *be);
 
 /* Mimi alone: load, then per frame encode (mimi-encode) and decode (mimi-decode). */
 gboolean bench_run_mimi (const BenchSetup *s, BenchReport *r, GError **error);

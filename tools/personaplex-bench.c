@@ -2,7 +2,7 @@
  *
  *   personaplex-bench (--model-dir DIR | --random-weights tiny|mid|full)
  *                     [--component all|mimi|lm|session] [--quantization auto|bf16|int8|int4]
- *                     [--backend auto|cpu|cuda] [--batch N] [--frames N] [--warmup N] [--threads N]
+ *                     [--backend auto|cpu|cuda] [--device N] [--batch N] [--frames N] [--warmup N] [--threads N]
  *                     [--seed N] [--json]
  *   personaplex-bench ... --measure-load [--load-repeats N] [--prequantized-dir DIR ...]
  *
@@ -30,7 +30,7 @@
 typedef struct {
   char *model_dir, *random_size, *component, *quantization, *backend;
   char **prequantized_dirs;
-  int batch, frames, warmup, threads, load_repeats;
+  int batch, frames, warmup, threads, device, load_repeats;
   gint64 seed;
   gboolean json, measure_load;
 } Options;
@@ -79,6 +79,7 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     {"frames", 'n', 0, G_OPTION_ARG_INT, &o->frames, "Measured frames (default 20)", "N"},
     {"warmup", 'w', 0, G_OPTION_ARG_INT, &o->warmup, "Warm-up frames before measuring (default 2)", "N"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &o->threads, "CPU threads (default 0 = all cores)", "N"},
+    {"device", 'd', 0, G_OPTION_ARG_INT, &o->device, "GPU index for the CUDA backend (default 0)", "N"},
     {"seed", 's', 0, G_OPTION_ARG_INT64, &o->seed, "Seed of the random weights and of sampling (default 0)", "N"},
     {"json", 'j', 0, G_OPTION_ARG_NONE, &o->json, "Machine-readable output (JSON on stdout)", NULL},
     {"measure-load", 0, 0, G_OPTION_ARG_NONE, &o->measure_load,
@@ -105,6 +106,8 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     problem = "--warmup must be in [0, 1000000]";
   else if (o->threads < 0 || o->threads > 4096)
     problem = "--threads must be in [0, 4096]";
+  else if (o->device < 0)
+    problem = "--device must be >= 0";
   else if (o->load_repeats < 1 || o->load_repeats > 1000)
     problem = "--load-repeats must be in [1, 1000]";
   else if (o->prequantized_dirs && !(o->measure_load && o->model_dir))
@@ -271,17 +274,18 @@ run (const Options *o, BenchReport *r, GError **error)
       !pick (backend_choices, "backend", o->backend ? o->backend : "auto", &backend, error))
     return FALSE;
   /* Fail before any generation or load when the backend does not exist. */
-  PpxBackend *probe = bench_backend_new (backend, o->threads, error);
+  PpxBackend *probe = bench_backend_new (backend, o->threads, o->device, error);
   if (!probe)
     return FALSE;
-  r->backend = ppx_backend_name (probe);
+  r->backend = g_strdup (ppx_backend_name (probe));
+  r->device = bench_device_name (probe);
   ppx_backend_free (probe);
 #ifdef _OPENMP
   if (o->threads > 0)
     omp_set_num_threads (o->threads);
 #endif
 
-  BenchSetup s = {.backend = backend, .quantization = quant, .threads = o->threads, .batch = o->batch,
+  BenchSetup s = {.backend = backend, .quantization = quant, .threads = o->threads, .device = o->device, .batch = o->batch,
                   .frames = o->frames, .warmup = o->warmup, .seed = (guint64) o->seed};
   r->cpu = bench_cpu_model ();
   r->cores = bench_cpu_cores ();

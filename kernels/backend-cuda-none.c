@@ -1,0 +1,25 @@
+/* The CUDA backend's entry points in a build without CUDA (meson -Dcuda=disabled, or no nvcc): the
+ * backend is never available and asking for it is a clear error. */
+#include "backend-cuda.h"
+
+gboolean
+ppx_backend_cuda_available (int *n_devices)
+{
+  if (n_devices)
+    *n_devices = 0;
+  return FALSE;
+}
+
+PpxBackend *
+ppx_backend_cuda_new (int device, GError **error)
+{
+  g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
+               "CUDA backend: this build of personaplex was built without CUDA (rebuild with nvcc and -Dcuda=enabled)");
+  return NULL;
+}
+
+const char *
+ppx_backend_cuda_device_name (const PpxBackend *be)
+{
+  return NULL;
+}

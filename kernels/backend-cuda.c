@@ -1,0 +1,556 @@
+/* The CUDA backend: the PpxBackendOps vtable over the kernels in cuda-*.cu (declared in cuda-kernels.h).
+ *
+ * One device, one non-blocking stream per backend; every op is enqueued on it and returns at once
+ * (uploads from pageable memory are staged by the runtime, so the caller may reuse its buffer); only
+ * downloads and sync wait. Memory is plain cudaMalloc (never managed memory), zero-filled like the CPU
+ * backend's; weights are always copied to the device (desc->borrow is ignored). Ops that need temporary
+ * device memory share one scratch buffer that grows on demand; a mutex keeps its growth and use together
+ * when several threads enqueue on the same backend.
+ *
+ * Ops cannot fail through the interface (backend.h): a CUDA error inside one is a programming error or a
+ * lost device, reported with g_critical() naming the op and the CUDA error. */
+#include "backend-cuda.h"
+
+#include "backend-impl.h"
+#include "cuda-kernels.h"
+#include "quant.h"
+
+#include <math.h>
+
+typedef struct {
+  int device;
+  void *stream;
+  char device_name[256];
+  GMutex scratch_lock;
+  void *scratch;
+  gsize scratch_bytes;
+  GMutex rope_lock;
+  GArray *rope_tables; /* RopeTable: device frequency tables by (Dh, max_period) */
+} CudaPriv;
+
+typedef struct {
+  int Dh;
+  float max_period;
+  float *freqs; /* device, Dh/2 floats */
+} RopeTable;
+
+#define PRIV(be) ((CudaPriv *) (be)->priv)
+#define F32(t) ((float *) (t)->data)
+#define I32(t) ((int32_t *) (t)->data)
+
+/* Makes the backend's device current for this thread (ops may come from any thread). */
+static void
+enter (PpxBackend *be)
+{
+  int e = ppx_cuda_set_device (PRIV (be)->device);
+  if (e)
+    g_critical ("CUDA backend: cannot select GPU %d: %s", PRIV (be)->device, ppx_cuda_error_string (e));
+}
+
+static void
+check (PpxBackend *be, int err, const char *what)
+{
+  if (err)
+    g_critical ("CUDA backend (GPU %d): %s failed: %s", PRIV (be)->device, what, ppx_cuda_error_string (err));
+}
+
+/* The scratch buffer, at least `bytes` large; call with scratch_lock held. NULL (and a critical) if the
+ * device is out of memory. Growing waits for queued work that may still read the old buffer. */
+static void *
+scratch_get (PpxBackend *be, gsize bytes)
+{
+  CudaPriv *p = PRIV (be);
+  if (bytes <= p->scratch_bytes)
+    return p->scratch;
+  gsize want = MAX (bytes, p->scratch_bytes * 2);
+  check (be, ppx_cuda_stream_sync (p->stream), "scratch sync");
+  if (p->scratch)
+    check (be, ppx_cuda_free (p->scratch), "scratch free");
+  p->scratch = NULL;
+  p->scratch_bytes = 0;
+  int e = ppx_cuda_malloc (&p->scratch, want);
+  if (e) {
+    g_critical ("CUDA backend (GPU %d): out of memory for %" G_GSIZE_FORMAT " scratch bytes: %s", p->device, want,
+                ppx_cuda_error_string (e));
+    return NULL;
+  }
+  p->scratch_bytes = want;
+  return p->scratch;
+}
+
+static void
+cuda_free (PpxBackend *be)
+{
+  CudaPriv *p = PRIV (be);
+  enter (be);
+  check (be, ppx_cuda_stream_sync (p->stream), "final sync");
+  if (p->scratch)
+    ppx_cuda_free (p->scratch);
+  for (guint i = 0; i < p->rope_tables->len; i++)
+    ppx_cuda_free (g_array_index (p->rope_tables, RopeTable, i).freqs);
+  g_array_free (p->rope_tables, TRUE);
+  ppx_cuda_stream_destroy (p->stream);
+  g_mutex_clear (&p->scratch_lock);
+  g_mutex_clear (&p->rope_lock);
+  g_free (p);
+  g_free (be);
+}
+
+static void
+cuda_sync (PpxBackend *be)
+{
+  enter (be);
+  check (be, ppx_cuda_stream_sync (PRIV (be)->stream), "sync");
+}
+
+static void *
+cuda_alloc (PpxBackend *be, gsize bytes, GError **error)
+{
+  enter (be);
+  void *p = NULL;
+  int e = ppx_cuda_malloc (&p, bytes);
+  if (e) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_NOMEM, "CUDA backend: out of memory allocating %" G_GSIZE_FORMAT
+                 " bytes on GPU %d (%s): %s", bytes, PRIV (be)->device, PRIV (be)->device_name,
+                 ppx_cuda_error_string (e));
+    return NULL;
+  }
+  check (be, ppx_cuda_memset_async (p, 0, bytes, PRIV (be)->stream), "zero fill");
+  __atomic_add_fetch (&be->allocated, bytes, __ATOMIC_RELAXED);
+  return p;
+}
+
+static void
+cuda_dealloc (PpxBackend *be, void *ptr, gsize bytes)
+{
+  enter (be);
+  __atomic_sub_fetch (&be->allocated, bytes, __ATOMIC_RELAXED);
+  check (be, ppx_cuda_free (ptr), "free"); /* cudaFree waits for work that may still use ptr */
+}
+
+static void
+cuda_upload (PpxBackend *be, void *dst, const void *src, gsize bytes)
+{
+  enter (be);
+  check (be, ppx_cuda_upload (dst, src, bytes, PRIV (be)->stream), "upload");
+}
+
+static void
+cuda_download (PpxBackend *be, void *dst, const void *src, gsize bytes)
+{
+  enter (be);
+  check (be, ppx_cuda_download (dst, src, bytes, PRIV (be)->stream), "download");
+}
+
+static void
+cuda_fill (PpxBackend *be, PpxTensor *t, float value)
+{
+  enter (be);
+  if (t->type == PPX_TENSOR_F32)
+    check (be, ppx_cuda_fill_f32 (F32 (t), t->n, value, PRIV (be)->stream), "fill");
+  else
+    check (be, ppx_cuda_fill_i32 (I32 (t), t->n, (int32_t) value, PRIV (be)->stream), "fill");
+}
+
+/* Overlapping source and destination (one buffer shifted in place) go through the scratch buffer, which
+ * gives the CPU backend's row-by-row memmove result whenever rows do not overlap each other. */
+static void
+cuda_copy2d (PpxBackend *be, PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *src, gsize soff, gsize sld,
+             gsize rows, gsize cols)
+{
+  enter (be);
+  uint32_t *d = (uint32_t *) dst->data + doff;
+  const uint32_t *s = (const uint32_t *) src->data + soff;
+  const uint32_t *d_end = d + (rows - 1) * dld + cols, *s_end = s + (rows - 1) * sld + cols;
+  void *stream = PRIV (be)->stream;
+  if ((const uint32_t *) d < s_end && s < d_end) {
+    g_mutex_lock (&PRIV (be)->scratch_lock);
+    uint32_t *tmp = scratch_get (be, rows * cols * 4);
+    if (tmp) {
+      check (be, ppx_cuda_copy2d (tmp, cols, s, sld, rows, cols, stream), "copy2d (staging)");
+      check (be, ppx_cuda_copy2d (d, dld, tmp, cols, rows, cols, stream), "copy2d");
+    }
+    g_mutex_unlock (&PRIV (be)->scratch_lock);
+    return;
+  }
+  check (be, ppx_cuda_copy2d (d, dld, s, sld, rows, cols, stream), "copy2d");
+}
+
+static gsize
+format_data_bytes (const PpxWeightDesc *d, gsize *scale_bytes)
+{
+  *scale_bytes = 0;
+  switch (d->format) {
+    case PPX_WFMT_F32:
+      return (gsize) d->rows * d->cols * 4;
+    case PPX_WFMT_BF16:
+      return (gsize) d->rows * d->cols * 2;
+    case PPX_WFMT_INT8:
+      *scale_bytes = (gsize) d->rows * 4;
+      return (gsize) d->rows * d->cols;
+    case PPX_WFMT_INT4:
+      if (!ppx_q4_group_size_valid (d->group_size))
+        return 0;
+      *scale_bytes = (gsize) d->rows * ppx_q4_n_groups (d->cols, d->group_size) * 4;
+      return ppx_q4_packed_bytes (d->rows, d->cols);
+  }
+  return 0;
+}
+
+static void *
+weight_copy (PpxBackend *be, const void *src, gsize bytes, const char *what, GError **error)
+{
+  void *p = NULL;
+  int e = ppx_cuda_malloc (&p, bytes);
+  if (e) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_NOMEM, "CUDA backend: out of memory for %" G_GSIZE_FORMAT
+                 " bytes of weight %s on GPU %d (%s): %s", bytes, what, PRIV (be)->device, PRIV (be)->device_name,
+                 ppx_cuda_error_string (e));
+    return NULL;
+  }
+  check (be, ppx_cuda_upload (p, src, bytes, PRIV (be)->stream), "weight upload");
+  __atomic_add_fetch (&be->allocated, bytes, __ATOMIC_RELAXED);
+  return p;
+}
+
+static void cuda_weight_release (PpxBackend *be, PpxWeight *w);
+
+static gboolean
+cuda_weight_init (PpxBackend *be, PpxWeight *w, const PpxWeightDesc *d, GError **error)
+{
+  enter (be);
+  gsize scale_bytes;
+  gsize data_bytes = format_data_bytes (d, &scale_bytes);
+  if (data_bytes == 0) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
+                 "CUDA backend: weight format %s (group size %d) is not supported",
+                 ppx_weight_format_name (d->format), d->group_size);
+    return FALSE;
+  }
+  w->data_bytes = data_bytes;
+  w->scale_bytes = scale_bytes;
+  if (!(w->owned_data = weight_copy (be, d->data, data_bytes, "data", error)))
+    return FALSE;
+  w->data = w->owned_data;
+  if (scale_bytes) {
+    if (!(w->owned_scales = weight_copy (be, d->scales, scale_bytes, "scales", error))) {
+      cuda_weight_release (be, w);
+      return FALSE;
+    }
+    w->scales = w->owned_scales;
+  }
+  return TRUE;
+}
+
+static void
+cuda_weight_release (PpxBackend *be, PpxWeight *w)
+{
+  enter (be);
+  if (w->owned_data) {
+    __atomic_sub_fetch (&be->allocated, w->data_bytes, __ATOMIC_RELAXED);
+    check (be, ppx_cuda_free (w->owned_data), "weight free");
+    w->owned_data = NULL;
+  }
+  if (w->owned_scales) {
+    __atomic_sub_fetch (&be->allocated, w->scale_bytes, __ATOMIC_RELAXED);
+    check (be, ppx_cuda_free (w->owned_scales), "weight free");
+    w->owned_scales = NULL;
+  }
+}
+
+static PpxCudaWeight
+device_weight (const PpxWeight *w)
+{
+  PpxCudaWeight cw = {.format = (int) w->format,
+                      .rows = w->rows,
+                      .cols = w->cols,
+                      .group_size = w->group_size,
+                      .data = w->data,
+                      .scales = w->scales};
+  return cw;
+}
+
+static void
+cuda_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, PpxTensor *y, gsize ldy, int M,
+             gboolean accumulate)
+{
+  enter (be);
+  PpxCudaWeight cw = device_weight (w);
+  check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, PRIV (be)->stream), "linear");
+}
+
+static void
+cuda_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int id_index, int id_stride, PpxTensor *out,
+            int M, gboolean accumulate)
+{
+  enter (be);
+  PpxCudaWeight cw = device_weight (table);
+  check (be, ppx_cuda_embed (&cw, I32 (ids), id_index, id_stride, F32 (out), M, accumulate, PRIV (be)->stream),
+         "embed");
+}
+
+static void
+cuda_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n)
+{
+  enter (be);
+  check (be, ppx_cuda_act ((int) act, F32 (x), F32 (y), n, PRIV (be)->stream), "activation");
+}
+
+static void
+cuda_add (PpxBackend *be, const PpxTensor *a, const PpxTensor *b, PpxTensor *y, gsize n)
+{
+  enter (be);
+  check (be, ppx_cuda_add (F32 (a), F32 (b), F32 (y), n, PRIV (be)->stream), "add");
+}
+
+static void
+cuda_add_scaled (PpxBackend *be, const PpxTensor *x, const PpxTensor *gamma, PpxTensor *y, gsize rows, gsize D)
+{
+  enter (be);
+  check (be, ppx_cuda_add_scaled (F32 (x), F32 (gamma), F32 (y), rows, D, PRIV (be)->stream), "add_scaled");
+}
+
+static void
+cuda_silu_gate (PpxBackend *be, const PpxTensor *h, PpxTensor *u, gsize rows, gsize H)
+{
+  enter (be);
+  check (be, ppx_cuda_silu_gate (F32 (h), F32 (u), rows, H, PRIV (be)->stream), "silu_gate");
+}
+
+static void
+cuda_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D, float eps)
+{
+  enter (be);
+  check (be, ppx_cuda_rmsnorm (F32 (x), F32 (alpha), F32 (y), rows, D, eps, PRIV (be)->stream), "rmsnorm");
+}
+
+static void
+cuda_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y, gsize rows,
+                gsize D, float eps)
+{
+  enter (be);
+  check (be, ppx_cuda_layernorm (F32 (x), F32 (w), F32 (b), F32 (y), rows, D, eps, PRIV (be)->stream), "layernorm");
+}
+
+static void
+cuda_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize A, gsize B)
+{
+  enter (be);
+  check (be, ppx_cuda_transpose (F32 (x), F32 (y), M, A, B, PRIV (be)->stream), "transpose");
+}
+
+/* The rotation frequencies for (Dh, max_period) in device memory, computed once on the host exactly as
+ * the CPU backend does (its expf, not the device's, which may differ by an ulp: at position 3000 an ulp
+ * of a frequency moves the angle by 1e-4). */
+static const float *
+rope_freqs (PpxBackend *be, int Dh, float max_period)
+{
+  CudaPriv *p = PRIV (be);
+  const float *found = NULL;
+  g_mutex_lock (&p->rope_lock);
+  for (guint i = 0; i < p->rope_tables->len && !found; i++) {
+    RopeTable *t = &g_array_index (p->rope_tables, RopeTable, i);
+    if (t->Dh == Dh && t->max_period == max_period)
+      found = t->freqs;
+  }
+  if (!found) {
+    const int half = Dh / 2;
+    const float c = (float) (-log ((double) max_period) * 2.0 / (double) Dh);
+    g_autofree float *host = g_new (float, MAX (half, 1));
+    for (int i = 0; i < half; i++)
+      host[i] = expf ((float) i * c);
+    RopeTable t = {Dh, max_period, NULL};
+    int e = ppx_cuda_malloc ((void **) &t.freqs, MAX (half, 1) * sizeof (float));
+    if (e) {
+      g_critical ("CUDA backend (GPU %d): out of memory for RoPE frequencies: %s", p->device, ppx_cuda_error_string (e));
+    } else {
+      check (be, ppx_cuda_upload (t.freqs, host, half * sizeof (float), p->stream), "rope table upload");
+      g_array_append_val (p->rope_tables, t);
+      found = t.freqs;
+    }
+  }
+  g_mutex_unlock (&p->rope_lock);
+  return found;
+}
+
+static void
+cuda_rope (PpxBackend *be, PpxTensor *qkv, const PpxTensor *pos, gsize rows, int H, int Dh, float max_period)
+{
+  enter (be);
+  const float *freqs = rope_freqs (be, Dh, max_period);
+  if (freqs)
+    check (be, ppx_cuda_rope (F32 (qkv), I32 (pos), rows, H, Dh, freqs, PRIV (be)->stream), "rope");
+}
+
+static void
+cuda_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, const PpxTensor *kv_slot,
+                PpxTensor *kcache, PpxTensor *vcache, PpxTensor *out, int M, int T, int H, int Dh, int cap,
+                int context)
+{
+  enter (be);
+  g_mutex_lock (&PRIV (be)->scratch_lock);
+  float *scores = scratch_get (be, ppx_cuda_attention_scratch_floats (M, T, H, cap) * sizeof (float));
+  if (scores)
+    check (be, ppx_cuda_attention (F32 (qkv), I32 (pos), I32 (kv_slot), F32 (kcache), F32 (vcache), F32 (out), M, T, H,
+                                   Dh, cap, context, scores, PRIV (be)->stream),
+           "attention");
+  g_mutex_unlock (&PRIV (be)->scratch_lock);
+}
+
+static void
+cuda_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *prev,
+             PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
+{
+  enter (be);
+  check (be,
+         ppx_cuda_conv1d (F32 (w), bias ? F32 (bias) : NULL, F32 (x), prev ? F32 (prev) : NULL, F32 (y), M, Cin, Cout,
+                          K, Lin, stride, dilation, groups, PRIV (be)->stream),
+         "conv1d");
+}
+
+static void
+cuda_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+                       PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride, int groups)
+{
+  enter (be);
+  g_mutex_lock (&PRIV (be)->scratch_lock);
+  const gsize tail = K > stride ? (gsize) (K - stride) : 0;
+  float *next = partial && tail ? scratch_get (be, (gsize) M * Cout * tail * sizeof (float)) : NULL;
+  if (!partial || !tail || next)
+    check (be,
+           ppx_cuda_conv_transpose1d (F32 (w), bias ? F32 (bias) : NULL, F32 (x), partial ? F32 (partial) : NULL,
+                                      F32 (y), M, Cin, Cout, K, T, stride, groups, next, PRIV (be)->stream),
+           "conv_transpose1d");
+  g_mutex_unlock (&PRIV (be)->scratch_lock);
+}
+
+static void
+cuda_vq_encode (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTensor *codes, int code_off,
+                int code_stride, int M, int ncb, int bins, int dim)
+{
+  enter (be);
+  check (be,
+         ppx_cuda_vq_encode (F32 (codebooks), F32 (r), I32 (codes), code_off, code_stride, M, ncb, bins, dim,
+                             PRIV (be)->stream),
+         "vq_encode");
+}
+
+static void
+cuda_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *codes, int code_off, int code_stride,
+                PpxTensor *y, int M, int ncb, int bins, int dim)
+{
+  enter (be);
+  check (be,
+         ppx_cuda_vq_decode (F32 (codebooks), I32 (codes), code_off, code_stride, F32 (y), M, ncb, bins, dim,
+                             PRIV (be)->stream),
+         "vq_decode");
+}
+
+static void
+cuda_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
+             const PpxTensor *rng, int stream, int M, float temp, int topk)
+{
+  enter (be);
+  const gboolean greedy = temp <= 0.0f || topk == 1;
+  g_mutex_lock (&PRIV (be)->scratch_lock);
+  void *scratch = greedy ? NULL : scratch_get (be, ppx_cuda_sample_scratch_bytes (M, V));
+  if (greedy || scratch)
+    check (be,
+           ppx_cuda_sample (F32 (logits), V, I32 (tokens), tok_off, tok_stride, (const uint32_t *) rng->data, stream,
+                            M, temp, topk, scratch, PRIV (be)->stream),
+           "sample");
+  g_mutex_unlock (&PRIV (be)->scratch_lock);
+}
+
+static void
+cuda_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
+                   int fstride, int M)
+{
+  enter (be);
+  check (be, ppx_cuda_force_tokens (I32 (tokens), off, stride, I32 (forced), foff, fstride, M, PRIV (be)->stream),
+         "force_tokens");
+}
+
+static const PpxBackendOps cuda_ops = {
+  .name = "cuda",
+  .free = cuda_free,
+  .sync = cuda_sync,
+  .alloc = cuda_alloc,
+  .dealloc = cuda_dealloc,
+  .upload = cuda_upload,
+  .download = cuda_download,
+  .fill = cuda_fill,
+  .copy2d = cuda_copy2d,
+  .weight_init = cuda_weight_init,
+  .weight_release = cuda_weight_release,
+  .linear = cuda_linear,
+  .embed = cuda_embed,
+  .act = cuda_act,
+  .add = cuda_add,
+  .add_scaled = cuda_add_scaled,
+  .silu_gate = cuda_silu_gate,
+  .rmsnorm = cuda_rmsnorm,
+  .layernorm = cuda_layernorm,
+  .transpose = cuda_transpose,
+  .rope = cuda_rope,
+  .attention = cuda_attention,
+  .conv1d = cuda_conv1d,
+  .conv_transpose1d = cuda_conv_transpose1d,
+  .vq_encode = cuda_vq_encode,
+  .vq_decode = cuda_vq_decode,
+  .sample = cuda_sample,
+  .force_tokens = cuda_force_tokens,
+};
+
+gboolean
+ppx_backend_cuda_available (int *n_devices)
+{
+  int n = 0;
+  ppx_cuda_device_count (&n);
+  if (n_devices)
+    *n_devices = n;
+  return n > 0;
+}
+
+PpxBackend *
+ppx_backend_cuda_new (int device, GError **error)
+{
+  int n = 0;
+  int e = ppx_cuda_device_count (&n);
+  if (n <= 0) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend: no usable GPU (%s)",
+                 e ? ppx_cuda_error_string (e) : "no CUDA devices found");
+    return NULL;
+  }
+  if (device < 0 || device >= n) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "CUDA backend: GPU %d does not exist (%d present)", device, n);
+    return NULL;
+  }
+  CudaPriv *p = g_new0 (CudaPriv, 1);
+  p->device = device;
+  g_mutex_init (&p->scratch_lock);
+  g_mutex_init (&p->rope_lock);
+  p->rope_tables = g_array_new (FALSE, FALSE, sizeof (RopeTable));
+  if ((e = ppx_cuda_set_device (device)) || (e = ppx_cuda_device_name (device, p->device_name, sizeof p->device_name,
+                                                                        NULL)) ||
+      (e = ppx_cuda_stream_create (&p->stream))) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend: cannot start GPU %d: %s", device,
+                 ppx_cuda_error_string (e));
+    g_mutex_clear (&p->scratch_lock);
+    g_mutex_clear (&p->rope_lock);
+    g_array_free (p->rope_tables, TRUE);
+    g_free (p);
+    return NULL;
+  }
+  PpxBackend *be = g_new0 (PpxBackend, 1);
+  be->ops = &cuda_ops;
+  be->n_threads = 1;
+  be->priv = p;
+  return be;
+}
+
+const char *
+ppx_backend_cuda_device_name (const PpxBackend *be)
+{
+  return be->ops == &cuda_ops ? PRIV (be)->device_name : NULL;
+}

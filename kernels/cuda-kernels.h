@@ -1,0 +1,94 @@
+/* Private: the CUDA side of the CUDA backend, as plain C functions (no GLib, no CUDA headers), so the
+ * vtable in backend-cuda.c compiles with the C compiler and the .cu files with nvcc alone.
+ *
+ * Every function returns 0 (cudaSuccess) or a CUDA error code; ppx_cuda_error_string() names it.
+ * `stream` is a cudaStream_t; every launch is asynchronous on it. Shapes and semantics are those of
+ * the matching ops in model/backend.h (the CPU backend is the reference). */
+#ifndef PPX_CUDA_KERNELS_H
+#define PPX_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Weight formats: the values of PpxWeightFormat (backend.h). */
+enum { PPX_CUDA_W_F32 = 0, PPX_CUDA_W_BF16 = 1, PPX_CUDA_W_INT8 = 2, PPX_CUDA_W_INT4 = 3 };
+
+/* A weight matrix in device memory (quant.h layouts). */
+typedef struct {
+  int format;
+  int64_t rows, cols;
+  int group_size;     /* INT4 */
+  const void *data;
+  const float *scales; /* INT8: [rows]; INT4: [rows, ceil(cols/group_size)] */
+} PpxCudaWeight;
+
+/* ---- runtime (cuda-runtime.cu) ---- */
+const char *ppx_cuda_error_string (int err);
+int ppx_cuda_device_count (int *n);
+int ppx_cuda_device_name (int device, char *name, size_t len, size_t *total_mem);
+int ppx_cuda_set_device (int device);
+int ppx_cuda_stream_create (void **stream);
+int ppx_cuda_stream_destroy (void *stream);
+int ppx_cuda_stream_sync (void *stream);
+int ppx_cuda_malloc (void **ptr, size_t bytes);
+int ppx_cuda_free (void *ptr);
+int ppx_cuda_memset_async (void *ptr, int value, size_t bytes, void *stream);
+int ppx_cuda_upload (void *dst, const void *src, size_t bytes, void *stream);
+int ppx_cuda_download (void *dst, const void *src, size_t bytes, void *stream); /* waits */
+int ppx_cuda_copy_d2d (void *dst, const void *src, size_t bytes, void *stream);
+
+/* ---- elementwise, norms, copies (cuda-elementwise.cu) ---- */
+int ppx_cuda_fill_f32 (float *p, size_t n, float v, void *stream);
+int ppx_cuda_fill_i32 (int32_t *p, size_t n, int32_t v, void *stream);
+/* 4-byte elements; src and dst must not overlap (the caller stages overlapping copies). */
+int ppx_cuda_copy2d (uint32_t *dst, size_t dld, const uint32_t *src, size_t sld, size_t rows, size_t cols, void *stream);
+int ppx_cuda_act (int act, const float *x, float *y, size_t n, void *stream); /* PpxActivation values */
+int ppx_cuda_add (const float *a, const float *b, float *y, size_t n, void *stream);
+int ppx_cuda_add_scaled (const float *x, const float *gamma, float *y, size_t rows, size_t D, void *stream);
+int ppx_cuda_silu_gate (const float *h, float *u, size_t rows, size_t H, void *stream);
+int ppx_cuda_rmsnorm (const float *x, const float *alpha, float *y, size_t rows, size_t D, float eps, void *stream);
+int ppx_cuda_layernorm (const float *x, const float *w, const float *b, float *y, size_t rows, size_t D, float eps,
+                        void *stream);
+int ppx_cuda_transpose (const float *x, float *y, size_t M, size_t A, size_t B, void *stream);
+int ppx_cuda_force_tokens (int32_t *tokens, int off, int stride, const int32_t *forced, int foff, int fstride, int M,
+                           void *stream);
+
+/* ---- linear algebra (cuda-linear.cu) ---- */
+int ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
+                     void *stream);
+int ppx_cuda_embed (const PpxCudaWeight *w, const int32_t *ids, int id_index, int id_stride, float *out, int M,
+                    int accumulate, void *stream);
+
+/* ---- attention (cuda-attention.cu) ---- */
+/* freqs: Dh/2 floats (device), the CPU backend's expf(i * c) computed on the host. */
+int ppx_cuda_rope (float *qkv, const int32_t *pos, size_t rows, int H, int Dh, const float *freqs, void *stream);
+/* scratch: at least ppx_cuda_attention_scratch_floats() floats (device), or NULL when that is 0. */
+size_t ppx_cuda_attention_scratch_floats (int M, int T, int H, int cap);
+int ppx_cuda_attention (const float *qkv, const int32_t *pos, const int32_t *kv_slot, float *kcache, float *vcache,
+                        float *out, int M, int T, int H, int Dh, int cap, int context, float *scratch, void *stream);
+
+/* ---- convolutions and RVQ (cuda-conv.cu) ---- */
+int ppx_cuda_conv1d (const float *w, const float *bias, const float *x, float *prev, float *y, int M, int Cin,
+                     int Cout, int K, int Lin, int stride, int dilation, int groups, void *stream);
+/* scratch: M*Cout*(K-stride) floats when partial is not NULL. */
+int ppx_cuda_conv_transpose1d (const float *w, const float *bias, const float *x, float *partial, float *y, int M,
+                               int Cin, int Cout, int K, int T, int stride, int groups, float *scratch, void *stream);
+int ppx_cuda_vq_encode (const float *codebooks, float *r, int32_t *codes, int code_off, int code_stride, int M,
+                        int ncb, int bins, int dim, void *stream);
+int ppx_cuda_vq_decode (const float *codebooks, const int32_t *codes, int code_off, int code_stride, float *y, int M,
+                        int ncb, int bins, int dim, void *stream);
+
+/* ---- sampling (cuda-sample.cu) ---- */
+/* scratch: ppx_cuda_sample_scratch_bytes(M, V) bytes (device) for temperature sampling; NULL for greedy. */
+size_t ppx_cuda_sample_scratch_bytes (int M, int V);
+int ppx_cuda_sample (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *rng,
+                     int stream_index, int M, float temp, int topk, void *scratch, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

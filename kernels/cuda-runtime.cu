@@ -1,0 +1,110 @@
+/* CUDA backend: devices, streams and memory (the CUDA runtime behind plain C functions). */
+#include "cuda-common.cuh"
+
+#include <string.h>
+
+extern "C" const char *
+ppx_cuda_error_string (int err)
+{
+  return cudaGetErrorString ((cudaError_t) err);
+}
+
+extern "C" int
+ppx_cuda_device_count (int *n)
+{
+  *n = 0;
+  cudaError_t e = cudaGetDeviceCount (n);
+  if (e != cudaSuccess)
+    *n = 0;
+  return (int) e;
+}
+
+extern "C" int
+ppx_cuda_device_name (int device, char *name, size_t len, size_t *total_mem)
+{
+  cudaDeviceProp p;
+  cudaError_t e = cudaGetDeviceProperties (&p, device);
+  if (e != cudaSuccess)
+    return (int) e;
+  if (len > 0) {
+    strncpy (name, p.name, len - 1);
+    name[len - 1] = '\0';
+  }
+  if (total_mem)
+    *total_mem = p.totalGlobalMem;
+  return 0;
+}
+
+extern "C" int
+ppx_cuda_set_device (int device)
+{
+  return (int) cudaSetDevice (device);
+}
+
+extern "C" int
+ppx_cuda_stream_create (void **stream)
+{
+  cudaStream_t s = NULL;
+  cudaError_t e = cudaStreamCreateWithFlags (&s, cudaStreamNonBlocking);
+  *stream = (void *) s;
+  return (int) e;
+}
+
+extern "C" int
+ppx_cuda_stream_destroy (void *stream)
+{
+  return (int) cudaStreamDestroy (PPX_CUDA_STREAM (stream));
+}
+
+extern "C" int
+ppx_cuda_stream_sync (void *stream)
+{
+  return (int) cudaStreamSynchronize (PPX_CUDA_STREAM (stream));
+}
+
+extern "C" int
+ppx_cuda_malloc (void **ptr, size_t bytes)
+{
+  *ptr = NULL;
+  cudaError_t e = cudaMalloc (ptr, bytes);
+  if (e != cudaSuccess) {
+    *ptr = NULL;
+    cudaGetLastError (); /* an allocation failure is not sticky: clear it */
+  }
+  return (int) e;
+}
+
+extern "C" int
+ppx_cuda_free (void *ptr)
+{
+  return (int) cudaFree (ptr);
+}
+
+extern "C" int
+ppx_cuda_memset_async (void *ptr, int value, size_t bytes, void *stream)
+{
+  return (int) cudaMemsetAsync (ptr, value, bytes, PPX_CUDA_STREAM (stream));
+}
+
+/* From pageable memory cudaMemcpyAsync returns once the source is staged, so the caller may reuse
+ * its buffer at once (backend.h promises upload returns without waiting for queued work). */
+extern "C" int
+ppx_cuda_upload (void *dst, const void *src, size_t bytes, void *stream)
+{
+  return (int) cudaMemcpyAsync (dst, src, bytes, cudaMemcpyHostToDevice, PPX_CUDA_STREAM (stream));
+}
+
+extern "C" int
+ppx_cuda_download (void *dst, const void *src, size_t bytes, void *stream)
+{
+  cudaError_t e = cudaMemcpyAsync (dst, src, bytes, cudaMemcpyDeviceToHost, PPX_CUDA_STREAM (stream));
+  if (e != cudaSuccess)
+    return (int) e;
+  return (int) cudaStreamSynchronize (PPX_CUDA_STREAM (stream));
+}
+
+extern "C" int
+ppx_cuda_copy_d2d (void *dst, const void *src, size_t bytes, void *stream)
+{
+  return (int) cudaMemcpyAsync (dst, src, bytes, cudaMemcpyDeviceToDevice, PPX_CUDA_STREAM (stream));
+}

@@ -1,0 +1,286 @@
+/* CUDA backend: token sampling, one block per row.
+ *
+ * Greedy: argmax, first index on ties (a NaN at index 0 wins, later NaNs never do: the CPU's scan).
+ * Temperature + top-k, the CPU backend's draw (docs/sampling.md): p = softmax(logits / temp), the k most
+ * probable candidates ranked by (p descending, index ascending), then the candidate of rank j with the
+ * largest p / q_j, q_j = -log(Philox uniform(seed, frame*64 + stream, j)), the first rank on ties.
+ * Instead of sorting all V probabilities, a radix select over the f32 bits (p >= 0, so the bits order
+ * like the values) finds the k-th largest; the k candidates are gathered and each one's rank is counted
+ * directly. The normalizing sum is reduced in a different order than on the CPU, so draws agree with the
+ * CPU except where two candidates' probabilities are within f32 rounding of each other. */
+#include "cuda-common.cuh"
+#include "philox.h"
+
+#include <math.h>
+
+#define SAMPLE_THREADS 1024
+
+typedef struct {
+  float v;
+  int i; /* -1: no candidate */
+} ArgBest;
+
+/* Greedy order: a NaN at index 0 is absorbing; otherwise larger wins, then smaller index. */
+__device__ __forceinline__ ArgBest
+argmax_combine (ArgBest a, ArgBest b)
+{
+  if (a.i < 0)
+    return b;
+  if (b.i < 0)
+    return a;
+  if (isnan (a.v))
+    return a; /* only index 0 is ever a NaN candidate */
+  if (isnan (b.v))
+    return b.i == 0 ? b : a;
+  if (b.v > a.v || (b.v == a.v && b.i < a.i))
+    return b;
+  return a;
+}
+
+__device__ ArgBest
+block_argmax (ArgBest a, float *sv, int *si)
+{
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    ArgBest b = {__shfl_xor_sync (0xffffffffu, a.v, o), __shfl_xor_sync (0xffffffffu, a.i, o)};
+    a = argmax_combine (a, b);
+  }
+  __syncthreads ();
+  if (lane == 0) {
+    sv[warp] = a.v;
+    si[warp] = a.i;
+  }
+  __syncthreads ();
+  ArgBest r = {0.0f, -1};
+  if (lane < nw) {
+    r.v = sv[lane];
+    r.i = si[lane];
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    ArgBest b = {__shfl_xor_sync (0xffffffffu, r.v, o), __shfl_xor_sync (0xffffffffu, r.i, o)};
+    r = argmax_combine (r, b);
+  }
+  return r;
+}
+
+/* The exponential race: larger p/q wins, then the smaller rank (the CPU keeps the first strictly larger). */
+typedef struct {
+  float v;
+  int rank; /* -1: none */
+  int tok;
+} Race;
+
+__device__ __forceinline__ Race
+race_combine (Race a, Race b)
+{
+  if (b.rank < 0)
+    return a;
+  if (a.rank < 0 || b.v > a.v || (b.v == a.v && b.rank < a.rank))
+    return b;
+  return a;
+}
+
+__device__ __forceinline__ Race
+race_shfl (Race a, int o)
+{
+  Race b = {__shfl_xor_sync (0xffffffffu, a.v, o), __shfl_xor_sync (0xffffffffu, a.rank, o),
+            __shfl_xor_sync (0xffffffffu, a.tok, o)};
+  return b;
+}
+
+__device__ Race
+block_race (Race a, float *sv, int *srank, int *stok)
+{
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1)
+    a = race_combine (a, race_shfl (a, o));
+  __syncthreads ();
+  if (lane == 0) {
+    sv[warp] = a.v;
+    srank[warp] = a.rank;
+    stok[warp] = a.tok;
+  }
+  __syncthreads ();
+  Race r = {0.0f, -1, 0};
+  if (lane < nw) {
+    r.v = sv[lane];
+    r.rank = srank[lane];
+    r.tok = stok[lane];
+  }
+  for (int o = 16; o > 0; o >>= 1)
+    r = race_combine (r, race_shfl (r, o));
+  return r;
+}
+
+/* Exclusive prefix count of `flag` over the block's threads in thread order; *total gets the count. */
+__device__ int
+block_scan01 (int flag, int *warp_counts, int *total)
+{
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const unsigned ballot = __ballot_sync (0xffffffffu, flag);
+  const int in_warp = __popc (ballot & ((1u << lane) - 1u));
+  __syncthreads ();
+  if (lane == 0)
+    warp_counts[warp] = __popc (ballot);
+  __syncthreads ();
+  int before = 0, all = 0;
+  for (int w = 0; w < nw; w++) {
+    const int c = warp_counts[w];
+    before += w < warp ? c : 0;
+    all += c;
+  }
+  *total = all;
+  return before + in_warp;
+}
+
+__global__ void __launch_bounds__ (SAMPLE_THREADS)
+sample_greedy_kernel (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride)
+{
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const float *l = logits + (size_t) blockIdx.x * V;
+  ArgBest a = {0.0f, -1};
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = l[i];
+    if (!isnan (v) || i == 0)
+      a = argmax_combine (a, (ArgBest) {v, i});
+  }
+  a = block_argmax (a, sv, si);
+  if (threadIdx.x == 0)
+    tokens[(size_t) blockIdx.x * tok_stride + tok_off] = a.i < 0 ? 0 : a.i;
+}
+
+__global__ void __launch_bounds__ (SAMPLE_THREADS)
+sample_topk_kernel (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *rng,
+                    int stream, float temp, int k, float *P_all, int *cand_all)
+{
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  __shared__ float red[32];
+  __shared__ int warp_counts[32];
+  __shared__ float race_v[32];
+  __shared__ int race_rank[32], race_tok[32];
+  __shared__ unsigned hist[256];
+  __shared__ unsigned sel_prefix, sel_remaining;
+  const int m = blockIdx.x;
+  const float *l = logits + (size_t) m * V;
+  float *P = P_all + (size_t) m * V;
+  int *cand = cand_all + (size_t) m * V;
+
+  /* softmax: the max is the greedy winner's logit, as on the CPU */
+  ArgBest a = {0.0f, -1};
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = l[i];
+    if (!isnan (v) || i == 0)
+      a = argmax_combine (a, (ArgBest) {v, i});
+  }
+  a = block_argmax (a, sv, si);
+  const float mx = l[a.i < 0 ? 0 : a.i];
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float e = expf ((l[i] - mx) / temp);
+    P[i] = e;
+    sum += e;
+  }
+  sum = ppx_block_sum (sum, red);
+  for (int i = threadIdx.x; i < V; i += blockDim.x)
+    P[i] = P[i] / sum;
+
+  /* radix select: the key (f32 bits) of the k-th largest probability */
+  if (threadIdx.x == 0) {
+    sel_prefix = 0;
+    sel_remaining = (unsigned) k;
+  }
+  unsigned mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x)
+      hist[b] = 0;
+    __syncthreads ();
+    const unsigned prefix = sel_prefix;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+      const unsigned key = __float_as_uint (P[i]);
+      if ((key & mask) == prefix)
+        atomicAdd (&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads ();
+    if (threadIdx.x == 0) {
+      unsigned need = sel_remaining, above = 0;
+      int b = 255;
+      for (; b > 0; b--) {
+        if (above + hist[b] >= need)
+          break;
+        above += hist[b];
+      }
+      sel_prefix = prefix | ((unsigned) b << shift);
+      sel_remaining = need - above;
+    }
+    mask |= 255u << shift;
+    __syncthreads ();
+  }
+  const unsigned thr = sel_prefix;
+  const int take_equal = (int) sel_remaining; /* ties at the threshold, lowest indices first */
+
+  /* gather the k candidates */
+  int n_equal = 0, n_cand = 0;
+  for (int base = 0; base < V; base += blockDim.x) {
+    const int i = base + threadIdx.x;
+    const unsigned key = i < V ? __float_as_uint (P[i]) : 0u;
+    const int gt = i < V && key > thr, eq = i < V && key == thr;
+    int eq_total, sel_total;
+    const int eq_rank = n_equal + block_scan01 (eq, warp_counts, &eq_total);
+    const int sel = gt || (eq && eq_rank < take_equal);
+    const int pos = n_cand + block_scan01 (sel, warp_counts, &sel_total);
+    if (sel)
+      cand[pos] = i;
+    n_equal += eq_total;
+    n_cand += sel_total;
+  }
+  __syncthreads ();
+
+  /* each candidate's rank, its exponential, and the race */
+  const uint32_t *s = rng + 4 * (size_t) m;
+  const uint64_t seed = (uint64_t) s[0] | ((uint64_t) s[1] << 32);
+  const uint64_t frame = (uint64_t) s[2] | ((uint64_t) s[3] << 32);
+  const uint64_t draw = frame * 64 + (uint64_t) stream;
+  Race best = {0.0f, -1, 0};
+  for (int c = threadIdx.x; c < n_cand; c += blockDim.x) {
+    const int ic = cand[c];
+    const float pc = P[ic];
+    int rank = 0;
+    for (int o = 0; o < n_cand; o++) {
+      const int io = cand[o];
+      const float po = P[io];
+      rank += po > pc || (po == pc && io < ic);
+    }
+    const float q = -logf (ppx_philox_uniform (seed, draw, (uint32_t) rank)); /* Exp(1) */
+    best = race_combine (best, (Race) {pc / q, rank, ic});
+  }
+  best = block_race (best, race_v, race_rank, race_tok);
+  if (threadIdx.x == 0)
+    tokens[(size_t) m * tok_stride + tok_off] = best.rank < 0 ? 0 : best.tok;
+}
+
+extern "C" size_t
+ppx_cuda_sample_scratch_bytes (int M, int V)
+{
+  return (size_t) M * V * (sizeof (float) + sizeof (int));
+}
+
+extern "C" int
+ppx_cuda_sample (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *rng,
+                 int stream_index, int M, float temp, int topk, void *scratch, void *stream)
+{
+  if (M <= 0 || V <= 0)
+    return 0;
+  cudaStream_t s = PPX_CUDA_STREAM (stream);
+  if (temp <= 0.0f || topk == 1) {
+    sample_greedy_kernel<<<(unsigned) M, SAMPLE_THREADS, 0, s>>> (logits, V, tokens, tok_off, tok_stride);
+  } else {
+    const int k = (topk <= 0 || topk > V) ? V : topk;
+    float *P = (float *) scratch;
+    int *cand = (int *) (P + (size_t) M * V);
+    sample_topk_kernel<<<(unsigned) M, SAMPLE_THREADS, 0, s>>> (logits, V, tokens, tok_off, tok_stride, rng,
+                                                                stream_index, temp, k, P, cand);
+  }
+  return ppx_cuda_launched ();
+}

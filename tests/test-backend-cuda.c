@@ -1,0 +1,934 @@
+/* The CUDA backend against the CPU backend (the numerical reference), op by op, on random inputs of
+ * awkward sizes; then the golden conversation end to end on the GPU. Exits 77 without a GPU.
+ *
+ * Tolerances: ops whose GPU and CPU arithmetic is the same sequence of f32 operations (embedding
+ * gathers, RVQ decode, copies, fills, teacher forcing, greedy sampling, RVQ codes) must match exactly.
+ * Everything else (sums in another order, the device's expf/erff/sinf, fused multiply-adds) must agree to
+ * max |gpu - cpu| <= TOL * max(1, max |cpu|) with TOL = 1e-5. Temperature sampling must give the CPU's
+ * token for every (seed, frame, stream) on logits whose top-k probabilities are well separated.
+ *
+ * `test-backend-cuda --bench` instead times M = 1 linear layers (weights 4096 x 11264 and 11264 x 4096 in
+ * bf16, int8 and int4) and prints the achieved weight bandwidth. */
+#include <math.h>
+
+#include "../kernels/backend-cuda.h"
+#include "golden-model.h"
+#include "personaplex-internal.h"
+#include "quant.h"
+
+#define TOL 1e-5
+
+static PpxBackend *cpu, *gpu;
+static GRand *rng;
+
+/* ---- paired tensors: the same data on both backends ---- */
+
+typedef struct {
+  PpxTensor *c, *g;
+  gsize n;
+  PpxTensorType type;
+} Pair;
+
+static Pair
+pair_new (PpxTensorType type, gsize n, const void *host)
+{
+  g_autoptr (GError) err = NULL;
+  Pair p = {ppx_tensor_new (cpu, type, n, &err), NULL, n, type};
+  g_assert_no_error (err);
+  p.g = ppx_tensor_new (gpu, type, n, &err);
+  g_assert_no_error (err);
+  if (host) {
+    ppx_tensor_upload (p.c, 0, host, n);
+    ppx_tensor_upload (p.g, 0, host, n);
+  }
+  return p;
+}
+
+static void
+pair_free (Pair *p)
+{
+  ppx_tensor_free (p->c);
+  ppx_tensor_free (p->g);
+}
+
+static float *
+random_floats (gsize n, double lo, double hi)
+{
+  float *v = g_new (float, MAX (n, 1));
+  for (gsize i = 0; i < n; i++)
+    v[i] = (float) g_rand_double_range (rng, lo, hi);
+  return v;
+}
+
+static Pair
+pair_random (gsize n)
+{
+  g_autofree float *v = random_floats (n, -1.0, 1.0);
+  return pair_new (PPX_TENSOR_F32, n, v);
+}
+
+static Pair
+pair_i32 (gsize n, const int32_t *v)
+{
+  return pair_new (PPX_TENSOR_I32, n, v);
+}
+
+/* max |gpu - cpu| over the pair, and max |cpu| in *scale. NaN anywhere counts as an infinite error. */
+static double
+pair_err (const Pair *p, double *scale)
+{
+  g_autofree float *a = g_new (float, MAX (p->n, 1)), *b = g_new (float, MAX (p->n, 1));
+  ppx_tensor_download (p->c, 0, a, p->n);
+  ppx_tensor_download (p->g, 0, b, p->n);
+  double err = 0.0, sc = 0.0;
+  for (gsize i = 0; i < p->n; i++) {
+    double d = fabs ((double) a[i] - (double) b[i]);
+    if (isnan (d))
+      d = INFINITY;
+    err = MAX (err, d);
+    sc = MAX (sc, fabs ((double) a[i]));
+  }
+  if (scale)
+    *scale = sc;
+  return err;
+}
+
+static void
+assert_close (const Pair *p, double tol, const char *what)
+{
+  double scale;
+  double err = pair_err (p, &scale);
+  if (g_test_verbose ())
+    g_printerr ("  %-40s max abs err %.3g (scale %.3g)\n", what, err, scale);
+  if (!(err <= tol * MAX (1.0, scale)))
+    g_error ("%s: max abs err %.3g > %.3g (scale %.3g)", what, err, tol * MAX (1.0, scale), scale);
+}
+
+static void
+assert_same (const Pair *p, const char *what)
+{
+  g_autofree int32_t *a = g_new (int32_t, MAX (p->n, 1)), *b = g_new (int32_t, MAX (p->n, 1));
+  ppx_tensor_download (p->c, 0, a, p->n);
+  ppx_tensor_download (p->g, 0, b, p->n);
+  for (gsize i = 0; i < p->n; i++)
+    if (a[i] != b[i])
+      g_error ("%s: element %" G_GSIZE_FORMAT " differs: cpu %d (0x%08x), gpu %d (0x%08x)", what, i, a[i],
+               (unsigned) a[i], b[i], (unsigned) b[i]);
+}
+
+/* ---- paired weights ---- */
+
+typedef struct {
+  PpxWeight *c, *g;
+} WPair;
+
+typedef struct {
+  PpxWeightFormat format;
+  int group_size;
+} Fmt;
+
+static const Fmt formats[] = {{PPX_WFMT_F32, 0},  {PPX_WFMT_BF16, 0}, {PPX_WFMT_INT8, 0},
+                              {PPX_WFMT_INT4, 8}, {PPX_WFMT_INT4, 32}, {PPX_WFMT_INT4, 64}};
+
+/* Random weights in `f` (quantized from f32 with the library's quantizers). */
+static WPair
+wpair_random (Fmt f, int64_t rows, int64_t cols)
+{
+  g_autofree float *w = random_floats ((gsize) rows * cols, -1.0, 1.0);
+  g_autofree void *data = NULL;
+  g_autofree float *scales = NULL;
+  PpxWeightDesc d = {.format = f.format, .rows = rows, .cols = cols, .group_size = f.group_size};
+  switch (f.format) {
+    case PPX_WFMT_F32:
+      d.data = w;
+      break;
+    case PPX_WFMT_BF16: {
+      uint16_t *b = g_new (uint16_t, (gsize) rows * cols);
+      for (gsize i = 0; i < (gsize) rows * cols; i++)
+        b[i] = ppx_f32_to_bf16 (w[i]);
+      d.data = data = b;
+      break;
+    }
+    case PPX_WFMT_INT8:
+      data = g_new (int8_t, (gsize) rows * cols);
+      scales = g_new (float, rows);
+      ppx_q8_quantize (w, rows, cols, data, scales);
+      d.data = data;
+      d.scales = scales;
+      break;
+    case PPX_WFMT_INT4:
+      data = g_malloc (ppx_q4_packed_bytes (rows, cols));
+      scales = g_new (float, rows * ppx_q4_n_groups (cols, f.group_size));
+      ppx_q4_quantize (w, rows, cols, f.group_size, data, scales);
+      d.data = data;
+      d.scales = scales;
+      break;
+  }
+  g_autoptr (GError) err = NULL;
+  WPair p = {ppx_weight_new (cpu, &d, &err), NULL};
+  g_assert_no_error (err);
+  p.g = ppx_weight_new (gpu, &d, &err);
+  g_assert_no_error (err);
+  return p;
+}
+
+static void
+wpair_free (WPair *p)
+{
+  ppx_weight_free (p->c);
+  ppx_weight_free (p->g);
+}
+
+static const char *
+fmt_name (Fmt f)
+{
+  static char buf[32];
+  if (f.format == PPX_WFMT_INT4)
+    g_snprintf (buf, sizeof buf, "int4/g%d", f.group_size);
+  else
+    g_snprintf (buf, sizeof buf, "%s", ppx_weight_format_name (f.format));
+  return buf;
+}
+
+/* ---- memory ---- */
+
+static void
+test_memory (void)
+{
+  g_autoptr (GError) err = NULL;
+  guint64 before = ppx_backend_allocated_bytes (gpu);
+  /* fresh tensors are zero, like the CPU backend's */
+  Pair z = pair_new (PPX_TENSOR_F32, 1001, NULL);
+  g_assert_cmpuint (ppx_backend_allocated_bytes (gpu), ==, before + 1001 * 4);
+  assert_same (&z, "fresh tensor");
+  /* fills */
+  ppx_tensor_fill (z.c, -2.5f);
+  ppx_tensor_fill (z.g, -2.5f);
+  assert_same (&z, "fill f32");
+  Pair zi = pair_new (PPX_TENSOR_I32, 77, NULL);
+  ppx_tensor_fill (zi.c, 13.0f);
+  ppx_tensor_fill (zi.g, 13.0f);
+  assert_same (&zi, "fill i32");
+  /* upload at an offset and views */
+  g_autofree float *v = random_floats (300, -5, 5);
+  ppx_tensor_upload (z.c, 17, v, 300);
+  ppx_tensor_upload (z.g, 17, v, 300);
+  assert_same (&z, "upload at offset");
+  PpxTensor *vc = ppx_tensor_view (z.c, 100, 50), *vg = ppx_tensor_view (z.g, 100, 50);
+  ppx_tensor_fill (vc, 7.0f);
+  ppx_tensor_fill (vg, 7.0f);
+  ppx_tensor_free (vc);
+  ppx_tensor_free (vg);
+  assert_same (&z, "fill of a view");
+  /* strided copies: between tensors, a single row with ld 0, and overlapping in place (both directions) */
+  Pair src = pair_random (37 * 19);
+  Pair dst = pair_random (41 * 23);
+  ppx_tensor_copy2d (dst.c, 5, 23, src.c, 2, 19, 37, 11);
+  ppx_tensor_copy2d (dst.g, 5, 23, src.g, 2, 19, 37, 11);
+  assert_same (&dst, "copy2d strided");
+  ppx_tensor_copy2d (dst.c, 0, 0, src.c, 0, 0, 1, 37 * 19);
+  ppx_tensor_copy2d (dst.g, 0, 0, src.g, 0, 0, 1, 37 * 19);
+  assert_same (&dst, "copy2d one row");
+  ppx_tensor_copy2d (dst.c, 0, 1, dst.c, 6, 1, 100, 1); /* shift left by 6, as conv histories do */
+  ppx_tensor_copy2d (dst.g, 0, 1, dst.g, 6, 1, 100, 1);
+  assert_same (&dst, "copy2d overlapping left shift");
+  ppx_tensor_copy2d (dst.c, 9, 1, dst.c, 0, 1, 1, 200); /* right shift within one row */
+  ppx_tensor_copy2d (dst.g, 9, 1, dst.g, 0, 1, 1, 200);
+  assert_same (&dst, "copy2d overlapping right shift");
+  ppx_tensor_copy2d (dst.c, 3, 30, dst.c, 0, 30, 20, 25); /* rows of one buffer, disjoint per row */
+  ppx_tensor_copy2d (dst.g, 3, 30, dst.g, 0, 30, 20, 25);
+  assert_same (&dst, "copy2d overlapping 2d");
+  pair_free (&src);
+  pair_free (&dst);
+  pair_free (&z);
+  pair_free (&zi);
+  g_assert_cmpuint (ppx_backend_allocated_bytes (gpu), ==, before);
+  /* out of device memory is an error, not an abort */
+  PpxTensor *huge = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) 1 << 46, &err);
+  g_assert_null (huge);
+  g_assert_error (err, PPX_ERROR, PPX_ERROR_NOMEM);
+  g_printerr ("  out of memory: %s\n", err->message);
+  g_clear_error (&err);
+  g_assert_cmpuint (ppx_backend_allocated_bytes (gpu), ==, before);
+  /* the backend still works after the failed allocation */
+  Pair after = pair_random (33);
+  assert_same (&after, "after a failed allocation");
+  pair_free (&after);
+  /* a bad weight format is refused */
+  float w[16] = {0};
+  PpxWeightDesc d = {.format = PPX_WFMT_INT4, .rows = 2, .cols = 8, .data = w, .scales = w, .group_size = 12};
+  g_assert_null (ppx_weight_new (gpu, &d, &err));
+  g_assert_error (err, PPX_ERROR, PPX_ERROR_UNSUPPORTED);
+}
+
+/* ---- linear and embedding ---- */
+
+static void
+check_linear (Fmt f, int64_t rows, int64_t cols, int M, gsize ldx, gsize ldy, gboolean accumulate, int64_t slice0,
+              int64_t slice_rows)
+{
+  WPair w = wpair_random (f, rows, cols);
+  PpxWeight *wc = w.c, *wg = w.g;
+  if (slice_rows > 0) {
+    wc = ppx_weight_slice_rows (w.c, slice0, slice_rows);
+    wg = ppx_weight_slice_rows (w.g, slice0, slice_rows);
+    g_assert_cmpuint (ppx_weight_bytes (wc), ==, ppx_weight_bytes (wg));
+  }
+  const int64_t out = slice_rows > 0 ? slice_rows : rows;
+  Pair x = pair_random ((gsize) (M - 1) * ldx + cols);
+  Pair y = pair_random ((gsize) (M - 1) * ldy + out);
+  ppx_op_linear (cpu, wc, x.c, ldx, y.c, ldy, M, accumulate);
+  ppx_op_linear (gpu, wg, x.g, ldx, y.g, ldy, M, accumulate);
+  g_autofree char *what = g_strdup_printf ("linear %s [%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT "] M=%d ldx=%" G_GSIZE_FORMAT
+                                           " ldy=%" G_GSIZE_FORMAT "%s%s", fmt_name (f), out, cols, M, ldx, ldy,
+                                           accumulate ? " acc" : "", slice_rows > 0 ? " slice" : "");
+  assert_close (&y, TOL, what);
+  if (slice_rows > 0) {
+    ppx_weight_free (wc);
+    ppx_weight_free (wg);
+  }
+  pair_free (&x);
+  pair_free (&y);
+  wpair_free (&w);
+}
+
+static void
+test_linear (void)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
+    Fmt f = formats[i];
+    /* odd shapes: the generic path */
+    check_linear (f, 37, 53, 1, 53, 37, FALSE, 0, 0);
+    check_linear (f, 37, 53, 3, 60, 41, TRUE, 0, 0);
+    check_linear (f, 5, 7, 11, 7, 5, FALSE, 0, 0);
+    /* vector-friendly shapes: the fast path, M = 1, 2, 3, 8, 11; strided x and y */
+    check_linear (f, 129, 256, 1, 256, 129, FALSE, 0, 0);
+    check_linear (f, 129, 256, 1, 256, 129, TRUE, 0, 0);
+    check_linear (f, 67, 512, 2, 512, 67, FALSE, 0, 0);
+    check_linear (f, 67, 512, 3, 516, 70, TRUE, 0, 0);
+    check_linear (f, 33, 4128, 8, 4128, 33, FALSE, 0, 0);
+    check_linear (f, 33, 4128, 1, 4128, 33, TRUE, 0, 0);
+    check_linear (f, 9, 12800, 1, 12800, 9, FALSE, 0, 0);  /* x over 48 KB of shared memory */
+    check_linear (f, 5, 24640, 1, 24640, 5, FALSE, 0, 0);  /* x over 96 KB: the M > 1 kernel */
+    check_linear (f, 33, 1024, 11, 1028, 40, TRUE, 0, 0);
+    /* misaligned x rows (ldx not a multiple of 4): generic path */
+    check_linear (f, 31, 96, 3, 99, 31, FALSE, 0, 0);
+    /* a row slice (per-step depformer weights) */
+    check_linear (f, 96, 128, 3, 128, 32, FALSE, 32, 32);
+    check_linear (f, 30, 53, 1, 53, 7, FALSE, 11, 7);
+  }
+}
+
+static void
+test_embed (void)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
+    Fmt f = formats[i];
+    const int64_t rows = 41, cols = f.format == PPX_WFMT_INT4 ? 72 : 57;
+    WPair w = wpair_random (f, rows, cols);
+    const int M = 5, stride = 3;
+    int32_t ids[15] = {4, 40, -1, 0, 7, 3, -1, 9, 41, 2, 1, 40, 1000, 5, 6};
+    Pair id = pair_i32 (15, ids);
+    for (int acc = 0; acc < 2; acc++)
+      for (int index = 0; index < stride; index++) {
+        Pair out = pair_random ((gsize) M * cols);
+        ppx_op_embed (cpu, w.c, id.c, index, stride, out.c, M, acc);
+        ppx_op_embed (gpu, w.g, id.g, index, stride, out.g, M, acc);
+        g_autofree char *what = g_strdup_printf ("embed %s index %d%s", fmt_name (f), index, acc ? " acc" : "");
+        assert_same (&out, what);
+        pair_free (&out);
+      }
+    pair_free (&id);
+    wpair_free (&w);
+  }
+}
+
+/* ---- elementwise and norms ---- */
+
+static void
+test_elementwise (void)
+{
+  const gsize n = 4099;
+  Pair x = pair_random (n);
+  const char *names[] = {"elu", "gelu", "silu"};
+  for (int a = 0; a < 3; a++) {
+    Pair y = pair_random (n);
+    ppx_op_act (cpu, (PpxActivation) a, x.c, y.c, n - 2);
+    ppx_op_act (gpu, (PpxActivation) a, x.g, y.g, n - 2);
+    assert_close (&y, TOL, names[a]);
+    pair_free (&y);
+  }
+  {
+    Pair b = pair_random (n), y = pair_random (n);
+    ppx_op_add (cpu, x.c, b.c, y.c, n);
+    ppx_op_add (gpu, x.g, b.g, y.g, n);
+    assert_same (&y, "add");
+    /* in place: y = y + b */
+    ppx_op_add (cpu, y.c, b.c, y.c, n);
+    ppx_op_add (gpu, y.g, b.g, y.g, n);
+    assert_same (&y, "add in place");
+    pair_free (&b);
+    pair_free (&y);
+  }
+  const gsize rows = 3, D = 1031, H = 517;
+  {
+    Pair xs = pair_random (rows * D), g = pair_random (D), y = pair_random (rows * D);
+    ppx_op_add_scaled (cpu, xs.c, g.c, y.c, rows, D);
+    ppx_op_add_scaled (gpu, xs.g, g.g, y.g, rows, D);
+    assert_close (&y, TOL, "add_scaled");
+    pair_free (&xs);
+    pair_free (&g);
+    pair_free (&y);
+  }
+  {
+    Pair h = pair_random (rows * 2 * H), u = pair_random (rows * H);
+    ppx_op_silu_gate (cpu, h.c, u.c, rows, H);
+    ppx_op_silu_gate (gpu, h.g, u.g, rows, H);
+    assert_close (&u, TOL, "silu_gate");
+    pair_free (&h);
+    pair_free (&u);
+  }
+  const gsize Ds[] = {1, 33, 1031, 4096};
+  for (guint i = 0; i < G_N_ELEMENTS (Ds); i++) {
+    const gsize d = Ds[i];
+    Pair xs = pair_random (rows * d), al = pair_random (d), be = pair_random (d), y = pair_random (rows * d);
+    ppx_op_rmsnorm (cpu, xs.c, al.c, y.c, rows, d, 1e-8f);
+    ppx_op_rmsnorm (gpu, xs.g, al.g, y.g, rows, d, 1e-8f);
+    g_autofree char *w1 = g_strdup_printf ("rmsnorm D=%" G_GSIZE_FORMAT, d);
+    assert_close (&y, TOL, w1);
+    ppx_op_layernorm (cpu, xs.c, al.c, be.c, y.c, rows, d, 1e-5f);
+    ppx_op_layernorm (gpu, xs.g, al.g, be.g, y.g, rows, d, 1e-5f);
+    g_autofree char *w2 = g_strdup_printf ("layernorm D=%" G_GSIZE_FORMAT, d);
+    assert_close (&y, TOL, w2);
+    pair_free (&xs);
+    pair_free (&al);
+    pair_free (&be);
+    pair_free (&y);
+  }
+  {
+    const gsize M = 3, A = 37, B = 70;
+    Pair xs = pair_random (M * A * B), y = pair_random (M * A * B);
+    ppx_op_transpose (cpu, xs.c, y.c, M, A, B);
+    ppx_op_transpose (gpu, xs.g, y.g, M, A, B);
+    assert_same (&y, "transpose");
+    pair_free (&xs);
+    pair_free (&y);
+  }
+  pair_free (&x);
+}
+
+/* ---- attention ---- */
+
+static void
+test_rope (void)
+{
+  const int H = 3, Dh = 16;
+  const gsize rows = 5;
+  int32_t pos[5] = {0, 1, 7, 250, 2999};
+  Pair p = pair_i32 (rows, pos);
+  Pair qkv = pair_random (rows * 3 * H * Dh);
+  ppx_op_rope (cpu, qkv.c, p.c, rows, H, Dh, 10000.0f);
+  ppx_op_rope (gpu, qkv.g, p.g, rows, H, Dh, 10000.0f);
+  assert_close (&qkv, TOL, "rope");
+  pair_free (&p);
+  pair_free (&qkv);
+}
+
+/* Several calls per case so positions pass the capacity (ring wrap-around); sessions use slots out of
+ * order and start at different positions; the caches are compared too. */
+static void
+check_attention (int M, int T, int H, int Dh, int cap, int context, int calls)
+{
+  const int n_slots = M + 1;
+  const gsize HD = (gsize) H * Dh;
+  Pair kc = pair_new (PPX_TENSOR_F32, (gsize) n_slots * cap * HD, NULL);
+  Pair vc = pair_new (PPX_TENSOR_F32, (gsize) n_slots * cap * HD, NULL);
+  g_autofree int32_t *slots = g_new (int32_t, M);
+  for (int m = 0; m < M; m++)
+    slots[m] = n_slots - 1 - m;
+  Pair sl = pair_i32 (M, slots);
+  g_autofree int32_t *pos = g_new (int32_t, M * T);
+  for (int c = 0; c < calls; c++) {
+    for (int m = 0; m < M; m++)
+      for (int t = 0; t < T; t++)
+        pos[m * T + t] = 3 * m + c * T + t;
+    Pair p = pair_i32 ((gsize) M * T, pos);
+    Pair qkv = pair_random ((gsize) M * T * 3 * HD);
+    Pair out = pair_random ((gsize) M * T * HD);
+    ppx_op_attention (cpu, qkv.c, p.c, sl.c, kc.c, vc.c, out.c, M, T, H, Dh, cap, context);
+    ppx_op_attention (gpu, qkv.g, p.g, sl.g, kc.g, vc.g, out.g, M, T, H, Dh, cap, context);
+    g_autofree char *what = g_strdup_printf ("attention M=%d T=%d H=%d Dh=%d cap=%d ctx=%d call %d", M, T, H, Dh, cap,
+                                             context, c);
+    assert_close (&out, TOL, what);
+    pair_free (&p);
+    pair_free (&qkv);
+    pair_free (&out);
+  }
+  assert_same (&kc, "attention key cache");
+  assert_same (&vc, "attention value cache");
+  pair_free (&kc);
+  pair_free (&vc);
+  pair_free (&sl);
+}
+
+static void
+test_attention (void)
+{
+  check_attention (2, 2, 3, 16, 8, 6, 7);   /* T = 2, context < cap, wraps */
+  check_attention (3, 1, 2, 64, 5, 100, 9); /* context > cap: the ring limits the window */
+  check_attention (1, 3, 4, 128, 16, 16, 8);
+  check_attention (2, 1, 1, 24, 250, 250, 3); /* Dh not a multiple of 32 */
+}
+
+/* ---- convolutions ---- */
+
+typedef struct {
+  int M, Cin, Cout, K, stride, dilation, groups;
+  gboolean bias;
+} ConvCase;
+
+static void
+check_conv1d (ConvCase c, gboolean streaming, const int *lins, int calls)
+{
+  const int keff = (c.K - 1) * c.dilation + 1;
+  const int P = streaming ? keff - c.stride : 0;
+  Pair w = pair_random ((gsize) c.Cout * (c.Cin / c.groups) * c.K);
+  Pair b = pair_random (c.Cout);
+  Pair prev = pair_random ((gsize) c.M * c.Cin * MAX (P, 1));
+  for (int call = 0; call < calls; call++) {
+    const int Lin = lins[call];
+    const int L = P + Lin;
+    const int Lout = L >= keff ? (L - keff) / c.stride + 1 : 0;
+    Pair x = pair_random ((gsize) c.M * c.Cin * Lin);
+    Pair y = pair_random ((gsize) c.M * c.Cout * MAX (Lout, 1));
+    ppx_op_conv1d (cpu, w.c, c.bias ? b.c : NULL, x.c, streaming ? prev.c : NULL, y.c, c.M, c.Cin, c.Cout, c.K, Lin,
+                   c.stride, c.dilation, c.groups);
+    ppx_op_conv1d (gpu, w.g, c.bias ? b.g : NULL, x.g, streaming ? prev.g : NULL, y.g, c.M, c.Cin, c.Cout, c.K, Lin,
+                   c.stride, c.dilation, c.groups);
+    g_autofree char *what = g_strdup_printf ("conv1d M%d Cin%d Cout%d K%d s%d d%d g%d%s Lin %d%s", c.M, c.Cin, c.Cout,
+                                             c.K, c.stride, c.dilation, c.groups, c.bias ? " bias" : "", Lin,
+                                             streaming ? " streaming" : "");
+    assert_close (&y, TOL, what);
+    if (streaming)
+      assert_same (&prev, "conv1d history");
+    pair_free (&x);
+    pair_free (&y);
+  }
+  pair_free (&w);
+  pair_free (&b);
+  pair_free (&prev);
+}
+
+static void
+test_conv1d (void)
+{
+  const ConvCase cases[] = {
+    {2, 6, 4, 7, 1, 1, 1, TRUE},    /* Mimi's first conv shape, small */
+    {1, 8, 8, 3, 1, 3, 1, TRUE},    /* dilated residual conv */
+    {2, 6, 9, 4, 2, 1, 1, FALSE},   /* strided downsampling, no bias */
+    {3, 6, 4, 5, 1, 2, 2, TRUE},    /* groups */
+    {2, 5, 5, 3, 1, 1, 5, TRUE},    /* depthwise */
+    {1, 16, 12, 8, 4, 1, 4, TRUE},  /* strided grouped */
+    {2, 3, 2, 1, 1, 1, 1, TRUE},    /* 1x1 */
+  };
+  const int lins_stream[] = {8, 4, 12, 1, 2, 3, 16};
+  const int lins_plain[] = {20, 31};
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    ConvCase c = cases[i];
+    int lins[7];
+    for (int k = 0; k < 7; k++)
+      lins[k] = lins_stream[k] * c.stride; /* streaming frames are whole strides */
+    check_conv1d (c, TRUE, lins, 7);
+    check_conv1d (c, FALSE, lins_plain, 2);
+  }
+}
+
+static void
+check_conv_transpose (ConvCase c, gboolean streaming, const int *Ts, int calls)
+{
+  const int tail = c.K - c.stride;
+  Pair w = pair_random ((gsize) c.Cin * (c.Cout / c.groups) * c.K);
+  Pair b = pair_random (c.Cout);
+  Pair partial = pair_random ((gsize) c.M * c.Cout * MAX (tail, 1));
+  for (int call = 0; call < calls; call++) {
+    const int T = Ts[call];
+    const int Ly = streaming ? c.stride * T : c.stride * (T - 1) + c.K;
+    Pair x = pair_random ((gsize) c.M * c.Cin * T);
+    Pair y = pair_random ((gsize) c.M * c.Cout * Ly);
+    ppx_op_conv_transpose1d (cpu, w.c, c.bias ? b.c : NULL, x.c, streaming ? partial.c : NULL, y.c, c.M, c.Cin, c.Cout,
+                             c.K, T, c.stride, c.groups);
+    ppx_op_conv_transpose1d (gpu, w.g, c.bias ? b.g : NULL, x.g, streaming ? partial.g : NULL, y.g, c.M, c.Cin, c.Cout,
+                             c.K, T, c.stride, c.groups);
+    g_autofree char *what = g_strdup_printf ("conv_transpose1d M%d Cin%d Cout%d K%d s%d g%d%s T %d%s", c.M, c.Cin,
+                                             c.Cout, c.K, c.stride, c.groups, c.bias ? " bias" : "", T,
+                                             streaming ? " streaming" : "");
+    assert_close (&y, TOL, what);
+    if (streaming)
+      assert_close (&partial, TOL, "conv_transpose1d partial");
+    pair_free (&x);
+    pair_free (&y);
+  }
+  pair_free (&w);
+  pair_free (&b);
+  pair_free (&partial);
+}
+
+static void
+test_conv_transpose1d (void)
+{
+  const ConvCase cases[] = {
+    {2, 4, 6, 8, 4, 1, 1, TRUE},   /* K = 2 * stride, Mimi's upsampling */
+    {1, 6, 4, 5, 2, 1, 2, FALSE},  /* groups, K odd, tail 3 > stride */
+    {2, 5, 5, 4, 2, 1, 5, TRUE},   /* depthwise (Mimi's upsample of the latent) */
+    {1, 3, 2, 7, 2, 1, 1, TRUE},   /* tail 5 > stride * T for T = 1, 2 */
+    {3, 2, 3, 3, 3, 1, 1, TRUE},   /* K = stride: no tail */
+  };
+  const int Ts[] = {1, 2, 3, 1, 4, 2};
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    check_conv_transpose (cases[i], cases[i].K > cases[i].stride, Ts, 6);
+    check_conv_transpose (cases[i], FALSE, Ts + 2, 2);
+  }
+}
+
+/* ---- RVQ ---- */
+
+static void
+test_vq (void)
+{
+  const int M = 3, ncb = 4, bins = 37, dim = 24, stride = 6, off = 1;
+  g_autofree float *cb = random_floats ((gsize) ncb * bins * dim, -1, 1);
+  /* codebook 0: entries 5 and 9 identical and nearest to row 0's residual: the first wins */
+  g_autofree float *r0 = random_floats ((gsize) M * dim, -1, 1);
+  for (int d = 0; d < dim; d++) {
+    cb[(gsize) 9 * dim + d] = cb[(gsize) 5 * dim + d];
+    r0[d] = cb[(gsize) 5 * dim + d] + 0.001f * (float) (d % 3);
+  }
+  Pair E = pair_new (PPX_TENSOR_F32, (gsize) ncb * bins * dim, cb);
+  Pair r = pair_new (PPX_TENSOR_F32, (gsize) M * dim, r0);
+  g_autofree int32_t *init = g_new0 (int32_t, M * stride);
+  for (int i = 0; i < M * stride; i++)
+    init[i] = -7;
+  Pair codes = pair_i32 ((gsize) M * stride, init);
+  ppx_op_vq_encode (cpu, E.c, r.c, codes.c, off, stride, M, ncb, bins, dim);
+  ppx_op_vq_encode (gpu, E.g, r.g, codes.g, off, stride, M, ncb, bins, dim);
+  assert_same (&codes, "vq_encode codes");
+  assert_close (&r, TOL, "vq_encode residual");
+  int32_t first;
+  ppx_tensor_download (codes.g, off, &first, 1);
+  g_assert_cmpint (first, ==, 5);
+  /* decode, with out-of-range codes clamped */
+  int32_t dc[18] = {0, 36, 5, 40, -3, 2, 1, 1, 1, 1, 1, 1, 36, 0, 12, 7, 9, 99};
+  Pair dcodes = pair_i32 (18, dc);
+  Pair y = pair_random ((gsize) M * dim);
+  ppx_op_vq_decode (cpu, E.c, dcodes.c, off, stride, y.c, M, ncb, bins, dim);
+  ppx_op_vq_decode (gpu, E.g, dcodes.g, off, stride, y.g, M, ncb, bins, dim);
+  assert_same (&y, "vq_decode");
+  pair_free (&E);
+  pair_free (&r);
+  pair_free (&codes);
+  pair_free (&dcodes);
+  pair_free (&y);
+}
+
+/* ---- sampling and teacher forcing ---- */
+
+/* Logits that are a random permutation of evenly spaced values: no two probabilities within rounding. */
+static float *
+separated_logits (int M, int V, double spacing)
+{
+  float *l = g_new (float, (gsize) M * V);
+  for (int m = 0; m < M; m++) {
+    float *row = l + (gsize) m * V;
+    for (int i = 0; i < V; i++)
+      row[i] = (float) ((i - V / 2) * spacing);
+    for (int i = V - 1; i > 0; i--) {
+      int j = g_rand_int_range (rng, 0, i + 1);
+      float t = row[i];
+      row[i] = row[j];
+      row[j] = t;
+    }
+  }
+  return l;
+}
+
+static void
+check_sample (int M, int V, float temp, int topk, double spacing, int draws)
+{
+  g_autofree float *l = separated_logits (M, V, spacing);
+  Pair logits = pair_new (PPX_TENSOR_F32, (gsize) M * V, l);
+  const int stride = 5, off = 2;
+  Pair tok = pair_i32 ((gsize) M * stride, NULL);
+  int mismatches = 0;
+  for (int d = 0; d < draws; d++) {
+    g_autofree uint32_t *st = g_new (uint32_t, 4 * M);
+    for (int m = 0; m < M; m++) {
+      guint64 seed = g_rand_int (rng) | ((guint64) g_rand_int (rng) << 32), frame = (guint64) d * 977 + m;
+      st[4 * m] = (uint32_t) seed;
+      st[4 * m + 1] = (uint32_t) (seed >> 32);
+      st[4 * m + 2] = (uint32_t) frame;
+      st[4 * m + 3] = (uint32_t) (frame >> 32);
+    }
+    Pair r = pair_new (PPX_TENSOR_I32, 4 * (gsize) M, st);
+    const int stream = d % 17;
+    ppx_op_sample (cpu, logits.c, V, tok.c, off, stride, r.c, stream, M, temp, topk);
+    ppx_op_sample (gpu, logits.g, V, tok.g, off, stride, r.g, stream, M, temp, topk);
+    g_autofree int32_t *a = g_new (int32_t, M * stride), *b = g_new (int32_t, M * stride);
+    ppx_tensor_download (tok.c, 0, a, M * stride);
+    ppx_tensor_download (tok.g, 0, b, M * stride);
+    mismatches += memcmp (a, b, M * stride * sizeof (int32_t)) != 0;
+    pair_free (&r);
+  }
+  if (g_test_verbose ())
+    g_printerr ("  sample M=%d V=%d temp %.2f topk %d: %d draws, %d mismatches\n", M, V, temp, topk, draws, mismatches);
+  if (mismatches)
+    g_error ("sample M=%d V=%d temp %.2f topk %d: %d of %d draws differ from the CPU", M, V, temp, topk, mismatches,
+             draws);
+  pair_free (&logits);
+  pair_free (&tok);
+}
+
+static void
+test_sample (void)
+{
+  /* greedy, with ties (first index) and NaNs (a NaN at 0 wins on the CPU; later NaNs never do) */
+  const int V = 2049;
+  g_autofree float *l = random_floats ((gsize) 4 * V, -3, 3);
+  l[100] = l[1700] = 10.0f;                         /* row 0: tie */
+  l[V + 0] = NAN;                                   /* row 1: NaN at 0 */
+  l[2 * V + 5] = NAN, l[2 * V + 2000] = 20.0f;      /* row 2: NaN before the max */
+  l[3 * V + 2048] = 30.0f, l[3 * V + 2047] = NAN;   /* row 3: max at the end */
+  Pair logits = pair_new (PPX_TENSOR_F32, (gsize) 4 * V, l);
+  Pair tok = pair_i32 (4 * 3, NULL);
+  int32_t st[16] = {1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0};
+  Pair r = pair_i32 (16, st);
+  ppx_op_sample (cpu, logits.c, V, tok.c, 1, 3, r.c, 0, 4, 0.0f, 250);
+  ppx_op_sample (gpu, logits.g, V, tok.g, 1, 3, r.g, 0, 4, 0.0f, 250);
+  assert_same (&tok, "greedy");
+  int32_t t[12];
+  ppx_tensor_download (tok.g, 0, t, 12);
+  g_assert_cmpint (t[1], ==, 100);
+  g_assert_cmpint (t[4], ==, 0);
+  g_assert_cmpint (t[7], ==, 2000);
+  g_assert_cmpint (t[10], ==, 2048);
+  ppx_op_sample (cpu, logits.c, V, tok.c, 0, 3, r.c, 0, 4, 0.8f, 1); /* top-1 is greedy */
+  ppx_op_sample (gpu, logits.g, V, tok.g, 0, 3, r.g, 0, 4, 0.8f, 1);
+  assert_same (&tok, "top-1");
+  pair_free (&logits);
+  pair_free (&tok);
+  pair_free (&r);
+  /* temperature + top-k: the CPU's draw for every (seed, frame, stream) */
+  check_sample (3, 2048, 0.8f, 250, 0.01, 40);  /* depformer audio */
+  check_sample (1, 32000, 0.7f, 25, 0.001, 30); /* text */
+  check_sample (2, 37, 1.0f, 0, 0.05, 60);      /* k = V (topk 0) */
+  check_sample (2, 37, 1.3f, 100, 0.05, 60);    /* k > V */
+  check_sample (3, 1000, 0.9f, 2, 0.02, 60);
+  check_sample (1, 8000, 1.0f, 0, 0.001, 3);    /* all of a large vocabulary */
+}
+
+static void
+test_force_tokens (void)
+{
+  int32_t tk[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  int32_t f[8] = {-1, 40, 41, -1, -1, 42, 43, -5};
+  Pair t = pair_i32 (12, tk), fo = pair_i32 (8, f);
+  ppx_op_force_tokens (cpu, t.c, 1, 3, fo.c, 1, 2, 4);
+  ppx_op_force_tokens (gpu, t.g, 1, 3, fo.g, 1, 2, 4);
+  assert_same (&t, "force_tokens");
+  pair_free (&t);
+  pair_free (&fo);
+}
+
+/* ---- end to end: the golden conversation on the GPU ---- */
+
+static double
+rel_err (const float *a, const float *b, gsize n)
+{
+  double num = 0, den = 0;
+  for (gsize i = 0; i < n; i++) {
+    num = MAX (num, fabs ((double) a[i] - b[i]));
+    den = MAX (den, fabs ((double) b[i]));
+  }
+  return den > 0 ? num / den : num;
+}
+
+static void
+test_golden (void)
+{
+  if (!ppx_test_golden_dir ()) {
+    g_test_skip ("golden data not found (set PPX_GOLDEN_DIR)");
+    return;
+  }
+  GoldenModel G;
+  golden_model_setup (&G);
+  g_autoptr (GError) err = NULL;
+  PpxModelParams mp;
+  ppx_model_params_init (&mp);
+  mp.model_dir = G.dir;
+  mp.backend = PPX_BACKEND_CUDA;
+  PpxModel *model = ppx_model_load (&mp, &err);
+  g_assert_no_error (err);
+  g_assert_cmpstr (ppx_model_backend_name (model), ==, "cuda");
+  PpxSessionParams p;
+  ppx_session_params_init (&p);
+  p.voice_prompt = G.voice_wav;
+  p.voice_normalize = FALSE;
+  p.text_prompt_tokens = G.text_tokens;
+  p.n_text_prompt_tokens = G.n_text_tokens;
+  p.greedy = TRUE;
+  PpxSession *s = ppx_session_new (model, &p, &err);
+  g_assert_no_error (err);
+  g_assert_cmpint (ppx_session_lmgen (s)->offset, ==, G.prompt_offset);
+  ppx_session_lmgen (s)->full_depformer = TRUE; /* every depformer step's logits, to compare them all */
+  const PpxStTensor *user = ppx_st_find (G.golden, "user_pcm"), *tok = ppx_st_find (G.golden, "lm_run_out_tokens"),
+                    *pcm = ppx_st_find (G.golden, "lm_run_pcm"), *tl = ppx_st_find (G.golden, "lm_run_text_logits"),
+                    *al = ppx_st_find (G.golden, "lm_run_audio_logits");
+  g_assert_true (user && tok && pcm && tl && al);
+  const int fs = ppx_model_frame_size (model), T = (int) tok->shape[0], V = (int) tl->shape[1];
+  const int card = (int) al->shape[2], nsteps = (int) al->shape[1];
+  const gint64 S = user->shape[0];
+  g_autofree float *in = g_new (float, fs), *out = g_new (float, fs), *logit = g_new (float, MAX (V, card));
+  int mismatches = 0;
+  double pcm_err = 0, text_rel = 0, audio_rel = 0;
+  gint64 t0 = g_get_monotonic_time ();
+  for (int t = 0; t < T; t++) {
+    gint64 n = MIN (fs, S - (gint64) t * fs);
+    memset (in, 0, fs * sizeof (float));
+    if (n > 0)
+      memcpy (in, (const float *) user->data + (gsize) t * fs, n * sizeof (float));
+    PpxFrameResult fr;
+    g_assert_true (ppx_session_step (s, in, out, &fr, &err));
+    g_assert_no_error (err);
+    for (int k = 0; k < 17; k++)
+      if (fr.tokens[k] != ((const int64_t *) tok->data)[t * 17 + k]) {
+        if (mismatches < 8)
+          g_printerr ("frame %d stream %d: got %d expected %" G_GINT64_FORMAT "\n", t, k, fr.tokens[k],
+                      ((const int64_t *) tok->data)[t * 17 + k]);
+        mismatches++;
+      }
+    for (int i = 0; i < fs; i++)
+      pcm_err = MAX (pcm_err, fabs (out[i] - ((const float *) pcm->data)[(gsize) t * fs + i]));
+    if (t < tl->shape[0]) {
+      ppx_lm_text_logits (ppx_session_lm_state (s), logit);
+      text_rel = MAX (text_rel, rel_err (logit, (const float *) tl->data + (gsize) t * V, V));
+      for (int st = 0; st < nsteps; st++) {
+        ppx_lm_audio_logits (ppx_session_lm_state (s), st, logit);
+        audio_rel = MAX (audio_rel, rel_err (logit, (const float *) al->data + ((gsize) t * nsteps + st) * card, card));
+      }
+    }
+  }
+  double secs = (g_get_monotonic_time () - t0) / 1e6;
+  g_printerr ("  golden on %s: %d frames in %.2f s, %d token mismatches, pcm max abs err %.3g, text logits rel %.3g, "
+              "audio logits rel %.3g\n",
+              ppx_backend_cuda_device_name (gpu), T, secs, mismatches, pcm_err, text_rel, audio_rel);
+  g_assert_cmpint (mismatches, ==, 0);
+  g_assert_cmpfloat (pcm_err, <, 1e-4);
+  g_assert_cmpfloat (text_rel, <, 1e-3);
+  g_assert_cmpfloat (audio_rel, <, 1e-3);
+  ppx_session_free (s);
+  ppx_model_unref (model);
+  golden_model_teardown (&G);
+}
+
+/* ---- GEMV bandwidth ---- */
+
+static void
+bench_linear (Fmt f, int64_t rows, int64_t cols)
+{
+  /* enough copies of the matrix that the set is well over the 50-60 MB L2, so weights come from HBM */
+  WPair first = wpair_random (f, rows, cols);
+  const guint64 bytes = ppx_weight_bytes (first.g);
+  const int copies = (int) MIN (16, 1 + (512ull << 20) / bytes);
+  PpxWeight **w = g_new (PpxWeight *, copies);
+  w[0] = first.g;
+  ppx_weight_free (first.c);
+  for (int i = 1; i < copies; i++) {
+    WPair p = wpair_random (f, rows, cols);
+    ppx_weight_free (p.c);
+    w[i] = p.g;
+  }
+  g_autoptr (GError) err = NULL;
+  PpxTensor *x = ppx_tensor_new (gpu, PPX_TENSOR_F32, cols, &err), *y = ppx_tensor_new (gpu, PPX_TENSOR_F32, rows, &err);
+  g_autofree float *xv = random_floats (cols, -1, 1);
+  ppx_tensor_upload (x, 0, xv, cols);
+  for (int i = 0; i < copies * 3; i++)
+    ppx_op_linear (gpu, w[i % copies], x, cols, y, rows, 1, FALSE);
+  ppx_backend_sync (gpu);
+  double best = INFINITY;
+  for (int rep = 0; rep < 5; rep++) {
+    const int iters = copies * MAX (1, 200 / copies);
+    gint64 t0 = g_get_monotonic_time ();
+    for (int i = 0; i < iters; i++)
+      ppx_op_linear (gpu, w[i % copies], x, cols, y, rows, 1, FALSE);
+    ppx_backend_sync (gpu);
+    double us = (double) (g_get_monotonic_time () - t0) / iters;
+    best = MIN (best, us);
+  }
+  printf ("%-8s %6" G_GINT64_FORMAT " x %-6" G_GINT64_FORMAT " %8.1f MB %8.2f us %8.0f GB/s  (%d copies)\n", fmt_name (f),
+          rows, cols, bytes / 1e6, best, bytes / best / 1e3, copies);
+  for (int i = 0; i < copies; i++)
+    ppx_weight_free (w[i]);
+  g_free (w);
+  ppx_tensor_free (x);
+  ppx_tensor_free (y);
+}
+
+static int
+run_bench (void)
+{
+  printf ("M = 1 linear on %s: best of 5 runs of >= 200 back-to-back launches, weight bytes / time\n",
+          ppx_backend_cuda_device_name (gpu));
+  const Fmt f[] = {{PPX_WFMT_BF16, 0}, {PPX_WFMT_INT8, 0}, {PPX_WFMT_INT4, 64}, {PPX_WFMT_F32, 0}};
+  for (guint i = 0; i < G_N_ELEMENTS (f); i++) {
+    bench_linear (f[i], 4096, 11264);
+    bench_linear (f[i], 11264, 4096);
+  }
+  return 0;
+}
+
+int
+main (int argc, char **argv)
+{
+  int n_gpus = 0;
+  gboolean bench = argc > 1 && g_str_equal (argv[1], "--bench");
+  if (!ppx_backend_cuda_available (&n_gpus)) {
+    g_autoptr (GError) err = NULL;
+    PpxBackend *b = ppx_backend_cuda_new (0, &err);
+    g_assert_null (b);
+    g_assert_error (err, PPX_ERROR, PPX_ERROR_UNSUPPORTED);
+    g_printerr ("no usable GPU (%s); skipping\n", err->message);
+    return PPX_TEST_SKIP;
+  }
+  g_autoptr (GError) err = NULL;
+  cpu = ppx_backend_cpu_new (0, &err);
+  g_assert_no_error (err);
+  gpu = ppx_backend_cuda_new (0, &err);
+  g_assert_no_error (err);
+  g_assert_null (ppx_backend_cuda_new (n_gpus, &err));
+  g_assert_error (err, PPX_ERROR, PPX_ERROR_INVALID);
+  g_clear_error (&err);
+  g_printerr ("CUDA backend on %s (%d GPU%s)\n", ppx_backend_cuda_device_name (gpu), n_gpus, n_gpus > 1 ? "s" : "");
+  rng = g_rand_new_with_seed (20260101);
+  int rc;
+  if (bench) {
+    rc = run_bench ();
+  } else {
+    g_test_init (&argc, &argv, NULL);
+    g_test_add_func ("/cuda/memory", test_memory);
+    g_test_add_func ("/cuda/linear", test_linear);
+    g_test_add_func ("/cuda/embed", test_embed);
+    g_test_add_func ("/cuda/elementwise", test_elementwise);
+    g_test_add_func ("/cuda/rope", test_rope);
+    g_test_add_func ("/cuda/attention", test_attention);
+    g_test_add_func ("/cuda/conv1d", test_conv1d);
+    g_test_add_func ("/cuda/conv-transpose1d", test_conv_transpose1d);
+    g_test_add_func ("/cuda/vq", test_vq);
+    g_test_add_func ("/cuda/sample", test_sample);
+    g_test_add_func ("/cuda/force-tokens", test_force_tokens);
+    g_test_add_func ("/cuda/golden", test_golden);
+    rc = g_test_run ();
+  }
+  g_rand_free (rng);
+  ppx_backend_free (gpu);
+  ppx_backend_free (cpu);
+  return rc;
+}

@@ -518,7 +518,8 @@ ppx_backend_cuda_new (int device, GError **error)
   int n = 0;
   int e = ppx_cuda_device_count (&n);
   if (n <= 0) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend: no usable GPU (no NVIDIA driver or device; CUDA says: %s)",
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
+                 "CUDA backend: no usable GPU (no NVIDIA driver or device; CUDA says: %s)",
                  e ? ppx_cuda_error_string (e) : "no CUDA devices found");
     return NULL;
   }

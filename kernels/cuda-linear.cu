@@ -5,9 +5,10 @@
  * The fast path reads the weight row in 16-byte vectors (4 f32, 8 bf16, 16 int8 or 32 int4 weights),
  * several vectors in flight per lane, dequantizes in registers (int8/int4 codes become floats through
  * byte permutes into 0x4B0000xx, no conversion instructions; scales are applied per row for int8 and per
- * 8-weight group for int4) and accumulates in f32; the warp's lanes are then summed with shuffles. It needs 16-byte aligned rows and x (cols a multiple of the vector
- * width); anything else takes the generic path (one weight per lane per step). The summation order
- * differs from the CPU's, so results agree to f32 rounding, not bit for bit. */
+ * 8-weight group for int4) and accumulates in f32; the warp's lanes are then summed with shuffles.
+ * It needs 16-byte aligned rows and x (cols a multiple of the vector width); anything else takes the
+ * generic path (one weight per lane per step). The summation order differs from the CPU's, so results
+ * agree to f32 rounding, not bit for bit. */
 #include "cuda-common.cuh"
 
 #include <cuda_bf16.h>
@@ -405,8 +406,8 @@ ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, s
   if (M <= 0 || w->rows <= 0)
     return 0;
   const int N = vec_width (w->format);
-  const bool fast = w->cols % N == 0 && w->cols < ((int64_t) 1 << 31) && ((uintptr_t) w->data & 15) == 0 && ((uintptr_t) x & 15) == 0 &&
-                    (M == 1 || ldx % 4 == 0);
+  const bool fast = w->cols % N == 0 && w->cols < ((int64_t) 1 << 31) && ((uintptr_t) w->data & 15) == 0 &&
+                    ((uintptr_t) x & 15) == 0 && (M == 1 || ldx % 4 == 0);
   if (!fast) {
     dim3 grid (ppx_cdiv ((size_t) w->rows, LIN_WARPS), ppx_cdiv ((size_t) M, LIN_MT));
     linear_generic_kernel<<<grid, LIN_WARPS * 32, 0, PPX_CUDA_STREAM (stream)>>> (*w, x, ldx, y, ldy, M, accumulate);

@@ -319,14 +319,17 @@ step_and_push (GstPersonaplexDuplex * self, guint n_samples)
   if (frame_messages)
     frame_msg = gst_pp_frame_message_new (GST_OBJECT (self), &res, &pos);
 
-  ret = push_audio (self, n_samples, &pos);
+  /* Text first: during preroll the audio sink blocks our thread on the
+   * first audio buffer, so text_src must have prerolled by then (through
+   * the queue that its branch needs, as after a demuxer). */
+  ret = push_text (self, res.text, &pos);
   ret = gst_flow_combiner_update_pad_flow (self->flow_combiner,
-      self->srcpad, ret);
+      self->textpad, ret);
   if (ret == GST_FLOW_OK || ret == GST_FLOW_NOT_LINKED) {
-    GstFlowReturn text_ret = push_text (self, res.text, &pos);
+    GstFlowReturn audio_ret = push_audio (self, n_samples, &pos);
 
     ret = gst_flow_combiner_update_pad_flow (self->flow_combiner,
-        self->textpad, text_ret);
+        self->srcpad, audio_ret);
   }
 
   if (frame_msg)

@@ -2,7 +2,7 @@
  *
  *   appsrc (golden user_pcm, odd chunk sizes) ! personaplexduplex greedy=true
  *       voice-prompt=VOICE.wav voice-normalize=false text-prompt-tokens=...
- *       frame-messages=true ! appsink      (text_src ! fakesink)
+ *       frame-messages=true ! appsink      (text_src ! queue ! fakesink)
  *
  * must reproduce the reference's lm_run_pcm (max abs err 1e-4, truncated to
  * the input length) and lm_run_out_tokens exactly (from the
@@ -85,7 +85,7 @@ main (int argc, char **argv)
       "personaplexduplex name=pp greedy=true voice-normalize=false "
       "frame-messages=true stats-interval=0 ! appsink name=sink sync=false "
       "wait-on-eos=false "
-      "pp.text_src ! fakesink sync=false async=false", &err);
+      "pp.text_src ! queue ! fakesink sync=false", &err);
   g_assert_no_error (err);
   src = gst_bin_get_by_name (GST_BIN (pipeline), "src");
   pp = gst_bin_get_by_name (GST_BIN (pipeline), "pp");

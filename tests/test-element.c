@@ -10,12 +10,22 @@ static char *model_dir;         /* made once in main(), before the fork per test
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
 
+/* An element with default settings. */
 static GstElement *
-new_element (const char *instance_id)
+new_bare_element (void)
 {
   GstElement *el = gst_element_factory_make ("personaplexduplex", NULL);
 
   fail_unless (el != NULL, "personaplexduplex not found (GST_PLUGIN_PATH?)");
+  return el;
+}
+
+/* An element on the tiny model, greedy. */
+static GstElement *
+new_element (const char *instance_id)
+{
+  GstElement *el = new_bare_element ();
+
   g_object_set (el, "model-dir", model_dir, "greedy", TRUE,
       "model-instance-id", instance_id, NULL);
   return el;
@@ -609,15 +619,18 @@ GST_START_TEST (test_caps_change)
   GstBus *bus = gst_bus_new ();
   GstMessage *msg;
   GError *err = NULL;
+  GstCaps *caps;
 
   gst_element_set_bus (h->element, bus);
   fail_unless_equals_int (gst_harness_push (h,
           ppx_test_signal_buffer (0, PPX_FRAME)), GST_FLOW_OK);
-  fail_unless (gst_harness_push_event (h,
-          gst_event_new_caps (gst_caps_from_string (PPX_F32_CAPS))));
+  caps = gst_caps_from_string (PPX_F32_CAPS);
+  fail_unless (gst_harness_push_event (h, gst_event_new_caps (caps)));
+  gst_caps_unref (caps);
   /* the harness stores the sticky event whatever the element answers */
-  gst_harness_push_event (h,
-      gst_event_new_caps (gst_caps_from_string (PPX_S16_CAPS)));
+  caps = gst_caps_from_string (PPX_S16_CAPS);
+  gst_harness_push_event (h, gst_event_new_caps (caps));
+  gst_caps_unref (caps);
   fail_unless_equals_int (gst_harness_push (h, ppx_test_signal_buffer
           (PPX_FRAME, PPX_FRAME)), GST_FLOW_NOT_NEGOTIATED);
   msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
@@ -762,7 +775,7 @@ GST_END_TEST;
 
 GST_START_TEST (test_property_validation)
 {
-  GstElement *el = gst_element_factory_make ("personaplexduplex", NULL);
+  GstElement *el = new_bare_element ();
   gint q, topk;
   gchar *tokens;
   guint handler = g_log_set_handler (G_LOG_DOMAIN, G_LOG_LEVEL_WARNING,
@@ -845,7 +858,7 @@ GST_END_TEST;
 
 GST_START_TEST (test_missing_model_dir)
 {
-  GstElement *el = gst_element_factory_make ("personaplexduplex", NULL);
+  GstElement *el = new_bare_element ();
   gchar *msg;
 
   /* unset */
@@ -889,7 +902,7 @@ GST_START_TEST (test_corrupt_model)
     "tokenizer-e351c8d8-checkpoint125.safetensors"
   };
   gchar *lm = g_build_filename (dir, "model.safetensors", NULL);
-  GstElement *el = gst_element_factory_make ("personaplexduplex", NULL);
+  GstElement *el = new_bare_element ();
   gchar *msg;
   guint i;
 

@@ -150,14 +150,16 @@ test_length_and_json (void)
   run_json_clear (&j);
 }
 
-/* Formats GStreamer decodes: 16-bit stereo WAV at 48 kHz and FLAC at 16 kHz come out as long as they
- * went in, at 24 kHz. */
+/* Formats GStreamer decodes: 16-bit stereo WAV at 48 kHz, FLAC at 16 kHz and WAV at 96 kHz come out as
+ * long as they went in, at 24 kHz (the resampler makes 4799 of the FLAC's 4800 samples and 3087 of the
+ * 96 kHz file's 3086.25: padded and trimmed to the exact count). */
 static void
 test_other_formats (void)
 {
   const struct { const char *name; int rate, channels, format; gsize frames, expected; } cases[] = {
     {"s16-48k.wav", 48000, 2, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 9600, 4800},
     {"mono-16k.flac", 16000, 1, SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 3200, 4800},
+    {"mono-96k.wav", 96000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 12345, 3086},
   };
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
     g_autofree char *in = tmp_path (cases[i].name), *out = tmp_path ("fmt-out.wav"), *json = tmp_path ("fmt.json");
@@ -325,6 +327,8 @@ test_errors (void)
                missing);
   EXPECT_FAIL ((text), "--model-dir", md, "--input", in, "--output", out, "--voice-prompt", text);
   EXPECT_FAIL ((text), "--model-dir", md, "--input", text, "--output", out);
+  /* the input is found not to be audio before the (broken) model is loaded */
+  EXPECT_FAIL ((text, "cannot decode audio"), "--model-dir", wrong_dir, "--input", text, "--output", out);
   EXPECT_FAIL ((missing), "--model-dir", md, "--input", missing, "--output", out);
   EXPECT_FAIL ((unwritable), "--model-dir", md, "--input", in, "--output", unwritable);
   EXPECT_FAIL (("--output-json", unwritable), "--model-dir", md, "--input", in, "--output", out, "--output-json",
@@ -336,6 +340,8 @@ test_errors (void)
   EXPECT_FAIL (("--temp-audio"), "--model-dir", md, "--input", in, "--output", out, "--temp-audio", "-1");
   EXPECT_FAIL (("--temp-text"), "--model-dir", md, "--input", in, "--output", out, "--temp-text", "warm");
   EXPECT_FAIL (("--temp-text"), "--model-dir", md, "--input", in, "--output", out, "--temp-text", "nan");
+  EXPECT_FAIL (("--temp-audio 11", "0 .. 10"), "--model-dir", md, "--input", in, "--output", out, "--temp-audio", "11");
+  EXPECT_FAIL (("--topk-text 70000"), "--model-dir", md, "--input", in, "--output", out, "--topk-text", "70000");
   EXPECT_FAIL (("--topk-audio"), "--model-dir", md, "--input", in, "--output", out, "--topk-audio", "-5");
   EXPECT_FAIL (("--device"), "--model-dir", md, "--input", in, "--output", out, "--device", "-1");
   EXPECT_FAIL (("--seed", "x1"), "--model-dir", md, "--input", in, "--output", out, "--seed", "x1");
@@ -441,6 +447,21 @@ static void
 test_golden_voice_cache (void)
 {
   g_autofree char *cache = tmp_path ("voice-cache");
+  /* The option is the element's voice-cache-dir property; an element without one is refused, by name. */
+  g_autofree char *in = tmp_path ("cache-probe.wav"), *out = tmp_path ("cache-probe-out.wav");
+  g_autofree float *pcm = test_signal (FRAME, 24000);
+  wav_write (in, pcm, FRAME, 24000, 1, SF_FORMAT_FLOAT);
+  ToolResult r = tool_run (run_tool (), "--model-dir", model_dir, "--input", in, "--output", out, "--voice-prompt",
+                           G.voice_wav, "--voice-cache-dir", cache);
+  gboolean unsupported = r.exit_status == 1 && strstr (r.err, "no voice-cache-dir property");
+  if (!unsupported)
+    tool_assert_ok (&r);
+  tool_result_clear (&r);
+  if (unsupported) {
+    g_test_skip ("the personaplexduplex element has no voice-cache-dir property");
+    return;
+  }
+  remove_tree (cache);
   golden_conversation_with (G.voice_wav, "--voice-cache-dir", cache, "lm_run_out_tokens", "lm_run_pcm");
   g_autoptr (GDir) d = g_dir_open (cache, 0, NULL);
   g_assert_nonnull (d);

@@ -6,17 +6,17 @@
  *                   --topk-audio 250 --topk-text 25] [--quantization auto|bf16|int8|int4]
  *                   [--backend auto|cpu|cuda] [--device N] [--voice-cache-dir DIR]
  *
- * Decodes the input with GStreamer (any format it plays; channel mix to mono, resampled to 24 kHz), runs
- * the conversation frame by frame (run-core.h) and writes the agent's audio as a 32-bit float 24 kHz mono
- * WAV exactly as long as the input, plus, if asked, the per-frame tokens and text as JSON (run-json.h).
- * See docs/tools.md. */
+ * A thin GStreamer application around the personaplexduplex element: the input (any format GStreamer
+ * plays; mixed to mono, resampled to 24 kHz) goes through the element frame by frame (run-pipeline.c),
+ * and the agent's audio is written as a 32-bit float 24 kHz mono WAV exactly as long as the input, plus,
+ * if asked, the per-frame tokens and text as JSON (run-json.h). See docs/tools.md. */
 #include <errno.h>
 #include <gst/gst.h>
 #include <math.h>
 
 #include "audio-io.h"
-#include "decode-audio.h"
 #include "run-core.h"
+#include "run-element.h"
 #include "run-json.h"
 
 #define PROG "personaplex-run"
@@ -155,6 +155,10 @@ finish_settings (RunSettings *s, const RawOptions *raw, GError **error)
     g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: model directory does not exist", s->model_dir);
     return FALSE;
   }
+  if (!g_file_test (s->input, G_FILE_TEST_IS_REGULAR)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: no such file", s->input);
+    return FALSE;
+  }
   return check_voice_prompt (s, error) && check_writable_dir ("--output", s->output, error) &&
          (!s->output_json || check_writable_dir ("--output-json", s->output_json, error));
 }
@@ -162,18 +166,14 @@ finish_settings (RunSettings *s, const RawOptions *raw, GError **error)
 static gboolean
 run (const RunSettings *s, GError **error)
 {
-  gsize n = 0;
-  g_autofree float *in = decode_audio_file (s->input, RUN_SAMPLE_RATE, &n, error);
-  if (!in)
-    return FALSE;
   RunOutput out;
-  if (!run_conversation (s, in, n, &out, error))
+  if (!run_conversation (s, &out, error))
     return FALSE;
   gboolean ok = ppx_audio_write_f32 (s->output, out.pcm, out.n_samples, RUN_SAMPLE_RATE, error) &&
                 (!s->output_json || run_json_write (s->output_json, s, &out, error));
   if (ok)
     g_printerr (PROG ": %" G_GSIZE_FORMAT " frames (%.2f s of audio) in %.2f s on %s (%s)\n", out.n_frames,
-                (double) n / RUN_SAMPLE_RATE, out.seconds, out.backend, out.quantization);
+                (double) out.n_samples / RUN_SAMPLE_RATE, out.seconds, out.backend, out.quantization);
   run_output_clear (&out);
   return ok;
 }
@@ -217,7 +217,8 @@ main (int argc, char **argv)
   g_option_context_add_main_entries (ctx, entries, NULL);
   g_autoptr (GError) error = NULL;
   int rc = 0;
-  if (!g_option_context_parse (ctx, &argc, &argv, &error) || !gst_init_check (NULL, NULL, &error))
+  if (!g_option_context_parse (ctx, &argc, &argv, &error) || !gst_init_check (NULL, NULL, &error) ||
+      !run_element_register (&error))
     rc = fail ("%s", error->message);
   else if (argc > 1)
     rc = fail ("unexpected argument '%s' (see --help)", argv[1]);

@@ -1,3 +1,4 @@
+/* personaplex-run's settings and results (the conversation itself is in run-pipeline.c). */
 #include "run-core.h"
 
 #include "ppx-common.h"
@@ -86,83 +87,4 @@ run_output_clear (RunOutput *out)
   g_free (out->backend);
   g_free (out->quantization);
   memset (out, 0, sizeof *out);
-}
-
-static PpxModel *
-load_model (const RunSettings *s, GError **error)
-{
-  PpxModelParams mp;
-  ppx_model_params_init (&mp);
-  mp.model_dir = s->model_dir;
-  mp.quantization = s->quantization;
-  mp.backend = s->backend;
-  mp.device = s->device;
-  PpxModel *model = ppx_model_load (&mp, error);
-  if (model && ppx_model_sample_rate (model) != RUN_SAMPLE_RATE) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "%s: the model runs at %d Hz; only %d Hz is supported",
-                 s->model_dir, ppx_model_sample_rate (model), RUN_SAMPLE_RATE);
-    g_clear_pointer (&model, ppx_model_unref);
-  }
-  return model;
-}
-
-static PpxSession *
-new_session (PpxModel *model, const RunSettings *s, GError **error)
-{
-  PpxSessionParams p;
-  ppx_session_params_init (&p);
-  p.voice_prompt = s->voice_prompt;
-  p.voice_normalize = s->voice_normalize;
-  p.voice_cache_dir = s->voice_cache_dir;
-  p.text_prompt = s->text_prompt;
-  p.text_prompt_tokens = s->text_prompt_tokens;
-  p.n_text_prompt_tokens = s->n_text_prompt_tokens;
-  p.greedy = s->greedy;
-  p.seed = s->seed;
-  p.temp_audio = (float) s->temp_audio;
-  p.temp_text = (float) s->temp_text;
-  p.topk_audio = s->topk_audio;
-  p.topk_text = s->topk_text;
-  return ppx_session_new (model, &p, error);
-}
-
-gboolean
-run_conversation (const RunSettings *settings, const float *in, gsize n, RunOutput *out, GError **error)
-{
-  memset (out, 0, sizeof *out);
-  gint64 t0 = g_get_monotonic_time ();
-  PpxModel *model = load_model (settings, error);
-  if (!model)
-    return FALSE;
-  PpxSession *session = new_session (model, settings, error);
-  if (!session) {
-    ppx_model_unref (model);
-    return FALSE;
-  }
-  const gsize fs = (gsize) ppx_model_frame_size (model);
-  out->n_frames = (n + fs - 1) / fs;
-  out->n_samples = n;
-  out->frames = g_new0 (RunFrame, MAX (out->n_frames, 1));
-  out->pcm = g_new (float, out->n_frames * fs + 1); /* room for the padded last frame, then truncated */
-  out->backend = g_strdup (ppx_model_backend_name (model));
-  out->quantization = g_strdup (ppx_model_quantization_name (model));
-  g_autofree float *frame = g_new (float, fs);
-  gboolean ok = TRUE;
-  for (gsize t = 0; t < out->n_frames && ok; t++) {
-    gsize have = MIN (fs, n - t * fs);
-    memcpy (frame, in + t * fs, have * sizeof (float));
-    memset (frame + have, 0, (fs - have) * sizeof (float));
-    PpxFrameResult res = {0};
-    ok = ppx_session_step (session, frame, out->pcm + t * fs, &res, error);
-    if (ok) {
-      memcpy (out->frames[t].tokens, res.tokens, sizeof out->frames[t].tokens);
-      out->frames[t].text = g_strdup (res.text);
-    }
-  }
-  ppx_session_free (session);
-  ppx_model_unref (model);
-  out->seconds = (g_get_monotonic_time () - t0) / 1e6;
-  if (!ok)
-    run_output_clear (out);
-  return ok;
 }

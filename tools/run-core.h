@@ -1,7 +1,7 @@
-/* personaplex-run's processing core and its settings: one whole conversation, input PCM in, output PCM
- * and per-frame results out. Everything around it (options, decoding the input, writing the outputs) is
- * independent of how the frames are processed, so this one function can be swapped (e.g. for a
- * pipeline around the personaplexduplex element) without touching the rest. */
+/* personaplex-run's processing core and its settings: one whole conversation, the input file in, output
+ * PCM and per-frame results out (run-pipeline.c: a GStreamer pipeline around the personaplexduplex
+ * element). Everything around it (options, writing the outputs) is independent of how the frames are
+ * processed. */
 #ifndef PPX_RUN_CORE_H
 #define PPX_RUN_CORE_H
 
@@ -50,7 +50,7 @@ typedef struct {
 } RunFrame;
 
 typedef struct {
-  float *pcm;         /* 24 kHz mono, exactly as many samples as the input */
+  float *pcm;         /* 24 kHz mono, exactly as long as the input */
   gsize n_samples;
   RunFrame *frames;   /* one per 80 ms frame (the last one zero-padded for the model) */
   gsize n_frames;
@@ -59,9 +59,10 @@ typedef struct {
   double seconds;     /* wall time of the conversation (prompts and frames) */
 } RunOutput;
 
-/* The processing core: loads the model, runs the prompts, then every frame of `in` (n samples at
- * RUN_SAMPLE_RATE). Errors name the file or the setting at fault. */
-gboolean run_conversation (const RunSettings *settings, const float *in, gsize n, RunOutput *out, GError **error);
+/* The processing core: decodes settings->input (any format GStreamer plays, mixed to mono and resampled
+ * to RUN_SAMPLE_RATE), loads the model, runs the prompts, then every frame. Errors name the file or the
+ * setting at fault. The caller has run gst_init() and run_element_register(). */
+gboolean run_conversation (const RunSettings *settings, RunOutput *out, GError **error);
 void run_output_clear (RunOutput *out);
 
 G_END_DECLS

@@ -433,9 +433,14 @@ handle_timeline (GstPersonaplexDuplex * self, GstBuffer * buffer,
     GST_INFO_OBJECT (self, "discontinuity: expected %" GST_TIME_FORMAT
         ", got %" GST_TIME_FORMAT, GST_TIME_ARGS (expected),
         GST_TIME_ARGS (pts));
+    gboolean reset;
+
     ret = step_partial_frame (self);
     expected = sample_time (self, self->samples_since_resync);
-    if (self->settings.reset_on_discont && !reset_conversation (self))
+    GST_OBJECT_LOCK (self);
+    reset = self->settings.reset_on_discont;
+    GST_OBJECT_UNLOCK (self);
+    if (reset && !reset_conversation (self))
       ret = GST_FLOW_ERROR;
   }
 

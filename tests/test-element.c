@@ -5,7 +5,9 @@
 
 #include <string.h>
 
-static char *model_dir;         /* made once in main(), before the fork per test */
+/* A tiny random model with a small tokenizer, made once in main() before
+ * the fork per test. */
+static char *model_dir;
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
@@ -344,6 +346,46 @@ GST_START_TEST (test_s16le)
 
 GST_END_TEST;
 
+/* Both audio pads carry one format: what downstream accepts narrows what
+ * the sink pad offers upstream, and the other way round. */
+GST_START_TEST (test_caps_query)
+{
+  GstElement *el = new_element (NULL);
+  GstHarness *h = gst_harness_new_with_element (el, "sink", "src");
+  GstCaps *caps, *s16 = gst_caps_from_string (PPX_S16_CAPS);
+  GstCaps *f32 = gst_caps_from_string (PPX_F32_CAPS);
+  GstPad *sinkpad = GST_PAD_PEER (h->srcpad);
+  GstPad *srcpad = GST_PAD_PEER (h->sinkpad);
+
+  /* unconstrained: both formats */
+  caps = gst_pad_query_caps (sinkpad, NULL);
+  fail_unless (gst_caps_can_intersect (caps, s16));
+  fail_unless (gst_caps_can_intersect (caps, f32));
+  gst_caps_unref (caps);
+
+  /* downstream takes S16LE only: so does the sink pad */
+  gst_harness_set_sink_caps (h, gst_caps_ref (s16));
+  caps = gst_pad_query_caps (sinkpad, NULL);
+  fail_unless (gst_caps_can_intersect (caps, s16));
+  fail_if (gst_caps_can_intersect (caps, f32), "%" GST_PTR_FORMAT, caps);
+  gst_caps_unref (caps);
+  fail_if (gst_pad_query_accept_caps (sinkpad, f32));
+
+  /* upstream offers F32LE only: so does src */
+  gst_harness_set_src_caps (h, gst_caps_ref (f32));
+  caps = gst_pad_query_caps (srcpad, NULL);
+  fail_unless (gst_caps_can_intersect (caps, f32));
+  fail_if (gst_caps_can_intersect (caps, s16), "%" GST_PTR_FORMAT, caps);
+  gst_caps_unref (caps);
+
+  gst_caps_unref (s16);
+  gst_caps_unref (f32);
+  gst_harness_teardown (h);
+  gst_object_unref (el);
+}
+
+GST_END_TEST;
+
 /* NaN/Inf input is replaced by silence: the output stays finite. */
 GST_START_TEST (test_nan_input)
 {
@@ -451,24 +493,31 @@ GST_START_TEST (test_gap)
 GST_END_TEST;
 
 /* text_src: derived stream-start "<id>/text" with the same group id, utf8
- * caps, the segment, then one buffer or GAP per frame with the frame's
- * timestamps; a text buffer is also posted as personaplex-text. */
+ * caps, the segment, then for every frame either a text buffer or a GAP
+ * with the frame's timestamps; each text buffer is also posted as a
+ * personaplex-text message with the same text and PTS. Sampling (not greedy)
+ * so that the random model emits text ids that the tokenizer knows. */
 GST_START_TEST (test_text_pad)
 {
-  GstHarness *h = new_harness (PPX_F32_CAPS);
-  GstHarness *th = gst_harness_new_with_element (h->element, NULL,
-      "text_src");
+  const guint n_frames = 40;
+  GstElement *el = new_element (NULL);
+  GstHarness *h, *th;
   GstBus *bus = gst_bus_new ();
   GstEvent *ev;
   GstBuffer *tb;
   gchar *audio_id, *expect_id;
   gboolean seen_start = FALSE, seen_caps = FALSE, seen_segment = FALSE;
   guint gaps = 0, texts = 0, messages = 0;
+  GPtrArray *buffer_texts = g_ptr_array_new_with_free_func (g_free);
+  GArray *buffer_pts = g_array_new (FALSE, FALSE, sizeof (guint64));
   GstMessage *msg;
 
-  gst_element_set_bus (h->element, bus);
+  g_object_set (el, "greedy", FALSE, "seed", (guint64) 7, NULL);
+  gst_element_set_bus (el, bus);
+  h = new_harness_for (el, PPX_F32_CAPS);
+  th = gst_harness_new_with_element (h->element, NULL, "text_src");
   fail_unless_equals_int (gst_harness_push (h,
-          ppx_test_signal_buffer (0, 6 * PPX_FRAME)), GST_FLOW_OK);
+          ppx_test_signal_buffer (0, n_frames * PPX_FRAME)), GST_FLOW_OK);
 
   audio_id = gst_pad_get_stream_id (h->element->sinkpads->data);
   expect_id = g_strdup_printf ("%s/text", audio_id);
@@ -498,10 +547,16 @@ GST_START_TEST (test_text_pad)
         fail_unless (seen_caps);
         seen_segment = TRUE;
         break;
-      case GST_EVENT_GAP:
+      case GST_EVENT_GAP:{
+        GstClockTime ts, dur;
+
         fail_unless (seen_segment);
+        gst_event_parse_gap (ev, &ts, &dur);
+        fail_unless_equals_uint64 (ts % PPX_FRAME_NS, 0);
+        fail_unless_equals_uint64 (dur, PPX_FRAME_NS);
         gaps++;
         break;
+      }
       default:
         break;
     }
@@ -509,32 +564,71 @@ GST_START_TEST (test_text_pad)
   }
   while ((tb = gst_harness_try_pull (th))) {
     GstMapInfo map;
+    guint64 pts = GST_BUFFER_PTS (tb);
 
     gst_buffer_map (tb, &map, GST_MAP_READ);
+    fail_unless (map.size > 0);
     fail_unless (g_utf8_validate ((const gchar *) map.data, map.size, NULL));
+    g_ptr_array_add (buffer_texts, g_strndup ((const gchar *) map.data,
+            map.size));
     gst_buffer_unmap (tb, &map);
-    fail_unless_equals_uint64 (GST_BUFFER_PTS (tb) % PPX_FRAME_NS, 0);
+    fail_unless_equals_uint64 (pts % PPX_FRAME_NS, 0);
+    fail_unless_equals_uint64 (GST_BUFFER_DURATION (tb), PPX_FRAME_NS);
+    g_array_append_val (buffer_pts, pts);
     gst_buffer_unref (tb);
     texts++;
   }
   while ((msg = ppx_test_pop_element_message (bus, "personaplex-text", 0))) {
     const GstStructure *s = gst_message_get_structure (msg);
+    guint64 pts, frame;
 
-    fail_unless (gst_structure_has_field_typed (s, "text", G_TYPE_STRING));
-    fail_unless (gst_structure_has_field_typed (s, "pts", G_TYPE_UINT64));
-    fail_unless (gst_structure_has_field_typed (s, "frame", G_TYPE_UINT64));
+    fail_unless (messages < texts, "more text messages than text buffers");
+    fail_unless_equals_string (gst_structure_get_string (s, "text"),
+        g_ptr_array_index (buffer_texts, messages));
+    fail_unless (gst_structure_get_uint64 (s, "pts", &pts));
+    fail_unless_equals_uint64 (pts, g_array_index (buffer_pts, guint64,
+            messages));
+    fail_unless (gst_structure_get_uint64 (s, "frame", &frame));
+    fail_unless_equals_uint64 (frame * PPX_FRAME_NS, pts);
     gst_message_unref (msg);
     messages++;
   }
-  fail_unless_equals_int (gaps + texts, 6);
+  GST_INFO ("%u text pieces, %u gaps", texts, gaps);
+  fail_unless_equals_int (gaps + texts, n_frames);
+  fail_unless (texts > 0, "no text piece in %u sampled frames", n_frames);
   fail_unless_equals_int (messages, texts);
 
+  g_ptr_array_unref (buffer_texts);
+  g_array_unref (buffer_pts);
   g_free (audio_id);
   g_free (expect_id);
-  gst_element_set_bus (h->element, NULL);
+  gst_element_set_bus (el, NULL);
   gst_object_unref (bus);
   gst_harness_teardown (th);
   gst_harness_teardown (h);
+  gst_object_unref (el);
+}
+
+GST_END_TEST;
+
+/* text-prompt goes through the model's tokenizer. */
+GST_START_TEST (test_text_prompt)
+{
+  GstElement *el = new_element (NULL);
+  GstHarness *h;
+  GArray *out;
+  guint n;
+
+  g_object_set (el, "text-prompt", "You enjoy having a good conversation.",
+      NULL);
+  h = new_harness_for (el, PPX_F32_CAPS);
+  fail_unless_equals_int (gst_harness_push (h,
+          ppx_test_signal_buffer (0, PPX_FRAME)), GST_FLOW_OK);
+  out = pull_all_checked (h, 0, &n);
+  fail_unless_equals_int (n, 1);
+  g_array_unref (out);
+  gst_harness_teardown (h);
+  gst_object_unref (el);
 }
 
 GST_END_TEST;
@@ -1026,10 +1120,12 @@ personaplexduplex_suite (void)
   tcase_add_test (tc, test_total_duration_and_offset);
   tcase_add_test (tc, test_discont_resync);
   tcase_add_test (tc, test_s16le);
+  tcase_add_test (tc, test_caps_query);
   tcase_add_test (tc, test_nan_input);
   tcase_add_test (tc, test_latency);
   tcase_add_test (tc, test_gap);
   tcase_add_test (tc, test_text_pad);
+  tcase_add_test (tc, test_text_prompt);
   tcase_add_test (tc, test_flush_resets_conversation);
   tcase_add_test (tc, test_eos_both_pads);
   tcase_add_test (tc, test_caps_change);
@@ -1051,6 +1147,7 @@ main (int argc, char **argv)
 
   gst_check_init (&argc, &argv);
   model_dir = ppx_test_make_tiny_model ();
+  ppx_test_add_tokenizer (model_dir);
   failures = gst_check_run_suite (personaplexduplex_suite (),
       "personaplexduplex", __FILE__);
   ppx_test_remove_dir (model_dir);

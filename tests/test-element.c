@@ -611,6 +611,36 @@ GST_START_TEST (test_text_pad)
 
 GST_END_TEST;
 
+/* An unlinked text_src is not an error: the same sampled conversation as
+ * in test_text_pad (text pieces included) flows with only src linked. */
+GST_START_TEST (test_text_pad_unlinked)
+{
+  GstElement *el = new_element (NULL);
+  GstHarness *h;
+  GstBus *bus = gst_bus_new ();
+  GstMessage *msg;
+  guint i, messages = 0;
+
+  g_object_set (el, "greedy", FALSE, "seed", (guint64) 7, NULL);
+  gst_element_set_bus (el, bus);
+  h = new_harness_for (el, PPX_F32_CAPS);
+  for (i = 0; i < 40; i++)
+    fail_unless_equals_int (gst_harness_push (h,
+            ppx_test_signal_buffer (i * PPX_FRAME, PPX_FRAME)), GST_FLOW_OK);
+  fail_unless_equals_int (gst_harness_buffers_received (h), 40);
+  while ((msg = ppx_test_pop_element_message (bus, "personaplex-text", 0))) {
+    gst_message_unref (msg);
+    messages++;
+  }
+  fail_unless (messages > 0, "no text was produced, the test proves nothing");
+  gst_element_set_bus (el, NULL);
+  gst_object_unref (bus);
+  gst_harness_teardown (h);
+  gst_object_unref (el);
+}
+
+GST_END_TEST;
+
 /* text-prompt goes through the model's tokenizer. */
 GST_START_TEST (test_text_prompt)
 {
@@ -1125,6 +1155,7 @@ personaplexduplex_suite (void)
   tcase_add_test (tc, test_latency);
   tcase_add_test (tc, test_gap);
   tcase_add_test (tc, test_text_pad);
+  tcase_add_test (tc, test_text_pad_unlinked);
   tcase_add_test (tc, test_text_prompt);
   tcase_add_test (tc, test_flush_resets_conversation);
   tcase_add_test (tc, test_eos_both_pads);

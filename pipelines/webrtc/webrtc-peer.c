@@ -129,12 +129,14 @@ on_offer_created (GstPromise *promise, gpointer user_data)
   gst_webrtc_session_description_free (offer);
 }
 
+/* The offer is made once, when the data channel and the audio transceiver both exist. webrtcbin's
+ * on-negotiation-needed is not used: it can fire for the transceiver alone, before the data channel
+ * is created, and an offer made then has no data channel section. */
 static void
-on_negotiation_needed (GstElement *webrtc, gpointer user_data)
+create_offer (PpxWebrtcPeer *peer)
 {
-  PpxWebrtcPeer *peer = user_data;
   GstPromise *promise = gst_promise_new_with_change_func (on_offer_created, peer_ref (peer), peer_unref);
-  g_signal_emit_by_name (webrtc, "create-offer", NULL, promise);
+  g_signal_emit_by_name (peer->webrtc, "create-offer", NULL, promise);
 }
 
 static void
@@ -375,7 +377,6 @@ build_pipeline (PpxWebrtcPeer *peer, const PpxWebrtcOptions *o, GError **error)
   if (!link_send_chain (peer, send_chain, error))
     return FALSE;
 
-  g_signal_connect (peer->webrtc, "on-negotiation-needed", G_CALLBACK (on_negotiation_needed), peer);
   g_signal_connect (peer->webrtc, "on-ice-candidate", G_CALLBACK (on_ice_candidate), peer);
   g_signal_connect (peer->webrtc, "notify::connection-state", G_CALLBACK (on_connection_state), peer);
   g_signal_connect (peer->webrtc, "pad-added", G_CALLBACK (on_pad_added), peer);
@@ -407,6 +408,7 @@ start_pipeline (PpxWebrtcPeer *peer, GError **error)
                  e ? e->message : "state change failed");
     return FALSE;
   }
+  create_offer (peer);
   return TRUE;
 }
 

@@ -5,11 +5,13 @@
 //   connection, ice, signalling, session, model, dataChannel, transcript, errors,
 //   txRms / rxRms: the last 100 level samples (RMS, 0..1, every 100 ms) of the microphone and of the
 //   audio received from the server, rxAudioLevel: the same from getStats() (inbound-rtp audioLevel),
-//   rxSamples: how many rx samples were taken in total, route: the ICE pair in use ("a:p -> b:p").
+//   rxSamples: how many rx samples were taken in total, txLoud / rxLoud: how many of all samples were
+//   above -60 dBFS, route: the ICE pair in use ("a:p -> b:p").
 'use strict';
 
 const HISTORY = 100;
 const SAMPLE_MS = 100;
+const LOUD_RMS = 1e-3; // -60 dBFS
 
 const status = {
   connection: 'new',
@@ -25,6 +27,8 @@ const status = {
   rxRms: [],
   rxAudioLevel: [],
   rxSamples: 0,
+  txLoud: 0,
+  rxLoud: 0,
   route: null,
 };
 window.ppxStatus = status;
@@ -80,12 +84,14 @@ async function sampleLevels() {
   if (call.tx) {
     const rms = rmsOf(call.tx.analyser, call.tx.buffer);
     pushSample(status.txRms, rms);
+    if (rms > LOUD_RMS) status.txLoud++;
     showLevel('tx', rms);
   }
   if (call.rx) {
     const rms = rmsOf(call.rx.analyser, call.rx.buffer);
     pushSample(status.rxRms, rms);
     status.rxSamples++;
+    if (rms > LOUD_RMS) status.rxLoud++;
     showLevel('rx', rms);
   }
   if (call.pc && call.rx) {
@@ -153,7 +159,9 @@ function makePeerConnection() {
 
 async function onOffer(sdp) {
   await call.pc.setRemoteDescription({ type: 'offer', sdp });
-  for (const track of call.mic.getAudioTracks()) call.pc.addTrack(track, call.mic);
+  const sending = call.pc.getSenders().map((s) => s.track);
+  for (const track of call.mic.getAudioTracks())
+    if (!sending.includes(track)) call.pc.addTrack(track, call.mic);
   const answer = await call.pc.createAnswer();
   await call.pc.setLocalDescription(answer);
   send({ type: 'answer', sdp: answer.sdp });

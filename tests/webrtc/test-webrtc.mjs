@@ -1,0 +1,316 @@
+// End-to-end test of personaplex-webrtc (run by tests/test-webrtc.sh, which finds Chromium and node):
+//   1. a tiny random model with a small tokenizer; the server on 127.0.0.1, any free port;
+//   2. malformed signalling from a raw WebSocket client: every message refused, the server lives on;
+//   3. two headless Chromium pages with a fake microphone (a speech WAV) talk to the server at once:
+//      both connect (server end 127.0.0.1), receive non-silent audio for several seconds, get text pieces;
+//   4. one page is closed: the server tears that session down, the other keeps receiving audio;
+//   5. the server stops cleanly on SIGTERM.
+// Artifacts (screenshots, server and browser logs) go to $PPX_WEBRTC_ARTIFACTS.
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Browser } from './cdp.mjs';
+import { WsClient } from './ws-client.mjs';
+
+const env = (name) => {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set`);
+  return value;
+};
+const artifacts = env('PPX_WEBRTC_ARTIFACTS');
+const serverExe = env('PPX_WEBRTC_SERVER');
+const makeModel = env('PPX_MAKE_MODEL');
+const makeTokenizer = env('PPX_WEBRTC_MAKE_TOKENIZER');
+const chromium = env('PPX_CHROMIUM');
+const micFile = process.env.PPX_WEBRTC_AUDIO;
+
+const SILENCE_RMS = 1e-3; // -60 dBFS
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let failures = 0;
+
+function check(ok, what) {
+  console.log(`${ok ? 'ok' : 'FAIL'} - ${what}`);
+  if (!ok) failures++;
+  return ok;
+}
+
+async function waitFor(what, probe, timeoutMs, intervalMs = 250) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < deadline) {
+    last = await probe();
+    if (last) return last;
+    await sleep(intervalMs);
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+
+// ---- the model and the server ----
+
+function makeModelDir() {
+  const dir = path.join(artifacts, 'model');
+  fs.rmSync(dir, { recursive: true, force: true });
+  execFileSync(makeModel, ['--preset', 'tiny', '--output-dir', dir], { stdio: 'inherit' });
+  execFileSync(makeTokenizer, [dir], { stdio: 'inherit' });
+  return dir;
+}
+
+class Server {
+  constructor(modelDir) {
+    this.log = fs.createWriteStream(path.join(artifacts, 'webrtc-server.log'));
+    this.stderr = '';
+    this.proc = spawn(serverExe, ['--model-dir', modelDir, '--port', '0', '--max-sessions', '3',
+      '--text-prompt', 'You are a friendly assistant.'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
+    this.running = true;
+    this.exited.then(() => { this.running = false; });
+    this.proc.stderr.on('data', (d) => {
+      this.stderr += d;
+      this.log.write(d);
+    });
+    this.url = new Promise((resolve, reject) => {
+      let out = '';
+      this.proc.stdout.on('data', (d) => {
+        out += d;
+        this.log.write(d);
+        const m = out.match(/serving (http:\/\/\S+)/);
+        if (m) resolve(m[1]);
+      });
+      this.exited.then(({ code }) => reject(new Error(`the server exited (${code}) before serving:\n${this.stderr}`)));
+    });
+  }
+
+  async stop() {
+    if (this.running) this.proc.kill('SIGTERM');
+    const timer = setTimeout(() => this.proc.kill('SIGKILL'), 20000);
+    const result = await this.exited;
+    clearTimeout(timer);
+    this.log.end();
+    return result;
+  }
+}
+
+// ---- signalling robustness ----
+
+async function expectRefused(client, send, what) {
+  send();
+  const event = await client.until((e) => JSON.parse(e.data).type === 'error');
+  check(event.type === 'text', `${what}: refused with an error message (${event.type === 'text' ? JSON.parse(event.data).message : 'closed ' + event.code})`);
+}
+
+async function testSignalling(url) {
+  const wsUrl = url.replace(/^http/, 'ws') + 'ws';
+  const client = await WsClient.connect(wsUrl);
+  const welcome = JSON.parse((await client.next()).data);
+  check(welcome.type === 'welcome', 'a session starts with a welcome message');
+  const offer = await client.until((e) => JSON.parse(e.data).type === 'offer', 20000);
+  check(offer.type === 'text' && /m=audio/.test(JSON.parse(offer.data).sdp), 'the server offers an audio section');
+
+  const bad = [
+    ['not JSON', 'hello there'],
+    ['truncated JSON', '{"type": "answer", "sdp": "v=0'],
+    ['a JSON array', '[1, 2, 3]'],
+    ['a JSON string', '"answer"'],
+    ['type not a string', '{"type": 5}'],
+    ['no type', '{"sdp": "v=0"}'],
+    ['unknown kind', '{"type": "hello"}'],
+    ['unknown kind "offer" from the page', '{"type": "offer", "sdp": "v=0\\r\\nm=audio 9 UDP 0\\r\\n"}'],
+    ['sdp not a string', '{"type": "answer", "sdp": 12}'],
+    ['sdp not a session description', '{"type": "answer", "sdp": "this is not sdp"}'],
+    ['unknown member', '{"type": "ice", "candidate": "", "sdpMLineIndex": 0, "extra": true}'],
+    ['sdpMLineIndex a string', '{"type": "ice", "candidate": "candidate:1 1 udp 1 127.0.0.1 9 typ host", "sdpMLineIndex": "0"}'],
+    ['sdpMLineIndex out of range', '{"type": "ice", "candidate": "candidate:1 1 udp 1 127.0.0.1 9 typ host", "sdpMLineIndex": 99}'],
+    ['candidate not a candidate line', '{"type": "ice", "candidate": "a=rtpmap:0 PCMU", "sdpMLineIndex": 0}'],
+    ['mDNS candidate', '{"type": "ice", "candidate": "candidate:1 1 udp 1 abc.local 9 typ host", "sdpMLineIndex": 0}'],
+    ['duplicate key', '{"type": "ice", "type": "answer"}'],
+    ['nested 1000 deep', '['.repeat(1000) + ']'.repeat(1000)],
+    ['a NUL character', '{"type": "ice", "candidate": "candidate:1\u0000", "sdpMLineIndex": 0}'],
+  ];
+  for (const [what, text] of bad) await expectRefused(client, () => client.sendText(text), what);
+  await expectRefused(client, () => client.sendBinary(Buffer.from('{"type":"answer"}')), 'a binary message');
+  // A well-formed answer that does not fit the offer: webrtcbin refuses it, the session survives.
+  await expectRefused(client, () => client.sendText(JSON.stringify({ type: 'answer',
+    sdp: 'v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n' })),
+  'an answer that does not match the offer');
+  client.close();
+
+  // Text that is not UTF-8 breaks the WebSocket protocol: libsoup closes that connection (1007).
+  const binaryText = await WsClient.connect(wsUrl);
+  binaryText.sendTextBytes([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x7d]);
+  const utf8 = await binaryText.until((e) => JSON.parse(e.data).type === 'error', 10000);
+  check(utf8.type === 'close' ? utf8.code === 1007 : true,
+    `invalid UTF-8 is refused (${utf8.type === 'close' ? 'closed ' + utf8.code : 'error message'})`);
+  binaryText.close();
+
+  // A message larger than the limit closes that connection (1009), nothing else.
+  const big = await WsClient.connect(wsUrl);
+  big.sendText(JSON.stringify({ type: 'answer', sdp: 'v=0\r\n' + 'a=x\r\n'.repeat(40000) }));
+  const bigClose = await big.until(() => false, 10000);
+  // 1009 when the close frame makes it back; 1006 when the server's close resets the socket first
+  // (the rest of the message is still unread on its side).
+  check(bigClose.type === 'close' && [1006, 1009].includes(bigClose.code),
+    `a 200 kB message closes the connection (code ${bigClose.code})`);
+
+  // A page that keeps sending garbage is cut off.
+  const flood = await WsClient.connect(wsUrl);
+  for (let i = 0; i < 30; i++) flood.sendText('garbage ' + i);
+  const floodClose = await flood.until(() => false, 10000);
+  check(floodClose.type === 'close' && floodClose.code === 1008, `30 refused messages close the connection (code ${floodClose.code})`);
+
+  // Another site's page must not open sessions.
+  const foreign = await WsClient.connect(wsUrl, { origin: 'http://evil.example' });
+  const foreignClose = await foreign.until(() => false, 5000);
+  check(foreignClose.type === 'close' && foreignClose.code === 1008, `a foreign Origin is refused (code ${foreignClose.code})`);
+
+  const page = await fetch(url);
+  check(page.ok && (await page.text()).includes('PersonaPlex'), 'the server still serves the page');
+  const missing = await fetch(url + 'no-such-file');
+  check(missing.status === 404, 'an unknown path is 404');
+}
+
+// ---- browsers ----
+
+function chromiumArgs(userDataDir) {
+  const args = [
+    '--headless=new', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    '--disable-default-apps', '--disable-extensions', '--disable-breakpad', '--no-default-browser-check',
+    '--disable-domain-reliability', '--disable-client-side-phishing-detection', '--metrics-recording-only',
+    `--user-data-dir=${userDataDir}`, '--window-size=900,700',
+    '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
+    // Host candidates as IP addresses (not mDNS names), loopback included: the call stays on 127.0.0.1.
+    '--disable-features=WebRtcHideLocalIpsWithMdns', '--allow-loopback-in-peer-connection',
+    '--autoplay-policy=no-user-gesture-required',
+  ];
+  if (micFile) args.push(`--use-file-for-fake-audio-capture=${micFile}`);
+  return args;
+}
+
+const pageStatus = (page) => page.evaluate('JSON.parse(JSON.stringify(window.ppxStatus))');
+
+// Audio heard by the page during `ms`: the new rx RMS samples and how many were not silent.
+async function listen(page, ms) {
+  const before = await pageStatus(page);
+  await sleep(ms);
+  const after = await pageStatus(page);
+  const fresh = Math.min(after.rxSamples - before.rxSamples, after.rxRms.length);
+  const samples = after.rxRms.slice(after.rxRms.length - fresh);
+  return { samples: samples.length, loud: samples.filter((x) => x > SILENCE_RMS).length, status: after };
+}
+
+// The server end must be 127.0.0.1 (it gathers nothing else); Chromium may use any of its host
+// candidates for its end, and all of them are addresses of this machine, so nothing leaves it.
+function isLocalRoute(route) {
+  const m = typeof route === 'string' && route.match(/^(.+):\d+ -> (.+):\d+$/);
+  if (!m) return false;
+  const own = Object.values(os.networkInterfaces()).flat().map((i) => i.address);
+  return m[2] === '127.0.0.1' && (m[1] === '127.0.0.1' || own.includes(m[1]));
+}
+
+async function testBrowsers(url, server) {
+  const userDataDir = fs.mkdtempSync(path.join(artifacts, 'chromium-profile-'));
+  const browserLog = fs.createWriteStream(path.join(artifacts, 'webrtc-chromium.log'));
+  const browser = new Browser(chromium, chromiumArgs(userDataDir), (s) => browserLog.write(s));
+  try {
+    const pages = [await browser.newPage(url + '?autostart'), await browser.newPage(url + '?autostart')];
+    for (const [i, page] of pages.entries()) {
+      let last = null;
+      const s = await waitFor(`page ${i + 1} to connect`, async () => {
+        const st = last = await pageStatus(page);
+        if (st.errors.length) throw new Error(`page ${i + 1}: ${st.errors.join('; ')}`);
+        return st.connection === 'connected' && st.dataChannel === 'open' ? st : null;
+      }, 60000).catch((e) => {
+        throw new Error(`${e.message}; page state: connection ${last?.connection}, ice ${last?.ice}, ` +
+          `signalling ${last?.signalling}, data channel ${last?.dataChannel}`);
+      });
+      check(s.connection === 'connected', `page ${i + 1}: connection established (session ${s.session})`);
+      const shown = await page.evaluate('document.getElementById("connection-state").textContent');
+      check(shown === 'connected', `page ${i + 1}: the page shows "connected"`);
+    }
+    const [one, two] = await Promise.all(pages.map((p) => listen(p, 6000)));
+    for (const [i, heard] of [one, two].entries()) {
+      check(heard.samples >= 40 && heard.loud >= heard.samples * 0.6,
+        `page ${i + 1}: received non-silent audio for 6 s (${heard.loud}/${heard.samples} level samples above -60 dBFS)`);
+      check(isLocalRoute(heard.status.route),
+        `page ${i + 1}: the call stays on this machine, server end 127.0.0.1 (${heard.status.route})`);
+    }
+    // The speech in the fake microphone's file starts a few seconds in.
+    for (const [i, page] of pages.entries()) {
+      const st = await waitFor('the microphone level', async () => {
+        const s = await pageStatus(page);
+        return s.txLoud > 0 ? s : null;
+      }, 20000).catch(() => null);
+      check(st !== null, `page ${i + 1}: the microphone meter moves (${st ? st.txLoud : 0} samples above -60 dBFS)`);
+    }
+    const texts = await Promise.all(pages.map((p) => waitFor('text pieces', async () => {
+      const st = await pageStatus(p);
+      return st.transcript.length > 0 ? st : null;
+    }, 20000).catch(() => null)));
+    for (const [i, st] of texts.entries()) {
+      const shown = await pages[i].evaluate('document.getElementById("transcript").textContent');
+      check(st && shown.length > 0 && shown === st.transcript,
+        `page ${i + 1}: text pieces arrive over the data channel and are shown (${JSON.stringify(shown.slice(0, 60))})`);
+    }
+    const stats = await waitFor('model statistics', async () => (await pageStatus(pages[1])).stats, 10000);
+    check(stats['model-users'] === 3, `two sessions and the keeper share one model (model-users ${stats['model-users']})`);
+    for (const [i, page] of pages.entries())
+      fs.writeFileSync(path.join(artifacts, `webrtc-page-${i + 1}.png`), await page.screenshot());
+
+    // Closing a tab ends its session only.
+    const closedSession = (await pageStatus(pages[0])).session;
+    await pages[0].close();
+    await waitFor('the server to tear the closed session down', async () =>
+      new RegExp(`session ${closedSession}: closed by the page`).test(server.stderr), 15000);
+    check(true, `closing page 1 tears down session ${closedSession} on the server`);
+    const after = await listen(pages[1], 4000);
+    check(after.status.connection === 'connected' && after.samples >= 25 && after.loud >= after.samples * 0.6,
+      `page 2 keeps receiving audio after page 1 closed (${after.loud}/${after.samples} above -60 dBFS)`);
+    const later = await waitFor('fresh model statistics', async () => {
+      const st = await pageStatus(pages[1]);
+      return st.stats && st.stats['model-users'] === 2 ? st.stats : null;
+    }, 10000).catch(() => null);
+    check(later !== null, 'after the teardown the model has two users (the keeper and page 2)');
+    fs.writeFileSync(path.join(artifacts, 'webrtc-page-2-alone.png'), await pages[1].screenshot());
+    const console2 = pages[1].consoleLines.filter((l) => /exception|error/i.test(l));
+    check(console2.length === 0, `no page errors (${console2.join(' | ')})`);
+  } finally {
+    await browser.close();
+    browserLog.end();
+    fs.rmSync(userDataDir, { recursive: true, force: true });
+  }
+}
+
+// ---- main ----
+
+async function main() {
+  fs.mkdirSync(artifacts, { recursive: true });
+  const modelDir = makeModelDir();
+  const server = new Server(modelDir);
+  let result;
+  try {
+    let timer;
+    const url = await Promise.race([server.url, new Promise((resolve, reject) => {
+      timer = setTimeout(() => reject(new Error('the server did not start within 120 s')), 120000);
+    })]).finally(() => clearTimeout(timer));
+    check(/^http:\/\/127\.0\.0\.1:\d+\/$/.test(url), `the server listens on 127.0.0.1 by default (${url})`);
+    await testSignalling(url);
+    check(server.running, 'the server survived the malformed signalling');
+    await testBrowsers(url, server);
+    check(server.running, 'the server is still running');
+  } finally {
+    result = await server.stop();
+  }
+  check(result.code === 0, `the server stops cleanly on SIGTERM (exit ${result.code}, signal ${result.signal})`);
+  check(!/CRITICAL|WARNING \*\*/.test(server.stderr), 'no GLib criticals or warnings in the server log');
+  console.log(`artifacts: ${artifacts}`);
+  if (failures) {
+    console.log(`${failures} check(s) failed; server log:\n${server.stderr}`);
+    process.exit(1);
+  }
+}
+
+main().catch((e) => {
+  console.error(`FAIL - ${e.stack || e}`);
+  process.exit(1);
+});

@@ -137,6 +137,7 @@ create_offer (PpxWebrtcPeer *peer)
 {
   GstPromise *promise = gst_promise_new_with_change_func (on_offer_created, peer_ref (peer), peer_unref);
   g_signal_emit_by_name (peer->webrtc, "create-offer", NULL, promise);
+  gst_promise_unref (promise);
 }
 
 static void

@@ -247,10 +247,16 @@ ppx_webrtc_server_new (const PpxWebrtcOptions *options, const char *model, GErro
 char *
 ppx_webrtc_server_get_url (PpxWebrtcServer *server)
 {
-  GSList *uris = soup_server_get_uris (server->soup);
-  char *url = uris ? g_uri_to_string (uris->data) : g_strdup ("?");
-  g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
-  return url;
+  /* From the listening socket (soup_server_get_uris leaks its socket addresses in libsoup 3.2). */
+  GSList *listeners = soup_server_get_listeners (server->soup);
+  g_autoptr (GSocketAddress) address = listeners ? g_socket_get_local_address (listeners->data, NULL) : NULL;
+  g_slist_free (listeners);
+  if (!address || !G_IS_INET_SOCKET_ADDRESS (address))
+    return g_strdup ("?");
+  GInetSocketAddress *inet = G_INET_SOCKET_ADDRESS (address);
+  g_autofree char *host = g_inet_address_to_string (g_inet_socket_address_get_address (inet));
+  gboolean v6 = g_inet_address_get_family (g_inet_socket_address_get_address (inet)) == G_SOCKET_FAMILY_IPV6;
+  return g_strdup_printf (v6 ? "http://[%s]:%u/" : "http://%s:%u/", host, g_inet_socket_address_get_port (inet));
 }
 
 void

@@ -68,8 +68,36 @@ props=(model-dir="$model_dir" quantization="$quant" backend="$backend")
 [ -n "$voice" ] && props+=(voice-prompt="$voice")
 [ -n "$text" ] && props+=(text-prompt="$text")
 echo "== running: $input -> personaplexduplex -> $output"
-gst-launch-1.0 -m filesrc location="$input" ! decodebin ! audioconvert ! audioresample ! \
+log="out/personaplex-demo.log"
+# The text branch needs its own queue: the element pushes text and audio from one thread.
+if ! gst-launch-1.0 -m filesrc location="$input" ! decodebin ! audioconvert ! audioresample ! \
   audio/x-raw,format=F32LE,rate=24000,channels=1 ! \
   personaplexduplex name=pp "${props[@]}" ! audioconvert ! wavenc ! filesink location="$output" \
-  pp.text_src ! fakesink 2>&1 | grep -E "personaplex-(text|stats)|ERROR|error|EOS" | sed -e 's/^/   /' | tail -n 25
-echo "== wrote $output"
+  pp.text_src ! queue ! fakesink > "$log" 2>&1; then
+  grep -E "ERROR|error" "$log" | head -n 5 >&2
+  echo "== the pipeline failed (full log: $log)" >&2
+  exit 1
+fi
+text=$(grep -o 'personaplex-text, text=(string)"[^"]*"' "$log" | sed -e 's/.*(string)"//; s/"$//' | tr -d '\n' || true)
+stats=$(grep 'personaplex-stats' "$log" | tail -n 1 | grep -oE '(frames|mean-step-ms|max-step-ms|overruns|backend|quantization)=\([a-z0-9]+\)[^,]*' | sed -e 's/([a-z0-9]*)//' | tr '\n' ' ' || true)
+echo "== stats: $stats"
+[ -n "$text" ] && echo "== agent text: $text"
+wav_seconds() { # duration of a WAV file from its fmt and data chunks
+  python3 - "$1" <<'PY'
+import struct, sys
+d = open(sys.argv[1], 'rb').read()
+pos, rate, align, n = 12, 0, 0, 0
+while pos + 8 <= len(d):
+    cid, size = d[pos:pos + 4], struct.unpack('<I', d[pos + 4:pos + 8])[0]
+    if cid == b'fmt ':
+        rate, align = struct.unpack('<I', d[pos + 12:pos + 16])[0], struct.unpack('<H', d[pos + 20:pos + 22])[0]
+    elif cid == b'data':
+        n = min(size, len(d) - pos - 8) // max(align, 1)
+    pos += 8 + size + (size & 1)
+print('%.3f s' % (n / rate if rate else 0))
+PY
+}
+case "$input" in
+  *.wav|*.WAV) echo "== wrote $output: $(wav_seconds "$output") of agent audio for $(wav_seconds "$input") of input" ;;
+  *) echo "== wrote $output: $(wav_seconds "$output") of agent audio" ;;
+esac

@@ -63,6 +63,7 @@ enum
   PROP_MODEL_DIR,
   PROP_VOICE_PROMPT,
   PROP_VOICE_NORMALIZE,
+  PROP_VOICE_CACHE_DIR,
   PROP_TEXT_PROMPT,
   PROP_TEXT_PROMPT_TOKENS,
   PROP_GREEDY,
@@ -151,6 +152,13 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
       g_param_spec_boolean ("voice-normalize", "Normalize voice prompt",
           "Normalize an audio voice prompt to -24 LUFS before encoding it",
           DEFAULT_VOICE_NORMALIZE, READY_FLAGS));
+
+  g_object_class_install_property (gobject_class, PROP_VOICE_CACHE_DIR,
+      g_param_spec_string ("voice-cache-dir", "Voice prompt cache",
+          "Directory where an audio voice prompt is stored after its first use "
+          "(embeddings and token cache, as a .pt holds them), so the next start "
+          "with the same voice skips decoding and encoding it; unset: no cache",
+          NULL, READY_FLAGS));
 
   g_object_class_install_property (gobject_class, PROP_TEXT_PROMPT,
       g_param_spec_string ("text-prompt", "Text prompt",
@@ -316,6 +324,7 @@ gst_personaplex_duplex_finalize (GObject * object)
 
   g_free (s->model_dir);
   g_free (s->voice_prompt);
+  g_free (s->voice_cache_dir);
   g_free (s->text_prompt);
   g_free (s->text_prompt_tokens);
   g_free (s->model_instance_id);
@@ -366,6 +375,10 @@ gst_personaplex_duplex_set_property (GObject * object, guint prop_id,
       break;
     case PROP_VOICE_NORMALIZE:
       s->voice_normalize = g_value_get_boolean (value);
+      break;
+    case PROP_VOICE_CACHE_DIR:
+      g_free (s->voice_cache_dir);
+      s->voice_cache_dir = g_value_dup_string (value);
       break;
     case PROP_TEXT_PROMPT:
       g_free (s->text_prompt);
@@ -462,6 +475,9 @@ gst_personaplex_duplex_get_property (GObject * object, guint prop_id,
       break;
     case PROP_VOICE_NORMALIZE:
       g_value_set_boolean (value, s->voice_normalize);
+      break;
+    case PROP_VOICE_CACHE_DIR:
+      g_value_set_string (value, s->voice_cache_dir);
       break;
     case PROP_TEXT_PROMPT:
       g_value_set_string (value, s->text_prompt);
@@ -587,6 +603,8 @@ settings_to_params (GstPersonaplexDuplex * self, PpxModelParams * mp,
   g_ptr_array_add (strings, g_strdup (s->voice_prompt));
   sp->voice_prompt = g_ptr_array_index (strings, strings->len - 1);
   sp->voice_normalize = s->voice_normalize;
+  g_ptr_array_add (strings, g_strdup (s->voice_cache_dir));
+  sp->voice_cache_dir = g_ptr_array_index (strings, strings->len - 1);
   g_ptr_array_add (strings, g_strdup (s->text_prompt));
   sp->text_prompt = g_ptr_array_index (strings, strings->len - 1);
   /* validated when set */

@@ -29,6 +29,7 @@ typedef struct
   gchar *model_dir;
   gchar *voice_prompt;
   gboolean voice_normalize;
+  gchar *voice_cache_dir;       /* where computed audio voice prompts are cached; NULL: none */
   gchar *text_prompt;
   gchar *text_prompt_tokens;    /* "1,2,3" as set; validated on set */
   gboolean greedy;

@@ -7,6 +7,7 @@
  * conversation over WebRTC, all on one loaded model. See docs/webrtc.md. */
 #include <glib-unix.h>
 #include <gst/gst.h>
+#include <locale.h>
 #include <stdio.h>
 
 #include "webrtc-model.h"
@@ -58,6 +59,7 @@ serve (const PpxWebrtcOptions *options)
 int
 main (int argc, char **argv)
 {
+  setlocale (LC_ALL, "");
   gst_init (&argc, &argv);
   PpxWebrtcOptions options;
   g_autoptr (GError) error = NULL;

@@ -227,5 +227,7 @@ ppx_signal_stats_new (guint64 frames, double mean_step_ms, guint64 overruns, gui
   json_builder_add_int_value (b, (gint64) overruns);
   json_builder_set_member_name (b, "model-users");
   json_builder_add_int_value (b, model_users);
+  json_builder_set_member_name (b, "sessions");
+  json_builder_add_int_value (b, model_users > 0 ? model_users - 1 : 0);
   return finish (b);
 }

@@ -11,7 +11,9 @@
  *   {"type":"error","message":"..."}
  * Data channel "transcript", server -> page:
  *   {"type":"text","text":" piece","time":1.28}                    (seconds of the conversation)
- *   {"type":"stats","frames":N,"mean-step-ms":x,"overruns":N,"model-users":N}
+ *   {"type":"stats","frames":N,"mean-step-ms":x,"overruns":N,"model-users":N,"sessions":N}
+ *     (model-users counts every personaplexduplex on the shared model, the server's keeper included;
+ *     sessions leaves the keeper out)
  *
  * Parsing never trusts the page: anything that is not one of the two page messages with the right
  * types and sane sizes is refused with a message saying why. */

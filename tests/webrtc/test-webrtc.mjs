@@ -1,12 +1,13 @@
 // End-to-end test of personaplex-webrtc (run by tests/test-webrtc.sh, which finds Chromium and node):
-//   1. a tiny random model with a small tokenizer; the server on 127.0.0.1, any free port;
+//   1. a tiny random model with a small tokenizer; bad settings fail at startup; the server on
+//      127.0.0.1, any free port;
 //   2. malformed signalling from a raw WebSocket client: every message refused, the server lives on;
 //   3. two headless Chromium pages with a fake microphone (a speech WAV) talk to the server at once:
 //      both connect (server end 127.0.0.1), receive non-silent audio for several seconds, get text pieces;
 //   4. one page is closed: the server tears that session down, the other keeps receiving audio;
 //   5. the server stops cleanly on SIGTERM.
 // Artifacts (screenshots, server and browser logs) go to $PPX_WEBRTC_ARTIFACTS.
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -91,6 +92,22 @@ class Server {
   }
 }
 
+// Bad settings fail at startup, before listening, with a message naming the problem.
+function testStartupErrors(modelDir) {
+  const cases = [
+    [['--model-dir', path.join(artifacts, 'no-such-dir')], 2, /not a directory/],
+    [['--model-dir', modelDir, '--text-prompt-tokens', '1,x'], 2, /--text-prompt-tokens: item 2/],
+    [['--model-dir', modelDir, '--text-prompt-tokens', '1,99999'], 1, /token 99999 is outside/],
+    [['--model-dir', modelDir, '--voice-prompt', 'no-such-voice'], 1, /no-such-voice/],
+    [['--model-dir', modelDir, '--address', 'localhost.example'], 2, /--address/],
+  ];
+  for (const [args, code, message] of cases) {
+    const r = spawnSync(serverExe, [...args, '--port', '0'], { encoding: 'utf8', timeout: 60000 });
+    check(r.status === code && message.test(r.stderr) && !/serving/.test(r.stdout),
+      `${args.slice(2).join(' ') || args.join(' ')}: exits ${r.status} (${r.stderr.trim().split('\n').pop()})`);
+  }
+}
+
 // ---- signalling robustness ----
 
 async function expectRefused(client, send, what) {
@@ -133,6 +150,11 @@ async function testSignalling(url) {
   await expectRefused(client, () => client.sendText(JSON.stringify({ type: 'answer',
     sdp: 'v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n' })),
   'an answer that does not match the offer');
+  // By now ICE gathering is over: the server offers 127.0.0.1 only ("candidate:F C udp P ADDRESS ...").
+  const addresses = client.texts.map((t) => JSON.parse(t)).filter((m) => m.type === 'ice')
+    .map((m) => m.candidate.split(' ')[4]);
+  check(addresses.length > 0 && addresses.every((a) => a === '127.0.0.1'),
+    `the server's ICE candidates are on 127.0.0.1 only (${[...new Set(addresses)].join(', ')})`);
   client.close();
 
   // Text that is not UTF-8 breaks the WebSocket protocol: libsoup closes that connection (1007).
@@ -286,6 +308,7 @@ async function testBrowsers(url, server) {
 async function main() {
   fs.mkdirSync(artifacts, { recursive: true });
   const modelDir = makeModelDir();
+  testStartupErrors(modelDir);
   const server = new Server(modelDir);
   let result;
   try {

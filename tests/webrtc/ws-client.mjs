@@ -37,6 +37,7 @@ export class WsClient {
     this.socket = socket;
     this.buffer = Buffer.alloc(0);
     this.events = []; // {type: 'text', data} | {type: 'close', code}
+    this.texts = []; // every text message received, consumed or not
     this.waiters = [];
     this.closed = null;
     socket.on('data', (chunk) => this.receive(chunk));
@@ -74,7 +75,10 @@ export class WsClient {
       if (this.buffer.length < at + len) return;
       const payload = this.buffer.subarray(at, at + len);
       this.buffer = this.buffer.subarray(at + len);
-      if (opcode === 1) this.push({ type: 'text', data: payload.toString('utf8') });
+      if (opcode === 1) {
+        this.texts.push(payload.toString('utf8'));
+        this.push({ type: 'text', data: payload.toString('utf8') });
+      }
       else if (opcode === 8) {
         this.closed = payload.length >= 2 ? payload.readUInt16BE(0) : 1005;
         this.push({ type: 'close', code: this.closed });

@@ -130,7 +130,8 @@ function onDataChannel(channel) {
       box.scrollTop = box.scrollHeight;
     } else if (message.type === 'stats') {
       status.stats = message;
-      show('step', `${message['mean-step-ms'].toFixed(1)} ms/frame, ${message['model-users']} model user(s)`);
+      show('step', `${message['mean-step-ms'].toFixed(1)} ms per 80 ms`);
+      show('model', `${status.model} \u00b7 ${message.sessions} session(s) on it`);
     }
   };
 }

@@ -212,10 +212,11 @@ print_memory (const BenchReport *r, FILE *out)
   for (guint i = 0; i < r->memory->len; i++) {
     const BenchMemory *m = g_ptr_array_index (r->memory, i);
     g_autofree char *backend = m->backend_bytes ? g_strdup_printf ("%.1f", MB (m->backend_bytes)) : g_strdup ("-");
-    fprintf (out, "  %-10s %12.1f %15.1f%s %12s %10.1f %12.1f\n", m->phase, MB (m->weight_bytes), MB (m->state_bytes),
-             m->state_is_rss ? "*" : " ", backend, MB (m->rss_bytes), MB (m->peak_rss_bytes));
+    g_autofree char *state = m->state_known ? g_strdup_printf ("%.1f", MB (m->state_bytes)) : g_strdup ("-");
+    fprintf (out, "  %-10s %12.1f %16s %12s %10.1f %12.1f\n", m->phase, MB (m->weight_bytes), state, backend,
+             MB (m->rss_bytes), MB (m->peak_rss_bytes));
   }
-  fprintf (out, "  (peak RSS %s; * = RSS growth per session)\n",
+  fprintf (out, "  (peak RSS %s; a session's state is its Mimi and LM states above)\n",
            r->peak_per_phase ? "is per phase" : "is since the start of the process");
 }
 
@@ -360,8 +361,11 @@ json_results (JsonBuilder *b, const BenchReport *r)
     json_builder_begin_object (b);
     add_str (b, "phase", m->phase);
     add_int (b, "weight_bytes", (gint64) m->weight_bytes);
-    add_int (b, "state_bytes_per_session", (gint64) m->state_bytes);
-    add_str (b, "state_measure", m->state_is_rss ? "rss-growth" : "backend");
+    json_builder_set_member_name (b, "state_bytes_per_session");
+    if (m->state_known)
+      json_builder_add_int_value (b, (gint64) m->state_bytes);
+    else
+      json_builder_add_null_value (b);
     add_int (b, "backend_bytes", (gint64) m->backend_bytes);
     add_int (b, "rss_bytes", (gint64) m->rss_bytes);
     add_int (b, "peak_rss_bytes", (gint64) m->peak_rss_bytes);

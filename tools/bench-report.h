@@ -28,8 +28,8 @@ typedef struct {
 typedef struct {
   char *phase;
   guint64 weight_bytes;   /* what the loader placed on the backend (ppx_*_weight_bytes) */
-  guint64 state_bytes;    /* per session: backend bytes (mimi, lm) or RSS growth (session) */
-  gboolean state_is_rss;  /* state_bytes measured as RSS growth */
+  guint64 state_bytes;    /* per session: growth of the backend bytes when the sessions were made */
+  gboolean state_known;   /* FALSE for the session phase (its parts are in the mimi and lm phases) */
   guint64 backend_bytes;  /* ppx_backend_allocated_bytes after the sessions were made (0: not known) */
   guint64 rss_bytes;      /* VmRSS at the end of the phase */
   guint64 peak_rss_bytes; /* VmHWM during the phase (or since start, see peak_per_phase) */

@@ -117,6 +117,7 @@ bench_run_mimi (const BenchSetup *s, BenchReport *r, GError **error)
   }
   mem->backend_bytes = ppx_backend_allocated_bytes (p.be);
   mem->state_bytes = (mem->backend_bytes - before) / B;
+  mem->state_known = TRUE;
 
   float *pcm = g_new (float, (gsize) B * fs), *out = g_new (float, fs);
   int *codes = g_new (int, (gsize) B * nq);
@@ -245,6 +246,7 @@ bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error)
   }
   mem->backend_bytes = ppx_backend_allocated_bytes (p.be);
   mem->state_bytes = (mem->backend_bytes - before) / B;
+  mem->state_known = TRUE;
 
   /* The generator's first call only sets up its start tokens and runs no model: make it untimed. */
   int out[PPX_MAX_STREAMS], zeros[PPX_MAX_STREAMS] = {0};
@@ -293,12 +295,10 @@ bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
   bench_report_add_load (r, "model", "ppx_model_load: Mimi + LM (+ tokenizer)", bench_now_ms () - t0);
   BenchMemory *mem = bench_report_add_memory (r, "session");
   mem->weight_bytes = ppx_model_weight_bytes (model);
-  mem->state_is_rss = TRUE;
 
   PpxSession **sessions = g_new0 (PpxSession *, B);
   PpxSessionParams sp;
   ppx_session_params_init (&sp);
-  guint64 rss_before = bench_rss_bytes ();
   double new_ms = 0;
   gboolean ok = TRUE;
   for (int i = 0; ok && i < B; i++) {
@@ -308,8 +308,6 @@ bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
     new_ms += bench_now_ms () - a;
   }
   if (ok) {
-    guint64 rss_after = bench_rss_bytes ();
-    mem->state_bytes = rss_after > rss_before ? (rss_after - rss_before) / B : 0;
     bench_report_add_load (r, "session-new", "per session: state + the silence prompts (12 temporal-only steps)",
                            new_ms / B);
     const int fs = ppx_model_frame_size (model), sr = ppx_model_sample_rate (model);

@@ -64,7 +64,9 @@ export class Browser {
     const page = new Page(this, targetId, sessionId);
     await page.send('Page.enable');
     await page.send('Runtime.enable');
+    const loaded = page.nextEvent('Page.loadEventFired', 30000);
     await page.send('Page.navigate', { url });
+    await loaded;
     return page;
   }
 
@@ -98,6 +100,19 @@ export class Page {
 
   send(method, params = {}) {
     return this.browser.send(method, params, this.sessionId);
+  }
+
+  // Resolves with the params of this page's next `method` event.
+  nextEvent(method, timeoutMs) {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no ${method} within ${timeoutMs} ms`)), timeoutMs);
+      this.browser.onEvent((m) => {
+        if (m.sessionId === this.sessionId && m.method === method) {
+          clearTimeout(timer);
+          resolve(m.params);
+        }
+      });
+    });
   }
 
   async evaluate(expression) {

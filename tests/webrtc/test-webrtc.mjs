@@ -209,7 +209,7 @@ function chromiumArgs(userDataDir) {
   return args;
 }
 
-const pageStatus = (page) => page.evaluate('JSON.parse(JSON.stringify(window.ppxStatus))');
+const pageStatus = (page) => page.evaluate('window.ppxStatus ? JSON.parse(JSON.stringify(window.ppxStatus)) : null');
 
 // Audio heard by the page during `ms`: the new rx RMS samples and how many were not silent.
 async function listen(page, ms) {
@@ -240,6 +240,7 @@ async function testBrowsers(url, server) {
       let last = null;
       const s = await waitFor(`page ${i + 1} to connect`, async () => {
         const st = last = await pageStatus(page);
+        if (!st) return null;
         if (st.errors.length) throw new Error(`page ${i + 1}: ${st.errors.join('; ')}`);
         return st.connection === 'connected' && st.dataChannel === 'open' ? st : null;
       }, 60000).catch((e) => {

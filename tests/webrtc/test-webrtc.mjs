@@ -116,7 +116,7 @@ async function expectRefused(client, send, what) {
   check(event.type === 'text', `${what}: refused with an error message (${event.type === 'text' ? JSON.parse(event.data).message : 'closed ' + event.code})`);
 }
 
-async function testSignalling(url) {
+async function testSignalling(url, server) {
   const wsUrl = url.replace(/^http/, 'ws') + 'ws';
   const client = await WsClient.connect(wsUrl);
   const welcome = JSON.parse((await client.next()).data);
@@ -184,6 +184,19 @@ async function testSignalling(url) {
   const foreign = await WsClient.connect(wsUrl, { origin: 'http://evil.example' });
   const foreignClose = await foreign.until(() => false, 5000);
   check(foreignClose.type === 'close' && foreignClose.code === 1008, `a foreign Origin is refused (code ${foreignClose.code})`);
+
+  // --max-sessions 3: a fourth browser is told the server is busy.
+  const three = await Promise.all([1, 2, 3].map(() => WsClient.connect(wsUrl)));
+  const ids = [];
+  for (const c of three) ids.push(JSON.parse((await c.until((e) => JSON.parse(e.data).type === 'welcome')).data).session);
+  const fourth = await WsClient.connect(wsUrl);
+  const busy = await fourth.until((e) => JSON.parse(e.data).type === 'error');
+  const busyClose = await fourth.until(() => false, 5000);
+  check(busy.type === 'text' && /busy/.test(JSON.parse(busy.data).message) && busyClose.code === 1008,
+    `a fourth session is refused while three run (${busy.type === 'text' ? JSON.parse(busy.data).message : 'closed'})`);
+  for (const c of three) c.close();
+  await waitFor('the three sessions to end', async () =>
+    ids.every((id) => server.stderr.includes(`session ${id}: closed by the page`)), 10000);
 
   const page = await fetch(url);
   check(page.ok && (await page.text()).includes('PersonaPlex'), 'the server still serves the page');
@@ -318,7 +331,7 @@ async function main() {
       timer = setTimeout(() => reject(new Error('the server did not start within 120 s')), 120000);
     })]).finally(() => clearTimeout(timer));
     check(/^http:\/\/127\.0\.0\.1:\d+\/$/.test(url), `the server listens on 127.0.0.1 by default (${url})`);
-    await testSignalling(url);
+    await testSignalling(url, server);
     check(server.running, 'the server survived the malformed signalling');
     await testBrowsers(url, server);
     check(server.running, 'the server is still running');

@@ -105,9 +105,10 @@ esac
 # errors: bad options
 run no-model 2 --frames 2
 grep -q "exactly one of --model-dir and --random-weights" "$tmp/no-model.err" || fail "no-model: unclear error"
-run bad-size 1 --random-weights huge
-grep -q "unknown random model size 'huge'" "$tmp/bad-size.err" || fail "bad-size: unclear error"
-run bad-component 1 --random-weights tiny --component gpu
+run bad-size 2 --random-weights huge
+grep -q -- "--random-weights: unknown value 'huge' (expected tiny, mid, full)" "$tmp/bad-size.err" \
+  || fail "bad-size: unclear error"
+run bad-component 2 --random-weights tiny --component gpu
 grep -q -- "--component: unknown value 'gpu'" "$tmp/bad-component.err" || fail "bad-component: unclear error"
 run bad-frames 2 --random-weights tiny --frames 0
 run missing-dir 1 --model-dir "$tmp/does-not-exist"

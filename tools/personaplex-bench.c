@@ -33,6 +33,7 @@ typedef struct {
   int batch, frames, warmup, threads, device, load_repeats;
   gint64 seed;
   gboolean json, measure_load;
+  int component_id, quant_id, backend_id; /* the parsed names */
 } Options;
 
 typedef struct {
@@ -44,8 +45,10 @@ static const Choice quant_choices[] = {
   {"auto", PPX_QUANT_AUTO}, {"bf16", PPX_QUANT_BF16}, {"int8", PPX_QUANT_INT8}, {"int4", PPX_QUANT_INT4}, {NULL, 0}};
 static const Choice backend_choices[] = {
   {"auto", PPX_BACKEND_AUTO}, {"cpu", PPX_BACKEND_CPU}, {"cuda", PPX_BACKEND_CUDA}, {NULL, 0}};
-static const Choice component_choices[] = {{"all", 0}, {"mimi", 1}, {"lm", 2}, {"session", 3}, {NULL, 0}};
 enum { COMP_ALL, COMP_MIMI, COMP_LM, COMP_SESSION };
+static const Choice component_choices[] = {
+  {"all", COMP_ALL}, {"mimi", COMP_MIMI}, {"lm", COMP_LM}, {"session", COMP_SESSION}, {NULL, 0}};
+static const Choice size_choices[] = {{"tiny", 0}, {"mid", 1}, {"full", 2}, {NULL, 0}};
 
 static gboolean
 pick (const Choice *choices, const char *option, const char *value, int *out, GError **error)
@@ -116,7 +119,11 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     g_set_error_literal (error, PPX_ERROR, PPX_ERROR_INVALID, problem);
     return FALSE;
   }
-  return TRUE;
+  int size_id;
+  return pick (component_choices, "component", o->component ? o->component : "all", &o->component_id, error) &&
+         pick (quant_choices, "quantization", o->quantization ? o->quantization : "auto", &o->quant_id, error) &&
+         pick (backend_choices, "backend", o->backend ? o->backend : "auto", &o->backend_id, error) &&
+         (!o->random_size || pick (size_choices, "random-weights", o->random_size, &size_id, error));
 }
 
 static char *
@@ -268,11 +275,7 @@ measure_loads_dir (const Options *o, const BenchSetup *s, BenchReport *r, GError
 static gboolean
 run (const Options *o, BenchReport *r, GError **error)
 {
-  int component, quant, backend;
-  if (!pick (component_choices, "component", o->component ? o->component : "all", &component, error) ||
-      !pick (quant_choices, "quantization", o->quantization ? o->quantization : "auto", &quant, error) ||
-      !pick (backend_choices, "backend", o->backend ? o->backend : "auto", &backend, error))
-    return FALSE;
+  const int component = o->component_id, quant = o->quant_id, backend = o->backend_id;
   /* Fail before any generation or load when the backend does not exist. */
   PpxBackend *probe = bench_backend_new (backend, o->threads, o->device, error);
   if (!probe)

@@ -64,10 +64,12 @@ entry_numel (const PpxManifestEntry *e)
   return n;
 }
 
-static gboolean
-quantized_entry (const PpxManifestEntry *e, PpxQuantization format)
+/* How the policy stores an entry in a model quantized as `format`: BF16 (as published), INT8 or INT4
+ * (an int4 model keeps some linears at int8, see quant-policy.h). */
+static PpxQuantization
+entry_format (const PpxManifestEntry *e, PpxQuantization format)
 {
-  return e->ndim == 2 && ppx_quant_policy_selects (e->name, format);
+  return e->ndim == 2 ? ppx_quant_policy_format (e->name, format) : PPX_QUANT_BF16;
 }
 
 /* Bytes of the packed data and of the scales of a quantized [rows, cols] entry. */
@@ -90,9 +92,10 @@ bench_random_lm_bytes (const PpxLmConfig *cfg, PpxQuantization format)
   guint64 total = 0;
   for (guint t = 0; t < manifest->len; t++) {
     const PpxManifestEntry *e = g_ptr_array_index (manifest, t);
-    if (quantized_entry (e, format)) {
+    PpxQuantization q = entry_format (e, format);
+    if (q != PPX_QUANT_BF16) {
       guint64 data, scales;
-      quantized_sizes (e->shape[0], e->shape[1], format, &data, &scales);
+      quantized_sizes (e->shape[0], e->shape[1], q, &data, &scales);
       total += data + scales;
     } else {
       total += entry_numel (e) * 2;
@@ -271,9 +274,10 @@ write_quantized (PpxStWriter *w, const PpxManifestEntry *e, PpxQuantization form
 }
 
 static void
-declare (PpxStWriter *w, const PpxManifestEntry *e, PpxDType float_dtype, PpxQuantization format)
+declare (PpxStWriter *w, const PpxManifestEntry *e, PpxDType float_dtype, PpxQuantization model_format)
 {
-  if (!quantized_entry (e, format)) {
+  PpxQuantization format = entry_format (e, model_format);
+  if (format == PPX_QUANT_BF16) {
     ppx_st_writer_declare (w, e->name, float_dtype, e->ndim, e->shape);
     return;
   }
@@ -312,8 +316,9 @@ write_checkpoint (GPtrArray *manifest, PpxDType float_dtype, PpxQuantization for
   guint16 *half = g_new (guint16, CHUNK_ELEMS);
   for (guint t = 0; ok && t < manifest->len; t++) {
     const PpxManifestEntry *e = g_ptr_array_index (manifest, t);
-    ok = quantized_entry (e, format) ? write_quantized (w, e, format, seed, (guint8 *) vals, error)
-                                     : write_float (w, e, float_dtype, seed, vals, half, error);
+    PpxQuantization q = entry_format (e, format);
+    ok = q != PPX_QUANT_BF16 ? write_quantized (w, e, q, seed, (guint8 *) vals, error)
+                             : write_float (w, e, float_dtype, seed, vals, half, error);
   }
   ok = ok && ppx_st_writer_finish (w, error);
   g_free (vals);

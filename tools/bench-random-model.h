@@ -6,9 +6,10 @@
  * LayerScales and biases, linears uniform within 1/sqrt(fan_in)) so forward passes stay finite, as in
  * personaplex-make-model; the bytes differ from that tool's, which does not matter for timing.
  *
- * The LM can be written in bf16 (as published) or directly pre-quantized (int8 per row, int4 group 64,
- * the personaplex-quantize layout with random codes), so a full-size quantized LM needs only its
- * quantized size in memory (int4 about 5 GB instead of 16.7 GB of bf16). */
+ * The LM can be written in bf16 (as published) or directly pre-quantized as the default policy stores it
+ * (quant-policy.h: int8 per row; int4 with groups of 64 for the temporal transformer and int8 for the
+ * depformer and the heads), in the personaplex-quantize layout with random codes, so a full-size
+ * quantized LM needs only its quantized size in memory (int4 about 5.9 GB instead of 16.7 GB of bf16). */
 #ifndef BENCH_RANDOM_MODEL_H
 #define BENCH_RANDOM_MODEL_H
 
@@ -37,8 +38,8 @@ BenchMemFile *bench_mem_file_new (const char *label, GError **error);
 void bench_mem_file_free (BenchMemFile *f);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (BenchMemFile, bench_mem_file_free)
 
-/* Writes a random LM checkpoint for cfg to path: BF16, or INT8/INT4 pre-quantized (the policy's tensors
- * as NAME.q8|q4 + NAME.scale, the rest bf16, with the format metadata). */
+/* Writes a random LM checkpoint for cfg to path: BF16, or INT8/INT4 pre-quantized (each tensor in the
+ * policy's format: NAME.q8|q4 + NAME.scale, the rest bf16, with the format metadata). */
 gboolean bench_write_random_lm (const PpxLmConfig *cfg, PpxQuantization format, guint64 seed, const char *path,
                                 GError **error);
 /* Writes a random Mimi checkpoint (f32) for cfg to path. */

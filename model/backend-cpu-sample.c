@@ -20,6 +20,41 @@ cand_cmp (const void *a, const void *b)
   return x->i - y->i;
 }
 
+/* Heap helpers: a min-heap under cand_cmp's order keeps the k best candidates with the worst at
+ * the root (cand_cmp(a, b) < 0 means a ranks before b). */
+static void
+sift_down (Cand *h, int n, int i)
+{
+  for (;;) {
+    int w = i, l = 2 * i + 1, r = l + 1;
+    if (l < n && cand_cmp (&h[l], &h[w]) > 0)
+      w = l;
+    if (r < n && cand_cmp (&h[r], &h[w]) > 0)
+      w = r;
+    if (w == i)
+      return;
+    Cand t = h[i];
+    h[i] = h[w];
+    h[w] = t;
+    i = w;
+  }
+}
+
+/* Moves the k best of c[0..V) (by probability, then index) to c[0..k), sorted: O(V log k). */
+static void
+select_top_k (Cand *c, int V, int k)
+{
+  for (int i = k / 2 - 1; i >= 0; i--)
+    sift_down (c, k, i);
+  for (int i = k; i < V; i++) {
+    if (cand_cmp (&c[i], &c[0]) < 0) {
+      c[0] = c[i];
+      sift_down (c, k, 0);
+    }
+  }
+  qsort (c, k, sizeof (Cand), cand_cmp);
+}
+
 static int
 argmax_first (const float *v, int n)
 {
@@ -55,7 +90,7 @@ ppx_cpu_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *token
       for (int i = 0; i < V; i++)
         c[i].p /= sum;
       int k = (topk <= 0 || topk > V) ? V : topk;
-      qsort (c, V, sizeof (Cand), cand_cmp);
+      select_top_k (c, V, k);
       const uint32_t *s = st + 4 * (gsize) m;
       uint64_t seed = (uint64_t) s[0] | ((uint64_t) s[1] << 32);
       uint64_t frame = (uint64_t) s[2] | ((uint64_t) s[3] << 32);

@@ -87,6 +87,65 @@ test_philox_known_answer (void)
   g_assert_cmphex (out[3], ==, 0x6d5451fdu);
 }
 
+/* The documented draw, written out plainly: softmax, full sort by (p desc, index asc), top k,
+ * exponential race with Philox. The backend must give the same token. */
+typedef struct {
+  float p;
+  int i;
+} RefCand;
+
+static int
+ref_cmp (const void *a, const void *b)
+{
+  const RefCand *x = a, *y = b;
+  if (x->p != y->p)
+    return x->p > y->p ? -1 : 1;
+  return x->i - y->i;
+}
+
+static int
+reference_draw (const float *l, int V, guint64 seed, guint64 frame, int stream, float temp, int topk)
+{
+  RefCand *c = g_new (RefCand, V);
+  float mx = l[0], sum = 0.0f;
+  for (int i = 1; i < V; i++)
+    mx = MAX (mx, l[i]);
+  for (int i = 0; i < V; i++) {
+    c[i].p = expf ((l[i] - mx) / temp);
+    c[i].i = i;
+    sum += c[i].p;
+  }
+  for (int i = 0; i < V; i++)
+    c[i].p /= sum;
+  qsort (c, V, sizeof (RefCand), ref_cmp);
+  int k = (topk <= 0 || topk > V) ? V : topk, best = 0;
+  float best_v = -1.0f;
+  for (int j = 0; j < k; j++) {
+    float v = c[j].p / -logf (ppx_philox_uniform (seed, frame * 64 + (guint64) stream, (uint32_t) j));
+    if (v > best_v) {
+      best_v = v;
+      best = j;
+    }
+  }
+  int out = c[best].i;
+  g_free (c);
+  return out;
+}
+
+static void
+test_matches_reference (void)
+{
+  const int V = 300;
+  float l[300];
+  const int ks[] = {0, 2, 25, 250, 299, 300, 1000};
+  for (int trial = 0; trial < 40; trial++) {
+    for (int i = 0; i < V; i++) /* coarse values: many exact ties */
+      l[i] = (float) ((i * 7919 + trial * 104729) % 13) * 0.25f;
+    for (guint j = 0; j < G_N_ELEMENTS (ks); j++)
+      g_assert_cmpint (draw (l, V, 99, trial, 5, 0.9f, ks[j]), ==, reference_draw (l, V, 99, trial, 5, 0.9f, ks[j]));
+  }
+}
+
 static void
 test_force (void)
 {
@@ -115,6 +174,7 @@ main (int argc, char **argv)
   g_test_add_func ("/sampling/reproducible", test_reproducible);
   g_test_add_func ("/sampling/philox-known-answer", test_philox_known_answer);
   g_test_add_func ("/sampling/force-tokens", test_force);
+  g_test_add_func ("/sampling/matches-reference", test_matches_reference);
   int rc = g_test_run ();
   ppx_backend_free (be);
   return rc;

@@ -173,6 +173,7 @@ cpu_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize 
 
 static const PpxBackendOps cpu_ops = {
   .name = "cpu",
+  .borrows_host_memory = TRUE,
   .free = cpu_free,
   .sync = cpu_sync,
   .alloc = cpu_alloc,

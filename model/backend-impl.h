@@ -6,6 +6,9 @@
 
 typedef struct {
   const char *name;
+  /* TRUE when weights may keep pointing into host memory given with borrow (the CPU backend's
+   * zero-copy mmap); FALSE when every weight is copied to the device, so host files can be closed. */
+  gboolean borrows_host_memory;
   void (*free) (PpxBackend *be);
   void (*sync) (PpxBackend *be);
   void *(*alloc) (PpxBackend *be, gsize bytes, GError **error);

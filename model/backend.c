@@ -36,6 +36,12 @@ ppx_backend_sync (PpxBackend *be)
   be->ops->sync (be);
 }
 
+gboolean
+ppx_backend_borrows_host_memory (const PpxBackend *be)
+{
+  return be->ops->borrows_host_memory;
+}
+
 guint64
 ppx_backend_allocated_bytes (const PpxBackend *be)
 {

@@ -56,6 +56,8 @@ void ppx_backend_free (PpxBackend *be);
 const char *ppx_backend_name (const PpxBackend *be);
 void ppx_backend_sync (PpxBackend *be);
 guint64 ppx_backend_allocated_bytes (const PpxBackend *be);
+/* Whether weights made with desc->borrow keep pointing at the host data (then it must stay mapped). */
+gboolean ppx_backend_borrows_host_memory (const PpxBackend *be);
 
 /* ---- tensors (device memory) ---- */
 PpxTensor *ppx_tensor_new (PpxBackend *be, PpxTensorType type, gsize n, GError **error);

@@ -114,6 +114,12 @@ model_load_parts (PpxModel *m, const PpxModelParams *params, GError **error)
   m->quant = stored != PPX_QUANT_BF16 ? stored : (params->quantization == PPX_QUANT_AUTO ? PPX_QUANT_BF16 : params->quantization);
   if (!(m->lm = ppx_lm_load (m->be, &m->cfg.lm, m->lm_st, params->quantization, error)))
     return FALSE;
+  if (!ppx_backend_borrows_host_memory (m->be)) {
+    /* every weight now lives on the device: give the mapped checkpoints' pages back */
+    ppx_backend_sync (m->be);
+    g_clear_pointer (&m->lm_st, ppx_st_close);
+    g_clear_pointer (&m->mimi_st, ppx_st_close);
+  }
   if (params->model_dir) {
     g_autofree char *tp = g_build_filename (params->model_dir, TOKENIZER_FILE, NULL);
     if (g_file_test (tp, G_FILE_TEST_EXISTS) && !(m->tok = ppx_tokenizer_load (tp, error)))

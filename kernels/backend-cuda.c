@@ -176,27 +176,6 @@ cuda_copy2d (PpxBackend *be, PpxTensor *dst, gsize doff, gsize dld, const PpxTen
   check (be, ppx_cuda_copy2d (d, dld, s, sld, rows, cols, stream), "copy2d");
 }
 
-static gsize
-format_data_bytes (const PpxWeightDesc *d, gsize *scale_bytes)
-{
-  *scale_bytes = 0;
-  switch (d->format) {
-    case PPX_WFMT_F32:
-      return (gsize) d->rows * d->cols * 4;
-    case PPX_WFMT_BF16:
-      return (gsize) d->rows * d->cols * 2;
-    case PPX_WFMT_INT8:
-      *scale_bytes = (gsize) d->rows * 4;
-      return (gsize) d->rows * d->cols;
-    case PPX_WFMT_INT4:
-      if (!ppx_q4_group_size_valid (d->group_size))
-        return 0;
-      *scale_bytes = (gsize) d->rows * ppx_q4_n_groups (d->cols, d->group_size) * 4;
-      return ppx_q4_packed_bytes (d->rows, d->cols);
-  }
-  return 0;
-}
-
 static void *
 weight_copy (PpxBackend *be, const void *src, gsize bytes, const char *what, GError **error)
 {
@@ -220,7 +199,7 @@ cuda_weight_init (PpxBackend *be, PpxWeight *w, const PpxWeightDesc *d, GError *
 {
   enter (be);
   gsize scale_bytes;
-  gsize data_bytes = format_data_bytes (d, &scale_bytes);
+  gsize data_bytes = ppx_weight_desc_bytes (d, &scale_bytes);
   if (data_bytes == 0) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
                  "CUDA backend: weight format %s (group size %d) is not supported",

@@ -79,4 +79,8 @@ struct PpxWeight {
   PpxWeight *parent; /* slices borrow the parent's memory */
 };
 
+/* Bytes of a weight description's data (0 for an invalid format or int4 group size) and of its
+ * scales: the layouts of quant.h, shared by every backend. */
+gsize ppx_weight_desc_bytes (const PpxWeightDesc *d, gsize *scale_bytes);
+
 #endif

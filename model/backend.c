@@ -1,5 +1,6 @@
 /* Backend-neutral parts of backend.h: tensor and weight bookkeeping, and dispatch to the vtable. */
 #include "backend-impl.h"
+#include "quant.h"
 
 const char *
 ppx_weight_format_name (PpxWeightFormat f)
@@ -15,6 +16,27 @@ ppx_weight_format_name (PpxWeightFormat f)
       return "int4";
   }
   return "?";
+}
+
+gsize
+ppx_weight_desc_bytes (const PpxWeightDesc *d, gsize *scale_bytes)
+{
+  *scale_bytes = 0;
+  switch (d->format) {
+    case PPX_WFMT_F32:
+      return (gsize) d->rows * d->cols * 4;
+    case PPX_WFMT_BF16:
+      return (gsize) d->rows * d->cols * 2;
+    case PPX_WFMT_INT8:
+      *scale_bytes = (gsize) d->rows * 4;
+      return (gsize) d->rows * d->cols;
+    case PPX_WFMT_INT4:
+      if (!ppx_q4_group_size_valid (d->group_size))
+        return 0;
+      *scale_bytes = (gsize) d->rows * ppx_q4_n_groups (d->cols, d->group_size) * 4;
+      return ppx_q4_packed_bytes (d->rows, d->cols);
+  }
+  return 0;
 }
 
 void

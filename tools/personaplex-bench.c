@@ -13,7 +13,7 @@
  * --quantization int8|int4 the LM is made pre-quantized, so a full-size LM fits (int4 about 5 GB).
  * --measure-load times LM loads instead: bf16 as stored, quantized at load, and pre-quantized. */
 #include "bench-measure.h"
-#include "bench-random-model.h"
+#include "random-model.h"
 #include "bench-report.h"
 #include "bench-run.h"
 #include "quant-load.h"
@@ -141,8 +141,8 @@ config_summary (const PpxConfig *c)
 /* ---- random weights in memory ---- */
 
 typedef struct {
-  BenchMemFile *config, *mimi;
-  BenchMemFile *lm[3]; /* bf16, int8, int4 */
+  MemFile *config, *mimi;
+  MemFile *lm[3]; /* bf16, int8, int4 */
 } RandomFiles;
 
 static int
@@ -154,10 +154,10 @@ format_slot (PpxQuantization q)
 static void
 random_files_clear (RandomFiles *f)
 {
-  bench_mem_file_free (f->config);
-  bench_mem_file_free (f->mimi);
+  mem_file_free (f->config);
+  mem_file_free (f->mimi);
   for (int i = 0; i < 3; i++)
-    bench_mem_file_free (f->lm[i]);
+    mem_file_free (f->lm[i]);
 }
 
 /* The LM's f32 KV caches of one session at full context (they fill up as a conversation goes on). */
@@ -187,31 +187,31 @@ make_random (const Options *o, const PpxConfig *cfg, gboolean need_lm, gboolean 
              RandomFiles *f, BenchReport *r, GError **error)
 {
   static const PpxQuantization formats[3] = {PPX_QUANT_BF16, PPX_QUANT_INT8, PPX_QUANT_INT4};
-  guint64 need = need_mimi ? bench_random_mimi_bytes (&cfg->mimi) : 0;
+  guint64 need = need_mimi ? random_model_mimi_bytes (&cfg->mimi) : 0;
   for (int i = 0; need_lm && i < 3; i++)
     if (lm_formats[i])
-      need += bench_random_lm_bytes (&cfg->lm, formats[i]);
+      need += random_model_lm_bytes (&cfg->lm, formats[i]);
   guint64 state = need_lm && !o->measure_load ? (guint64) o->batch * lm_kv_bytes (&cfg->lm) : 0;
   g_autofree char *what = g_strdup_printf ("the random %s model", o->random_size);
   if (!check_memory (need, state, what, error))
     return FALSE;
   double t0 = bench_now_ms ();
-  if (!(f->config = bench_mem_file_new ("config.json", error)) || !bench_write_config (cfg, f->config->path, error))
+  if (!(f->config = mem_file_new ("config.json", error)) || !random_model_write_config (cfg, f->config->path, error))
     return FALSE;
   if (need_mimi) {
-    if (!(f->mimi = bench_mem_file_new ("tokenizer-random.safetensors", error)) ||
-        !bench_write_random_mimi (&cfg->mimi, (guint64) o->seed, f->mimi->path, error))
+    if (!(f->mimi = mem_file_new ("tokenizer-random.safetensors", error)) ||
+        !random_model_write_mimi (&cfg->mimi, (guint64) o->seed, f->mimi->path, error))
       return FALSE;
-    r->mimi_file_bytes = bench_random_mimi_bytes (&cfg->mimi);
+    r->mimi_file_bytes = random_model_mimi_bytes (&cfg->mimi);
   }
   for (int i = 0; need_lm && i < 3; i++) {
     if (!lm_formats[i])
       continue;
-    if (!(f->lm[i] = bench_mem_file_new ("model.safetensors", error)) ||
-        !bench_write_random_lm (&cfg->lm, formats[i], (guint64) o->seed, f->lm[i]->path, error))
+    if (!(f->lm[i] = mem_file_new ("model.safetensors", error)) ||
+        !random_model_write_lm (&cfg->lm, formats[i], (guint64) o->seed, f->lm[i]->path, error))
       return FALSE;
     if (!r->lm_file_format) {
-      r->lm_file_bytes = bench_random_lm_bytes (&cfg->lm, formats[i]);
+      r->lm_file_bytes = random_model_lm_bytes (&cfg->lm, formats[i]);
       r->lm_file_format = g_strdup (ppx_quant_format_name (formats[i]));
     }
   }
@@ -314,7 +314,7 @@ run (const Options *o, BenchReport *r, GError **error)
     mimi_path = ppx_model_dir_mimi_path (o->model_dir);
     r->model_source = g_strdup (o->model_dir);
   } else {
-    ok = bench_random_config (o->random_size, &s.cfg, error);
+    ok = random_model_config (o->random_size, &s.cfg, error);
     gboolean formats[3] = {FALSE, FALSE, FALSE};
     if (o->measure_load)
       formats[0] = formats[1] = formats[2] = TRUE;

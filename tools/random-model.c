@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "bench-random-model.h"
+#include "random-model.h"
 
 #include "manifest.h"
 #include "quant-load.h"
@@ -41,7 +41,7 @@ static const char mid_json[] =
   " \"depformer_num_layers\": 2}}";
 
 gboolean
-bench_random_config (const char *size, PpxConfig *cfg, GError **error)
+random_model_config (const char *size, PpxConfig *cfg, GError **error)
 {
   ppx_config_default (cfg);
   if (g_strcmp0 (size, "tiny") == 0)
@@ -81,12 +81,12 @@ quantized_sizes (int64_t rows, int64_t cols, PpxQuantization format, guint64 *da
     *scales = (guint64) rows * sizeof (float);
   } else {
     *data = ppx_q4_packed_bytes (rows, cols);
-    *scales = (guint64) rows * ppx_q4_n_groups (cols, BENCH_INT4_GROUP_SIZE) * sizeof (float);
+    *scales = (guint64) rows * ppx_q4_n_groups (cols, RANDOM_MODEL_INT4_GROUP_SIZE) * sizeof (float);
   }
 }
 
 guint64
-bench_random_lm_bytes (const PpxLmConfig *cfg, PpxQuantization format)
+random_model_lm_bytes (const PpxLmConfig *cfg, PpxQuantization format)
 {
   g_autoptr (GPtrArray) manifest = ppx_manifest_lm (cfg);
   guint64 total = 0;
@@ -105,7 +105,7 @@ bench_random_lm_bytes (const PpxLmConfig *cfg, PpxQuantization format)
 }
 
 guint64
-bench_random_mimi_bytes (const PpxMimiConfig *cfg)
+random_model_mimi_bytes (const PpxMimiConfig *cfg)
 {
   g_autoptr (GPtrArray) manifest = ppx_manifest_mimi (cfg);
   guint64 total = 0;
@@ -116,8 +116,8 @@ bench_random_mimi_bytes (const PpxMimiConfig *cfg)
 
 /* ---- memory files ---- */
 
-BenchMemFile *
-bench_mem_file_new (const char *label, GError **error)
+MemFile *
+mem_file_new (const char *label, GError **error)
 {
   int fd = memfd_create (label, MFD_CLOEXEC);
   if (fd < 0) {
@@ -125,14 +125,14 @@ bench_mem_file_new (const char *label, GError **error)
                  g_strerror (errno));
     return NULL;
   }
-  BenchMemFile *f = g_new0 (BenchMemFile, 1);
+  MemFile *f = g_new0 (MemFile, 1);
   f->fd = fd;
   f->path = g_strdup_printf ("/proc/self/fd/%d", fd);
   return f;
 }
 
 void
-bench_mem_file_free (BenchMemFile *f)
+mem_file_free (MemFile *f)
 {
   if (!f)
     return;
@@ -290,7 +290,7 @@ declare (PpxStWriter *w, const PpxManifestEntry *e, PpxDType float_dtype, PpxQua
     ppx_st_writer_declare (w, s_name, PPX_DTYPE_F32, 1, (int64_t[]){rows});
   } else {
     ppx_st_writer_declare (w, q_name, PPX_DTYPE_U8, 2, (int64_t[]){rows, (int64_t) ppx_q4_row_bytes (cols)});
-    ppx_st_writer_declare (w, s_name, PPX_DTYPE_F32, 2, (int64_t[]){rows, ppx_q4_n_groups (cols, BENCH_INT4_GROUP_SIZE)});
+    ppx_st_writer_declare (w, s_name, PPX_DTYPE_F32, 2, (int64_t[]){rows, ppx_q4_n_groups (cols, RANDOM_MODEL_INT4_GROUP_SIZE)});
   }
 }
 
@@ -300,12 +300,12 @@ write_checkpoint (GPtrArray *manifest, PpxDType float_dtype, PpxQuantization for
 {
   PpxStWriter *w = ppx_st_writer_new ();
   ppx_st_writer_set_metadata (w, "format", "pt");
-  ppx_st_writer_set_metadata (w, "generator", "personaplex-bench");
+  ppx_st_writer_set_metadata (w, "generator", g_get_prgname () ? g_get_prgname () : "personaplex");
   if (format == PPX_QUANT_INT8 || format == PPX_QUANT_INT4) {
     ppx_st_writer_set_metadata (w, PPX_QUANT_META_FORMAT, ppx_quant_format_name (format));
     ppx_st_writer_set_metadata (w, PPX_QUANT_META_VERSION, PPX_QUANT_FORMAT_VERSION);
     if (format == PPX_QUANT_INT4) {
-      g_autofree char *gs = g_strdup_printf ("%d", BENCH_INT4_GROUP_SIZE);
+      g_autofree char *gs = g_strdup_printf ("%d", RANDOM_MODEL_INT4_GROUP_SIZE);
       ppx_st_writer_set_metadata (w, PPX_QUANT_META_GROUP_SIZE, gs);
     }
   }
@@ -328,21 +328,21 @@ write_checkpoint (GPtrArray *manifest, PpxDType float_dtype, PpxQuantization for
 }
 
 gboolean
-bench_write_random_lm (const PpxLmConfig *cfg, PpxQuantization format, guint64 seed, const char *path, GError **error)
+random_model_write_lm (const PpxLmConfig *cfg, PpxQuantization format, guint64 seed, const char *path, GError **error)
 {
   g_autoptr (GPtrArray) manifest = ppx_manifest_lm (cfg);
   return write_checkpoint (manifest, PPX_DTYPE_BF16, format, seed, path, error);
 }
 
 gboolean
-bench_write_random_mimi (const PpxMimiConfig *cfg, guint64 seed, const char *path, GError **error)
+random_model_write_mimi (const PpxMimiConfig *cfg, guint64 seed, const char *path, GError **error)
 {
   g_autoptr (GPtrArray) manifest = ppx_manifest_mimi (cfg);
   return write_checkpoint (manifest, PPX_DTYPE_F32, PPX_QUANT_BF16, seed ^ 0x6d696d69ull, path, error);
 }
 
 gboolean
-bench_write_config (const PpxConfig *cfg, const char *path, GError **error)
+random_model_write_config (const PpxConfig *cfg, const char *path, GError **error)
 {
   /* Not g_file_set_contents: it replaces the file by renaming, which /proc/self/fd paths do not allow. */
   g_autofree char *json = ppx_config_to_json (cfg);

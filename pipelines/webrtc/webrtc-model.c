@@ -37,6 +37,13 @@ ppx_webrtc_duplex_new (const PpxWebrtcOptions *o, const char *name, GError **err
   }
   g_object_set (duplex, "model-dir", o->model_dir, "model-instance-id", o->model_instance_id, "greedy", o->greedy,
                 NULL);
+  /* Each conversation samples with its own seed, so two callers saying the same words get
+   * different replies (reproducible from --seed). */
+  static gint sessions = 0;
+  guint n = (guint) g_atomic_int_add (&sessions, 1);
+  guint64 seed = o->seed >= 0 ? (guint64) o->seed + (guint64) n
+                              : ((guint64) g_random_int () << 32) | g_random_int ();
+  g_object_set (duplex, "seed", seed, NULL);
   gst_util_set_object_arg (G_OBJECT (duplex), "backend", o->backend);
   gst_util_set_object_arg (G_OBJECT (duplex), "quantization", o->quantization);
   if (o->voice_prompt)

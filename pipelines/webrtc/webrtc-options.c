@@ -111,6 +111,7 @@ ppx_webrtc_options_parse (PpxWebrtcOptions *o, int *argc, char ***argv, GError *
   memset (o, 0, sizeof *o);
   o->port = DEFAULT_PORT;
   o->max_sessions = DEFAULT_MAX_SESSIONS;
+  o->seed = -1;
   GOptionEntry entries[] = {
     {"model-dir", 'm', 0, G_OPTION_ARG_FILENAME, &o->model_dir, "Model directory (published layout)", "DIR"},
     {"voice-prompt", 0, 0, G_OPTION_ARG_FILENAME, &o->voice_prompt,
@@ -123,6 +124,8 @@ ppx_webrtc_options_parse (PpxWebrtcOptions *o, int *argc, char ***argv, GError *
     {"quantization", 0, 0, G_OPTION_ARG_STRING, &o->quantization,
      "LM weights: auto, bf16, int8 or int4 (default auto)", "Q"},
     {"greedy", 0, 0, G_OPTION_ARG_NONE, &o->greedy, "Greedy decoding instead of sampling", NULL},
+    {"seed", 0, 0, G_OPTION_ARG_INT64, &o->seed,
+     "Sampling seed of the first session; the n-th session gets SEED + n (default: a random seed each)", "SEED"},
     {"address", 'a', 0, G_OPTION_ARG_STRING, &o->address,
      "Address to listen on (default " DEFAULT_ADDRESS "; a non-loopback address serves the network)", "ADDR"},
     {"port", 'p', 0, G_OPTION_ARG_INT, &o->port, "TCP port (default 8080; 0 = any free port)", "PORT"},

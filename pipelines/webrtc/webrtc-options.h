@@ -14,6 +14,7 @@ typedef struct {
   char *backend;            /* personaplexduplex "backend" nick: auto, cpu, cuda */
   char *quantization;       /* personaplexduplex "quantization" nick */
   gboolean greedy;
+  gint64 seed;              /* sampling seed of the first session (the n-th gets seed + n); -1: random */
   char *address;            /* where HTTP/WebSocket listens, and the only ICE address when it is loopback */
   int port;                 /* 0: any free port (printed) */
   int max_sessions;         /* browsers served at once */

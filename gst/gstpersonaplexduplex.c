@@ -37,7 +37,6 @@
 #include "gstppmessages.h"
 #include "gstppstream.h"
 #include "gstpptokens.h"
-#include "ppx-common.h"        /* PPX_ERROR codes of the library's GErrors */
 
 GST_DEBUG_CATEGORY (gst_personaplex_duplex_debug);
 #define GST_CAT_DEFAULT gst_personaplex_duplex_debug

@@ -14,6 +14,21 @@
 
 G_BEGIN_DECLS
 
+/* Every GError the library sets is in this domain, with one of these codes. */
+#define PPX_ERROR (ppx_error_quark ())
+GQuark ppx_error_quark (void);
+
+typedef enum {
+  PPX_ERROR_IO,          /* a file could not be opened, read or written */
+  PPX_ERROR_FORMAT,      /* a file is corrupt, truncated or not what it claims */
+  PPX_ERROR_SHAPE,       /* a tensor's shape or dtype does not match the config */
+  PPX_ERROR_MISSING,     /* a required tensor, file or key is absent */
+  PPX_ERROR_CONFIG,      /* bad configuration values */
+  PPX_ERROR_INVALID,     /* bad argument from the caller */
+  PPX_ERROR_UNSUPPORTED, /* valid but not supported by this build or backend */
+  PPX_ERROR_NOMEM,       /* out of (device) memory */
+} PpxErrorCode;
+
 typedef struct PpxModel PpxModel;
 typedef struct PpxSession PpxSession;
 

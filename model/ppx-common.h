@@ -3,24 +3,14 @@
 #define PPX_COMMON_H
 
 #include <glib.h>
+
+#include "personaplex.h"
 #include <stdint.h>
 #include <string.h>
 
 G_BEGIN_DECLS
 
-#define PPX_ERROR (ppx_error_quark ())
-GQuark ppx_error_quark (void);
-
-typedef enum {
-  PPX_ERROR_IO,          /* a file could not be opened, read or written */
-  PPX_ERROR_FORMAT,      /* a file is corrupt, truncated or not what it claims */
-  PPX_ERROR_SHAPE,       /* a tensor's shape or dtype does not match the config */
-  PPX_ERROR_MISSING,     /* a required tensor, file or key is absent */
-  PPX_ERROR_CONFIG,      /* bad configuration values */
-  PPX_ERROR_INVALID,     /* bad argument from the caller */
-  PPX_ERROR_UNSUPPORTED, /* valid but not supported by this build or backend */
-  PPX_ERROR_NOMEM,       /* out of (device) memory */
-} PpxErrorCode;
+/* The error domain and codes are public: see personaplex.h. */
 
 typedef enum {
   PPX_DTYPE_F32,

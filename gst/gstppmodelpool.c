@@ -9,7 +9,7 @@
  * in from their state-change function only. */
 #include "gstppmodelpool.h"
 
-#include "ppx-common.h"
+#include "personaplex.h"
 
 struct _GstPpModelHandle
 {

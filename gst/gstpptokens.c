@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "ppx-common.h"
+#include "personaplex.h"
 
 GArray *
 gst_pp_parse_token_list (const gchar * str, GError ** error)

@@ -8,6 +8,7 @@
  * object lock held by the caller in a way that could invert: elements call
  * in from their state-change function only. */
 #include "gstppmodelpool.h"
+#include "gstppenums.h"
 
 #include "personaplex.h"
 
@@ -25,35 +26,19 @@ struct _GstPpModelHandle
 static GMutex pool_lock;
 static GHashTable *pool_table;  /* instance id -> GstPpModelHandle* */
 
+/* The nick of an enum value as gst-inspect shows it (the element's property enums). */
 static const char *
-quantization_nick (PpxQuantization q)
+enum_nick (GType type, gint value)
 {
-  switch (q) {
-    case PPX_QUANT_AUTO:
-      return "auto";
-    case PPX_QUANT_BF16:
-      return "bf16";
-    case PPX_QUANT_INT8:
-      return "int8";
-    case PPX_QUANT_INT4:
-      return "int4";
-  }
-  return "?";
+  GEnumClass *klass = g_type_class_ref (type);
+  GEnumValue *v = g_enum_get_value (klass, value);
+  const char *nick = v ? v->value_nick : "?";   /* static strings of the registered type */
+  g_type_class_unref (klass);
+  return nick;
 }
 
-static const char *
-backend_nick (PpxBackendKind b)
-{
-  switch (b) {
-    case PPX_BACKEND_AUTO:
-      return "auto";
-    case PPX_BACKEND_CPU:
-      return "cpu";
-    case PPX_BACKEND_CUDA:
-      return "cuda";
-  }
-  return "?";
-}
+#define quantization_nick(q) enum_nick (GST_TYPE_PERSONAPLEX_QUANTIZATION, (q))
+#define backend_nick(b) enum_nick (GST_TYPE_PERSONAPLEX_BACKEND, (b))
 
 static void
 handle_free (GstPpModelHandle * h)

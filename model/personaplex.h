@@ -27,10 +27,12 @@ typedef enum {
   PPX_ERROR_INVALID,     /* bad argument from the caller */
   PPX_ERROR_UNSUPPORTED, /* valid but not supported by this build or backend */
   PPX_ERROR_NOMEM,       /* out of (device) memory */
+  PPX_ERROR_LIMIT,       /* an engine already holds max_sessions sessions */
 } PpxErrorCode;
 
 typedef struct PpxModel PpxModel;
 typedef struct PpxSession PpxSession;
+typedef struct PpxEngine PpxEngine;
 
 typedef enum {
   PPX_QUANT_AUTO = 0, /* pre-quantized files as they are, otherwise bf16 */
@@ -72,6 +74,16 @@ char *ppx_model_token_text (const PpxModel *model, int token);
 /* Tokenizes a text prompt the reference's way ("<system> text <system>", no BOS/EOS). */
 int *ppx_model_tokenize_prompt (const PpxModel *model, const char *text, int *n_tokens, GError **error);
 
+/* How the temporal transformer's KV cache is stored (per session: layers x 2 x context x dim values). */
+typedef enum {
+  PPX_KV_AUTO = 0, /* bf16 */
+  PPX_KV_F32,      /* exact reference numerics (golden tests) */
+  PPX_KV_BF16,
+  PPX_KV_FP8,      /* e4m3, one f32 scale per (position, head); half of bf16's memory */
+} PpxKvFormat;
+
+const char *ppx_kv_format_name (PpxKvFormat f);
+
 typedef struct {
   const char *voice_prompt;     /* audio file, .pt file, or NAME (DIR/voices/NAME.pt); NULL: none */
   gboolean voice_normalize;     /* -24 LUFS on audio voice prompts (default TRUE) */
@@ -83,10 +95,12 @@ typedef struct {
   guint64 seed;
   float temp_audio, temp_text;  /* 0.8, 0.7 */
   int topk_audio, topk_text;    /* 250, 25 */
+  PpxKvFormat kv_format;        /* ppx_session_new only (its own engine); engine sessions use the engine's */
 } PpxSessionParams;
 
 void ppx_session_params_init (PpxSessionParams *p);
-/* Creates a session and runs the system prompts (voice, silence, text, silence). */
+/* Creates a session on an engine of its own (max_sessions 1, params->kv_format) and runs the system
+ * prompts (voice, silence, text, silence). */
 PpxSession *ppx_session_new (PpxModel *model, const PpxSessionParams *params, GError **error);
 void ppx_session_free (PpxSession *s);
 
@@ -103,6 +117,48 @@ gboolean ppx_session_step (PpxSession *s, const float *in, float *out, PpxFrameR
 gboolean ppx_session_reset (PpxSession *s, GError **error);
 /* Frames stepped since the prompts. */
 guint64 ppx_session_frames (const PpxSession *s);
+
+/* ---- the batched engine: many sessions of one model stepped together, one pass per 80 ms tick ----
+ *
+ * An engine owns max_sessions slots of per-session state (KV caches, codec state) and the scratch of a
+ * batch; the weights stay in the model, shared. ppx_engine_step() runs Mimi encode, the temporal
+ * transformer, the depformer, sampling and Mimi decode once for all the sessions it is given (M rows),
+ * each session at its own position and with its own sampling parameters and seed. A session's tokens and
+ * audio do not depend on which other sessions share the tick (greedy: exactly; docs/engine.md).
+ * Sessions join (ppx_engine_session_new) and leave (ppx_session_free) between ticks; the engine is
+ * thread-safe: creating or freeing sessions from other threads never stalls a running tick for longer
+ * than one prompt frame. */
+typedef struct {
+  int max_sessions;       /* slots; <= 0: as many as fit in the device memory free at creation */
+  PpxKvFormat kv_format;
+} PpxEngineParams;
+
+void ppx_engine_params_init (PpxEngineParams *p);
+PpxEngine *ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error);
+PpxEngine *ppx_engine_ref (PpxEngine *engine);
+void ppx_engine_unref (PpxEngine *engine);
+int ppx_engine_max_sessions (const PpxEngine *engine);
+int ppx_engine_active_sessions (const PpxEngine *engine);
+PpxKvFormat ppx_engine_kv_format (const PpxEngine *engine);
+/* Device bytes of one session slot (all its state at full context) and of the whole engine
+ * (slots + batch scratch; the model's weights not included). */
+guint64 ppx_engine_session_bytes (const PpxEngine *engine);
+guint64 ppx_engine_device_bytes (const PpxEngine *engine);
+/* Slot bytes for a model and KV format without making an engine (for "how many fit" decisions). */
+guint64 ppx_model_session_bytes (const PpxModel *model, PpxKvFormat kv_format);
+
+/* A session in one of the engine's slots; PPX_ERROR_LIMIT when all max_sessions are taken. The prompts
+ * run before it returns (interleaved with the engine's ticks). */
+PpxSession *ppx_engine_session_new (PpxEngine *engine, const PpxSessionParams *params, GError **error);
+PpxEngine *ppx_session_engine (const PpxSession *s);
+
+/* One tick for n sessions of this engine (each at most once): in[i] and out[i] hold frame_size samples,
+ * res[i] (res may be NULL) gets session i's tokens and text. ppx_session_step(s, ...) is this with n = 1. */
+gboolean ppx_engine_step (PpxEngine *engine, PpxSession *const *sessions, int n, const float *const *in,
+                          float *const *out, PpxFrameResult *res, GError **error);
+/* Wall time of the last tick in ms and how many sessions it stepped. */
+double ppx_engine_last_tick_ms (const PpxEngine *engine);
+int ppx_engine_last_batch_size (const PpxEngine *engine);
 
 /* The Mimi checkpoint of a model directory: DIR/tokenizer-e351c8d8-checkpoint125.safetensors, else another
  * DIR/tokenizer-*.safetensors, else DIR/mimi.safetensors; the published name when none exists (for the

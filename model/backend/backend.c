@@ -326,3 +326,46 @@ ppx_op_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, con
 {
   be->ops->force_tokens (be, tokens, off, stride, forced, foff, fstride, M);
 }
+
+guint64
+ppx_kv_cache_bytes (PpxKvFormat fmt, gsize n_slots, int cap, int H, int Dh)
+{
+  const guint64 n = (guint64) n_slots * cap * H * Dh;
+  switch (fmt) {
+    case PPX_KV_F32:
+      return n * 4;
+    case PPX_KV_AUTO:
+    case PPX_KV_BF16:
+      return n * 2;
+    case PPX_KV_FP8:
+      return n + (guint64) n_slots * cap * H * 4;
+  }
+  return 0;
+}
+
+/* F32 only until the backends store bf16 and fp8 caches. */
+PpxTensor *
+ppx_kv_cache_new (PpxBackend *be, PpxKvFormat fmt, int n_slots, int cap, int H, int Dh, GError **error)
+{
+  if (fmt != PPX_KV_F32) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "%s backend: %s KV caches are not supported yet",
+                 ppx_backend_name (be), ppx_kv_format_name (fmt));
+    return NULL;
+  }
+  return ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) n_slots * cap * H * Dh, error);
+}
+
+const char *
+ppx_kv_format_name (PpxKvFormat f)
+{
+  switch (f) {
+    case PPX_KV_AUTO:
+    case PPX_KV_BF16:
+      return "bf16";
+    case PPX_KV_F32:
+      return "f32";
+    case PPX_KV_FP8:
+      return "fp8";
+  }
+  return "?";
+}

@@ -43,7 +43,9 @@ typedef struct {
   gboolean borrow;     /* keep a pointer instead of copying (CPU: zero-copy mmap) */
 } PpxWeightDesc;
 
-typedef enum { PPX_TENSOR_F32, PPX_TENSOR_I32 } PpxTensorType;
+/* BF16 and FP8 are storage types for KV caches only (made by ppx_kv_cache_new, read and written by
+ * ppx_op_attention); every other op takes F32 or I32 tensors. */
+typedef enum { PPX_TENSOR_F32, PPX_TENSOR_I32, PPX_TENSOR_BF16, PPX_TENSOR_FP8 } PpxTensorType;
 
 /* ---- backend ---- */
 PpxBackend *ppx_backend_cpu_new (int n_threads, GError **error);
@@ -71,6 +73,14 @@ void ppx_tensor_fill (PpxTensor *t, float value);                         /* f32
 /* dst[r*dld + doff + c] = src[r*sld + soff + c] for r < rows, c < cols (element units). */
 void ppx_tensor_copy2d (PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *src, gsize soff, gsize sld,
                         gsize rows, gsize cols);
+
+/* ---- KV caches ---- */
+/* A K or V cache of n_slots x cap positions x H*Dh values stored as fmt (PPX_KV_AUTO: bf16), for
+ * ppx_op_attention's kcache/vcache; FP8 keeps one f32 scale per (slot, position, head) beside the values.
+ * PPX_ERROR_UNSUPPORTED when this backend cannot store fmt. */
+PpxTensor *ppx_kv_cache_new (PpxBackend *be, PpxKvFormat fmt, int n_slots, int cap, int H, int Dh, GError **error);
+/* Device bytes of such a cache. */
+guint64 ppx_kv_cache_bytes (PpxKvFormat fmt, gsize n_slots, int cap, int H, int Dh);
 
 /* ---- weights ---- */
 PpxWeight *ppx_weight_new (PpxBackend *be, const PpxWeightDesc *desc, GError **error);

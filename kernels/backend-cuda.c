@@ -427,16 +427,15 @@ cuda_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *cod
 
 static void
 cuda_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
-             const PpxTensor *rng, int stream, int M, float temp, int topk)
+             const PpxTensor *params, int stream, int M)
 {
   enter (be);
-  const gboolean greedy = temp <= 0.0f || topk == 1;
   g_mutex_lock (&PRIV (be)->scratch_lock);
-  void *scratch = greedy ? NULL : scratch_get (be, ppx_cuda_sample_scratch_bytes (M, V));
-  if (greedy || scratch)
+  void *scratch = scratch_get (be, ppx_cuda_sample_scratch_bytes (M, V)); /* per-row parameters: any row may need it */
+  if (scratch)
     check (be,
-           ppx_cuda_sample (F32 (logits), V, I32 (tokens), tok_off, tok_stride, (const uint32_t *) rng->data, stream,
-                            M, temp, topk, scratch, PRIV (be)->stream),
+           ppx_cuda_sample (F32 (logits), V, I32 (tokens), tok_off, tok_stride, (const uint32_t *) params->data,
+                            stream, M, scratch, PRIV (be)->stream),
            "sample");
   g_mutex_unlock (&PRIV (be)->scratch_lock);
 }

@@ -83,10 +83,11 @@ int ppx_cuda_vq_decode (const float *codebooks, const int32_t *codes, int code_o
                         int ncb, int bins, int dim, void *stream);
 
 /* ---- sampling (cuda-sample.cu) ---- */
-/* scratch: ppx_cuda_sample_scratch_bytes(M, V) bytes (device) for temperature sampling; NULL for greedy. */
+/* params: PPX_SAMPLE_PARAMS words per row (sample-params.h); scratch: ppx_cuda_sample_scratch_bytes(M, V)
+ * bytes (device), always (any row may draw with a temperature). */
 size_t ppx_cuda_sample_scratch_bytes (int M, int V);
-int ppx_cuda_sample (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *rng,
-                     int stream_index, int M, float temp, int topk, void *scratch, void *stream);
+int ppx_cuda_sample (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *params,
+                     int stream_index, int M, void *scratch, void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,5 @@
-/* CUDA backend: token sampling, one block per row.
+/* CUDA backend: token sampling, one block per row, each row with its own parameters (sample-params.h):
+ * a greedy row and a temperature row can share one launch (the branch is per block).
  *
  * Greedy: argmax, first index on ties (a NaN at index 0 wins, later NaNs never do: the CPU's scan).
  * Temperature + top-k, the CPU backend's draw (docs/sampling.md): p = softmax(logits / temp), the k most
@@ -10,6 +11,7 @@
  * CPU except where two candidates' probabilities are within f32 rounding of each other. */
 #include "cuda-common.cuh"
 #include "philox.h"
+#include "sample-params.h"
 
 #include <math.h>
 
@@ -133,12 +135,12 @@ block_scan01 (int flag, int *warp_counts, int *total)
   return before + in_warp;
 }
 
-__global__ void __launch_bounds__ (SAMPLE_THREADS)
-sample_greedy_kernel (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride)
+/* Row m's greedy draw (the whole block). */
+__device__ void
+sample_greedy_row (const float *l, int V, int32_t *tok)
 {
   __shared__ float sv[32];
   __shared__ int si[32];
-  const float *l = logits + (size_t) blockIdx.x * V;
   ArgBest a = {0.0f, -1};
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
     const float v = l[i];
@@ -147,12 +149,13 @@ sample_greedy_kernel (const float *logits, int V, int32_t *tokens, int tok_off, 
   }
   a = block_argmax (a, sv, si);
   if (threadIdx.x == 0)
-    tokens[(size_t) blockIdx.x * tok_stride + tok_off] = a.i < 0 ? 0 : a.i;
+    *tok = a.i < 0 ? 0 : a.i;
 }
 
-__global__ void __launch_bounds__ (SAMPLE_THREADS)
-sample_topk_kernel (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *rng,
-                    int stream, float temp, int k, float *P_all, int *cand_all)
+/* Row m's temperature + top-k draw (the whole block); P and cand: V floats and ints of scratch. */
+__device__ void
+sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int stream, float temp, int k, float *P,
+                 int *cand)
 {
   __shared__ float sv[32];
   __shared__ int si[32];
@@ -162,11 +165,6 @@ sample_topk_kernel (const float *logits, int V, int32_t *tokens, int tok_off, in
   __shared__ int race_rank[32], race_tok[32];
   __shared__ unsigned hist[256];
   __shared__ unsigned sel_prefix, sel_remaining;
-  const int m = blockIdx.x;
-  const float *l = logits + (size_t) m * V;
-  float *P = P_all + (size_t) m * V;
-  int *cand = cand_all + (size_t) m * V;
-
   /* softmax: the max is the greedy winner's logit, as on the CPU */
   ArgBest a = {0.0f, -1};
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
@@ -238,9 +236,8 @@ sample_topk_kernel (const float *logits, int V, int32_t *tokens, int tok_off, in
   __syncthreads ();
 
   /* each candidate's rank, its exponential, and the race */
-  const uint32_t *s = rng + 4 * (size_t) m;
-  const uint64_t seed = (uint64_t) s[0] | ((uint64_t) s[1] << 32);
-  const uint64_t frame = (uint64_t) s[2] | ((uint64_t) s[3] << 32);
+  const uint64_t seed = (uint64_t) s[PPX_SAMPLE_SEED_LO] | ((uint64_t) s[PPX_SAMPLE_SEED_HI] << 32);
+  const uint64_t frame = (uint64_t) s[PPX_SAMPLE_FRAME_LO] | ((uint64_t) s[PPX_SAMPLE_FRAME_HI] << 32);
   const uint64_t draw = frame * 64 + (uint64_t) stream;
   Race best = {0.0f, -1, 0};
   for (int c = threadIdx.x; c < n_cand; c += blockDim.x) {
@@ -257,7 +254,26 @@ sample_topk_kernel (const float *logits, int V, int32_t *tokens, int tok_off, in
   }
   best = block_race (best, race_v, race_rank, race_tok);
   if (threadIdx.x == 0)
-    tokens[(size_t) m * tok_stride + tok_off] = best.rank < 0 ? 0 : best.tok;
+    *tok = best.rank < 0 ? 0 : best.tok;
+}
+
+/* One block per row: the row's parameters choose the greedy or the top-k draw (uniform per block). */
+__global__ void __launch_bounds__ (SAMPLE_THREADS)
+sample_kernel (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *params,
+               int stream, float *P_all, int *cand_all)
+{
+  const int m = blockIdx.x;
+  const uint32_t *s = params + (size_t) m * PPX_SAMPLE_PARAMS;
+  const float temp = __uint_as_float (s[stream == 0 ? PPX_SAMPLE_TEMP_TEXT : PPX_SAMPLE_TEMP_AUDIO]);
+  const int topk = (int) s[stream == 0 ? PPX_SAMPLE_TOPK_TEXT : PPX_SAMPLE_TOPK_AUDIO];
+  const float *l = logits + (size_t) m * V;
+  int32_t *tok = tokens + (size_t) m * tok_stride + tok_off;
+  if (temp <= 0.0f || topk == 1) {
+    sample_greedy_row (l, V, tok);
+  } else {
+    const int k = (topk <= 0 || topk > V) ? V : topk;
+    sample_topk_row (l, V, tok, s, stream, temp, k, P_all + (size_t) m * V, cand_all + (size_t) m * V);
+  }
 }
 
 extern "C" size_t
@@ -267,20 +283,15 @@ ppx_cuda_sample_scratch_bytes (int M, int V)
 }
 
 extern "C" int
-ppx_cuda_sample (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *rng,
-                 int stream_index, int M, float temp, int topk, void *scratch, void *stream)
+ppx_cuda_sample (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *params,
+                 int stream_index, int M, void *scratch, void *stream)
 {
   if (M <= 0 || V <= 0)
     return 0;
   cudaStream_t s = PPX_CUDA_STREAM (stream);
-  if (temp <= 0.0f || topk == 1) {
-    sample_greedy_kernel<<<(unsigned) M, SAMPLE_THREADS, 0, s>>> (logits, V, tokens, tok_off, tok_stride);
-  } else {
-    const int k = (topk <= 0 || topk > V) ? V : topk;
-    float *P = (float *) scratch;
-    int *cand = (int *) (P + (size_t) M * V);
-    sample_topk_kernel<<<(unsigned) M, SAMPLE_THREADS, 0, s>>> (logits, V, tokens, tok_off, tok_stride, rng,
-                                                                stream_index, temp, k, P, cand);
-  }
+  float *P = (float *) scratch;
+  int *cand = (int *) (P + (size_t) M * V);
+  sample_kernel<<<(unsigned) M, SAMPLE_THREADS, 0, s>>> (logits, V, tokens, tok_off, tok_stride, params, stream_index,
+                                                         P, cand);
   return ppx_cuda_launched ();
 }

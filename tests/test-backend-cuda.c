@@ -651,6 +651,18 @@ separated_logits (int M, int V, double spacing)
   return l;
 }
 
+/* Sampling parameters of M rows: row m uses (temp, topk) for every stream, its own seed and frame. */
+static Pair
+sample_params (int M, int d, float temp, int topk)
+{
+  g_autofree uint32_t *st = g_new (uint32_t, PPX_SAMPLE_PARAMS * (gsize) M);
+  for (int m = 0; m < M; m++) {
+    guint64 seed = g_rand_int (rng) | ((guint64) g_rand_int (rng) << 32), frame = (guint64) d * 977 + m;
+    ppx_sample_params_set (st + (gsize) m * PPX_SAMPLE_PARAMS, seed, frame, temp, topk, temp, topk);
+  }
+  return pair_new (PPX_TENSOR_I32, PPX_SAMPLE_PARAMS * (gsize) M, st);
+}
+
 static void
 check_sample (int M, int V, float temp, int topk, double spacing, int draws)
 {
@@ -660,18 +672,10 @@ check_sample (int M, int V, float temp, int topk, double spacing, int draws)
   Pair tok = pair_i32 ((gsize) M * stride, NULL);
   int mismatches = 0;
   for (int d = 0; d < draws; d++) {
-    g_autofree uint32_t *st = g_new (uint32_t, 4 * M);
-    for (int m = 0; m < M; m++) {
-      guint64 seed = g_rand_int (rng) | ((guint64) g_rand_int (rng) << 32), frame = (guint64) d * 977 + m;
-      st[4 * m] = (uint32_t) seed;
-      st[4 * m + 1] = (uint32_t) (seed >> 32);
-      st[4 * m + 2] = (uint32_t) frame;
-      st[4 * m + 3] = (uint32_t) (frame >> 32);
-    }
-    Pair r = pair_new (PPX_TENSOR_I32, 4 * (gsize) M, st);
+    Pair r = sample_params (M, d, temp, topk);
     const int stream = d % 17;
-    ppx_op_sample (cpu, logits.c, V, tok.c, off, stride, r.c, stream, M, temp, topk);
-    ppx_op_sample (gpu, logits.g, V, tok.g, off, stride, r.g, stream, M, temp, topk);
+    ppx_op_sample (cpu, logits.c, V, tok.c, off, stride, r.c, stream, M);
+    ppx_op_sample (gpu, logits.g, V, tok.g, off, stride, r.g, stream, M);
     g_autofree int32_t *a = g_new (int32_t, M * stride), *b = g_new (int32_t, M * stride);
     ppx_tensor_download (tok.c, 0, a, M * stride);
     ppx_tensor_download (tok.g, 0, b, M * stride);
@@ -683,6 +687,33 @@ check_sample (int M, int V, float temp, int topk, double spacing, int draws)
   if (mismatches)
     g_error ("sample M=%d V=%d temp %.2f topk %d: %d of %d draws differ from the CPU", M, V, temp, topk, mismatches,
              draws);
+  pair_free (&logits);
+  pair_free (&tok);
+}
+
+/* One launch over rows with different parameters (greedy, top-k, whole vocabulary; text and audio
+ * parameters different) gives the CPU's per-row draws. */
+static void
+check_sample_mixed (void)
+{
+  const int M = 6, V = 2048, stride = 3;
+  g_autofree float *l = separated_logits (M, V, 0.01);
+  Pair logits = pair_new (PPX_TENSOR_F32, (gsize) M * V, l);
+  Pair tok = pair_i32 ((gsize) M * stride, NULL);
+  const float temps[6] = {0.0f, 0.8f, 0.7f, 1.0f, 0.9f, 0.0f};
+  const int topks[6] = {250, 250, 25, 0, 1, 25};
+  for (int d = 0; d < 20; d++) {
+    uint32_t st[6 * PPX_SAMPLE_PARAMS];
+    for (int m = 0; m < M; m++)
+      ppx_sample_params_set (st + m * PPX_SAMPLE_PARAMS, 77 + m, (guint64) d * 31 + m, temps[m], topks[m],
+                             temps[(m + 2) % M], topks[(m + 2) % M]);
+    Pair r = pair_new (PPX_TENSOR_I32, (gsize) M * PPX_SAMPLE_PARAMS, st);
+    const int stream = d % 3;
+    ppx_op_sample (cpu, logits.c, V, tok.c, 1, stride, r.c, stream, M);
+    ppx_op_sample (gpu, logits.g, V, tok.g, 1, stride, r.g, stream, M);
+    assert_same (&tok, "sample, per-row parameters");
+    pair_free (&r);
+  }
   pair_free (&logits);
   pair_free (&tok);
 }
@@ -699,10 +730,9 @@ test_sample (void)
   l[3 * V + 2048] = 30.0f, l[3 * V + 2047] = NAN;   /* row 3: max at the end */
   Pair logits = pair_new (PPX_TENSOR_F32, (gsize) 4 * V, l);
   Pair tok = pair_i32 (4 * 3, NULL);
-  int32_t st[16] = {1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0};
-  Pair r = pair_i32 (16, st);
-  ppx_op_sample (cpu, logits.c, V, tok.c, 1, 3, r.c, 0, 4, 0.0f, 250);
-  ppx_op_sample (gpu, logits.g, V, tok.g, 1, 3, r.g, 0, 4, 0.0f, 250);
+  Pair r = sample_params (4, 0, 0.0f, 250);
+  ppx_op_sample (cpu, logits.c, V, tok.c, 1, 3, r.c, 0, 4);
+  ppx_op_sample (gpu, logits.g, V, tok.g, 1, 3, r.g, 0, 4);
   assert_same (&tok, "greedy");
   int32_t t[12];
   ppx_tensor_download (tok.g, 0, t, 12);
@@ -710,8 +740,10 @@ test_sample (void)
   g_assert_cmpint (t[4], ==, 0);
   g_assert_cmpint (t[7], ==, 2000);
   g_assert_cmpint (t[10], ==, 2048);
-  ppx_op_sample (cpu, logits.c, V, tok.c, 0, 3, r.c, 0, 4, 0.8f, 1); /* top-1 is greedy */
-  ppx_op_sample (gpu, logits.g, V, tok.g, 0, 3, r.g, 0, 4, 0.8f, 1);
+  pair_free (&r);
+  r = sample_params (4, 0, 0.8f, 1);
+  ppx_op_sample (cpu, logits.c, V, tok.c, 0, 3, r.c, 0, 4); /* top-1 is greedy */
+  ppx_op_sample (gpu, logits.g, V, tok.g, 0, 3, r.g, 0, 4);
   assert_same (&tok, "top-1");
   pair_free (&logits);
   pair_free (&tok);
@@ -723,6 +755,7 @@ test_sample (void)
   check_sample (2, 37, 1.3f, 100, 0.05, 60);    /* k > V */
   check_sample (3, 1000, 0.9f, 2, 0.02, 60);
   check_sample (1, 8000, 1.0f, 0, 0.001, 3);    /* all of a large vocabulary */
+  check_sample_mixed ();
 }
 
 static void

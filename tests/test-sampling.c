@@ -13,11 +13,16 @@ draw (const float *logits, int V, guint64 seed, guint64 frame, int stream, float
 {
   g_autoptr (GError) err = NULL;
   PpxTensor *l = ppx_tensor_new (be, PPX_TENSOR_F32, V, &err), *tok = ppx_tensor_new (be, PPX_TENSOR_I32, 1, &err),
-            *rng = ppx_tensor_new (be, PPX_TENSOR_I32, 4, &err);
+            *rng = ppx_tensor_new (be, PPX_TENSOR_I32, PPX_SAMPLE_PARAMS, &err);
   ppx_tensor_upload (l, 0, logits, V);
-  uint32_t r[4] = {(uint32_t) seed, (uint32_t) (seed >> 32), (uint32_t) frame, (uint32_t) (frame >> 32)};
-  ppx_tensor_upload (rng, 0, r, 4);
-  ppx_op_sample (be, l, V, tok, 0, 1, rng, stream, 1, temp, topk);
+  uint32_t r[PPX_SAMPLE_PARAMS];
+  /* the stream's own parameters; the other kind's are deliberately different */
+  if (stream == 0)
+    ppx_sample_params_set (r, seed, frame, temp, topk, 5.0f, 3);
+  else
+    ppx_sample_params_set (r, seed, frame, 0.0f, 1, temp, topk);
+  ppx_tensor_upload (rng, 0, r, PPX_SAMPLE_PARAMS);
+  ppx_op_sample (be, l, V, tok, 0, 1, rng, stream, 1);
   int32_t t;
   ppx_tensor_download (tok, 0, &t, 1);
   ppx_tensor_free (l);
@@ -146,6 +151,44 @@ test_matches_reference (void)
   }
 }
 
+/* One call over M rows, each with its own seed, frame, temperature and top-k (greedy rows among them),
+ * gives every row the token it gets alone: a row's draw never depends on the other rows. */
+static void
+test_per_row (void)
+{
+  const int V = 97, M = 7;
+  g_autoptr (GError) err = NULL;
+  g_autofree float *l = g_new (float, M * V);
+  for (int i = 0; i < M * V; i++)
+    l[i] = (float) sin (i * 0.731) * 3.0f;
+  const float temps[7] = {0.7f, 0.0f, 1.2f, 0.8f, 0.0f, 2.0f, 0.9f};
+  const int topks[7] = {25, 250, 0, 1, 5, 3, 96};
+  PpxTensor *lt = ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) M * V, &err),
+            *tok = ppx_tensor_new (be, PPX_TENSOR_I32, (gsize) M * 3, &err),
+            *params = ppx_tensor_new (be, PPX_TENSOR_I32, (gsize) M * PPX_SAMPLE_PARAMS, &err);
+  g_assert_no_error (err);
+  ppx_tensor_upload (lt, 0, l, (gsize) M * V);
+  for (int stream = 0; stream < 3; stream++) {
+    for (int f = 0; f < 20; f++) {
+      uint32_t p[7 * PPX_SAMPLE_PARAMS];
+      for (int m = 0; m < M; m++) /* text and audio parameters swapped between neighbours */
+        ppx_sample_params_set (p + m * PPX_SAMPLE_PARAMS, 1000 + m, f * 3 + m, temps[m], topks[m], temps[(m + 1) % M],
+                               topks[(m + 1) % M]);
+      ppx_tensor_upload (params, 0, p, (gsize) M * PPX_SAMPLE_PARAMS);
+      ppx_op_sample (be, lt, V, tok, 1, 3, params, stream, M);
+      int32_t got[21];
+      ppx_tensor_download (tok, 0, got, (gsize) M * 3);
+      for (int m = 0; m < M; m++) {
+        const int k = stream == 0 ? m : (m + 1) % M;
+        g_assert_cmpint (got[m * 3 + 1], ==, draw (l + m * V, V, 1000 + m, f * 3 + m, stream, temps[k], topks[k]));
+      }
+    }
+  }
+  ppx_tensor_free (lt);
+  ppx_tensor_free (tok);
+  ppx_tensor_free (params);
+}
+
 static void
 test_force (void)
 {
@@ -175,6 +218,7 @@ main (int argc, char **argv)
   g_test_add_func ("/sampling/philox-known-answer", test_philox_known_answer);
   g_test_add_func ("/sampling/force-tokens", test_force);
   g_test_add_func ("/sampling/matches-reference", test_matches_reference);
+  g_test_add_func ("/sampling/per-row", test_per_row);
   int rc = g_test_run ();
   ppx_backend_free (be);
   return rc;

@@ -67,14 +67,18 @@ argmax_first (const float *v, int n)
 
 void
 ppx_cpu_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
-                const PpxTensor *rng, int stream, int M, float temp, int topk)
+                const PpxTensor *params, int stream, int M)
 {
   const float *L = F32 (logits);
   int32_t *tok = I32 (tokens);
-  const uint32_t *st = (const uint32_t *) rng->data;
+  const uint32_t *all = (const uint32_t *) params->data;
   Cand *c = NULL;
   for (int m = 0; m < M; m++) {
     const float *l = L + (gsize) m * V;
+    const uint32_t *s = all + (gsize) m * PPX_SAMPLE_PARAMS;
+    float temp;
+    memcpy (&temp, &s[stream == 0 ? PPX_SAMPLE_TEMP_TEXT : PPX_SAMPLE_TEMP_AUDIO], sizeof temp);
+    const int topk = (int) s[stream == 0 ? PPX_SAMPLE_TOPK_TEXT : PPX_SAMPLE_TOPK_AUDIO];
     int out;
     if (temp <= 0.0f || topk == 1) {
       out = argmax_first (l, V);
@@ -91,9 +95,8 @@ ppx_cpu_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *token
         c[i].p /= sum;
       int k = (topk <= 0 || topk > V) ? V : topk;
       select_top_k (c, V, k);
-      const uint32_t *s = st + 4 * (gsize) m;
-      uint64_t seed = (uint64_t) s[0] | ((uint64_t) s[1] << 32);
-      uint64_t frame = (uint64_t) s[2] | ((uint64_t) s[3] << 32);
+      uint64_t seed = (uint64_t) s[PPX_SAMPLE_SEED_LO] | ((uint64_t) s[PPX_SAMPLE_SEED_HI] << 32);
+      uint64_t frame = (uint64_t) s[PPX_SAMPLE_FRAME_LO] | ((uint64_t) s[PPX_SAMPLE_FRAME_HI] << 32);
       uint64_t draw = frame * 64 + (uint64_t) stream;
       int best = 0;
       float best_v = -1.0f;

@@ -23,7 +23,7 @@ void ppx_cpu_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTen
                         int code_stride, PpxTensor *y, int M, int ncb, int bins, int dim);
 /* backend-cpu-sample.c */
 void ppx_cpu_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
-                     const PpxTensor *rng, int stream, int M, float temp, int topk);
+                     const PpxTensor *params, int stream, int M);
 void ppx_cpu_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
                            int fstride, int M);
 /* backend-cpu-linear.c */

@@ -46,7 +46,7 @@ typedef struct {
   void (*vq_decode) (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *codes, int code_off,
                      int code_stride, PpxTensor *y, int M, int ncb, int bins, int dim);
   void (*sample) (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
-                  const PpxTensor *rng, int stream, int M, float temp, int topk);
+                  const PpxTensor *params, int stream, int M);
   void (*force_tokens) (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
                         int fstride, int M);
 } PpxBackendOps;

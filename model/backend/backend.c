@@ -315,9 +315,9 @@ ppx_op_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *c
 
 void
 ppx_op_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
-               const PpxTensor *rng, int stream, int M, float temp, int topk)
+               const PpxTensor *params, int stream, int M)
 {
-  be->ops->sample (be, logits, V, tokens, tok_off, tok_stride, rng, stream, M, temp, topk);
+  be->ops->sample (be, logits, V, tokens, tok_off, tok_stride, params, stream, M);
 }
 
 void

@@ -16,6 +16,7 @@
 #define PPX_BACKEND_H
 
 #include "ppx-common.h"
+#include "sample-params.h"
 
 G_BEGIN_DECLS
 
@@ -152,13 +153,15 @@ void ppx_op_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTens
                        int code_stride, PpxTensor *y, int M, int ncb, int bins, int dim);
 
 /* ---- sampling ---- */
-/* tokens[m*tok_stride + tok_off] = a draw from logits[m, :V]. Greedy (argmax, first index on ties) when
- * temp <= 0 or topk == 1; otherwise softmax(logits/temp), the top-k candidates, and the exponential race
- * argmax(p_i / q_i), q_i ~ Exp(1) from Philox keyed by the row's seed, with counter (frame, stream, i).
- * rng[m] = {seed_lo, seed_hi, frame_lo, frame_hi} (i32 x 4, set by the caller, not modified), so a
- * draw depends only on (seed, frame, stream): skipping unused streams never shifts later draws. */
+/* tokens[m*tok_stride + tok_off] = a draw from logits[m, :V], with row m's own parameters:
+ * params[m*PPX_SAMPLE_PARAMS ..] (i32, sample-params.h: seed, frame, and the text (stream 0) and audio
+ * (other streams) temperature and top-k; set by the caller, not modified). Greedy (argmax, first index
+ * on ties) when the row's temp <= 0 or topk == 1; otherwise softmax(logits/temp), the top-k candidates,
+ * and the exponential race argmax(p_i / q_i), q_i ~ Exp(1) from Philox keyed by the row's seed, with
+ * counter (frame, stream, i), so a draw depends only on (seed, frame, stream): skipping unused streams
+ * never shifts later draws, and a row's draw never depends on the other rows. */
 void ppx_op_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
-                    const PpxTensor *rng, int stream, int M, float temp, int topk);
+                    const PpxTensor *params, int stream, int M);
 /* dst[m*stride + off] = forced[m*fstride + foff] >= 0 ? forced[...] : src[m*stride + off] (teacher forcing). */
 void ppx_op_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
                           int fstride, int M);

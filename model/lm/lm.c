@@ -215,7 +215,7 @@ ppx_lm_state_new (PpxLm *lm, GError **error)
                 T_F32 (s->dh, dd) && T_F32 (s->dqkv, 3 * dd) && T_F32 (s->datt, dd) && T_F32 (s->dff, 2 * dH) &&
                 T_F32 (s->du, dH) && T_F32 (s->dlogits, (gsize) c->dep_q * c->card) &&
                 T_I32 (s->ids, PPX_MAX_STREAMS) && T_I32 (s->forced, PPX_MAX_STREAMS) &&
-                T_I32 (s->out, PPX_MAX_STREAMS) && T_I32 (s->prev, 1) && T_I32 (s->rng, 4);
+                T_I32 (s->out, PPX_MAX_STREAMS) && T_I32 (s->prev, 1) && T_I32 (s->rng, PPX_SAMPLE_PARAMS);
 #undef T_F32
 #undef T_I32
   if (!ok) {
@@ -367,18 +367,19 @@ ppx_lm_sample_frame (PpxLmState *s, const int *forced, int n_steps, const PpxSam
   for (int k = 0; k <= c->dep_q; k++)
     f[k] = forced[k];
   ppx_tensor_upload (s->forced, 0, f, 1 + c->dep_q);
-  uint32_t rng[4] = {(uint32_t) smp->seed, (uint32_t) (smp->seed >> 32), (uint32_t) frame, (uint32_t) (frame >> 32)};
-  ppx_tensor_upload (s->rng, 0, rng, 4);
-  const float tt = smp->greedy ? 0.0f : smp->temp_text, ta = smp->greedy ? 0.0f : smp->temp_audio;
+  uint32_t rng[PPX_SAMPLE_PARAMS];
+  ppx_sample_params_set (rng, smp->seed, frame, smp->greedy ? 0.0f : smp->temp_text, smp->topk_text,
+                         smp->greedy ? 0.0f : smp->temp_audio, smp->topk_audio);
+  ppx_tensor_upload (s->rng, 0, rng, PPX_SAMPLE_PARAMS);
 
   ppx_op_linear (be, lm->text_linear, s->z, c->dim, s->text_logits, c->text_card, 1, FALSE);
-  ppx_op_sample (be, s->text_logits, c->text_card, s->out, 0, 0, s->rng, 0, 1, tt, smp->topk_text);
+  ppx_op_sample (be, s->text_logits, c->text_card, s->out, 0, 0, s->rng, 0, 1);
   for (int step = 0; step < n_steps; step++) {
     /* the input of this step: the previous stream's token, provided where available */
     ppx_tensor_copy2d (s->prev, 0, 1, s->out, step, 1, 1, 1);
     ppx_op_force_tokens (be, s->prev, 0, 1, s->forced, step, 1, 1);
     depformer_step (s, step);
-    ppx_op_sample (be, s->dlogit_step[step], c->card, s->out, 1 + step, 0, s->rng, 1 + step, 1, ta, smp->topk_audio);
+    ppx_op_sample (be, s->dlogit_step[step], c->card, s->out, 1 + step, 0, s->rng, 1 + step, 1);
   }
   int32_t o[PPX_MAX_STREAMS];
   ppx_tensor_download (s->out, 0, o, 1 + n_steps);

@@ -103,6 +103,14 @@ cuda_sync (PpxBackend *be)
   check (be, ppx_cuda_stream_sync (PRIV (be)->stream), "sync");
 }
 
+static guint64
+cuda_free_bytes (PpxBackend *be)
+{
+  enter (be);
+  size_t n = 0;
+  return ppx_cuda_mem_free (&n) == 0 ? (guint64) n : 0;
+}
+
 static void *
 cuda_alloc (PpxBackend *be, gsize bytes, GError **error)
 {
@@ -453,6 +461,7 @@ static const PpxBackendOps cuda_ops = {
   .name = "cuda",
   .free = cuda_free,
   .sync = cuda_sync,
+  .free_bytes = cuda_free_bytes,
   .alloc = cuda_alloc,
   .dealloc = cuda_dealloc,
   .upload = cuda_upload,

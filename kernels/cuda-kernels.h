@@ -31,6 +31,7 @@ const char *ppx_cuda_error_string (int err);
 int ppx_cuda_device_count (int *n);
 int ppx_cuda_device_name (int device, char *name, size_t len, size_t *total_mem);
 int ppx_cuda_set_device (int device);
+int ppx_cuda_mem_free (size_t *free_bytes); /* the current device's free memory */
 int ppx_cuda_stream_create (void **stream);
 int ppx_cuda_stream_destroy (void *stream);
 int ppx_cuda_stream_sync (void *stream);

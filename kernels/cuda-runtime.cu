@@ -36,6 +36,14 @@ ppx_cuda_device_name (int device, char *name, size_t len, size_t *total_mem)
 }
 
 extern "C" int
+ppx_cuda_mem_free (size_t *free_bytes)
+{
+  size_t total = 0;
+  *free_bytes = 0;
+  return (int) cudaMemGetInfo (free_bytes, &total);
+}
+
+extern "C" int
 ppx_cuda_set_device (int device)
 {
   return (int) cudaSetDevice (device);

@@ -841,10 +841,10 @@ test_golden (void)
     for (int i = 0; i < fs; i++)
       pcm_err = MAX (pcm_err, fabs (out[i] - ((const float *) pcm->data)[(gsize) t * fs + i]));
     if (t < tl->shape[0]) {
-      ppx_lm_text_logits (ppx_session_lm_state (s), logit);
+      ppx_session_text_logits (s, logit);
       text_rel = MAX (text_rel, rel_err (logit, (const float *) tl->data + (gsize) t * V, V));
       for (int st = 0; st < nsteps; st++) {
-        ppx_lm_audio_logits (ppx_session_lm_state (s), st, logit);
+        ppx_session_audio_logits (s, st, logit);
         audio_rel = MAX (audio_rel, rel_err (logit, (const float *) al->data + ((gsize) t * nsteps + st) * card, card));
       }
     }

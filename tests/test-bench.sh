@@ -40,18 +40,18 @@ expect () {
 
 num='[0-9]+\.[0-9]+'
 component_lines="
-^  mimi-encode +2 +$num +$num +$num +$num +$num +$num
+^  mimi-encode +2 +$num +$num +$num +$num +$num +$num +$num .*all sessions as one batch
 ^  mimi-decode +2 +$num
 ^  lm-prompt-step +2 +$num .*temporal only \(0 depformer steps\)
 ^  lm-step +2 +$num .*temporal \+ 8 depformer steps
-^  session-step +2 +$num"
+^  session-step +2 +$num .*ppx_engine_step"
 
 check_all () {
   name=$1
   expect "$name" '^personaplex-bench ' '^machine: .+, [0-9]+ cores, 1 threads used' '^build: ' '^model: ' \
     '^config:  LM dim 64, 2 layers' '^run: +backend cpu, quantization auto, batch 2, 2 frames after 1 warm-up' \
     "^  mimi +$num" "^  lm +$num" "^  model +$num" "^  session-new +$num" \
-    "^  mimi +$num +$num +$num" "^  lm +$num +$num +$num" "^  session +$num +- +- +$num +$num"
+    "^  mimi +$num +$num +$num" "^  lm +$num +$num +$num" "^  session +$num +$num +- +$num +$num"
   echo "$component_lines" | while IFS= read -r re; do
     [ -n "$re" ] && { grep -Eq "$re" "$tmp/$name.out" || echo "$name: no line matches '$re'"; }
   done >"$tmp/$name.missing"
@@ -75,10 +75,15 @@ else
   fail "personaplex-make-model failed: $(cat "$tmp/make.err")"
 fi
 
+# --sequential: the sessions one after another (the cost without the batched engine)
+run sequential 0 --random-weights tiny $common --sequential
+expect sequential "^  mimi-encode +2 +$num .*one session after another" \
+  "^  lm-step +2 +$num .*one session after another" "^  session-step +2 +$num .*ppx_session_step"
+
 # one component, pre-quantized random LM, JSON
 run json 0 --random-weights tiny --component lm --quantization int4 --frames 2 --warmup 0 --threads 1 --json
 expect json '"program" : "personaplex-bench"' '"name" : "lm-step"' '"lm_file_format" : "int4"' \
-  '"quantization" : "int4"' '"peak_rss_bytes" : [1-9]'
+  '"quantization" : "int4"' '"peak_rss_bytes" : [1-9]' '"p99_ms" : '
 if grep -q '"mimi-encode"' "$tmp/json.out"; then
   fail "json: --component lm measured Mimi"
 fi

@@ -77,10 +77,10 @@ run (const char *voice, const char *tokens_name, const char *pcm_name, gboolean 
     for (int i = 0; i < fs; i++)
       r.pcm_err = MAX (r.pcm_err, fabs (out[i] - ((const float *) pcm->data)[(gsize) t * fs + i]));
     if (logits && t < tl->shape[0]) {
-      ppx_lm_text_logits (ppx_session_lm_state (s), logit);
+      ppx_session_text_logits (s, logit);
       r.text_rel = MAX (r.text_rel, rel_err (logit, (const float *) tl->data + (gsize) t * V, V));
       for (int st = 0; st < nsteps; st++) {
-        ppx_lm_audio_logits (ppx_session_lm_state (s), st, logit);
+        ppx_session_audio_logits (s, st, logit);
         r.audio_rel = MAX (r.audio_rel,
                            rel_err (logit, (const float *) al->data + ((gsize) t * nsteps + st) * card, card));
       }

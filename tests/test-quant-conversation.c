@@ -61,8 +61,8 @@ check (PpxQuantization q)
     for (int i = 0; i < fs; i++)
       g_assert_true (isfinite (o2[i]));
     /* relative error of the text logits at this step (same inputs until the first divergence) */
-    ppx_lm_text_logits (ppx_session_lm_state (ref), l1);
-    ppx_lm_text_logits (ppx_session_lm_state (qs), l2);
+    ppx_session_text_logits (ref, l1);
+    ppx_session_text_logits (qs, l2);
     double num = 0, den = 0;
     for (int i = 0; i < c->text_card; i++) {
       num = MAX (num, fabs (l1[i] - l2[i]));

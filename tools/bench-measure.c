@@ -42,6 +42,7 @@ bench_stats_compute (const double *ms, guint n, BenchStats *out)
   out->mean = sum / n;
   out->p50 = percentile (sorted, n, 0.50);
   out->p95 = percentile (sorted, n, 0.95);
+  out->p99 = percentile (sorted, n, 0.99);
   out->min = sorted[0];
   out->max = sorted[n - 1];
   g_free (sorted);

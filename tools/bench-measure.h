@@ -11,7 +11,7 @@ double bench_now_ms (void);
 
 typedef struct {
   guint n;
-  double mean, p50, p95, min, max; /* ms; all 0 when n = 0 */
+  double mean, p50, p95, p99, min, max; /* ms; all 0 when n = 0 */
 } BenchStats;
 
 /* Statistics of n samples (ms). Percentiles are nearest-rank on the sorted samples. */

@@ -189,13 +189,13 @@ print_components (const BenchReport *r, FILE *out)
 {
   if (r->components->len == 0)
     return;
-  fprintf (out, "\n%-18s %6s %9s %9s %9s %9s %14s %7s\n", "per frame (ms)", "frames", "mean", "p50", "p95", "max",
-           "per-session", "RTF");
+  fprintf (out, "\n%-18s %6s %9s %9s %9s %9s %9s %14s %7s\n", "per frame (ms)", "frames", "mean", "p50", "p95", "p99",
+           "max", "per-session", "RTF");
   for (guint i = 0; i < r->components->len; i++) {
     const BenchComponent *c = g_ptr_array_index (r->components, i);
     const BenchStats *t = &c->tick;
-    fprintf (out, "  %-16s %6u %9.3f %9.3f %9.3f %9.3f %14.3f %7.3f%s%s\n", c->name, t->n, t->mean, t->p50, t->p95,
-             t->max, t->mean / c->batch, t->mean / r->frame_ms, c->note ? "  " : "", c->note ? c->note : "");
+    fprintf (out, "  %-16s %6u %9.3f %9.3f %9.3f %9.3f %9.3f %14.3f %7.3f%s%s\n", c->name, t->n, t->mean, t->p50, t->p95,
+             t->p99, t->max, t->mean / c->batch, t->mean / r->frame_ms, c->note ? "  " : "", c->note ? c->note : "");
   }
   fprintf (out, "  (a frame is %.0f ms of audio for each of the %d sessions; RTF = mean / %.0f ms, < 1 is faster than "
                 "real time)\n",
@@ -216,7 +216,7 @@ print_memory (const BenchReport *r, FILE *out)
     fprintf (out, "  %-10s %12.1f %16s %12s %10.1f %12.1f\n", m->phase, MB (m->weight_bytes), state, backend,
              MB (m->rss_bytes), MB (m->peak_rss_bytes));
   }
-  fprintf (out, "  (peak RSS %s; a session's state is its Mimi and LM states above)\n",
+  fprintf (out, "  (peak RSS %s; state/session: backend bytes per session, with its share of the batch scratch)\n",
            r->peak_per_phase ? "is per phase" : "is since the start of the process");
 }
 
@@ -278,6 +278,7 @@ add_stats (JsonBuilder *b, const BenchStats *s)
   add_double (b, "mean_ms", s->mean);
   add_double (b, "p50_ms", s->p50);
   add_double (b, "p95_ms", s->p95);
+  add_double (b, "p99_ms", s->p99);
   add_double (b, "min_ms", s->min);
   add_double (b, "max_ms", s->max);
 }

@@ -72,16 +72,16 @@ typedef struct {
   PpxBackend *be;
   PpxSafetensors *st;
   PpxMimi *mimi;
-  PpxMimiState **states;
-  int n_states;
+  PpxMimiBatch **batches; /* one of B rows, or (sequential) B of one row */
+  int n_batches;
 } MimiPhase;
 
 static void
 mimi_phase_clear (MimiPhase *p)
 {
-  for (int i = 0; p->states && i < p->n_states; i++)
-    ppx_mimi_state_free (p->states[i]);
-  g_free (p->states);
+  for (int i = 0; p->batches && i < p->n_batches; i++)
+    ppx_mimi_batch_free (p->batches[i]);
+  g_free (p->batches);
   ppx_mimi_free (p->mimi);
   if (p->st)
     ppx_st_close (p->st);
@@ -107,11 +107,17 @@ bench_run_mimi (const BenchSetup *s, BenchReport *r, GError **error)
   BenchMemory *mem = bench_report_add_memory (r, "mimi");
   mem->weight_bytes = ppx_mimi_weight_bytes (p.mimi);
   guint64 before = ppx_backend_allocated_bytes (p.be);
-  p.states = g_new0 (PpxMimiState *, B);
-  p.n_states = B;
-  for (int i = 0; ok && i < B; i++)
-    ok = (p.states[i] = ppx_mimi_state_new (p.mimi, error)) != NULL;
+  p.n_batches = s->sequential ? B : 1;
+  p.batches = g_new0 (PpxMimiBatch *, p.n_batches);
+  for (int i = 0; ok && i < p.n_batches; i++)
+    ok = (p.batches[i] = ppx_mimi_batch_new (p.mimi, s->sequential ? 1 : B, error)) != NULL;
+  PpxTensor *pcm_t = NULL, *codes_t = NULL, *out_t = NULL;
+  ok = ok && (pcm_t = ppx_tensor_new (p.be, PPX_TENSOR_F32, (gsize) B * fs, error)) &&
+       (out_t = ppx_tensor_new (p.be, PPX_TENSOR_F32, (gsize) B * fs, error)) &&
+       (codes_t = ppx_tensor_new (p.be, PPX_TENSOR_I32, (gsize) B * nq, error));
   if (!ok) {
+    ppx_tensor_free (pcm_t);
+    ppx_tensor_free (out_t);
     mimi_phase_clear (&p);
     return FALSE;
   }
@@ -119,34 +125,59 @@ bench_run_mimi (const BenchSetup *s, BenchReport *r, GError **error)
   mem->state_bytes = (mem->backend_bytes - before) / B;
   mem->state_known = TRUE;
 
-  float *pcm = g_new (float, (gsize) B * fs), *out = g_new (float, fs);
-  int *codes = g_new (int, (gsize) B * nq);
+  float *pcm = g_new (float, (gsize) B * fs), *out = g_new (float, (gsize) B * fs);
+  int32_t *codes = g_new (int32_t, (gsize) B * nq);
   double *enc = g_new (double, s->frames), *dec = g_new (double, s->frames);
   for (int f = 0; f < s->warmup + s->frames; f++) {
     for (int i = 0; i < B; i++)
       test_signal (i, f, fs, mc->sample_rate, pcm + (gsize) i * fs);
+    /* the host transfers are part of the measured time, as in a session */
     double a = bench_now_ms ();
-    for (int i = 0; i < B; i++)
-      ppx_mimi_encode_host (p.states[i], pcm + (gsize) i * fs, codes + (gsize) i * nq, NULL);
-    ppx_backend_sync (p.be);
+    ppx_tensor_upload (pcm_t, 0, pcm, (gsize) B * fs);
+    if (s->sequential) {
+      for (int i = 0; i < B; i++) {
+        PpxTensor *x = ppx_tensor_view (pcm_t, (gsize) i * fs, fs), *c = ppx_tensor_view (codes_t, (gsize) i * nq, nq);
+        ppx_mimi_batch_encode (p.batches[i], 0, 1, x, c, 0, nq);
+        ppx_tensor_free (x);
+        ppx_tensor_free (c);
+      }
+    } else {
+      ppx_mimi_batch_encode (p.batches[0], 0, B, pcm_t, codes_t, 0, nq);
+    }
+    ppx_tensor_download (codes_t, 0, codes, (gsize) B * nq);
     double b = bench_now_ms ();
-    for (int i = 0; i < B; i++)
-      ppx_mimi_decode_host (p.states[i], codes + (gsize) i * nq, out);
-    ppx_backend_sync (p.be);
+    ppx_tensor_upload (codes_t, 0, codes, (gsize) B * nq);
+    if (s->sequential) {
+      for (int i = 0; i < B; i++) {
+        PpxTensor *c = ppx_tensor_view (codes_t, (gsize) i * nq, nq), *y = ppx_tensor_view (out_t, (gsize) i * fs, fs);
+        ppx_mimi_batch_decode (p.batches[i], 0, 1, c, 0, nq, y);
+        ppx_tensor_free (c);
+        ppx_tensor_free (y);
+      }
+    } else {
+      ppx_mimi_batch_decode (p.batches[0], 0, B, codes_t, 0, nq, out_t);
+    }
+    ppx_tensor_download (out_t, 0, out, (gsize) B * fs);
     double c = bench_now_ms ();
     if (f >= s->warmup) {
       enc[f - s->warmup] = b - a;
       dec[f - s->warmup] = c - b;
     }
   }
-  bench_report_add_component (r, "mimi-encode", "mimi", "80 ms of PCM -> 8 codes", B, enc, s->frames);
-  bench_report_add_component (r, "mimi-decode", "mimi", "8 codes -> 80 ms of PCM", B, dec, s->frames);
+  const char *how = s->sequential ? "one session after another" : "all sessions as one batch";
+  g_autofree char *enc_note = g_strdup_printf ("80 ms of PCM -> 8 codes, %s", how);
+  g_autofree char *dec_note = g_strdup_printf ("8 codes -> 80 ms of PCM, %s", how);
+  bench_report_add_component (r, "mimi-encode", "mimi", enc_note, B, enc, s->frames);
+  bench_report_add_component (r, "mimi-decode", "mimi", dec_note, B, dec, s->frames);
   phase_end (mem);
   g_free (pcm);
   g_free (out);
   g_free (codes);
   g_free (enc);
   g_free (dec);
+  ppx_tensor_free (pcm_t);
+  ppx_tensor_free (out_t);
+  ppx_tensor_free (codes_t);
   mimi_phase_clear (&p);
   return TRUE;
 }
@@ -157,18 +188,18 @@ typedef struct {
   PpxBackend *be;
   PpxSafetensors *st;
   PpxLm *lm;
-  PpxLmState **states;
+  PpxLmBatch *batch; /* B slots, B rows */
   PpxLmGen *gens;
-  int n_states;
+  PpxLmRow *rows;
+  int n;
 } LmPhase;
 
 static void
 lm_phase_clear (LmPhase *p)
 {
-  for (int i = 0; p->states && i < p->n_states; i++)
-    ppx_lm_state_free (p->states[i]);
-  g_free (p->states);
+  ppx_lm_batch_free (p->batch);
   g_free (p->gens);
+  g_free (p->rows);
   ppx_lm_free (p->lm);
   if (p->st)
     ppx_st_close (p->st);
@@ -185,6 +216,32 @@ random_codes (guint32 *rng, int card, int n, int *out)
   }
 }
 
+/* One LMGen call for every session: one batched model step (or, sequential, one step per session). */
+static void
+lm_tick (const BenchSetup *s, LmPhase *p, const int *user, const int *agent, int text, const PpxSampling *smp)
+{
+  const int nq = s->cfg.lm.n_q / 2;
+  int out[PPX_MAX_STREAMS], n = 0;
+  int *which = g_newa (int, p->n);
+  for (int i = 0; i < p->n; i++) {
+    PpxSampling si = *smp;
+    si.seed += (guint64) i;
+    if (ppx_lmgen_prepare (&p->gens[i], user + (gsize) i * nq, agent ? agent + (gsize) i * nq : NULL, text, NULL, &si,
+                           &p->rows[n])) {
+      p->rows[n].slot = i;
+      which[n++] = i;
+    }
+  }
+  if (s->sequential) {
+    for (int j = 0; j < n; j++)
+      ppx_lm_batch_step (p->batch, &p->rows[j], 1);
+  } else if (n > 0) {
+    ppx_lm_batch_step (p->batch, p->rows, n);
+  }
+  for (int j = 0; j < n; j++)
+    ppx_lmgen_finish (&p->gens[which[j]], &p->rows[j], out);
+}
+
 /* Steps every session `warmup + frames` times; conversation = TRUE: user codes only (the agent's
  * streams are sampled), else all streams provided (the prompt phase). */
 static void
@@ -192,21 +249,14 @@ lm_steps (const BenchSetup *s, LmPhase *p, gboolean conversation, double *ms, in
 {
   const PpxLmConfig *c = &s->cfg.lm;
   const int nq = c->n_q / 2;
-  int user[PPX_MAX_STREAMS], agent[PPX_MAX_STREAMS], out[PPX_MAX_STREAMS];
+  g_autofree int *user = g_new (int, (gsize) p->n * nq), *agent = g_new (int, (gsize) p->n * nq);
   guint32 rng = 12345u;
+  PpxSampling smp = {.seed = s->seed, .temp_text = 0.7f, .temp_audio = 0.8f, .topk_text = 25, .topk_audio = 250};
   for (int f = 0; f < s->warmup + s->frames; f++) {
+    random_codes (&rng, c->card, p->n * nq, user);
+    random_codes (&rng, c->card, p->n * nq, agent);
     double a = bench_now_ms ();
-    for (int i = 0; i < p->n_states; i++) {
-      PpxSampling smp = {.seed = s->seed + (guint64) i, .temp_text = 0.7f, .temp_audio = 0.8f, .topk_text = 25,
-                         .topk_audio = 250};
-      random_codes (&rng, c->card, nq, user);
-      if (conversation) {
-        ppx_lmgen_step (&p->gens[i], p->states[i], user, NULL, -1, NULL, &smp, out);
-      } else {
-        random_codes (&rng, c->card, nq, agent);
-        ppx_lmgen_step (&p->gens[i], p->states[i], user, agent, TEXT_PAD, NULL, &smp, out);
-      }
-    }
+    lm_tick (s, p, user, conversation ? NULL : agent, conversation ? -1 : TEXT_PAD, &smp);
     ppx_backend_sync (p->be); /* a prompt step downloads nothing: wait for the queued work */
     if (f >= s->warmup)
       ms[f - s->warmup] = bench_now_ms () - a;
@@ -233,14 +283,12 @@ bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error)
   BenchMemory *mem = bench_report_add_memory (r, "lm");
   mem->weight_bytes = ppx_lm_weight_bytes (p.lm);
   guint64 before = ppx_backend_allocated_bytes (p.be);
-  p.states = g_new0 (PpxLmState *, B);
+  p.n = B;
   p.gens = g_new0 (PpxLmGen, B);
-  p.n_states = B;
-  for (int i = 0; ok && i < B; i++) {
-    ok = (p.states[i] = ppx_lm_state_new (p.lm, error)) != NULL;
+  p.rows = g_new0 (PpxLmRow, B);
+  for (int i = 0; i < B; i++)
     ppx_lmgen_init (&p.gens[i], c);
-  }
-  if (!ok) {
+  if (!(p.batch = ppx_lm_batch_new (p.lm, B, B, PPX_KV_F32, error))) {
     lm_phase_clear (&p);
     return FALSE;
   }
@@ -249,19 +297,19 @@ bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error)
   mem->state_known = TRUE;
 
   /* The generator's first call only sets up its start tokens and runs no model: make it untimed. */
-  int out[PPX_MAX_STREAMS], zeros[PPX_MAX_STREAMS] = {0};
+  g_autofree int *zeros = g_new0 (int, (gsize) B * PPX_MAX_STREAMS);
   PpxSampling smp = {.greedy = TRUE};
-  for (int i = 0; i < B; i++)
-    ppx_lmgen_step (&p.gens[i], p.states[i], zeros, zeros, TEXT_PAD, NULL, &smp, out);
+  lm_tick (s, &p, zeros, zeros, TEXT_PAD, &smp);
 
   double *ms = g_new (double, s->frames);
   int dep_steps = 0;
+  const char *how = s->sequential ? "one session after another" : "all sessions as one batch";
   lm_steps (s, &p, FALSE, ms, &dep_steps);
-  g_autofree char *note = g_strdup_printf ("temporal only (%d depformer steps)", dep_steps);
+  g_autofree char *note = g_strdup_printf ("temporal only (%d depformer steps), %s", dep_steps, how);
   bench_report_add_component (r, "lm-prompt-step", "lm", note, B, ms, s->frames);
   lm_steps (s, &p, TRUE, ms, &dep_steps);
   g_free (note);
-  note = g_strdup_printf ("temporal + %d depformer steps, sampled", dep_steps);
+  note = g_strdup_printf ("temporal + %d depformer steps, sampled, %s", dep_steps, how);
   bench_report_add_component (r, "lm-step", "lm", note, B, ms, s->frames);
   phase_end (mem);
   g_free (ms);
@@ -296,45 +344,74 @@ bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
   BenchMemory *mem = bench_report_add_memory (r, "session");
   mem->weight_bytes = ppx_model_weight_bytes (model);
 
+  /* batched: one engine of B slots, one tick per frame; sequential: B sessions with engines of their own,
+   * stepped one after another */
+  PpxEngine *engine = NULL;
+  gboolean ok = TRUE;
+  if (!s->sequential) {
+    PpxEngineParams ep;
+    ppx_engine_params_init (&ep);
+    ep.max_sessions = B;
+    ep.kv_format = s->kv_format;
+    ok = (engine = ppx_engine_new (model, &ep, error)) != NULL;
+  }
   PpxSession **sessions = g_new0 (PpxSession *, B);
   PpxSessionParams sp;
   ppx_session_params_init (&sp);
+  sp.kv_format = s->kv_format;
   double new_ms = 0;
-  gboolean ok = TRUE;
   for (int i = 0; ok && i < B; i++) {
     sp.seed = s->seed + (guint64) i;
     double a = bench_now_ms ();
-    ok = (sessions[i] = ppx_session_new (model, &sp, error)) != NULL;
+    ok = (sessions[i] = engine ? ppx_engine_session_new (engine, &sp, error) : ppx_session_new (model, &sp, error)) !=
+         NULL;
     new_ms += bench_now_ms () - a;
   }
   if (ok) {
+    mem->state_bytes = engine ? ppx_engine_session_bytes (engine) : ppx_engine_session_bytes (ppx_session_engine (sessions[0]));
+    mem->state_known = TRUE;
     bench_report_add_load (r, "session-new", "per session: state + the silence prompts (12 temporal-only steps)",
                            new_ms / B);
     const int fs = ppx_model_frame_size (model), sr = ppx_model_sample_rate (model);
-    float *in = g_new (float, (gsize) B * fs), *out = g_new (float, fs);
+    float *in = g_new (float, (gsize) B * fs), *out = g_new (float, (gsize) B * fs);
+    const float **ins = g_new (const float *, B);
+    float **outs = g_new (float *, B);
+    PpxFrameResult *res = g_new0 (PpxFrameResult, B);
+    for (int i = 0; i < B; i++) {
+      ins[i] = in + (gsize) i * fs;
+      outs[i] = out + (gsize) i * fs;
+    }
     double *ms = g_new (double, s->frames);
     for (int f = 0; ok && f < s->warmup + s->frames; f++) {
       for (int i = 0; i < B; i++)
         test_signal (i, f, fs, sr, in + (gsize) i * fs);
       double a = bench_now_ms ();
-      for (int i = 0; ok && i < B; i++) {
-        PpxFrameResult res;
-        ok = ppx_session_step (sessions[i], in + (gsize) i * fs, out, &res, error);
+      if (engine) {
+        ok = ppx_engine_step (engine, sessions, B, ins, outs, res, error);
+      } else {
+        for (int i = 0; ok && i < B; i++)
+          ok = ppx_session_step (sessions[i], ins[i], outs[i], &res[i], error);
       }
       if (f >= s->warmup)
         ms[f - s->warmup] = bench_now_ms () - a;
     }
     if (ok)
-      bench_report_add_component (r, "session-step", "session", "ppx_session_step: encode + LM step + decode", B, ms,
-                                  s->frames);
+      bench_report_add_component (r, "session-step", "session",
+                                  engine ? "ppx_engine_step: encode + LM step + decode, all sessions as one batch"
+                                         : "ppx_session_step: encode + LM step + decode, one session after another",
+                                  B, ms, s->frames);
     g_free (in);
     g_free (out);
+    g_free (ins);
+    g_free (outs);
+    g_free (res);
     g_free (ms);
   }
   phase_end (mem);
   for (int i = 0; i < B; i++)
     ppx_session_free (sessions[i]);
   g_free (sessions);
+  ppx_engine_unref (engine);
   ppx_model_unref (model);
   return ok;
 }

@@ -1,6 +1,7 @@
 /* personaplex-bench: the measured phases. Each phase makes its own backend, loads what it measures,
  * makes `batch` independent sessions, steps them all once per frame tick (warm-up ticks first, not
- * recorded), records the tick times and the memory, and frees everything again. */
+ * recorded) as one batch (or, with `sequential`, one after another), records the tick times and the
+ * memory, and frees everything again. */
 #ifndef BENCH_RUN_H
 #define BENCH_RUN_H
 
@@ -21,6 +22,8 @@ typedef struct {
   PpxQuantization quantization;
   int threads, device, batch, frames, warmup;
   guint64 seed;
+  gboolean sequential;     /* step the sessions one after another (the cost before the batched engine) */
+  PpxKvFormat kv_format;   /* the session phase's KV caches */
 } BenchSetup;
 
 /* The backend of the given kind, chosen as ppx_model_load() does: CUDA when asked for (a clear error

@@ -2,13 +2,14 @@
  *
  *   personaplex-bench (--model-dir DIR | --random-weights tiny|mid|full)
  *                     [--component all|mimi|lm|session] [--quantization auto|bf16|int8|int4]
- *                     [--backend auto|cpu|cuda] [--device N] [--batch N] [--frames N] [--warmup N] [--threads N]
- *                     [--seed N] [--json]
+ *                     [--backend auto|cpu|cuda] [--device N] [--batch N] [--sequential] [--frames N] [--warmup N]
+ *                     [--threads N] [--seed N] [--json]
  *   personaplex-bench ... --measure-load [--load-repeats N] [--prequantized-dir DIR ...]
  *
- * Prints the machine and build, the load times, per component the mean/p50/p95/max time of one frame
- * tick (all --batch sessions stepped once), the time per session and the real-time factor, and per
- * phase the weight bytes, the state bytes per session and the resident memory (docs/performance.md).
+ * Prints the machine and build, the load times, per component the mean/p50/p95/p99/max time of one frame
+ * tick (all --batch sessions stepped once: as one batch, the engine's tick, or with --sequential one
+ * after another), the time per session and the real-time factor, and per phase the weight bytes, the
+ * state bytes per session and the resident memory (docs/performance.md).
  * --random-weights makes the checkpoints in memory (memfd), only those the components need; with
  * --quantization int8|int4 the LM is made pre-quantized, so a full-size LM fits (int4 about 5 GB).
  * --measure-load times LM loads instead: bf16 as stored, quantized at load, and pre-quantized. */
@@ -32,7 +33,7 @@ typedef struct {
   char **prequantized_dirs;
   int batch, frames, warmup, threads, device, load_repeats;
   gint64 seed;
-  gboolean json, measure_load;
+  gboolean json, measure_load, sequential;
   int component_id, quant_id, backend_id; /* the parsed names */
 } Options;
 
@@ -79,6 +80,8 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     {"quantization", 'q', 0, G_OPTION_ARG_STRING, &o->quantization, "auto (default), bf16, int8 or int4", "Q"},
     {"backend", 'b', 0, G_OPTION_ARG_STRING, &o->backend, "auto (default), cpu or cuda", "NAME"},
     {"batch", 'B', 0, G_OPTION_ARG_INT, &o->batch, "Independent sessions stepped per frame tick (default 1)", "N"},
+    {"sequential", 0, 0, G_OPTION_ARG_NONE, &o->sequential,
+     "Step the sessions one after another instead of as one batch (the cost without the engine)", NULL},
     {"frames", 'n', 0, G_OPTION_ARG_INT, &o->frames, "Measured frames (default 20)", "N"},
     {"warmup", 'w', 0, G_OPTION_ARG_INT, &o->warmup, "Warm-up frames before measuring (default 2)", "N"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &o->threads, "CPU threads (default 0 = all cores)", "N"},
@@ -289,7 +292,7 @@ run (const Options *o, BenchReport *r, GError **error)
 #endif
 
   BenchSetup s = {.backend = backend, .quantization = quant, .threads = o->threads, .device = o->device, .batch = o->batch,
-                  .frames = o->frames, .warmup = o->warmup, .seed = (guint64) o->seed};
+                  .frames = o->frames, .warmup = o->warmup, .seed = (guint64) o->seed, .sequential = o->sequential};
   r->cpu = bench_cpu_model ();
   r->cores = bench_cpu_cores ();
   r->load_average = bench_load_average ();

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -17,6 +18,20 @@ cpu_free (PpxBackend *be)
 static void
 cpu_sync (PpxBackend *be)
 {
+}
+
+/* MemAvailable of /proc/meminfo (what the kernel can give without swapping), else the free pages. */
+static guint64
+cpu_free_bytes (PpxBackend *be)
+{
+  g_autofree char *info = NULL;
+  if (g_file_get_contents ("/proc/meminfo", &info, NULL, NULL)) {
+    const char *p = strstr (info, "MemAvailable:");
+    if (p)
+      return g_ascii_strtoull (p + strlen ("MemAvailable:"), NULL, 10) * 1024;
+  }
+  long pages = sysconf (_SC_AVPHYS_PAGES), size = sysconf (_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (guint64) pages * (guint64) size : 0;
 }
 
 static void *
@@ -176,6 +191,7 @@ static const PpxBackendOps cpu_ops = {
   .borrows_host_memory = TRUE,
   .free = cpu_free,
   .sync = cpu_sync,
+  .free_bytes = cpu_free_bytes,
   .alloc = cpu_alloc,
   .dealloc = cpu_dealloc,
   .upload = cpu_copy,

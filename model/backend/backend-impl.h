@@ -11,6 +11,7 @@ typedef struct {
   gboolean borrows_host_memory;
   void (*free) (PpxBackend *be);
   void (*sync) (PpxBackend *be);
+  guint64 (*free_bytes) (PpxBackend *be); /* may be NULL: unknown */
   void *(*alloc) (PpxBackend *be, gsize bytes, GError **error);
   void (*dealloc) (PpxBackend *be, void *ptr, gsize bytes);
   void (*upload) (PpxBackend *be, void *dst, const void *src, gsize bytes);

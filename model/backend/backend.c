@@ -70,6 +70,12 @@ ppx_backend_allocated_bytes (const PpxBackend *be)
   return be->allocated;
 }
 
+guint64
+ppx_backend_free_bytes (PpxBackend *be)
+{
+  return be->ops->free_bytes ? be->ops->free_bytes (be) : 0;
+}
+
 PpxTensor *
 ppx_tensor_new (PpxBackend *be, PpxTensorType type, gsize n, GError **error)
 {

@@ -59,6 +59,9 @@ void ppx_backend_free (PpxBackend *be);
 const char *ppx_backend_name (const PpxBackend *be);
 void ppx_backend_sync (PpxBackend *be);
 guint64 ppx_backend_allocated_bytes (const PpxBackend *be);
+/* Device memory this backend could still allocate now (CPU: the host's available memory; CUDA: the
+ * GPU's free memory); 0 when unknown. */
+guint64 ppx_backend_free_bytes (PpxBackend *be);
 /* Whether weights made with desc->borrow keep pointing at the host data (then it must stay mapped). */
 gboolean ppx_backend_borrows_host_memory (const PpxBackend *be);
 

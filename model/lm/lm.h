@@ -1,4 +1,7 @@
-/* The PersonaPlex LM (spec §3): temporal transformer + depformer, one frame at a time. */
+/* The PersonaPlex LM (spec §3): temporal transformer + depformer, one frame at a time for a batch of
+ * sessions. The weights (PpxLm) are read-only and shared; a PpxLmBatch holds the per-session KV caches of
+ * n_slots sessions and the scratch of a batch of up to max_rows rows, and steps M rows at once, each at
+ * its own position, KV slot, teacher forcing and sampling parameters (docs/engine.md). */
 #ifndef PPX_LM_H
 #define PPX_LM_H
 
@@ -10,7 +13,7 @@
 G_BEGIN_DECLS
 
 typedef struct PpxLm PpxLm;
-typedef struct PpxLmState PpxLmState;
+typedef struct PpxLmBatch PpxLmBatch;
 
 typedef struct {
   gboolean greedy;
@@ -25,25 +28,36 @@ void ppx_lm_free (PpxLm *lm);
 guint64 ppx_lm_weight_bytes (const PpxLm *lm);
 const PpxLmConfig *ppx_lm_config (const PpxLm *lm);
 
-PpxLmState *ppx_lm_state_new (PpxLm *lm, GError **error);
-void ppx_lm_state_free (PpxLmState *s);
-/* Position back to 0 (the reference's reset_streaming of the transformer). */
-void ppx_lm_state_reset (PpxLmState *s);
-gint64 ppx_lm_state_position (const PpxLmState *s);
+/* One row (one session) of a batched step: the inputs, filled by the caller (ppx_lmgen_prepare fills all
+ * but `slot`), and the sampled tokens. */
+typedef struct {
+  int slot;                    /* the session's KV cache slot, < n_slots */
+  gint64 pos;                  /* the temporal position of this step (model calls since the reset) */
+  int ids[PPX_MAX_STREAMS];    /* the n_streams input ids (text first; -1 gives zeros), unless emb */
+  const float *emb;            /* NULL, or dim floats that replace the summed input embedding */
+  float *capture;              /* NULL, or dim floats that receive the input embedding */
+  gboolean sample;             /* text logits, text sampling and the depformer (FALSE: temporal only) */
+  int forced[PPX_MAX_STREAMS]; /* text, then audio 1..dep_q: the provided token, or -1 */
+  int n_steps;                 /* depformer steps this row needs (it may get more, with forced inputs) */
+  PpxSampling smp;
+  guint64 frame;               /* the Philox frame of this row's draws */
+  int out[PPX_MAX_STREAMS];    /* out: the sampled tokens 0..n_steps (always the sample, as the reference) */
+} PpxLmRow;
 
-/* The summed input embedding of 17 ids (audio tables in order, text last; -1 gives zeros). */
-void ppx_lm_embed (PpxLmState *s, const int *ids, float *out);
-/* One temporal step at the next position, from 17 ids or from an embedding (dim floats). */
-void ppx_lm_temporal_tokens (PpxLmState *s, const int *ids);
-void ppx_lm_temporal_embedding (PpxLmState *s, const float *emb);
-/* After a temporal step: text logits, text sampling and `n_steps` depformer steps with teacher forcing.
- * forced[0..dep_q]: the provided token of each stream (text, then audio 1..dep_q) or -1.
- * out[0..n_steps]: the sampled tokens (always the sample, as the reference returns). */
-void ppx_lm_sample_frame (PpxLmState *s, const int *forced, int n_steps, const PpxSampling *smp, guint64 frame,
-                          int *out);
-/* Logits of the last sample_frame (text_card floats; card floats of depformer step `step`). */
-void ppx_lm_text_logits (PpxLmState *s, float *out);
-void ppx_lm_audio_logits (PpxLmState *s, int step, float *out);
+/* kv_format: F32, BF16 or FP8 (not AUTO). max_rows <= n_slots is not required. */
+PpxLmBatch *ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxKvFormat kv_format, GError **error);
+void ppx_lm_batch_free (PpxLmBatch *b);
+/* Device bytes ppx_lm_batch_new allocates for these sizes. */
+guint64 ppx_lm_batch_bytes (const PpxLmConfig *cfg, int n_slots, int max_rows, PpxKvFormat kv_format);
+int ppx_lm_batch_max_rows (const PpxLmBatch *b);
+
+/* One temporal step for rows[0..M) (M <= max_rows, distinct slots), then, when any row has `sample`,
+ * the text head, sampling and max(n_steps) depformer steps for all M rows. A row's results depend only on
+ * its own inputs and its slot's cache. Fills rows[m].out for the sampling rows. */
+void ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M);
+/* Logits of row `row` of the last sampling step (text_card floats; card floats of depformer step `step`). */
+void ppx_lm_batch_text_logits (PpxLmBatch *b, int row, float *out);
+void ppx_lm_batch_audio_logits (PpxLmBatch *b, int row, int step, float *out);
 
 G_END_DECLS
 #endif

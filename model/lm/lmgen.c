@@ -54,8 +54,8 @@ write_inputs (PpxLmGen *g, const int *user, const int *agent, int text)
 }
 
 gboolean
-ppx_lmgen_step (PpxLmGen *g, PpxLmState *lm, const int *user, const int *agent, int text, const float *embedding,
-                const PpxSampling *smp, int *out)
+ppx_lmgen_prepare (PpxLmGen *g, const int *user, const int *agent, int text, const float *embedding,
+                   const PpxSampling *smp, PpxLmRow *row)
 {
   const PpxLmConfig *c = &g->cfg;
   const int ns = c->n_streams;
@@ -71,39 +71,46 @@ ppx_lmgen_step (PpxLmGen *g, PpxLmState *lm, const int *user, const int *agent, 
   }
   const gint64 o = g->offset;
   const int in = col (o - 1), tg = col (o);
-  int forced[PPX_MAX_STREAMS];
-  int n_steps = 0;
+  memset (row, 0, sizeof *row);
+  row->pos = o - 1; /* one model call per LMGen call from o = 1 on */
+  row->n_steps = 0;
   for (int k = 0; k <= c->dep_q; k++) {
-    forced[k] = g->provided[k][tg] ? g->cache[k][tg] : -1;
-    if (k > 0 && forced[k] < 0)
-      n_steps = k; /* the depformer must reach the last stream that is not provided */
+    row->forced[k] = g->provided[k][tg] ? g->cache[k][tg] : -1;
+    if (k > 0 && row->forced[k] < 0)
+      row->n_steps = k; /* the depformer must reach the last stream that is not provided */
   }
   if (g->full_depformer)
-    n_steps = c->dep_q;
-  if (embedding) {
-    ppx_lm_temporal_embedding (lm, embedding);
-  } else {
-    int ids[PPX_MAX_STREAMS];
+    row->n_steps = c->dep_q;
+  row->sample = row->n_steps > 0 || row->forced[0] < 0;
+  row->smp = *smp;
+  row->frame = (guint64) o;
+  row->emb = embedding;
+  if (!embedding) {
     for (int k = 0; k < ns; k++)
-      ids[k] = g->cache[k][in];
+      row->ids[k] = g->cache[k][in];
     if (g->capture) {
       guint at = g->capture->len;
       g_array_set_size (g->capture, at + c->dim);
-      ppx_lm_embed (lm, ids, &g_array_index (g->capture, float, at));
+      row->capture = &g_array_index (g->capture, float, at);
     }
-    ppx_lm_temporal_tokens (lm, ids);
   }
-  int sampled[PPX_MAX_STREAMS];
-  g->last_dep_steps = 0;
-  if (n_steps > 0 || forced[0] < 0) {
-    ppx_lm_sample_frame (lm, forced, n_steps, smp, (guint64) o, sampled);
-    g->last_dep_steps = n_steps;
-  }
+  return TRUE;
+}
+
+gboolean
+ppx_lmgen_finish (PpxLmGen *g, const PpxLmRow *row, int *out)
+{
+  const PpxLmConfig *c = &g->cfg;
+  const int ns = c->n_streams;
+  const gint64 o = g->offset;
+  const int in = col (o - 1), tg = col (o);
+  const int n_steps = row->sample ? row->n_steps : -1;
+  g->last_dep_steps = row->sample ? row->n_steps : 0;
   for (int k = 0; k < ns; k++)
     g->provided[k][in] = FALSE;
   for (int k = 0; k <= MIN (n_steps, ns - 1); k++)
     if (!g->provided[k][tg])
-      g->cache[k][tg] = sampled[k];
+      g->cache[k][tg] = row->out[k];
   if (o <= c->max_delay) {
     g->offset++;
     return FALSE;

@@ -16,18 +16,25 @@ typedef struct {
   gint64 offset;
   gboolean full_depformer; /* run all dep_q steps even where their outputs are provided (tests) */
   int last_dep_steps;      /* depformer steps run by the last model call */
-  GArray *capture;         /* when set: the input embedding of every model call is appended (floats) */
+  GArray *capture;         /* when set: the input embedding of every model call is appended (floats);
+                            * the row's capture points into it until the next prepare */
 } PpxLmGen;
 
 void ppx_lmgen_init (PpxLmGen *g, const PpxLmConfig *cfg);
 /* offset 0 and nothing provided; the cache itself is kept, as in the reference. */
 void ppx_lmgen_reset (PpxLmGen *g);
 
-/* One call. user/agent: num_codebooks codes or NULL; text: id or -1. embedding: NULL, or dim floats
- * that replace the model input (the reference's step_embeddings, where every stream is provided by
- * the caller). Returns TRUE and fills out[1 + n_q] when the call yields a frame. */
-gboolean ppx_lmgen_step (PpxLmGen *g, PpxLmState *lm, const int *user, const int *agent, int text,
-                         const float *embedding, const PpxSampling *smp, int *out);
+/* One call, in two halves around the batched model step (ppx_lm_batch_step).
+ * prepare: user/agent: num_codebooks codes or NULL; text: id or -1. embedding: NULL, or dim floats that
+ * replace the model input (the reference's step_embeddings, where every stream is provided by the caller).
+ * Writes the inputs into the cache and returns TRUE with *row filled (all but row->slot) when the call
+ * runs the model; FALSE when it does not (the first call of a token run): then the call is complete and
+ * yields no frame.
+ * finish: after the model step of a prepared row; returns TRUE and fills out[1 + n_q] when the call
+ * yields a frame. */
+gboolean ppx_lmgen_prepare (PpxLmGen *g, const int *user, const int *agent, int text, const float *embedding,
+                            const PpxSampling *smp, PpxLmRow *row);
+gboolean ppx_lmgen_finish (PpxLmGen *g, const PpxLmRow *row, int *out);
 
 G_END_DECLS
 #endif

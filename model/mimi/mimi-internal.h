@@ -4,6 +4,7 @@
 
 #include "manifest.h"
 #include "mimi.h"
+#include "tensor-plan.h"
 #include "weights.h"
 
 /* ---- SEANet (mimi-seanet.c) ---- */
@@ -21,19 +22,28 @@ typedef struct {
   int max_elems; /* largest activation C*L, for scratch sizing */
 } PpxSeanet;
 
+/* Streaming state of n rows: per layer [n, row_elems] (NULL where a layer has none). */
 typedef struct {
-  PpxTensor *prev[PPX_SEANET_MAX_LAYERS];    /* conv history (NULL where none) */
-  PpxTensor *partial[PPX_SEANET_MAX_LAYERS]; /* transposed-conv overlap tails */
+  PpxTensor *prev[PPX_SEANET_MAX_LAYERS];    /* conv history [n, C_in, P] */
+  PpxTensor *partial[PPX_SEANET_MAX_LAYERS]; /* transposed-conv overlap tails [n, C_out, K - S] */
+  gsize prev_row[PPX_SEANET_MAX_LAYERS], partial_row[PPX_SEANET_MAX_LAYERS]; /* elements per row */
 } PpxSeanetState;
 
 gboolean ppx_seanet_load (PpxSeanet *net, PpxLoader *ld, const PpxMimiConfig *m, gboolean decoder, int in_len);
 void ppx_seanet_clear (PpxSeanet *net);
-gboolean ppx_seanet_state_init (PpxSeanetState *st, const PpxSeanet *net, PpxBackend *be, GError **error);
+/* The state of n rows through a plan (p->be NULL: only counted; st still gets the row sizes). */
+void ppx_seanet_state_plan (PpxSeanetState *st, const PpxSeanet *net, PpxTensorPlan *p, int n);
 void ppx_seanet_state_clear (PpxSeanetState *st);
-void ppx_seanet_state_reset (PpxSeanetState *st);
-/* Runs the network on x (in_len columns); returns the tensor that holds the output (one of x, a, b, c). */
+/* Zero state for rows [row0, row0 + n). */
+void ppx_seanet_state_reset_rows (PpxSeanetState *st, int row0, int n);
+/* Copies row `from`'s state over row `to`. */
+void ppx_seanet_state_move_row (PpxSeanetState *st, int from, int to);
+/* out = views of rows [row0, row0 + n) of st (free with ppx_seanet_state_clear). */
+void ppx_seanet_state_rows (const PpxSeanetState *st, int row0, int n, PpxSeanetState *out);
+/* Runs the network on M rows of x (in_len columns each); returns the tensor that holds the output (one of
+ * x, a, b, c; scratch of M * max_elems each). */
 PpxTensor *ppx_seanet_forward (const PpxSeanet *net, PpxSeanetState *st, PpxBackend *be, PpxTensor *x, PpxTensor *a,
-                               PpxTensor *b, PpxTensor *c, int *out_channels, int *out_len);
+                               PpxTensor *b, PpxTensor *c, int M, int *out_channels, int *out_len);
 
 /* ---- transformer (mimi-transformer.c) ---- */
 typedef struct {
@@ -47,23 +57,23 @@ typedef struct {
   PpxMimiLayer *layers;
 } PpxMimiTransformer;
 
+/* KV caches of n slots and the scratch of n rows of T frames. */
 typedef struct {
-  PpxTensor **k, **v; /* per layer [cap, d] */
-  PpxTensor *pos, *slot;
+  int n_layers, n, T;
+  PpxTensor **k, **v; /* per layer [n, cap, d] */
+  PpxTensor *pos;     /* [n * T] */
   PpxTensor *x, *h, *qkv, *att, *ff;
-  int T;
-  gint64 offset;
 } PpxMimiTransformerState;
 
 gboolean ppx_mimi_transformer_load (PpxMimiTransformer *tf, PpxLoader *ld, const PpxMimiConfig *m,
                                     const char *prefix);
 void ppx_mimi_transformer_clear (PpxMimiTransformer *tf);
-gboolean ppx_mimi_transformer_state_init (PpxMimiTransformerState *st, const PpxMimiTransformer *tf, PpxBackend *be,
-                                          int T, GError **error);
+void ppx_mimi_transformer_state_plan (PpxMimiTransformerState *st, const PpxMimiTransformer *tf, PpxTensorPlan *p,
+                                      int n, int T);
 void ppx_mimi_transformer_state_clear (PpxMimiTransformerState *st);
-void ppx_mimi_transformer_state_reset (PpxMimiTransformerState *st);
-/* In place on io, conv layout [d, T]. */
+/* In place on io, conv layout [M, d, T]: row m at positions offsets[m] .. + T - 1 (advanced by T), with
+ * KV cache slot slots[m] (i32 device tensor of M). */
 void ppx_mimi_transformer_forward (const PpxMimiTransformer *tf, PpxMimiTransformerState *st, PpxBackend *be,
-                                   PpxTensor *io);
+                                   PpxTensor *io, int M, gint64 *offsets, const PpxTensor *slots);
 
 #endif

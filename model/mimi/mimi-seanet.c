@@ -82,25 +82,22 @@ history_len (const PpxSeanetLayer *l)
   return 0;
 }
 
-gboolean
-ppx_seanet_state_init (PpxSeanetState *st, const PpxSeanet *net, PpxBackend *be, GError **error)
+void
+ppx_seanet_state_plan (PpxSeanetState *st, const PpxSeanet *net, PpxTensorPlan *p, int n)
 {
   memset (st, 0, sizeof *st);
   for (int i = 0; i < net->n; i++) {
     const PpxSeanetLayer *l = &net->layers[i].l;
     int P = history_len (l);
     if (P > 0) {
-      st->prev[i] = ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) l->c_in * P, error);
-      if (!st->prev[i])
-        return FALSE;
+      st->prev_row[i] = (gsize) l->c_in * P;
+      st->prev[i] = ppx_plan_tensor (p, PPX_TENSOR_F32, (gsize) n * st->prev_row[i]);
     }
     if (l->kind == PPX_SEANET_CONVTR && l->kernel > l->stride) {
-      st->partial[i] = ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) l->c_out * (l->kernel - l->stride), error);
-      if (!st->partial[i])
-        return FALSE;
+      st->partial_row[i] = (gsize) l->c_out * (l->kernel - l->stride);
+      st->partial[i] = ppx_plan_tensor (p, PPX_TENSOR_F32, (gsize) n * st->partial_row[i]);
     }
   }
-  return TRUE;
 }
 
 void
@@ -114,20 +111,54 @@ ppx_seanet_state_clear (PpxSeanetState *st)
 }
 
 /* Zero history is exactly the reference's zero left padding on the first call. */
+static void
+fill_rows (PpxTensor *t, gsize row_elems, int row0, int n)
+{
+  if (!t)
+    return;
+  PpxTensor *v = ppx_tensor_view (t, (gsize) row0 * row_elems, (gsize) n * row_elems);
+  ppx_tensor_fill (v, 0.0f);
+  ppx_tensor_free (v);
+}
+
 void
-ppx_seanet_state_reset (PpxSeanetState *st)
+ppx_seanet_state_reset_rows (PpxSeanetState *st, int row0, int n)
+{
+  for (int i = 0; i < PPX_SEANET_MAX_LAYERS; i++) {
+    fill_rows (st->prev[i], st->prev_row[i], row0, n);
+    fill_rows (st->partial[i], st->partial_row[i], row0, n);
+  }
+}
+
+void
+ppx_seanet_state_move_row (PpxSeanetState *st, int from, int to)
 {
   for (int i = 0; i < PPX_SEANET_MAX_LAYERS; i++) {
     if (st->prev[i])
-      ppx_tensor_fill (st->prev[i], 0.0f);
+      ppx_tensor_copy2d (st->prev[i], (gsize) to * st->prev_row[i], 0, st->prev[i], (gsize) from * st->prev_row[i], 0,
+                         1, st->prev_row[i]);
     if (st->partial[i])
-      ppx_tensor_fill (st->partial[i], 0.0f);
+      ppx_tensor_copy2d (st->partial[i], (gsize) to * st->partial_row[i], 0, st->partial[i],
+                         (gsize) from * st->partial_row[i], 0, 1, st->partial_row[i]);
+  }
+}
+
+void
+ppx_seanet_state_rows (const PpxSeanetState *st, int row0, int n, PpxSeanetState *out)
+{
+  *out = *st;
+  for (int i = 0; i < PPX_SEANET_MAX_LAYERS; i++) {
+    if (st->prev[i])
+      out->prev[i] = ppx_tensor_view (st->prev[i], (gsize) row0 * st->prev_row[i], (gsize) n * st->prev_row[i]);
+    if (st->partial[i])
+      out->partial[i] =
+        ppx_tensor_view (st->partial[i], (gsize) row0 * st->partial_row[i], (gsize) n * st->partial_row[i]);
   }
 }
 
 PpxTensor *
 ppx_seanet_forward (const PpxSeanet *net, PpxSeanetState *st, PpxBackend *be, PpxTensor *x, PpxTensor *a,
-                    PpxTensor *b, PpxTensor *c, int *out_channels, int *out_len)
+                    PpxTensor *b, PpxTensor *c, int M, int *out_channels, int *out_len)
 {
   PpxTensor *scratch[3] = {a, b, c};
   PpxTensor *cur = x;
@@ -143,14 +174,14 @@ ppx_seanet_forward (const PpxSeanet *net, PpxSeanetState *st, PpxBackend *be, Pp
         t[nt++] = scratch[k];
     switch (l->kind) {
       case PPX_SEANET_CONV:
-        ppx_op_conv1d (be, w->w, w->b, cur, st->prev[i], t[0], 1, l->c_in, l->c_out, l->kernel, L, l->stride,
+        ppx_op_conv1d (be, w->w, w->b, cur, st->prev[i], t[0], M, l->c_in, l->c_out, l->kernel, L, l->stride,
                        l->dilation, 1);
         L /= l->stride;
         C = l->c_out;
         cur = t[0];
         break;
       case PPX_SEANET_CONVTR:
-        ppx_op_conv_transpose1d (be, w->w, w->b, cur, st->partial[i], t[0], 1, l->c_in, l->c_out, l->kernel, L,
+        ppx_op_conv_transpose1d (be, w->w, w->b, cur, st->partial[i], t[0], M, l->c_in, l->c_out, l->kernel, L,
                                  l->stride, 1);
         L *= l->stride;
         C = l->c_out;
@@ -158,23 +189,23 @@ ppx_seanet_forward (const PpxSeanet *net, PpxSeanetState *st, PpxBackend *be, Pp
         break;
       case PPX_SEANET_ELU:
         if (cur == x) { /* never write the caller's input */
-          ppx_op_act (be, PPX_ACT_ELU, cur, t[0], (gsize) C * L);
+          ppx_op_act (be, PPX_ACT_ELU, cur, t[0], (gsize) M * C * L);
           cur = t[0];
         } else {
-          ppx_op_act (be, PPX_ACT_ELU, cur, cur, (gsize) C * L);
+          ppx_op_act (be, PPX_ACT_ELU, cur, cur, (gsize) M * C * L);
         }
         break;
       case PPX_SEANET_RESBLOCK:
-        ppx_op_act (be, PPX_ACT_ELU, cur, t[0], (gsize) C * L);
-        ppx_op_conv1d (be, w->w1, w->b1, t[0], st->prev[i], t[1], 1, l->c_in, l->hidden, l->kernel, L, 1, l->dilation,
+        ppx_op_act (be, PPX_ACT_ELU, cur, t[0], (gsize) M * C * L);
+        ppx_op_conv1d (be, w->w1, w->b1, t[0], st->prev[i], t[1], M, l->c_in, l->hidden, l->kernel, L, 1, l->dilation,
                        1);
-        ppx_op_act (be, PPX_ACT_ELU, t[1], t[1], (gsize) l->hidden * L);
-        ppx_op_conv1d (be, w->w2, w->b2, t[1], NULL, t[0], 1, l->hidden, l->c_in, 1, L, 1, 1, 1);
+        ppx_op_act (be, PPX_ACT_ELU, t[1], t[1], (gsize) M * l->hidden * L);
+        ppx_op_conv1d (be, w->w2, w->b2, t[1], NULL, t[0], M, l->hidden, l->c_in, 1, L, 1, 1, 1);
         if (cur == x) {
-          ppx_op_add (be, cur, t[0], t[0], (gsize) C * L);
+          ppx_op_add (be, cur, t[0], t[0], (gsize) M * C * L);
           cur = t[0];
         } else {
-          ppx_op_add (be, cur, t[0], cur, (gsize) C * L);
+          ppx_op_add (be, cur, t[0], cur, (gsize) M * C * L);
         }
         break;
     }

@@ -51,41 +51,41 @@ ppx_mimi_transformer_clear (PpxMimiTransformer *tf)
   memset (tf, 0, sizeof *tf);
 }
 
-gboolean
-ppx_mimi_transformer_state_init (PpxMimiTransformerState *st, const PpxMimiTransformer *tf, PpxBackend *be, int T,
-                                 GError **error)
+void
+ppx_mimi_transformer_state_plan (PpxMimiTransformerState *st, const PpxMimiTransformer *tf, PpxTensorPlan *p, int n,
+                                 int T)
 {
   memset (st, 0, sizeof *st);
+  st->n_layers = tf->n_layers;
+  st->n = n;
   st->T = T;
-  st->k = g_new0 (PpxTensor *, tf->n_layers + 1); /* NULL-terminated */
-  st->v = g_new0 (PpxTensor *, tf->n_layers + 1);
-  const gsize d = tf->d;
+  st->k = g_new0 (PpxTensor *, tf->n_layers);
+  st->v = g_new0 (PpxTensor *, tf->n_layers);
+  const gsize d = tf->d, rows = (gsize) n * T;
   for (int i = 0; i < tf->n_layers; i++) {
-    if (!(st->k[i] = ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) tf->context * d, error)) ||
-        !(st->v[i] = ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) tf->context * d, error)))
-      return FALSE;
+    st->k[i] = ppx_plan_kv_cache (p, PPX_KV_F32, n, tf->context, tf->heads, tf->d / tf->heads);
+    st->v[i] = ppx_plan_kv_cache (p, PPX_KV_F32, n, tf->context, tf->heads, tf->d / tf->heads);
   }
-  return (st->pos = ppx_tensor_new (be, PPX_TENSOR_I32, T, error)) &&
-         (st->slot = ppx_tensor_new (be, PPX_TENSOR_I32, 1, error)) &&
-         (st->x = ppx_tensor_new (be, PPX_TENSOR_F32, T * d, error)) &&
-         (st->h = ppx_tensor_new (be, PPX_TENSOR_F32, T * d, error)) &&
-         (st->qkv = ppx_tensor_new (be, PPX_TENSOR_F32, T * 3 * d, error)) &&
-         (st->att = ppx_tensor_new (be, PPX_TENSOR_F32, T * d, error)) &&
-         (st->ff = ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) T * MAX ((gsize) tf->ff, d), error));
+  st->pos = ppx_plan_tensor (p, PPX_TENSOR_I32, rows);
+  st->x = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * d);
+  st->h = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * d);
+  st->qkv = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * 3 * d);
+  st->att = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * d);
+  st->ff = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * MAX ((gsize) tf->ff, d));
 }
 
 void
 ppx_mimi_transformer_state_clear (PpxMimiTransformerState *st)
 {
-  /* n_layers is not stored here: the arrays are NULL-terminated by construction of g_new0 + count. */
-  for (int i = 0; st->k && st->k[i]; i++)
-    ppx_tensor_free (st->k[i]);
-  for (int i = 0; st->v && st->v[i]; i++)
-    ppx_tensor_free (st->v[i]);
+  for (int i = 0; i < st->n_layers; i++) {
+    if (st->k)
+      ppx_tensor_free (st->k[i]);
+    if (st->v)
+      ppx_tensor_free (st->v[i]);
+  }
   g_free (st->k);
   g_free (st->v);
   ppx_tensor_free (st->pos);
-  ppx_tensor_free (st->slot);
   ppx_tensor_free (st->x);
   ppx_tensor_free (st->h);
   ppx_tensor_free (st->qkv);
@@ -94,38 +94,33 @@ ppx_mimi_transformer_state_clear (PpxMimiTransformerState *st)
   memset (st, 0, sizeof *st);
 }
 
-/* Only the counter: stale cache entries are outside every later window (as in the reference). */
 void
-ppx_mimi_transformer_state_reset (PpxMimiTransformerState *st)
+ppx_mimi_transformer_forward (const PpxMimiTransformer *tf, PpxMimiTransformerState *st, PpxBackend *be,
+                              PpxTensor *io, int M, gint64 *offsets, const PpxTensor *slots)
 {
-  st->offset = 0;
-}
-
-void
-ppx_mimi_transformer_forward (const PpxMimiTransformer *tf, PpxMimiTransformerState *st, PpxBackend *be, PpxTensor *io)
-{
-  const int T = st->T, d = tf->d, H = tf->heads, Dh = d / H;
-  int32_t pos[64];
-  g_assert (T <= 64);
-  for (int t = 0; t < T; t++)
-    pos[t] = (int32_t) (st->offset + t);
-  ppx_tensor_upload (st->pos, 0, pos, T);
-  st->offset += T;
-  ppx_op_transpose (be, io, st->x, 1, d, T); /* [d, T] -> [T, d] */
+  const int T = st->T, d = tf->d, H = tf->heads, Dh = d / H, rows = M * T;
+  g_autofree int32_t *pos = g_new (int32_t, rows);
+  for (int m = 0; m < M; m++) {
+    for (int t = 0; t < T; t++)
+      pos[m * T + t] = (int32_t) (offsets[m] + t);
+    offsets[m] += T;
+  }
+  ppx_tensor_upload (st->pos, 0, pos, rows);
+  ppx_op_transpose (be, io, st->x, M, d, T); /* [M, d, T] -> [M, T, d] */
   for (int i = 0; i < tf->n_layers; i++) {
     const PpxMimiLayer *L = &tf->layers[i];
-    ppx_op_layernorm (be, st->x, L->norm1_w, L->norm1_b, st->h, T, d, 1e-5f);
-    ppx_op_linear (be, L->in_proj, st->h, d, st->qkv, 3 * d, T, FALSE);
-    ppx_op_rope (be, st->qkv, st->pos, T, H, Dh, tf->max_period);
-    ppx_op_attention (be, st->qkv, st->pos, st->slot, st->k[i], st->v[i], st->att, 1, T, H, Dh, tf->context,
+    ppx_op_layernorm (be, st->x, L->norm1_w, L->norm1_b, st->h, rows, d, 1e-5f);
+    ppx_op_linear (be, L->in_proj, st->h, d, st->qkv, 3 * d, rows, FALSE);
+    ppx_op_rope (be, st->qkv, st->pos, rows, H, Dh, tf->max_period);
+    ppx_op_attention (be, st->qkv, st->pos, slots, st->k[i], st->v[i], st->att, M, T, H, Dh, tf->context,
                       tf->context);
-    ppx_op_linear (be, L->out_proj, st->att, d, st->h, d, T, FALSE);
-    ppx_op_add_scaled (be, st->h, L->scale1, st->x, T, d);
-    ppx_op_layernorm (be, st->x, L->norm2_w, L->norm2_b, st->h, T, d, 1e-5f);
-    ppx_op_linear (be, L->linear1, st->h, d, st->ff, tf->ff, T, FALSE);
-    ppx_op_act (be, PPX_ACT_GELU, st->ff, st->ff, (gsize) T * tf->ff);
-    ppx_op_linear (be, L->linear2, st->ff, tf->ff, st->h, d, T, FALSE);
-    ppx_op_add_scaled (be, st->h, L->scale2, st->x, T, d);
+    ppx_op_linear (be, L->out_proj, st->att, d, st->h, d, rows, FALSE);
+    ppx_op_add_scaled (be, st->h, L->scale1, st->x, rows, d);
+    ppx_op_layernorm (be, st->x, L->norm2_w, L->norm2_b, st->h, rows, d, 1e-5f);
+    ppx_op_linear (be, L->linear1, st->h, d, st->ff, tf->ff, rows, FALSE);
+    ppx_op_act (be, PPX_ACT_GELU, st->ff, st->ff, (gsize) rows * tf->ff);
+    ppx_op_linear (be, L->linear2, st->ff, tf->ff, st->h, d, rows, FALSE);
+    ppx_op_add_scaled (be, st->h, L->scale2, st->x, rows, d);
   }
-  ppx_op_transpose (be, st->x, io, 1, T, d); /* back to [d, T] */
+  ppx_op_transpose (be, st->x, io, M, T, d); /* back to [M, d, T] */
 }

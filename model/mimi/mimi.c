@@ -14,14 +14,22 @@ struct PpxMimi {
   guint64 bytes;
 };
 
-struct PpxMimiState {
+struct PpxMimiBatch {
   PpxMimi *mimi;
-  PpxSeanetState enc, dec;
-  PpxMimiTransformerState enc_tf, dec_tf;
-  PpxTensor *down_prev, *up_partial;
-  gboolean enc_started;
-  PpxTensor *a, *b, *c;      /* SEANet scratch */
-  PpxTensor *lat, *lat2, *r; /* [D], [D*2], [qd] */
+  int n;
+  PpxSeanetState enc, dec;                /* [n] rows */
+  PpxMimiTransformerState enc_tf, dec_tf; /* KV caches [n] slots, scratch [n] rows */
+  PpxTensor *down_prev, *up_partial;      /* [n, D, 2] */
+  PpxTensor *a, *b, *c;                   /* SEANet scratch [n, max_elems] */
+  PpxTensor *lat, *lat2, *r;              /* [n, D], [n, D, 2], [n, qd] */
+  PpxTensor *slots;                       /* [n] i32: the transformer cache slot of each row */
+  int *slot_of_row;                       /* host copy of slots */
+  gint64 *enc_off, *dec_off;              /* per row: transformer positions */
+  gboolean *enc_started;                  /* per row: the downsample's replicate padding is done */
+};
+
+struct PpxMimiState {
+  PpxMimiBatch *b;
   PpxTensor *pcm_in, *pcm_out, *codes; /* host-convenience staging */
 };
 
@@ -120,26 +128,218 @@ ppx_mimi_config (const PpxMimi *mm)
   return &mm->cfg;
 }
 
+/* Every device tensor of a batch of n rows (b's fields, or only counted when p->be is NULL). */
+static void
+batch_plan (PpxMimiBatch *b, const PpxMimi *mm, PpxTensorPlan *p, int n)
+{
+  const gsize D = mm->cfg.dimension;
+  const gsize scratch = (gsize) n * MAX (mm->encoder.max_elems, mm->decoder.max_elems);
+  ppx_seanet_state_plan (&b->enc, &mm->encoder, p, n);
+  ppx_seanet_state_plan (&b->dec, &mm->decoder, p, n);
+  ppx_mimi_transformer_state_plan (&b->enc_tf, &mm->enc_tf, p, n, 2);
+  ppx_mimi_transformer_state_plan (&b->dec_tf, &mm->dec_tf, p, n, 2);
+  b->down_prev = ppx_plan_tensor (p, PPX_TENSOR_F32, n * D * (DOWN_K - DOWN_S));
+  b->up_partial = ppx_plan_tensor (p, PPX_TENSOR_F32, n * D * (DOWN_K - DOWN_S));
+  b->a = ppx_plan_tensor (p, PPX_TENSOR_F32, scratch);
+  b->b = ppx_plan_tensor (p, PPX_TENSOR_F32, scratch);
+  b->c = ppx_plan_tensor (p, PPX_TENSOR_F32, scratch);
+  b->lat = ppx_plan_tensor (p, PPX_TENSOR_F32, n * D);
+  b->lat2 = ppx_plan_tensor (p, PPX_TENSOR_F32, n * D * 2);
+  b->r = ppx_plan_tensor (p, PPX_TENSOR_F32, (gsize) n * mm->cfg.q_dimension);
+  b->slots = ppx_plan_tensor (p, PPX_TENSOR_I32, n);
+}
+
+static void
+batch_clear (PpxMimiBatch *b)
+{
+  ppx_seanet_state_clear (&b->enc);
+  ppx_seanet_state_clear (&b->dec);
+  ppx_mimi_transformer_state_clear (&b->enc_tf);
+  ppx_mimi_transformer_state_clear (&b->dec_tf);
+  PpxTensor *ts[] = {b->down_prev, b->up_partial, b->a, b->b, b->c, b->lat, b->lat2, b->r, b->slots};
+  for (guint i = 0; i < G_N_ELEMENTS (ts); i++)
+    ppx_tensor_free (ts[i]);
+}
+
+guint64
+ppx_mimi_batch_bytes (const PpxMimi *mm, int n)
+{
+  PpxMimiBatch b = {0};
+  PpxTensorPlan p = {0};
+  batch_plan (&b, mm, &p, n);
+  batch_clear (&b);
+  return p.bytes;
+}
+
+PpxMimiBatch *
+ppx_mimi_batch_new (PpxMimi *mm, int n, GError **error)
+{
+  g_return_val_if_fail (n > 0, NULL);
+  PpxMimiBatch *b = g_new0 (PpxMimiBatch, 1);
+  b->mimi = mm;
+  b->n = n;
+  b->slot_of_row = g_new (int, n);
+  b->enc_off = g_new0 (gint64, n);
+  b->dec_off = g_new0 (gint64, n);
+  b->enc_started = g_new0 (gboolean, n);
+  PpxTensorPlan p = {.be = mm->be, .error = error};
+  batch_plan (b, mm, &p, n);
+  if (p.failed) {
+    ppx_mimi_batch_free (b);
+    return NULL;
+  }
+  for (int i = 0; i < n; i++)
+    b->slot_of_row[i] = i;
+  ppx_tensor_upload (b->slots, 0, b->slot_of_row, n);
+  for (int i = 0; i < n; i++)
+    ppx_mimi_batch_reset_row (b, i);
+  return b;
+}
+
+void
+ppx_mimi_batch_free (PpxMimiBatch *b)
+{
+  if (!b)
+    return;
+  batch_clear (b);
+  g_free (b->slot_of_row);
+  g_free (b->enc_off);
+  g_free (b->dec_off);
+  g_free (b->enc_started);
+  g_free (b);
+}
+
+/* A view of rows [row0, row0 + n) of a tensor of `per` elements a row (the tensor itself for all rows). */
+static PpxTensor *
+rows_view (PpxTensor *t, gsize per, int row0, int n, gboolean *is_view)
+{
+  *is_view = row0 != 0;
+  return row0 == 0 ? t : ppx_tensor_view (t, (gsize) row0 * per, (gsize) n * per);
+}
+
+static void
+fill_row (PpxTensor *t, gsize per, int row)
+{
+  PpxTensor *v = ppx_tensor_view (t, (gsize) row * per, per);
+  ppx_tensor_fill (v, 0.0f);
+  ppx_tensor_free (v);
+}
+
+/* Only the counters of the transformer caches: stale entries are outside every later window (as in the
+ * reference), since a stream writes its positions 0, 1, 2, ... before it attends them. */
+void
+ppx_mimi_batch_reset_row (PpxMimiBatch *b, int row)
+{
+  const gsize D = b->mimi->cfg.dimension;
+  g_return_if_fail (row >= 0 && row < b->n);
+  ppx_seanet_state_reset_rows (&b->enc, row, 1);
+  ppx_seanet_state_reset_rows (&b->dec, row, 1);
+  fill_row (b->down_prev, D * (DOWN_K - DOWN_S), row);
+  fill_row (b->up_partial, D * (DOWN_K - DOWN_S), row);
+  b->enc_off[row] = b->dec_off[row] = 0;
+  b->enc_started[row] = FALSE;
+}
+
+void
+ppx_mimi_batch_move_row (PpxMimiBatch *b, int from, int to)
+{
+  const gsize per = (gsize) b->mimi->cfg.dimension * (DOWN_K - DOWN_S);
+  g_return_if_fail (from >= 0 && from < b->n && to >= 0 && to < b->n);
+  if (from == to)
+    return;
+  ppx_seanet_state_move_row (&b->enc, from, to);
+  ppx_seanet_state_move_row (&b->dec, from, to);
+  ppx_tensor_copy2d (b->down_prev, (gsize) to * per, 0, b->down_prev, (gsize) from * per, 0, 1, per);
+  ppx_tensor_copy2d (b->up_partial, (gsize) to * per, 0, b->up_partial, (gsize) from * per, 0, 1, per);
+  int freed = b->slot_of_row[to]; /* the slots stay a permutation of the rows */
+  b->slot_of_row[to] = b->slot_of_row[from];
+  b->slot_of_row[from] = freed;
+  ppx_tensor_upload (b->slots, 0, b->slot_of_row, b->n);
+  b->enc_off[to] = b->enc_off[from];
+  b->dec_off[to] = b->dec_off[from];
+  b->enc_started[to] = b->enc_started[from];
+}
+
+void
+ppx_mimi_batch_encode (PpxMimiBatch *b, int row0, int M, const PpxTensor *pcm, PpxTensor *codes, int code_off,
+                       int code_stride)
+{
+  PpxMimi *mm = b->mimi;
+  PpxBackend *be = mm->be;
+  const int D = mm->cfg.dimension, qd = mm->cfg.q_dimension, bins = mm->cfg.q_bins;
+  g_return_if_fail (row0 >= 0 && M > 0 && row0 + M <= b->n);
+  PpxSeanetState enc = b->enc;
+  if (row0 != 0)
+    ppx_seanet_state_rows (&b->enc, row0, M, &enc);
+  gboolean v1, v2;
+  PpxTensor *slots = rows_view (b->slots, 1, row0, M, &v1);
+  PpxTensor *down_prev = rows_view (b->down_prev, (gsize) D * (DOWN_K - DOWN_S), row0, M, &v2);
+  int C, L;
+  PpxTensor *y = ppx_seanet_forward (&mm->encoder, &enc, be, (PpxTensor *) pcm, b->a, b->b, b->c, M, &C, &L);
+  /* y: [M, D, 2] at 25 Hz */
+  ppx_mimi_transformer_forward (&mm->enc_tf, &b->enc_tf, be, y, M, b->enc_off + row0, slots);
+  for (int m = 0; m < M; m++) {
+    if (b->enc_started[row0 + m])
+      continue;
+    /* replicate padding: the history starts as copies of the stream's first frame */
+    for (int j = 0; j < DOWN_K - DOWN_S; j++)
+      ppx_tensor_copy2d (down_prev, (gsize) m * D * (DOWN_K - DOWN_S) + j, DOWN_K - DOWN_S, y, (gsize) m * D * L, L,
+                         D, 1);
+    b->enc_started[row0 + m] = TRUE;
+  }
+  ppx_op_conv1d (be, mm->downsample_w, NULL, y, down_prev, b->lat, M, D, D, DOWN_K, L, DOWN_S, 1, 1);
+  /* split RVQ: both halves start from the same latent */
+  ppx_op_linear (be, mm->in_first, b->lat, D, b->r, qd, M, FALSE);
+  ppx_op_vq_encode (be, mm->cb_first, b->r, codes, code_off, code_stride, M, 1, bins, qd);
+  ppx_op_linear (be, mm->in_rest, b->lat, D, b->r, qd, M, FALSE);
+  ppx_op_vq_encode (be, mm->cb_rest, b->r, codes, code_off + 1, code_stride, M, mm->n_rest, bins, qd);
+  if (row0 != 0)
+    ppx_seanet_state_clear (&enc);
+  if (v1)
+    ppx_tensor_free (slots);
+  if (v2)
+    ppx_tensor_free (down_prev);
+}
+
+void
+ppx_mimi_batch_decode (PpxMimiBatch *b, int row0, int M, const PpxTensor *codes, int code_off, int code_stride,
+                       PpxTensor *pcm)
+{
+  PpxMimi *mm = b->mimi;
+  PpxBackend *be = mm->be;
+  const int D = mm->cfg.dimension, qd = mm->cfg.q_dimension, bins = mm->cfg.q_bins;
+  g_return_if_fail (row0 >= 0 && M > 0 && row0 + M <= b->n);
+  PpxSeanetState dec = b->dec;
+  if (row0 != 0)
+    ppx_seanet_state_rows (&b->dec, row0, M, &dec);
+  gboolean v1, v2;
+  PpxTensor *slots = rows_view (b->slots, 1, row0, M, &v1);
+  PpxTensor *up_partial = rows_view (b->up_partial, (gsize) D * (DOWN_K - DOWN_S), row0, M, &v2);
+  ppx_op_vq_decode (be, mm->cb_first, codes, code_off, code_stride, b->r, M, 1, bins, qd);
+  ppx_op_linear (be, mm->out_first, b->r, qd, b->lat, D, M, FALSE);
+  ppx_op_vq_decode (be, mm->cb_rest, codes, code_off + 1, code_stride, b->r, M, mm->n_rest, bins, qd);
+  ppx_op_linear (be, mm->out_rest, b->r, qd, b->lat, D, M, TRUE);
+  ppx_op_conv_transpose1d (be, mm->upsample_w, NULL, b->lat, up_partial, b->lat2, M, D, D, DOWN_K, 1, DOWN_S, D);
+  ppx_mimi_transformer_forward (&mm->dec_tf, &b->dec_tf, be, b->lat2, M, b->dec_off + row0, slots);
+  int C, L;
+  PpxTensor *y = ppx_seanet_forward (&mm->decoder, &dec, be, b->lat2, b->a, b->b, b->c, M, &C, &L);
+  ppx_tensor_copy2d (pcm, 0, 0, y, 0, 0, 1, (gsize) M * C * L);
+  if (row0 != 0)
+    ppx_seanet_state_clear (&dec);
+  if (v1)
+    ppx_tensor_free (slots);
+  if (v2)
+    ppx_tensor_free (up_partial);
+}
+
+/* ---- one stream ---- */
+
 PpxMimiState *
 ppx_mimi_state_new (PpxMimi *mm, GError **error)
 {
   PpxMimiState *s = g_new0 (PpxMimiState, 1);
   PpxBackend *be = mm->be;
-  const gsize D = mm->cfg.dimension;
-  const gsize scratch = MAX (mm->encoder.max_elems, mm->decoder.max_elems);
-  s->mimi = mm;
-  gboolean ok = ppx_seanet_state_init (&s->enc, &mm->encoder, be, error) &&
-                ppx_seanet_state_init (&s->dec, &mm->decoder, be, error) &&
-                ppx_mimi_transformer_state_init (&s->enc_tf, &mm->enc_tf, be, 2, error) &&
-                ppx_mimi_transformer_state_init (&s->dec_tf, &mm->dec_tf, be, 2, error) &&
-                (s->down_prev = ppx_tensor_new (be, PPX_TENSOR_F32, D * (DOWN_K - DOWN_S), error)) &&
-                (s->up_partial = ppx_tensor_new (be, PPX_TENSOR_F32, D * (DOWN_K - DOWN_S), error)) &&
-                (s->a = ppx_tensor_new (be, PPX_TENSOR_F32, scratch, error)) &&
-                (s->b = ppx_tensor_new (be, PPX_TENSOR_F32, scratch, error)) &&
-                (s->c = ppx_tensor_new (be, PPX_TENSOR_F32, scratch, error)) &&
-                (s->lat = ppx_tensor_new (be, PPX_TENSOR_F32, D, error)) &&
-                (s->lat2 = ppx_tensor_new (be, PPX_TENSOR_F32, D * 2, error)) &&
-                (s->r = ppx_tensor_new (be, PPX_TENSOR_F32, mm->cfg.q_dimension, error)) &&
+  gboolean ok = (s->b = ppx_mimi_batch_new (mm, 1, error)) &&
                 (s->pcm_in = ppx_tensor_new (be, PPX_TENSOR_F32, mm->cfg.frame_size, error)) &&
                 (s->pcm_out = ppx_tensor_new (be, PPX_TENSOR_F32, mm->cfg.frame_size, error)) &&
                 (s->codes = ppx_tensor_new (be, PPX_TENSOR_I32, mm->cfg.num_codebooks, error));
@@ -147,7 +347,6 @@ ppx_mimi_state_new (PpxMimi *mm, GError **error)
     ppx_mimi_state_free (s);
     return NULL;
   }
-  ppx_mimi_reset (s);
   return s;
 }
 
@@ -156,95 +355,41 @@ ppx_mimi_state_free (PpxMimiState *s)
 {
   if (!s)
     return;
-  ppx_seanet_state_clear (&s->enc);
-  ppx_seanet_state_clear (&s->dec);
-  ppx_mimi_transformer_state_clear (&s->enc_tf);
-  ppx_mimi_transformer_state_clear (&s->dec_tf);
-  PpxTensor *ts[] = {s->down_prev, s->up_partial, s->a, s->b, s->c, s->lat, s->lat2, s->r, s->pcm_in, s->pcm_out,
-                     s->codes};
-  for (guint i = 0; i < G_N_ELEMENTS (ts); i++)
-    ppx_tensor_free (ts[i]);
+  ppx_mimi_batch_free (s->b);
+  ppx_tensor_free (s->pcm_in);
+  ppx_tensor_free (s->pcm_out);
+  ppx_tensor_free (s->codes);
   g_free (s);
 }
 
 void
 ppx_mimi_reset (PpxMimiState *s)
 {
-  ppx_seanet_state_reset (&s->enc);
-  ppx_seanet_state_reset (&s->dec);
-  ppx_mimi_transformer_state_reset (&s->enc_tf);
-  ppx_mimi_transformer_state_reset (&s->dec_tf);
-  if (s->enc_tf.slot) {
-    ppx_tensor_fill (s->enc_tf.slot, 0);
-    ppx_tensor_fill (s->dec_tf.slot, 0);
-  }
-  ppx_tensor_fill (s->down_prev, 0.0f);
-  ppx_tensor_fill (s->up_partial, 0.0f);
-  s->enc_started = FALSE;
-}
-
-void
-ppx_mimi_encode_frame (PpxMimiState *s, const PpxTensor *pcm, PpxTensor *codes, int code_off)
-{
-  PpxMimi *mm = s->mimi;
-  PpxBackend *be = mm->be;
-  const int D = mm->cfg.dimension, qd = mm->cfg.q_dimension, bins = mm->cfg.q_bins;
-  int C, L;
-  PpxTensor *y = ppx_seanet_forward (&mm->encoder, &s->enc, be, (PpxTensor *) pcm, s->a, s->b, s->c, &C, &L);
-  /* y: [D, 2] at 25 Hz */
-  ppx_mimi_transformer_forward (&mm->enc_tf, &s->enc_tf, be, y);
-  if (!s->enc_started) { /* replicate padding: the history starts as copies of the first frame */
-    for (int j = 0; j < DOWN_K - DOWN_S; j++)
-      ppx_tensor_copy2d (s->down_prev, j, DOWN_K - DOWN_S, y, 0, L, D, 1);
-    s->enc_started = TRUE;
-  }
-  ppx_op_conv1d (be, mm->downsample_w, NULL, y, s->down_prev, s->lat, 1, D, D, DOWN_K, L, DOWN_S, 1, 1);
-  /* split RVQ: both halves start from the same latent */
-  ppx_op_linear (be, mm->in_first, s->lat, D, s->r, qd, 1, FALSE);
-  ppx_op_vq_encode (be, mm->cb_first, s->r, codes, code_off, 0, 1, 1, bins, qd);
-  ppx_op_linear (be, mm->in_rest, s->lat, D, s->r, qd, 1, FALSE);
-  ppx_op_vq_encode (be, mm->cb_rest, s->r, codes, code_off + 1, 0, 1, mm->n_rest, bins, qd);
-}
-
-void
-ppx_mimi_decode_frame (PpxMimiState *s, const PpxTensor *codes, int code_off, PpxTensor *pcm)
-{
-  PpxMimi *mm = s->mimi;
-  PpxBackend *be = mm->be;
-  const int D = mm->cfg.dimension, qd = mm->cfg.q_dimension, bins = mm->cfg.q_bins;
-  ppx_op_vq_decode (be, mm->cb_first, codes, code_off, 0, s->r, 1, 1, bins, qd);
-  ppx_op_linear (be, mm->out_first, s->r, qd, s->lat, D, 1, FALSE);
-  ppx_op_vq_decode (be, mm->cb_rest, codes, code_off + 1, 0, s->r, 1, mm->n_rest, bins, qd);
-  ppx_op_linear (be, mm->out_rest, s->r, qd, s->lat, D, 1, TRUE);
-  ppx_op_conv_transpose1d (be, mm->upsample_w, NULL, s->lat, s->up_partial, s->lat2, 1, D, D, DOWN_K, 1, DOWN_S, D);
-  ppx_mimi_transformer_forward (&mm->dec_tf, &s->dec_tf, be, s->lat2);
-  int C, L;
-  PpxTensor *y = ppx_seanet_forward (&mm->decoder, &s->dec, be, s->lat2, s->a, s->b, s->c, &C, &L);
-  ppx_tensor_copy2d (pcm, 0, 0, y, 0, 0, 1, (gsize) C * L);
+  ppx_mimi_batch_reset_row (s->b, 0);
 }
 
 void
 ppx_mimi_encode_host (PpxMimiState *s, const float *pcm, int *codes, float *latent)
 {
-  const PpxMimiConfig *c = &s->mimi->cfg;
+  const PpxMimiConfig *c = &s->b->mimi->cfg;
   ppx_tensor_upload (s->pcm_in, 0, pcm, c->frame_size);
-  ppx_mimi_encode_frame (s, s->pcm_in, s->codes, 0);
+  ppx_mimi_batch_encode (s->b, 0, 1, s->pcm_in, s->codes, 0, 0);
   int32_t out[PPX_MAX_STREAMS];
   ppx_tensor_download (s->codes, 0, out, c->num_codebooks);
   for (int i = 0; i < c->num_codebooks; i++)
     codes[i] = out[i];
   if (latent)
-    ppx_tensor_download (s->lat, 0, latent, c->dimension);
+    ppx_tensor_download (s->b->lat, 0, latent, c->dimension);
 }
 
 void
 ppx_mimi_decode_host (PpxMimiState *s, const int *codes, float *pcm)
 {
-  const PpxMimiConfig *c = &s->mimi->cfg;
+  const PpxMimiConfig *c = &s->b->mimi->cfg;
   int32_t in[PPX_MAX_STREAMS];
   for (int i = 0; i < c->num_codebooks; i++)
     in[i] = codes[i];
   ppx_tensor_upload (s->codes, 0, in, c->num_codebooks);
-  ppx_mimi_decode_frame (s, s->codes, 0, s->pcm_out);
+  ppx_mimi_batch_decode (s->b, 0, 1, s->codes, 0, 0, s->pcm_out);
   ppx_tensor_download (s->pcm_out, 0, pcm, c->frame_size);
 }

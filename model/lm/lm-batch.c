@@ -1,0 +1,305 @@
+/* The LM step for a batch of sessions (spec §3.4-3.9): per-slot KV caches, row-batched scratch, one
+ * temporal pass for M rows (each at its own position and slot), the text head, sampling with per-row
+ * parameters and the depformer for all M rows. */
+#include "lm-internal.h"
+#include "tensor-plan.h"
+
+#define W PPX_MAX_STREAMS /* row stride of the id, forced and token tensors */
+
+struct PpxLmBatch {
+  PpxLm *lm;
+  int n_slots, R; /* R: max rows */
+  PpxKvFormat kv;
+  PpxTensor **k, **v;   /* temporal ring caches, per layer [n_slots, context, dim] */
+  PpxTensor **dk, **dv; /* depformer caches, per layer [R, dep_q, depformer_dim], indexed by row */
+  PpxTensor *t_pos, *slot, *dep_pos, *dep_slot;
+  PpxTensor *x, *h, *qkv, *att, *ff, *u, *z, *text_logits;
+  PpxTensor *dx, *dh, *dqkv, *datt, *dff, *du, *dlogits;
+  PpxTensor *ids, *forced, *out, *prev, *params;
+  PpxTensor **dlogit_step; /* views of dlogits, [dep_q][R, card] */
+  PpxTensor **dep_pos_step; /* views of dep_pos, [dep_q][R] all = step */
+};
+
+/* Every device tensor of a batch (b's tensor fields, or only the count when p->be is NULL). */
+static void
+batch_plan (PpxLmBatch *b, const PpxLmConfig *c, PpxTensorPlan *p)
+{
+  const gsize R = b->R, d = c->dim, dd = c->depformer_dim, H = c->ffn_hidden, dH = c->depformer_ffn_hidden;
+  const int Ht = c->num_heads, Hd = c->depformer_num_heads;
+  for (int l = 0; l < c->num_layers; l++) {
+    b->k[l] = ppx_plan_kv_cache (p, b->kv, b->n_slots, c->context, Ht, c->dim / Ht);
+    b->v[l] = ppx_plan_kv_cache (p, b->kv, b->n_slots, c->context, Ht, c->dim / Ht);
+  }
+  for (int l = 0; l < c->depformer_num_layers; l++) {
+    b->dk[l] = ppx_plan_kv_cache (p, PPX_KV_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
+    b->dv[l] = ppx_plan_kv_cache (p, PPX_KV_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
+  }
+  b->t_pos = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
+  b->slot = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
+  b->dep_pos = ppx_plan_tensor (p, PPX_TENSOR_I32, (gsize) c->dep_q * R);
+  b->dep_slot = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
+  b->x = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
+  b->h = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
+  b->qkv = ppx_plan_tensor (p, PPX_TENSOR_F32, R * 3 * d);
+  b->att = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
+  b->ff = ppx_plan_tensor (p, PPX_TENSOR_F32, R * 2 * H);
+  b->u = ppx_plan_tensor (p, PPX_TENSOR_F32, R * H);
+  b->z = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
+  b->text_logits = ppx_plan_tensor (p, PPX_TENSOR_F32, R * c->text_card);
+  b->dx = ppx_plan_tensor (p, PPX_TENSOR_F32, R * dd);
+  b->dh = ppx_plan_tensor (p, PPX_TENSOR_F32, R * dd);
+  b->dqkv = ppx_plan_tensor (p, PPX_TENSOR_F32, R * 3 * dd);
+  b->datt = ppx_plan_tensor (p, PPX_TENSOR_F32, R * dd);
+  b->dff = ppx_plan_tensor (p, PPX_TENSOR_F32, R * 2 * dH);
+  b->du = ppx_plan_tensor (p, PPX_TENSOR_F32, R * dH);
+  b->dlogits = ppx_plan_tensor (p, PPX_TENSOR_F32, (gsize) c->dep_q * R * c->card);
+  b->ids = ppx_plan_tensor (p, PPX_TENSOR_I32, R * W);
+  b->forced = ppx_plan_tensor (p, PPX_TENSOR_I32, R * W);
+  b->out = ppx_plan_tensor (p, PPX_TENSOR_I32, R * W);
+  b->prev = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
+  b->params = ppx_plan_tensor (p, PPX_TENSOR_I32, R * PPX_SAMPLE_PARAMS);
+}
+
+static PpxLmBatch *
+batch_shell (const PpxLmConfig *c, int n_slots, int max_rows, PpxKvFormat kv)
+{
+  PpxLmBatch *b = g_new0 (PpxLmBatch, 1);
+  b->n_slots = n_slots;
+  b->R = max_rows;
+  b->kv = kv;
+  b->k = g_new0 (PpxTensor *, c->num_layers);
+  b->v = g_new0 (PpxTensor *, c->num_layers);
+  b->dk = g_new0 (PpxTensor *, c->depformer_num_layers);
+  b->dv = g_new0 (PpxTensor *, c->depformer_num_layers);
+  return b;
+}
+
+guint64
+ppx_lm_batch_bytes (const PpxLmConfig *c, int n_slots, int max_rows, PpxKvFormat kv)
+{
+  PpxLmBatch *b = batch_shell (c, n_slots, max_rows, kv);
+  PpxTensorPlan p = {0};
+  batch_plan (b, c, &p);
+  g_free (b->k);
+  g_free (b->v);
+  g_free (b->dk);
+  g_free (b->dv);
+  g_free (b);
+  return p.bytes;
+}
+
+PpxLmBatch *
+ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxKvFormat kv, GError **error)
+{
+  const PpxLmConfig *c = &lm->cfg;
+  g_return_val_if_fail (n_slots > 0 && max_rows > 0 && kv != PPX_KV_AUTO, NULL);
+  PpxLmBatch *b = batch_shell (c, n_slots, max_rows, kv);
+  b->lm = lm;
+  PpxTensorPlan p = {.be = lm->be, .error = error};
+  batch_plan (b, c, &p);
+  if (p.failed) {
+    ppx_lm_batch_free (b);
+    return NULL;
+  }
+  const int R = max_rows;
+  b->dlogit_step = g_new0 (PpxTensor *, c->dep_q);
+  b->dep_pos_step = g_new0 (PpxTensor *, c->dep_q);
+  g_autofree int32_t *steps = g_new (int32_t, (gsize) c->dep_q * R);
+  for (int s = 0; s < c->dep_q; s++) {
+    b->dlogit_step[s] = ppx_tensor_view (b->dlogits, (gsize) s * R * c->card, (gsize) R * c->card);
+    b->dep_pos_step[s] = ppx_tensor_view (b->dep_pos, (gsize) s * R, R);
+    for (int m = 0; m < R; m++)
+      steps[s * R + m] = s;
+  }
+  ppx_tensor_upload (b->dep_pos, 0, steps, (gsize) c->dep_q * R);
+  for (int m = 0; m < R; m++)
+    steps[m] = m; /* the depformer cache of row m is slot m: it lives for one frame */
+  ppx_tensor_upload (b->dep_slot, 0, steps, R);
+  return b;
+}
+
+void
+ppx_lm_batch_free (PpxLmBatch *b)
+{
+  if (!b)
+    return;
+  const PpxLmConfig *c = b->lm ? &b->lm->cfg : NULL;
+  for (int s = 0; c && b->dlogit_step && s < c->dep_q; s++) {
+    ppx_tensor_free (b->dlogit_step[s]);
+    ppx_tensor_free (b->dep_pos_step[s]);
+  }
+  g_free (b->dlogit_step);
+  g_free (b->dep_pos_step);
+  for (int l = 0; c && l < c->num_layers; l++) {
+    ppx_tensor_free (b->k[l]);
+    ppx_tensor_free (b->v[l]);
+  }
+  for (int l = 0; c && l < c->depformer_num_layers; l++) {
+    ppx_tensor_free (b->dk[l]);
+    ppx_tensor_free (b->dv[l]);
+  }
+  g_free (b->k);
+  g_free (b->v);
+  g_free (b->dk);
+  g_free (b->dv);
+  PpxTensor *ts[] = {b->t_pos, b->slot, b->dep_pos, b->dep_slot, b->x,  b->h,   b->qkv,   b->att,
+                     b->ff,    b->u,    b->z,       b->text_logits, b->dx, b->dh, b->dqkv, b->datt,
+                     b->dff,   b->du,   b->dlogits, b->ids, b->forced, b->out, b->prev, b->params};
+  for (guint i = 0; i < G_N_ELEMENTS (ts); i++)
+    ppx_tensor_free (ts[i]);
+  g_free (b);
+}
+
+int
+ppx_lm_batch_max_rows (const PpxLmBatch *b)
+{
+  return b->R;
+}
+
+/* ---- temporal transformer ---- */
+
+/* x[m] = emb[0](c1) + ... + emb[15](c16) + text_emb(c0), in that order (spec pitfall 3). */
+static void
+embed_rows (PpxLmBatch *b, int M)
+{
+  PpxLm *lm = b->lm;
+  for (int k = 0; k < lm->cfg.n_q; k++)
+    ppx_op_embed (lm->be, lm->emb[k], b->ids, 1 + k, W, b->x, M, k > 0);
+  ppx_op_embed (lm->be, lm->text_emb, b->ids, 0, W, b->x, M, TRUE);
+}
+
+static void
+temporal_layers (PpxLmBatch *b, int M)
+{
+  PpxLm *lm = b->lm;
+  PpxBackend *be = lm->be;
+  const PpxLmConfig *c = &lm->cfg;
+  const int d = c->dim, H = c->num_heads, Dh = d / H, F = c->ffn_hidden;
+  for (int l = 0; l < c->num_layers; l++) {
+    const LmLayer *L = &lm->layers[l];
+    ppx_op_rmsnorm (be, b->x, L->norm1, b->h, M, d, RMS_EPS);
+    ppx_op_linear (be, L->in_proj, b->h, d, b->qkv, 3 * d, M, FALSE);
+    ppx_op_rope (be, b->qkv, b->t_pos, M, H, Dh, (float) c->max_period);
+    ppx_op_attention (be, b->qkv, b->t_pos, b->slot, b->k[l], b->v[l], b->att, M, 1, H, Dh, c->context, c->context);
+    ppx_op_linear (be, L->out_proj, b->att, d, b->x, d, M, TRUE);
+    ppx_op_rmsnorm (be, b->x, L->norm2, b->h, M, d, RMS_EPS);
+    ppx_op_linear (be, L->linear_in, b->h, d, b->ff, 2 * F, M, FALSE);
+    ppx_op_silu_gate (be, b->ff, b->u, M, F);
+    ppx_op_linear (be, L->linear_out, b->u, F, b->x, d, M, TRUE);
+  }
+  ppx_op_rmsnorm (be, b->x, lm->out_norm, b->z, M, d, RMS_EPS);
+}
+
+/* ---- depformer ---- */
+
+static void
+depformer_step (PpxLmBatch *b, int step, int M)
+{
+  PpxLm *lm = b->lm;
+  PpxBackend *be = lm->be;
+  const PpxLmConfig *c = &lm->cfg;
+  const int dd = c->depformer_dim, H = c->depformer_num_heads, Dh = dd / H, F = c->depformer_ffn_hidden;
+  ppx_op_linear (be, lm->dep_in[step], b->z, c->dim, b->dx, dd, M, FALSE);
+  ppx_op_embed (be, step == 0 ? lm->dep_text_emb : lm->dep_emb[step - 1], b->prev, 0, 1, b->dx, M, TRUE);
+  for (int l = 0; l < c->depformer_num_layers; l++) {
+    const DepLayer *L = &lm->dep_layers[l];
+    ppx_op_rmsnorm (be, b->dx, L->norm1, b->dh, M, dd, RMS_EPS);
+    ppx_op_linear (be, L->in_proj[step], b->dh, dd, b->dqkv, 3 * dd, M, FALSE);
+    /* no positional encoding; the ring of dep_q positions per row reproduces the reference's per-frame
+     * cache (entries of the previous frame sit at positions > step and are never attended) */
+    ppx_op_attention (be, b->dqkv, b->dep_pos_step[step], b->dep_slot, b->dk[l], b->dv[l], b->datt, M, 1, H, Dh,
+                      c->dep_q, G_MAXINT);
+    ppx_op_linear (be, L->out_proj[step], b->datt, dd, b->dx, dd, M, TRUE);
+    ppx_op_rmsnorm (be, b->dx, L->norm2, b->dh, M, dd, RMS_EPS);
+    ppx_op_linear (be, L->linear_in[step], b->dh, dd, b->dff, 2 * F, M, FALSE);
+    ppx_op_silu_gate (be, b->dff, b->du, M, F);
+    ppx_op_linear (be, L->linear_out[step], b->du, F, b->dx, dd, M, TRUE);
+  }
+  ppx_op_linear (be, lm->linears[step], b->dx, dd, b->dlogit_step[step], c->card, M, FALSE);
+}
+
+/* Text logits and sampling, then `n_steps` depformer steps with teacher forcing, for all M rows. */
+static void
+sample_rows (PpxLmBatch *b, PpxLmRow *rows, int M, int n_steps)
+{
+  PpxLm *lm = b->lm;
+  PpxBackend *be = lm->be;
+  const PpxLmConfig *c = &lm->cfg;
+  g_autofree int32_t *f = g_new (int32_t, (gsize) M * W);
+  g_autofree uint32_t *prm = g_new (uint32_t, (gsize) M * PPX_SAMPLE_PARAMS);
+  for (int m = 0; m < M; m++) {
+    const PpxLmRow *r = &rows[m];
+    for (int k = 0; k < W; k++)
+      f[m * W + k] = k <= c->dep_q && r->sample ? r->forced[k] : -1;
+    const PpxSampling *s = &r->smp;
+    ppx_sample_params_set (prm + (gsize) m * PPX_SAMPLE_PARAMS, s->seed, r->frame, s->greedy ? 0.0f : s->temp_text,
+                           s->topk_text, s->greedy ? 0.0f : s->temp_audio, s->topk_audio);
+  }
+  ppx_tensor_upload (b->forced, 0, f, (gsize) M * W);
+  ppx_tensor_upload (b->params, 0, prm, (gsize) M * PPX_SAMPLE_PARAMS);
+  ppx_op_linear (be, lm->text_linear, b->z, c->dim, b->text_logits, c->text_card, M, FALSE);
+  ppx_op_sample (be, b->text_logits, c->text_card, b->out, 0, W, b->params, 0, M);
+  for (int step = 0; step < n_steps; step++) {
+    /* the input of this step: the previous stream's token, provided where available */
+    ppx_tensor_copy2d (b->prev, 0, 1, b->out, step, W, M, 1);
+    ppx_op_force_tokens (be, b->prev, 0, 1, b->forced, step, W, M);
+    depformer_step (b, step, M);
+    ppx_op_sample (be, b->dlogit_step[step], c->card, b->out, 1 + step, W, b->params, 1 + step, M);
+  }
+  g_autofree int32_t *o = g_new (int32_t, (gsize) M * W);
+  ppx_tensor_download (b->out, 0, o, (gsize) M * W);
+  for (int m = 0; m < M; m++)
+    for (int k = 0; k <= n_steps; k++)
+      rows[m].out[k] = o[m * W + k];
+}
+
+void
+ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M)
+{
+  const PpxLmConfig *c = &b->lm->cfg;
+  g_return_if_fail (M > 0 && M <= b->R);
+  g_autofree int32_t *ids = g_new (int32_t, (gsize) M * W);
+  g_autofree int32_t *pos = g_new (int32_t, M), *slot = g_new (int32_t, M);
+  gboolean any_emb = FALSE, any_sample = FALSE;
+  int n_steps = 0;
+  for (int m = 0; m < M; m++) {
+    const PpxLmRow *r = &rows[m];
+    g_return_if_fail (r->slot >= 0 && r->slot < b->n_slots);
+    for (int k = 0; k < W; k++)
+      ids[m * W + k] = k < c->n_streams && !r->emb ? r->ids[k] : -1;
+    pos[m] = (int32_t) r->pos;
+    slot[m] = r->slot;
+    any_emb |= r->emb != NULL;
+    if (r->sample) {
+      any_sample = TRUE;
+      n_steps = MAX (n_steps, CLAMP (r->n_steps, 0, c->dep_q));
+    }
+  }
+  ppx_tensor_upload (b->ids, 0, ids, (gsize) M * W);
+  ppx_tensor_upload (b->t_pos, 0, pos, M);
+  ppx_tensor_upload (b->slot, 0, slot, M);
+  embed_rows (b, M);
+  for (int m = 0; any_emb && m < M; m++)
+    if (rows[m].emb)
+      ppx_tensor_upload (b->x, (gsize) m * c->dim, rows[m].emb, c->dim);
+  for (int m = 0; m < M; m++)
+    if (rows[m].capture)
+      ppx_tensor_download (b->x, (gsize) m * c->dim, rows[m].capture, c->dim);
+  temporal_layers (b, M);
+  if (any_sample)
+    sample_rows (b, rows, M, n_steps);
+}
+
+void
+ppx_lm_batch_text_logits (PpxLmBatch *b, int row, float *out)
+{
+  const int V = b->lm->cfg.text_card;
+  ppx_tensor_download (b->text_logits, (gsize) row * V, out, V);
+}
+
+void
+ppx_lm_batch_audio_logits (PpxLmBatch *b, int row, int step, float *out)
+{
+  const int V = b->lm->cfg.card;
+  ppx_tensor_download (b->dlogits, ((gsize) step * b->R + row) * V, out, V);
+}

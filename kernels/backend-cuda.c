@@ -452,6 +452,7 @@ cuda_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const
 
 static const PpxBackendOps cuda_ops = {
   .name = "cuda",
+  .kv_formats = 1u << PPX_TENSOR_F32,
   .free = cuda_free,
   .sync = cuda_sync,
   .alloc = cuda_alloc,

@@ -163,6 +163,12 @@ ppx_tensor_download (PpxTensor *t, gsize off, void *host, gsize n)
 }
 
 void
+ppx_tensor_upload_raw (PpxTensor *t, const void *host)
+{
+  t->be->ops->upload (t->be, t->data, host, ppx_tensor_bytes (t));
+}
+
+void
 ppx_tensor_download_raw (PpxTensor *t, void *host)
 {
   t->be->ops->download (t->be, host, t->data, ppx_tensor_bytes (t));

@@ -76,7 +76,9 @@ gsize ppx_tensor_bytes (const PpxTensor *t);
 /* Offsets and counts are in elements of the tensor's type (bytes of values for FP8). */
 void ppx_tensor_upload (PpxTensor *t, gsize off, const void *host, gsize n);
 void ppx_tensor_download (PpxTensor *t, gsize off, void *host, gsize n); /* waits for queued work */
-/* The whole storage, ppx_tensor_bytes(t) bytes, as stored (a cache's values then its scales). Waits. */
+/* The whole storage, ppx_tensor_bytes(t) bytes, as stored (a cache's values, padding, then its scales):
+ * for tests and snapshots. download_raw waits. */
+void ppx_tensor_upload_raw (PpxTensor *t, const void *host);
 void ppx_tensor_download_raw (PpxTensor *t, void *host);
 void ppx_tensor_fill (PpxTensor *t, float value);                         /* F32: value; I32: (int) value */
 /* dst[r*dld + doff + c] = src[r*sld + soff + c] for r < rows, c < cols (element units; F32/I32 tensors). */

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #ifdef __CUDACC__
-#define PPX_KV_HD __host__ __device__ __forceinline__
+#define PPX_KV_HD __host__ __device__
 #else
 #define PPX_KV_HD
 #endif

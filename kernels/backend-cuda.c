@@ -375,11 +375,21 @@ cuda_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, cons
                 int context)
 {
   enter (be);
+  const int kv = kcache->type == PPX_TENSOR_FP8 ? PPX_CUDA_KV_FP8
+                 : kcache->type == PPX_TENSOR_BF16 ? PPX_CUDA_KV_BF16
+                                                   : PPX_CUDA_KV_F32;
+  float *ks = NULL, *vs = NULL;
+  if (kv == PPX_CUDA_KV_FP8) {
+    ks = (float *) ((char *) kcache->data + ppx_kv_scale_offset (kcache->n));
+    vs = (float *) ((char *) vcache->data + ppx_kv_scale_offset (vcache->n));
+  }
   g_mutex_lock (&PRIV (be)->scratch_lock);
-  float *scores = scratch_get (be, ppx_cuda_attention_scratch_floats (M, T, H, cap) * sizeof (float));
-  if (scores)
-    check (be, ppx_cuda_attention (F32 (qkv), I32 (pos), I32 (kv_slot), F32 (kcache), F32 (vcache), F32 (out), M, T, H,
-                                   Dh, cap, context, scores, PRIV (be)->stream),
+  const gsize floats = ppx_cuda_attention_scratch_floats (M, T, H, Dh, cap);
+  float *part = floats ? scratch_get (be, floats * sizeof (float)) : NULL;
+  if (!floats || part)
+    check (be,
+           ppx_cuda_attention (kv, F32 (qkv), I32 (pos), I32 (kv_slot), kcache->data, vcache->data, ks, vs, F32 (out),
+                               M, T, H, Dh, cap, context, part, PRIV (be)->stream),
            "attention");
   g_mutex_unlock (&PRIV (be)->scratch_lock);
 }
@@ -459,6 +469,7 @@ cuda_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const
 
 static const PpxBackendOps cuda_ops = {
   .name = "cuda",
+  .kv_formats = (1u << PPX_TENSOR_F32) | (1u << PPX_TENSOR_BF16) | (1u << PPX_TENSOR_FP8),
   .free = cuda_free,
   .sync = cuda_sync,
   .free_bytes = cuda_free_bytes,

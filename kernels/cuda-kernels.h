@@ -67,10 +67,14 @@ int ppx_cuda_embed (const PpxCudaWeight *w, const int32_t *ids, int id_index, in
 /* ---- attention (cuda-attention.cu) ---- */
 /* freqs: Dh/2 floats (device), the CPU backend's expf(i * c) computed on the host. */
 int ppx_cuda_rope (float *qkv, const int32_t *pos, size_t rows, int H, int Dh, const float *freqs, void *stream);
-/* scratch: at least ppx_cuda_attention_scratch_floats() floats (device), or NULL when that is 0. */
-size_t ppx_cuda_attention_scratch_floats (int M, int T, int H, int cap);
-int ppx_cuda_attention (const float *qkv, const int32_t *pos, const int32_t *kv_slot, float *kcache, float *vcache,
-                        float *out, int M, int T, int H, int Dh, int cap, int context, float *scratch, void *stream);
+/* KV cache storage (kv-format.h): f32, bf16, or e4m3 with f32 scales [n_slots, H, cap] (kscales/vscales). */
+enum { PPX_CUDA_KV_F32 = 0, PPX_CUDA_KV_BF16 = 1, PPX_CUDA_KV_FP8 = 2 };
+/* scratch: at least ppx_cuda_attention_scratch_floats() floats (device; the split-K partials), or NULL
+ * when that is 0. Head sizes up to 256. */
+size_t ppx_cuda_attention_scratch_floats (int M, int T, int H, int Dh, int cap);
+int ppx_cuda_attention (int kv_type, const float *qkv, const int32_t *pos, const int32_t *kv_slot, void *kcache,
+                        void *vcache, float *kscales, float *vscales, float *out, int M, int T, int H, int Dh, int cap,
+                        int context, float *scratch, void *stream);
 
 /* ---- convolutions and RVQ (cuda-conv.cu) ---- */
 int ppx_cuda_conv1d (const float *w, const float *bias, const float *x, float *prev, float *y, int M, int Cin,

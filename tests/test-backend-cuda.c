@@ -7,8 +7,13 @@
  * max |gpu - cpu| <= TOL * max(1, max |cpu|) with TOL = 1e-5. Temperature sampling must give the CPU's
  * token for every (seed, frame, stream) on logits whose top-k probabilities are well separated.
  *
+ * Attention runs over f32, bf16 and fp8 caches; each format is compared with the CPU backend using the same
+ * format (the stored values decode exactly on both, so TOL applies), and the caches must be the same bytes.
+ *
  * `test-backend-cuda --bench` instead times M = 1 linear layers (weights 4096 x 11264 and 11264 x 4096 in
- * bf16, int8 and int4) and prints the achieved weight bandwidth. */
+ * bf16, int8 and int4) and prints the achieved weight bandwidth, then the attention benchmark;
+ * `--bench-attention` runs only that: T = 1 attention at cap = context = 3000 with 32 heads of 128 for
+ * M = 1, 8, 32, 64 sessions per KV format, time per layer and GB/s of KV read. */
 #include <math.h>
 
 #include "../kernels/backend-cuda.h"
@@ -434,50 +439,148 @@ test_rope (void)
   pair_free (&qkv);
 }
 
-/* Several calls per case so positions pass the capacity (ring wrap-around); sessions use slots out of
- * order and start at different positions; the caches are compared too. */
-static void
-check_attention (int M, int T, int H, int Dh, int cap, int context, int calls)
+/* ---- attention over f32 / bf16 / fp8 caches ---- */
+
+static const PpxKvFormat kv_formats[] = {PPX_KV_F32, PPX_KV_BF16, PPX_KV_FP8};
+
+typedef struct {
+  PpxTensor *c, *g;
+  gsize bytes;
+} CachePair;
+
+/* A cache on both backends with the same raw contents: zeros, or (fill) random stored rows of the
+ * format (f32/bf16 values in [-1, 1]; e4m3 codes other than NaN with scales (0.5..1.5)/448). */
+static CachePair
+cache_pair (PpxKvFormat fmt, int n_slots, int cap, int H, int Dh, gboolean fill)
 {
-  const int n_slots = M + 1;
+  g_autoptr (GError) err = NULL;
+  CachePair p = {ppx_kv_cache_new (cpu, fmt, n_slots, cap, H, Dh, &err), NULL, 0};
+  g_assert_no_error (err);
+  p.g = ppx_kv_cache_new (gpu, fmt, n_slots, cap, H, Dh, &err);
+  g_assert_no_error (err);
+  p.bytes = ppx_tensor_bytes (p.c);
+  g_assert_cmpuint (p.bytes, ==, ppx_tensor_bytes (p.g));
+  g_assert_cmpuint (p.bytes, ==, ppx_kv_cache_bytes (fmt, n_slots, cap, H, Dh));
+  if (fill) {
+    /* a random pattern of a prime number of values, tiled (generating gigabytes one by one is slow) */
+    const gsize n = ppx_tensor_numel (p.c), es = fmt == PPX_KV_F32 ? 4 : fmt == PPX_KV_FP8 ? 1 : 2;
+    const gsize period = MIN (n, 1000003);
+    g_autofree guint8 *raw = g_malloc0 (p.bytes);
+    for (gsize i = 0; i < period; i++) {
+      const float v = (float) g_rand_double_range (rng, -1.0, 1.0);
+      if (fmt == PPX_KV_F32) {
+        memcpy (raw + 4 * i, &v, 4);
+      } else if (fmt == PPX_KV_FP8) {
+        guint8 c = (guint8) g_rand_int_range (rng, 0, 256);
+        raw[i] = (c & 0x7f) == 0x7f ? 0x7e : c;
+      } else {
+        const uint16_t b = ppx_f32_to_bf16 (v);
+        memcpy (raw + 2 * i, &b, 2);
+      }
+    }
+    for (gsize i = period; i < n; i += period)
+      memcpy (raw + i * es, raw, MIN (period, n - i) * es);
+    if (fmt == PPX_KV_FP8) {
+      float *sc = (float *) (raw + ((n + 15) & ~(gsize) 15));
+      for (gsize i = 0; i < (gsize) n_slots * cap * H; i++)
+        sc[i] = (float) g_rand_double_range (rng, 0.5, 1.5) / 448.0f;
+    }
+    ppx_tensor_upload_raw (p.c, raw);
+    ppx_tensor_upload_raw (p.g, raw);
+  }
+  return p;
+}
+
+static void
+cache_pair_assert_same (const CachePair *p, const char *what)
+{
+  g_autofree guint8 *a = g_malloc (p->bytes), *b = g_malloc (p->bytes);
+  ppx_tensor_download_raw (p->c, a);
+  ppx_tensor_download_raw (p->g, b);
+  if (memcmp (a, b, p->bytes) == 0)
+    return;
+  for (gsize i = 0; i < p->bytes; i++)
+    if (a[i] != b[i])
+      g_error ("%s: byte %" G_GSIZE_FORMAT " of %" G_GSIZE_FORMAT " differs: cpu 0x%02x, gpu 0x%02x", what, i, p->bytes,
+               a[i], b[i]);
+}
+
+static void
+cache_pair_free (CachePair *p)
+{
+  ppx_tensor_free (p->c);
+  ppx_tensor_free (p->g);
+}
+
+/* `calls` calls of M sessions x T rows; session m's rows are at start + stride*m + c*T + t (start past
+ * cap: the rings have wrapped and hold random earlier rows when `fill`). Sessions use slots out of order.
+ * The outputs must agree to TOL (same format on both backends: the stored values decode exactly, only the
+ * order of the f32 sums differs) and the caches, scales included, must be identical bytes. */
+static void
+check_attention (PpxKvFormat fmt, int M, int T, int H, int Dh, int cap, int context, int calls, int start,
+                 int stride, gboolean fill)
+{
+  const int n_slots = M; /* reversed: session m uses slot M - 1 - m */
   const gsize HD = (gsize) H * Dh;
-  Pair kc = pair_new (PPX_TENSOR_F32, (gsize) n_slots * cap * HD, NULL);
-  Pair vc = pair_new (PPX_TENSOR_F32, (gsize) n_slots * cap * HD, NULL);
+  CachePair kc = cache_pair (fmt, n_slots, cap, H, Dh, fill), vc = cache_pair (fmt, n_slots, cap, H, Dh, fill);
   g_autofree int32_t *slots = g_new (int32_t, M);
   for (int m = 0; m < M; m++)
     slots[m] = n_slots - 1 - m;
   Pair sl = pair_i32 (M, slots);
   g_autofree int32_t *pos = g_new (int32_t, M * T);
+  g_autofree char *shape = g_strdup_printf ("attention %s M=%d T=%d H=%d Dh=%d cap=%d ctx=%d", ppx_kv_format_name (fmt),
+                                            M, T, H, Dh, cap, context);
   for (int c = 0; c < calls; c++) {
     for (int m = 0; m < M; m++)
       for (int t = 0; t < T; t++)
-        pos[m * T + t] = 3 * m + c * T + t;
+        pos[m * T + t] = start + stride * m + c * T + t;
     Pair p = pair_i32 ((gsize) M * T, pos);
     Pair qkv = pair_random ((gsize) M * T * 3 * HD);
     Pair out = pair_random ((gsize) M * T * HD);
     ppx_op_attention (cpu, qkv.c, p.c, sl.c, kc.c, vc.c, out.c, M, T, H, Dh, cap, context);
     ppx_op_attention (gpu, qkv.g, p.g, sl.g, kc.g, vc.g, out.g, M, T, H, Dh, cap, context);
-    g_autofree char *what = g_strdup_printf ("attention M=%d T=%d H=%d Dh=%d cap=%d ctx=%d call %d", M, T, H, Dh, cap,
-                                             context, c);
+    g_autofree char *what = g_strdup_printf ("%s call %d", shape, c);
     assert_close (&out, TOL, what);
     pair_free (&p);
     pair_free (&qkv);
     pair_free (&out);
   }
-  assert_same (&kc, "attention key cache");
-  assert_same (&vc, "attention value cache");
-  pair_free (&kc);
-  pair_free (&vc);
+  g_autofree char *kwhat = g_strdup_printf ("%s key cache", shape), *vwhat = g_strdup_printf ("%s value cache", shape);
+  cache_pair_assert_same (&kc, kwhat);
+  cache_pair_assert_same (&vc, vwhat);
+  cache_pair_free (&kc);
+  cache_pair_free (&vc);
   pair_free (&sl);
 }
 
 static void
 test_attention (void)
 {
-  check_attention (2, 2, 3, 16, 8, 6, 7);   /* T = 2, context < cap, wraps */
-  check_attention (3, 1, 2, 64, 5, 100, 9); /* context > cap: the ring limits the window */
-  check_attention (1, 3, 4, 128, 16, 16, 8);
-  check_attention (2, 1, 1, 24, 250, 250, 3); /* Dh not a multiple of 32 */
+  for (guint f = 0; f < G_N_ELEMENTS (kv_formats); f++) {
+    const PpxKvFormat k = kv_formats[f];
+    check_attention (k, 2, 2, 3, 16, 8, 6, 7, 0, 3, FALSE);      /* T = 2, context < cap, wraps */
+    check_attention (k, 3, 1, 2, 64, 5, 100, 9, 0, 3, FALSE);    /* context > cap: the ring limits the window */
+    check_attention (k, 1, 3, 4, 128, 16, 16, 8, 0, 3, FALSE);
+    check_attention (k, 2, 1, 1, 24, 250, 250, 3, 0, 3, FALSE);  /* Dh not a power of two: the scalar path */
+    check_attention (k, 2, 4, 2, 24, 3, 3, 3, 0, 3, FALSE);      /* T > cap: the earliest rows see no key */
+    check_attention (k, 3, 2, 2, 256, 40, 40, 3, 37, 5, TRUE);   /* Dh 256 */
+    check_attention (k, 2, 1, 1, 8, 20, 20, 25, 0, 1, FALSE);    /* Dh below 16: the scalar path */
+    /* the golden tiny model (dim 64, 4 heads, context 20; depformer 2 heads of 16, cap 16) */
+    check_attention (k, 3, 1, 4, 16, 20, 20, 30, 0, 2, FALSE);
+    check_attention (k, 3, 1, 2, 16, 16, G_MAXINT, 20, 0, 2, FALSE);
+    /* the 7B's depformer (16 heads of 64, cap dep_q = 16, unlimited context) for 8 sessions */
+    check_attention (k, 8, 1, 16, 64, 16, G_MAXINT, 20, 0, 1, FALSE);
+    /* Mimi's transformer (8 heads of 64, context 250, 2 frames a call), wrapped rings */
+    check_attention (k, 4, 2, 8, 64, 250, 250, 3, 1000, 77, TRUE);
+    /* the 7B's temporal transformer: 32 heads of 128, cap and context 3000, full wrapped rings */
+    check_attention (k, 1, 1, 32, 128, 3000, 3000, 2, 7001, 0, TRUE);
+    check_attention (k, 8, 1, 32, 128, 3000, 3000, 1, 3500, 611, TRUE);
+    check_attention (k, 16, 1, 32, 128, 3000, 3000, 1, 5999, 97, TRUE);
+    check_attention (k, 64, 1, 32, 128, 3000, 3000, 1, 2999, 131, TRUE);
+    check_attention (k, 2, 3, 32, 128, 3000, 3000, 2, 2997, 1, TRUE); /* T = 3 across the ring's end */
+    check_attention (k, 3, 1, 32, 128, 3000, 1000, 2, 4000, 50, TRUE); /* context below cap */
+    check_attention (k, 2, 1, 32, 128, 3000, 3000, 2, 10, 700, TRUE);  /* rings not yet full */
+  }
 }
 
 /* ---- convolutions ---- */
@@ -905,6 +1008,124 @@ bench_linear (Fmt f, int64_t rows, int64_t cols)
   ppx_tensor_free (y);
 }
 
+/* ---- attention bandwidth ---- */
+
+/* T = 1 attention at full context (cap 3000, 32 heads of 128, positions past 3000) for M sessions:
+ * time per call and the KV bytes it reads (M x 2 x 3000 x 4096 values, plus fp8 scales) per second.
+ * Enough copies of the caches (one per layer, as in a frame) that the set is well over the L2. */
+static void
+bench_attention (PpxKvFormat fmt, int M)
+{
+  const int H = 32, Dh = 128, cap = 3000;
+  const gsize HD = (gsize) H * Dh;
+  const guint64 pair_bytes = 2 * ppx_kv_cache_bytes (fmt, M, cap, H, Dh);
+  const int copies = (int) MIN (8, 1 + (768ull << 20) / pair_bytes);
+  g_autoptr (GError) err = NULL;
+  PpxTensor **k = g_new0 (PpxTensor *, copies), **v = g_new0 (PpxTensor *, copies);
+  /* caches hold repeated random stored rows (values in [-1, 1]; fp8 codes with scale 1/448) */
+  const gsize chunk = 8u << 20;
+  g_autofree guint8 *pattern = g_malloc (chunk);
+  for (gsize i = 0; i < chunk; i++) {
+    if (fmt == PPX_KV_FP8) {
+      const guint8 c = (guint8) g_rand_int_range (rng, 0, 256);
+      pattern[i] = (c & 0x7f) == 0x7f ? 0x7e : c;
+    } else if (fmt == PPX_KV_BF16 && i % 2 == 0) {
+      const uint16_t b = ppx_f32_to_bf16 ((float) g_rand_double_range (rng, -1, 1));
+      memcpy (pattern + i, &b, 2);
+    } else if (fmt == PPX_KV_F32 && i % 4 == 0) {
+      const float f = (float) g_rand_double_range (rng, -1, 1);
+      memcpy (pattern + i, &f, 4);
+    }
+  }
+  for (int i = 0; i < copies; i++) {
+    k[i] = ppx_kv_cache_new (gpu, fmt, M, cap, H, Dh, &err);
+    if (k[i])
+      v[i] = ppx_kv_cache_new (gpu, fmt, M, cap, H, Dh, &err);
+    if (!k[i] || !v[i]) {
+      printf ("%-5s M=%-3d does not fit: %s\n", ppx_kv_format_name (fmt), M, err->message);
+      for (int j = 0; j <= i; j++) {
+        ppx_tensor_free (k[j]);
+        ppx_tensor_free (v[j]);
+      }
+      g_free (k);
+      g_free (v);
+      return;
+    }
+    PpxTensor *both[2] = {k[i], v[i]};
+    for (int b = 0; b < 2; b++) {
+      const gsize n = ppx_tensor_numel (both[b]), es = fmt == PPX_KV_F32 ? 4 : fmt == PPX_KV_FP8 ? 1 : 2;
+      for (gsize off = 0; off < n; off += chunk / es)
+        ppx_tensor_upload (both[b], off, pattern, MIN (chunk / es, n - off));
+    }
+  }
+  if (fmt == PPX_KV_FP8) { /* scales: upload_raw of a whole cache would need its size in host memory */
+    const gsize n = (gsize) M * cap * HD, ns = (gsize) M * H * cap;
+    g_autofree guint8 *raw = g_malloc (ppx_kv_cache_bytes (fmt, M, cap, H, Dh));
+    memset (raw, 0x38, n); /* 1.0 */
+    float *sc = (float *) (raw + ((n + 15) & ~(gsize) 15));
+    for (gsize i = 0; i < ns; i++)
+      sc[i] = 1.0f / 448.0f;
+    for (int i = 0; i < copies; i++) {
+      ppx_tensor_upload_raw (k[i], raw);
+      ppx_tensor_upload_raw (v[i], raw);
+      for (gsize off = 0; off < n; off += chunk) { /* random codes again */
+        ppx_tensor_upload (k[i], off, pattern, MIN (chunk, n - off));
+        ppx_tensor_upload (v[i], off, pattern, MIN (chunk, n - off));
+      }
+    }
+  }
+  g_autofree int32_t *pos = g_new (int32_t, M), *slots = g_new (int32_t, M);
+  for (int m = 0; m < M; m++) {
+    pos[m] = 6000 + 37 * m;
+    slots[m] = m;
+  }
+  PpxTensor *p = ppx_tensor_new (gpu, PPX_TENSOR_I32, M, &err), *sl = ppx_tensor_new (gpu, PPX_TENSOR_I32, M, &err);
+  ppx_tensor_upload (p, 0, pos, M);
+  ppx_tensor_upload (sl, 0, slots, M);
+  PpxTensor *qkv = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * 3 * HD, &err);
+  PpxTensor *out = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * HD, &err);
+  g_autofree float *q = random_floats ((gsize) M * 3 * HD, -1, 1);
+  ppx_tensor_upload (qkv, 0, q, (gsize) M * 3 * HD);
+  for (int i = 0; i < copies * 2; i++)
+    ppx_op_attention (gpu, qkv, p, sl, k[i % copies], v[i % copies], out, M, 1, H, Dh, cap, cap);
+  ppx_backend_sync (gpu);
+  double best = INFINITY;
+  const int iters = copies * MAX (1, 64 / copies);
+  for (int rep = 0; rep < 5; rep++) {
+    gint64 t0 = g_get_monotonic_time ();
+    for (int i = 0; i < iters; i++)
+      ppx_op_attention (gpu, qkv, p, sl, k[i % copies], v[i % copies], out, M, 1, H, Dh, cap, cap);
+    ppx_backend_sync (gpu);
+    best = MIN (best, (double) (g_get_monotonic_time () - t0) / iters);
+  }
+  const double read = (double) pair_bytes; /* the whole ring of every session is in the window */
+  printf ("%-5s M=%-3d %8.1f us/layer %8.2f ms/frame (32 layers) %9.1f MB read %7.0f GB/s  (%d cache copies)\n",
+          ppx_kv_format_name (fmt), M, best, best * 32 / 1000, read / 1e6, read / best / 1e3, copies);
+  for (int i = 0; i < copies; i++) {
+    ppx_tensor_free (k[i]);
+    ppx_tensor_free (v[i]);
+  }
+  g_free (k);
+  g_free (v);
+  ppx_tensor_free (p);
+  ppx_tensor_free (sl);
+  ppx_tensor_free (qkv);
+  ppx_tensor_free (out);
+}
+
+static int
+run_bench_attention (void)
+{
+  printf ("attention, T = 1, cap = context = 3000 (full rings), 32 heads x 128, on %s:\n"
+          "best of 5 runs of >= 64 back-to-back calls; GB/s = KV bytes in the window (scales included) / time\n",
+          ppx_backend_cuda_device_name (gpu));
+  const int Ms[] = {1, 8, 32, 64};
+  for (guint f = 0; f < G_N_ELEMENTS (kv_formats); f++)
+    for (guint i = 0; i < G_N_ELEMENTS (Ms); i++)
+      bench_attention (kv_formats[f], Ms[i]);
+  return 0;
+}
+
 static int
 run_bench (void)
 {
@@ -915,7 +1136,7 @@ run_bench (void)
     bench_linear (f[i], 4096, 11264);
     bench_linear (f[i], 11264, 4096);
   }
-  return 0;
+  return run_bench_attention ();
 }
 
 int
@@ -923,6 +1144,7 @@ main (int argc, char **argv)
 {
   int n_gpus = 0;
   gboolean bench = argc > 1 && g_str_equal (argv[1], "--bench");
+  gboolean bench_att = argc > 1 && g_str_equal (argv[1], "--bench-attention");
   if (!ppx_backend_cuda_available (&n_gpus)) {
     g_autoptr (GError) err = NULL;
     PpxBackend *b = ppx_backend_cuda_new (0, &err);
@@ -944,6 +1166,8 @@ main (int argc, char **argv)
   int rc;
   if (bench) {
     rc = run_bench ();
+  } else if (bench_att) {
+    rc = run_bench_attention ();
   } else {
     g_test_init (&argc, &argv, NULL);
     g_test_add_func ("/cuda/memory", test_memory);

@@ -189,6 +189,7 @@ cpu_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize 
 static const PpxBackendOps cpu_ops = {
   .name = "cpu",
   .borrows_host_memory = TRUE,
+  .kv_formats = (1u << PPX_TENSOR_F32) | (1u << PPX_TENSOR_BF16) | (1u << PPX_TENSOR_FP8),
   .free = cpu_free,
   .sync = cpu_sync,
   .free_bytes = cpu_free_bytes,

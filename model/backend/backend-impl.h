@@ -9,6 +9,8 @@ typedef struct {
   /* TRUE when weights may keep pointing into host memory given with borrow (the CPU backend's
    * zero-copy mmap); FALSE when every weight is copied to the device, so host files can be closed. */
   gboolean borrows_host_memory;
+  /* The KV cache storage types its attention reads and writes: bits (1 << PpxTensorType). */
+  unsigned kv_formats;
   void (*free) (PpxBackend *be);
   void (*sync) (PpxBackend *be);
   guint64 (*free_bytes) (PpxBackend *be); /* may be NULL: unknown */
@@ -62,10 +64,25 @@ struct PpxBackend {
 struct PpxTensor {
   PpxBackend *be;
   PpxTensorType type;
-  gsize n;
+  gsize n;           /* elements of `type` */
   void *data;        /* device pointer (host memory on the CPU backend) */
-  PpxTensor *parent; /* views only */
+  gsize extra;       /* bytes after the elements, at data + ppx_kv_scale_offset (n): an FP8 cache's scales */
+  PpxTensor *parent; /* views only (which never have extra bytes) */
 };
+
+/* Bytes per element of a tensor type (FP8: the values only). */
+static inline gsize
+ppx_tensor_type_size (PpxTensorType type)
+{
+  return type == PPX_TENSOR_BF16 ? 2 : type == PPX_TENSOR_FP8 ? 1 : 4;
+}
+
+/* Where an FP8 cache's scales start: the values' bytes rounded up to 16. */
+static inline gsize
+ppx_kv_scale_offset (gsize n_values)
+{
+  return (n_values + 15) & ~(gsize) 15;
+}
 
 struct PpxWeight {
   PpxBackend *be;

@@ -76,18 +76,39 @@ ppx_backend_free_bytes (PpxBackend *be)
   return be->ops->free_bytes ? be->ops->free_bytes (be) : 0;
 }
 
-PpxTensor *
-ppx_tensor_new (PpxBackend *be, PpxTensorType type, gsize n, GError **error)
+/* Bytes of a tensor's allocation: its elements, or an FP8 cache's values, padding and scales. */
+static gsize
+storage_bytes (PpxTensorType type, gsize n, gsize extra)
 {
-  void *p = be->ops->alloc (be, MAX (n, 1) * 4, error);
+  const gsize b = n * ppx_tensor_type_size (type);
+  return extra ? ppx_kv_scale_offset (b) + extra : b;
+}
+
+static PpxTensor *
+tensor_alloc (PpxBackend *be, PpxTensorType type, gsize n, gsize extra, GError **error)
+{
+  const gsize bytes = storage_bytes (type, n, extra);
+  void *p = be->ops->alloc (be, MAX (bytes, 4), error);
   if (!p)
     return NULL;
   PpxTensor *t = g_new0 (PpxTensor, 1);
   t->be = be;
   t->type = type;
   t->n = n;
+  t->extra = extra;
   t->data = p;
   return t;
+}
+
+PpxTensor *
+ppx_tensor_new (PpxBackend *be, PpxTensorType type, gsize n, GError **error)
+{
+  if (type == PPX_TENSOR_FP8) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID,
+                 "FP8 tensors are KV caches (values with scales): make them with ppx_kv_cache_new");
+    return NULL;
+  }
+  return tensor_alloc (be, type, n, 0, error);
 }
 
 PpxTensor *
@@ -98,7 +119,7 @@ ppx_tensor_view (PpxTensor *parent, gsize off, gsize n)
   t->be = parent->be;
   t->type = parent->type;
   t->n = n;
-  t->data = (char *) parent->data + off * 4;
+  t->data = (char *) parent->data + off * ppx_tensor_type_size (parent->type);
   t->parent = parent;
   return t;
 }
@@ -109,7 +130,7 @@ ppx_tensor_free (PpxTensor *t)
   if (!t)
     return;
   if (!t->parent)
-    t->be->ops->dealloc (t->be, t->data, MAX (t->n, 1) * 4);
+    t->be->ops->dealloc (t->be, t->data, MAX (storage_bytes (t->type, t->n, t->extra), 4));
   g_free (t);
 }
 
@@ -119,23 +140,57 @@ ppx_tensor_numel (const PpxTensor *t)
   return t->n;
 }
 
+PpxTensorType
+ppx_tensor_type (const PpxTensor *t)
+{
+  return t->type;
+}
+
+gsize
+ppx_tensor_bytes (const PpxTensor *t)
+{
+  return storage_bytes (t->type, t->n, t->extra);
+}
+
 void
 ppx_tensor_upload (PpxTensor *t, gsize off, const void *host, gsize n)
 {
   g_return_if_fail (off + n <= t->n);
-  t->be->ops->upload (t->be, (char *) t->data + off * 4, host, n * 4);
+  const gsize es = ppx_tensor_type_size (t->type);
+  t->be->ops->upload (t->be, (char *) t->data + off * es, host, n * es);
 }
 
 void
 ppx_tensor_download (PpxTensor *t, gsize off, void *host, gsize n)
 {
   g_return_if_fail (off + n <= t->n);
-  t->be->ops->download (t->be, host, (const char *) t->data + off * 4, n * 4);
+  const gsize es = ppx_tensor_type_size (t->type);
+  t->be->ops->download (t->be, host, (const char *) t->data + off * es, n * es);
+}
+
+void
+ppx_tensor_upload_raw (PpxTensor *t, const void *host)
+{
+  t->be->ops->upload (t->be, t->data, host, ppx_tensor_bytes (t));
+}
+
+void
+ppx_tensor_download_raw (PpxTensor *t, void *host)
+{
+  t->be->ops->download (t->be, host, t->data, ppx_tensor_bytes (t));
+}
+
+/* Every op but attention takes F32/I32 tensors (NULL: an optional one left out). */
+static inline gboolean
+plain (const PpxTensor *t)
+{
+  return t == NULL || t->type == PPX_TENSOR_F32 || t->type == PPX_TENSOR_I32;
 }
 
 void
 ppx_tensor_fill (PpxTensor *t, float value)
 {
+  g_return_if_fail (plain (t));
   t->be->ops->fill (t->be, t, value);
 }
 
@@ -145,6 +200,7 @@ ppx_tensor_copy2d (PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *src, 
 {
   if (rows == 0 || cols == 0)
     return;
+  g_return_if_fail (plain (dst) && plain (src));
   g_return_if_fail (doff + (rows - 1) * dld + cols <= dst->n && soff + (rows - 1) * sld + cols <= src->n);
   dst->be->ops->copy2d (dst->be, dst, doff, dld, src, soff, sld, rows, cols);
 }
@@ -222,6 +278,7 @@ void
 ppx_op_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, PpxTensor *y, gsize ldy, int M,
                gboolean accumulate)
 {
+  g_return_if_fail (plain (x) && plain (y));
   be->ops->linear (be, w, x, ldx, y, ldy, M, accumulate);
 }
 
@@ -229,30 +286,35 @@ void
 ppx_op_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int id_index, int id_stride,
               PpxTensor *out, int M, gboolean accumulate)
 {
+  g_return_if_fail (plain (ids) && plain (out));
   be->ops->embed (be, table, ids, id_index, id_stride, out, M, accumulate);
 }
 
 void
 ppx_op_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n)
 {
+  g_return_if_fail (plain (x) && plain (y));
   be->ops->act (be, act, x, y, n);
 }
 
 void
 ppx_op_add (PpxBackend *be, const PpxTensor *a, const PpxTensor *b, PpxTensor *y, gsize n)
 {
+  g_return_if_fail (plain (a) && plain (b) && plain (y));
   be->ops->add (be, a, b, y, n);
 }
 
 void
 ppx_op_add_scaled (PpxBackend *be, const PpxTensor *x, const PpxTensor *gamma, PpxTensor *y, gsize rows, gsize D)
 {
+  g_return_if_fail (plain (x) && plain (gamma) && plain (y));
   be->ops->add_scaled (be, x, gamma, y, rows, D);
 }
 
 void
 ppx_op_silu_gate (PpxBackend *be, const PpxTensor *h, PpxTensor *u, gsize rows, gsize H)
 {
+  g_return_if_fail (plain (h) && plain (u));
   be->ops->silu_gate (be, h, u, rows, H);
 }
 
@@ -260,6 +322,7 @@ void
 ppx_op_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D,
                 float eps)
 {
+  g_return_if_fail (plain (x) && plain (alpha) && plain (y));
   be->ops->rmsnorm (be, x, alpha, y, rows, D, eps);
 }
 
@@ -267,19 +330,41 @@ void
 ppx_op_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
                   gsize rows, gsize D, float eps)
 {
+  g_return_if_fail (plain (x) && plain (w) && plain (b) && plain (y));
   be->ops->layernorm (be, x, w, b, y, rows, D, eps);
 }
 
 void
 ppx_op_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize A, gsize B)
 {
+  g_return_if_fail (plain (x) && plain (y));
   be->ops->transpose (be, x, y, M, A, B);
 }
 
 void
 ppx_op_rope (PpxBackend *be, PpxTensor *qkv, const PpxTensor *pos, gsize rows, int H, int Dh, float max_period)
 {
+  g_return_if_fail (plain (qkv) && plain (pos));
   be->ops->rope (be, qkv, pos, rows, H, Dh, max_period);
+}
+
+/* Whether t is a whole KV cache of some slots x cap x H*Dh (an FP8 one with its scales). */
+static gboolean
+kv_cache_fits (const PpxTensor *t, int cap, int H, int Dh)
+{
+  const gsize row = (gsize) cap * H * Dh;
+  if (cap <= 0 || H <= 0 || Dh <= 0 || t->n == 0 || t->n % row != 0)
+    return FALSE;
+  switch (t->type) {
+    case PPX_TENSOR_F32:
+    case PPX_TENSOR_BF16:
+      return TRUE;
+    case PPX_TENSOR_FP8:
+      return t->extra == t->n / row * cap * H * sizeof (float);
+    case PPX_TENSOR_I32:
+      break;
+  }
+  return FALSE;
 }
 
 void
@@ -287,6 +372,9 @@ ppx_op_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, co
                   PpxTensor *kcache, PpxTensor *vcache, PpxTensor *out, int M, int T, int H, int Dh, int cap,
                   int context)
 {
+  g_return_if_fail (plain (qkv) && plain (pos) && plain (kv_slot) && plain (out));
+  g_return_if_fail (kv_cache_fits (kcache, cap, H, Dh) && kv_cache_fits (vcache, cap, H, Dh) &&
+                    kcache->type == vcache->type);
   be->ops->attention (be, qkv, pos, kv_slot, kcache, vcache, out, M, T, H, Dh, cap, context);
 }
 
@@ -294,6 +382,7 @@ void
 ppx_op_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *prev,
                PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
 {
+  g_return_if_fail (plain (w) && plain (bias) && plain (x) && plain (prev) && plain (y));
   be->ops->conv1d (be, w, bias, x, prev, y, M, Cin, Cout, K, Lin, stride, dilation, groups);
 }
 
@@ -302,6 +391,7 @@ ppx_op_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bi
                          PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride,
                          int groups)
 {
+  g_return_if_fail (plain (w) && plain (bias) && plain (x) && plain (partial) && plain (y));
   be->ops->conv_transpose1d (be, w, bias, x, partial, y, M, Cin, Cout, K, T, stride, groups);
 }
 
@@ -309,6 +399,7 @@ void
 ppx_op_vq_encode (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTensor *codes, int code_off,
                   int code_stride, int M, int ncb, int bins, int dim)
 {
+  g_return_if_fail (plain (codebooks) && plain (r) && plain (codes));
   be->ops->vq_encode (be, codebooks, r, codes, code_off, code_stride, M, ncb, bins, dim);
 }
 
@@ -316,6 +407,7 @@ void
 ppx_op_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *codes, int code_off, int code_stride,
                   PpxTensor *y, int M, int ncb, int bins, int dim)
 {
+  g_return_if_fail (plain (codebooks) && plain (codes) && plain (y));
   be->ops->vq_decode (be, codebooks, codes, code_off, code_stride, y, M, ncb, bins, dim);
 }
 
@@ -323,6 +415,7 @@ void
 ppx_op_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
                const PpxTensor *params, int stream, int M)
 {
+  g_return_if_fail (plain (logits) && plain (tokens) && plain (params));
   be->ops->sample (be, logits, V, tokens, tok_off, tok_stride, params, stream, M);
 }
 
@@ -330,35 +423,53 @@ void
 ppx_op_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
                      int fstride, int M)
 {
+  g_return_if_fail (plain (tokens) && plain (forced));
   be->ops->force_tokens (be, tokens, off, stride, forced, foff, fstride, M);
+}
+
+static PpxTensorType
+kv_tensor_type (PpxKvFormat fmt)
+{
+  switch (fmt) {
+    case PPX_KV_F32:
+      return PPX_TENSOR_F32;
+    case PPX_KV_FP8:
+      return PPX_TENSOR_FP8;
+    case PPX_KV_AUTO:
+    case PPX_KV_BF16:
+      break;
+  }
+  return PPX_TENSOR_BF16;
 }
 
 guint64
 ppx_kv_cache_bytes (PpxKvFormat fmt, gsize n_slots, int cap, int H, int Dh)
 {
-  const guint64 n = (guint64) n_slots * cap * H * Dh;
-  switch (fmt) {
-    case PPX_KV_F32:
-      return n * 4;
-    case PPX_KV_AUTO:
-    case PPX_KV_BF16:
-      return n * 2;
-    case PPX_KV_FP8:
-      return n + (guint64) n_slots * cap * H * 4;
-  }
-  return 0;
+  const gsize n = n_slots * (gsize) cap * H * Dh;
+  const PpxTensorType type = kv_tensor_type (fmt);
+  return storage_bytes (type, n, type == PPX_TENSOR_FP8 ? n_slots * (gsize) cap * H * sizeof (float) : 0);
 }
 
-/* F32 only until the backends store bf16 and fp8 caches. */
 PpxTensor *
 ppx_kv_cache_new (PpxBackend *be, PpxKvFormat fmt, int n_slots, int cap, int H, int Dh, GError **error)
 {
-  if (fmt != PPX_KV_F32) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "%s backend: %s KV caches are not supported yet",
+  if (n_slots <= 0 || cap <= 0 || H <= 0 || Dh <= 0) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "KV cache with an empty shape (%d slots x %d positions x %d x %d)",
+                 n_slots, cap, H, Dh);
+    return NULL;
+  }
+  if (fmt != PPX_KV_AUTO && fmt != PPX_KV_F32 && fmt != PPX_KV_BF16 && fmt != PPX_KV_FP8) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "unknown KV cache format %d", (int) fmt);
+    return NULL;
+  }
+  if (!(be->ops->kv_formats & (1u << kv_tensor_type (fmt)))) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "%s backend: %s KV caches are not supported",
                  ppx_backend_name (be), ppx_kv_format_name (fmt));
     return NULL;
   }
-  return ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) n_slots * cap * H * Dh, error);
+  const gsize n = (gsize) n_slots * cap * H * Dh;
+  const PpxTensorType type = kv_tensor_type (fmt);
+  return tensor_alloc (be, type, n, type == PPX_TENSOR_FP8 ? (gsize) n_slots * cap * H * sizeof (float) : 0, error);
 }
 
 const char *

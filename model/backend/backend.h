@@ -44,8 +44,8 @@ typedef struct {
   gboolean borrow;     /* keep a pointer instead of copying (CPU: zero-copy mmap) */
 } PpxWeightDesc;
 
-/* BF16 and FP8 are storage types for KV caches only (made by ppx_kv_cache_new, read and written by
- * ppx_op_attention); every other op takes F32 or I32 tensors. */
+/* BF16 and FP8 are storage types for KV caches (made by ppx_kv_cache_new, read and written by
+ * ppx_op_attention); every other op takes F32 or I32 tensors (and refuses others with a critical). */
 typedef enum { PPX_TENSOR_F32, PPX_TENSOR_I32, PPX_TENSOR_BF16, PPX_TENSOR_FP8 } PpxTensorType;
 
 /* ---- backend ---- */
@@ -66,24 +66,40 @@ guint64 ppx_backend_free_bytes (PpxBackend *be);
 gboolean ppx_backend_borrows_host_memory (const PpxBackend *be);
 
 /* ---- tensors (device memory) ---- */
+/* n elements of `type`, zero-filled. F32 and I32 are what every op takes; BF16 (raw bf16 bits through
+ * upload/download) is a storage type; FP8 tensors only come from ppx_kv_cache_new (PPX_ERROR_INVALID here). */
 PpxTensor *ppx_tensor_new (PpxBackend *be, PpxTensorType type, gsize n, GError **error);
-/* A view of n elements at element offset `off` of a tensor; free it before its parent. */
+/* A view of n elements at element offset `off` of a tensor; free it before its parent. A view of an FP8
+ * cache covers values only (no scales), so it is not a cache. */
 PpxTensor *ppx_tensor_view (PpxTensor *parent, gsize off, gsize n);
 void ppx_tensor_free (PpxTensor *t);
 gsize ppx_tensor_numel (const PpxTensor *t);
+PpxTensorType ppx_tensor_type (const PpxTensor *t);
+/* Device bytes of the tensor's storage: elements, plus an FP8 cache's scales. */
+gsize ppx_tensor_bytes (const PpxTensor *t);
+/* Offsets and counts are in elements of the tensor's type (bytes of values for FP8). */
 void ppx_tensor_upload (PpxTensor *t, gsize off, const void *host, gsize n);
 void ppx_tensor_download (PpxTensor *t, gsize off, void *host, gsize n); /* waits for queued work */
-void ppx_tensor_fill (PpxTensor *t, float value);                         /* f32 value or int (cast) */
-/* dst[r*dld + doff + c] = src[r*sld + soff + c] for r < rows, c < cols (element units). */
+/* The whole storage, ppx_tensor_bytes(t) bytes, as stored (a cache's values, padding, then its scales):
+ * for tests and snapshots. download_raw waits. */
+void ppx_tensor_upload_raw (PpxTensor *t, const void *host);
+void ppx_tensor_download_raw (PpxTensor *t, void *host);
+void ppx_tensor_fill (PpxTensor *t, float value);                         /* F32: value; I32: (int) value */
+/* dst[r*dld + doff + c] = src[r*sld + soff + c] for r < rows, c < cols (element units; F32/I32 tensors). */
 void ppx_tensor_copy2d (PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *src, gsize soff, gsize sld,
                         gsize rows, gsize cols);
 
 /* ---- KV caches ---- */
-/* A K or V cache of n_slots x cap positions x H*Dh values stored as fmt (PPX_KV_AUTO: bf16), for
- * ppx_op_attention's kcache/vcache; FP8 keeps one f32 scale per (slot, position, head) beside the values.
- * PPX_ERROR_UNSUPPORTED when this backend cannot store fmt. */
+/* A K or V cache for ppx_op_attention: n_slots x cap positions x H*Dh values stored as fmt (PPX_KV_AUTO:
+ * bf16), zero-filled. The tensor's elements are the values, [n_slots, cap, H*Dh], of type F32, BF16 or FP8
+ * (numel, upload and download address them). An FP8 cache also keeps one f32 scale per (slot, head,
+ * position) in the same allocation, after the values at byte offset round_up(numel, 16), laid out
+ * [n_slots, H, cap] (contiguous over positions, so a head's scales stream with its values). The
+ * conversions (bf16 round to nearest even; e4m3 with scale amax/448, saturating, round to nearest even)
+ * are in kv-format.h, shared by every backend so their caches hold the same bits.
+ * PPX_ERROR_UNSUPPORTED when this backend cannot store fmt, PPX_ERROR_INVALID for an empty shape. */
 PpxTensor *ppx_kv_cache_new (PpxBackend *be, PpxKvFormat fmt, int n_slots, int cap, int H, int Dh, GError **error);
-/* Device bytes of such a cache. */
+/* Device bytes of such a cache (values, plus the FP8 scales and the padding before them). */
 guint64 ppx_kv_cache_bytes (PpxKvFormat fmt, gsize n_slots, int cap, int H, int Dh);
 
 /* ---- weights ---- */
@@ -128,7 +144,10 @@ void ppx_op_rope (PpxBackend *be, PpxTensor *qkv, const PpxTensor *pos, gsize ro
  * kv_slot[M] (i32): which cache slot each session uses; the caches are [n_slots, cap, H*Dh] each.
  * The new k/v are written at ring index pos % cap first. A query at position q attends the keys with
  * positions p, max(0, E - cap + 1) <= p <= q and q - p < context, where E is the session's last position
- * in this call + 1 (the reference's ring behaviour, see the spec §3.4). Output out [M*T, H*Dh]. */
+ * in this call + 1 (the reference's ring behaviour, see the spec §3.4); a query with no such key gets
+ * zeros. Output out [M*T, H*Dh]. kcache and vcache are F32, BF16 or FP8 caches (ppx_kv_cache_new; the
+ * two of one format): the new rows are written converted and every key and value is read back converted
+ * to f32, so an F32 cache gives exactly the reference's numerics. */
 void ppx_op_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, const PpxTensor *kv_slot,
                        PpxTensor *kcache, PpxTensor *vcache, PpxTensor *out, int M, int T, int H, int Dh, int cap,
                        int context);

@@ -36,6 +36,7 @@
 #include "gstppenums.h"
 #include "gstppmessages.h"
 #include "gstppstream.h"
+#include "gstpptextpad.h"
 #include "gstpptokens.h"
 
 GST_DEBUG_CATEGORY (gst_personaplex_duplex_debug);
@@ -288,6 +289,7 @@ gst_personaplex_duplex_init (GstPersonaplexDuplex * self)
   self->textpad =
       gst_pad_new_from_static_template (&text_src_template, "text_src");
   gst_pp_stream_setup_pads (self);
+  gst_pp_text_pad_init (self);
   gst_element_add_pad (GST_ELEMENT (self), self->sinkpad);
   gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
   gst_element_add_pad (GST_ELEMENT (self), self->textpad);
@@ -329,6 +331,7 @@ gst_personaplex_duplex_finalize (GObject * object)
   g_free (s->model_instance_id);
   gst_flow_combiner_free (self->flow_combiner);
   g_object_unref (self->adapter);
+  gst_pp_text_pad_finalize (self);
 
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
@@ -383,22 +386,12 @@ gst_personaplex_duplex_set_property (GObject * object, guint prop_id,
       g_free (s->text_prompt);
       s->text_prompt = g_value_dup_string (value);
       break;
-    case PROP_TEXT_PROMPT_TOKENS:{
-      const gchar *str = g_value_get_string (value);
-      GError *err = NULL;
-      GArray *tokens = gst_pp_parse_token_list (str, &err);
-
-      if (tokens == NULL) {
-        g_warning ("%s: %s; text-prompt-tokens left unchanged",
-            GST_OBJECT_NAME (self), err->message);
-        g_error_free (err);
-        break;
-      }
-      g_array_unref (tokens);
+    case PROP_TEXT_PROMPT_TOKENS:
+      /* checked when the element starts: a bad list fails the state change
+       * with an error naming the item */
       g_free (s->text_prompt_tokens);
-      s->text_prompt_tokens = g_strdup (str);
+      s->text_prompt_tokens = g_value_dup_string (value);
       break;
-    }
     case PROP_GREEDY:
       s->greedy = g_value_get_boolean (value);
       break;
@@ -581,10 +574,10 @@ post_library_error (GstPersonaplexDuplex * self, const gchar * what,
 
 /* Copies the settings that apply at start into library parameters. The
  * strings are owned by @strings and freed with it. */
-static void
+static gboolean
 settings_to_params (GstPersonaplexDuplex * self, PpxModelParams * mp,
     PpxSessionParams * sp, GArray ** tokens, GPtrArray * strings,
-    gchar ** instance_id)
+    gchar ** instance_id, GError ** error)
 {
   GstPersonaplexSettings *s = &self->settings;
 
@@ -606,8 +599,7 @@ settings_to_params (GstPersonaplexDuplex * self, PpxModelParams * mp,
   sp->voice_cache_dir = g_ptr_array_index (strings, strings->len - 1);
   g_ptr_array_add (strings, g_strdup (s->text_prompt));
   sp->text_prompt = g_ptr_array_index (strings, strings->len - 1);
-  /* validated when set */
-  *tokens = gst_pp_parse_token_list (s->text_prompt_tokens, NULL);
+  *tokens = gst_pp_parse_token_list (s->text_prompt_tokens, error);
   sp->greedy = s->greedy;
   sp->seed = s->seed;
   sp->temp_audio = s->temp_audio;
@@ -616,10 +608,13 @@ settings_to_params (GstPersonaplexDuplex * self, PpxModelParams * mp,
   sp->topk_text = s->topk_text;
   GST_OBJECT_UNLOCK (self);
 
-  if (*tokens && (*tokens)->len > 0) {
+  if (*tokens == NULL)
+    return FALSE;
+  if ((*tokens)->len > 0) {
     sp->text_prompt_tokens = (const int *) (*tokens)->data;
     sp->n_text_prompt_tokens = (*tokens)->len;
   }
+  return TRUE;
 }
 
 static gboolean
@@ -634,7 +629,13 @@ open_model (GstPersonaplexDuplex * self)
   GstPpModelHandle *handle;
   PpxModel *model;
 
-  settings_to_params (self, &mp, &sp, &tokens, strings, &instance_id);
+  if (!settings_to_params (self, &mp, &sp, &tokens, strings, &instance_id,
+          &err)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", err->message),
+        (NULL));
+    g_error_free (err);
+    return FALSE;
+  }
   if (mp.model_dir == NULL || mp.model_dir[0] == '\0') {
     GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND,
         ("No model directory: set the model-dir property"), (NULL));

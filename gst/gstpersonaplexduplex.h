@@ -31,7 +31,7 @@ typedef struct
   gboolean voice_normalize;
   gchar *voice_cache_dir;       /* where computed audio voice prompts are cached; NULL: none */
   gchar *text_prompt;
-  gchar *text_prompt_tokens;    /* "1,2,3" as set; validated on set */
+  gchar *text_prompt_tokens;    /* "1,2,3" as set; checked when starting */
   gboolean greedy;
   guint64 seed;
   gfloat temp_audio, temp_text;
@@ -89,6 +89,16 @@ struct _GstPersonaplexDuplex
   gfloat *in_frame;
   gfloat *out_frame;
   guint8 *raw_frame;
+
+  /* text_src's own streaming thread (gstpptextpad.c): what waits for it,
+   * guarded by text_lock. */
+  GMutex text_lock;
+  GCond text_cond;
+  GQueue text_items;            /* GstBuffer / serialized GstEvent */
+  gboolean text_flushing;
+  gboolean text_warned;
+  GstFlowReturn text_flow;      /* the peer's answer to the last buffer */
+  gboolean text_caps_queued;    /* caps queued for this stream (sink stream lock) */
 
   /* Upstream SEEKs arrive on both source pads; forward each seqnum once. */
   guint32 last_seek_seqnum;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "gstppmessages.h"
+#include "gstpptextpad.h"
 
 #define GST_CAT_DEFAULT gst_personaplex_duplex_debug
 
@@ -96,6 +97,7 @@ gst_pp_stream_start (GstPersonaplexDuplex * self)
       DISCONT_WAIT);
   gst_audio_info_init (&self->info);
   self->have_caps = FALSE;
+  self->text_caps_queued = FALSE;
   gst_segment_init (&self->segment, GST_FORMAT_TIME);
   gst_flow_combiner_reset (self->flow_combiner);
   reset_timeline (self);
@@ -271,7 +273,9 @@ push_audio (GstPersonaplexDuplex * self, guint n_samples,
 }
 
 /* A text buffer, or a GAP event when the frame has no text (so that
- * downstream of text_src, e.g. a muxer, keeps moving). */
+ * downstream of text_src, e.g. a muxer, keeps moving), queued for text_src's
+ * own thread (gstpptextpad.c). Returns the flow of the last text buffer that
+ * thread pushed. */
 static GstFlowReturn
 push_text (GstPersonaplexDuplex * self, const gchar * text,
     const GstPpFramePosition * pos)
@@ -279,14 +283,15 @@ push_text (GstPersonaplexDuplex * self, const gchar * text,
   GstBuffer *buf;
 
   if (text == NULL || text[0] == '\0') {
-    gst_pad_push_event (self->textpad,
-        gst_event_new_gap (pos->pts, pos->duration));
-    return GST_FLOW_OK;
+    gst_pp_text_pad_queue (self, GST_MINI_OBJECT_CAST (gst_event_new_gap
+            (pos->pts, pos->duration)));
+  } else {
+    buf = gst_buffer_new_memdup (text, strlen (text));
+    GST_BUFFER_PTS (buf) = pos->pts;
+    GST_BUFFER_DURATION (buf) = pos->duration;
+    gst_pp_text_pad_queue (self, GST_MINI_OBJECT_CAST (buf));
   }
-  buf = gst_buffer_new_memdup (text, strlen (text));
-  GST_BUFFER_PTS (buf) = pos->pts;
-  GST_BUFFER_DURATION (buf) = pos->duration;
-  return gst_pad_push (self->textpad, buf);
+  return gst_pp_text_pad_last_flow (self);
 }
 
 /* Steps the frame in self->in_frame (frame_size samples, of which the
@@ -319,18 +324,13 @@ step_and_push (GstPersonaplexDuplex * self, guint n_samples)
   if (frame_messages)
     frame_msg = gst_pp_frame_message_new (GST_OBJECT (self), &res, &pos);
 
-  /* Text first: during preroll the audio sink blocks our thread on the
-   * first audio buffer, so text_src must have prerolled by then (through
-   * the queue that its branch needs, as after a demuxer). */
+  /* The text goes to text_src's own thread, so a text branch without a
+   * queue does not block the audio during preroll. */
   ret = push_text (self, res.text, &pos);
+  gst_flow_combiner_update_pad_flow (self->flow_combiner, self->textpad, ret);
+  ret = push_audio (self, n_samples, &pos);
   ret = gst_flow_combiner_update_pad_flow (self->flow_combiner,
-      self->textpad, ret);
-  if (ret == GST_FLOW_OK || ret == GST_FLOW_NOT_LINKED) {
-    GstFlowReturn audio_ret = push_audio (self, n_samples, &pos);
-
-    ret = gst_flow_combiner_update_pad_flow (self->flow_combiner,
-        self->srcpad, audio_ret);
-  }
+      self->srcpad, ret);
 
   if (frame_msg)
     gst_element_post_message (GST_ELEMENT (self), frame_msg);
@@ -465,6 +465,7 @@ sink_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
 {
   GstPersonaplexDuplex *self = GST_PERSONAPLEX_DUPLEX (parent);
   gsize size = gst_buffer_get_size (buffer);
+  gsize carried;
   guint n_samples;
   GstFlowReturn ret;
 
@@ -474,16 +475,17 @@ sink_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
     gst_buffer_unref (buffer);
     return GST_FLOW_NOT_NEGOTIATED;
   }
-  if (size % self->info.bpf != 0) {
-    GST_WARNING_OBJECT (self, "buffer of %" G_GSIZE_FORMAT " bytes is not "
-        "a whole number of samples; dropping the partial sample", size);
-    buffer = gst_buffer_make_writable (buffer);
-    size -= size % self->info.bpf;
-    gst_buffer_resize (buffer, 0, size);
-  }
-  n_samples = size / self->info.bpf;
-  if (n_samples == 0) {
+  /* Buffers need not hold whole samples (a 16-bit stream cut at an odd
+   * byte): the bytes of a split sample wait in the adapter for the rest.
+   * @n_samples counts the samples this buffer completes. */
+  carried = gst_adapter_available (self->adapter) % self->info.bpf;
+  n_samples = (carried + size) / self->info.bpf;
+  if (size == 0) {
     gst_buffer_unref (buffer);
+    return GST_FLOW_OK;
+  }
+  if (n_samples == 0) {
+    gst_adapter_push (self->adapter, buffer);
     return GST_FLOW_OK;
   }
 
@@ -582,11 +584,13 @@ handle_caps (GstPersonaplexDuplex * self, GstEvent * event)
   src_caps = gst_audio_info_to_caps (&info);
   ok = gst_pad_push_event (self->srcpad, gst_event_new_caps (src_caps));
   gst_caps_unref (src_caps);
-  if (!gst_pad_has_current_caps (self->textpad)) {
+  if (!self->text_caps_queued) {
     GstCaps *text_caps = gst_pad_get_pad_template_caps (self->textpad);
 
-    gst_pad_push_event (self->textpad, gst_event_new_caps (text_caps));
+    gst_pp_text_pad_queue (self,
+        GST_MINI_OBJECT_CAST (gst_event_new_caps (text_caps)));
     gst_caps_unref (text_caps);
+    self->text_caps_queued = TRUE;
   }
   gst_event_unref (event);
   if (!ok)
@@ -611,7 +615,19 @@ handle_stream_start (GstPersonaplexDuplex * self, GstEvent * event)
   if (gst_event_parse_group_id (event, &group_id))
     gst_event_set_group_id (text_event, group_id);
   gst_event_set_seqnum (text_event, gst_event_get_seqnum (event));
-  gst_pad_push_event (self->textpad, text_event);
+  gst_pp_text_pad_queue (self, GST_MINI_OBJECT_CAST (text_event));
+  return gst_pad_push_event (self->srcpad, event);
+}
+
+/* Serialized events go to src directly and to text_src through its queue
+ * (pushing them on text_src here would wait for its thread); the others
+ * to both pads at once. */
+static gboolean
+forward_event (GstPersonaplexDuplex * self, GstEvent * event)
+{
+  if (!GST_EVENT_IS_SERIALIZED (event))
+    return gst_pad_event_default (self->sinkpad, GST_OBJECT (self), event);
+  gst_pp_text_pad_queue (self, GST_MINI_OBJECT_CAST (gst_event_ref (event)));
   return gst_pad_push_event (self->srcpad, event);
 }
 
@@ -643,23 +659,34 @@ sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
       } else {
         gst_segment_copy_into (segment, &self->segment);
       }
-      return gst_pad_event_default (pad, parent, event);
+      return forward_event (self, event);
     }
     case GST_EVENT_GAP:
       return handle_gap (self, event);
     case GST_EVENT_EOS:
       step_partial_frame (self);
       post_stats (self);
-      return gst_pad_event_default (pad, parent, event);
-    case GST_EVENT_FLUSH_STOP:
+      return forward_event (self, event);
+    case GST_EVENT_FLUSH_START:{
+      gboolean ok = gst_pad_event_default (pad, parent, event);
+
+      gst_pp_text_pad_flush_start (self);
+      return ok;
+    }
+    case GST_EVENT_FLUSH_STOP:{
+      gboolean ok;
+
       /* serialized: the chain function has returned */
       reset_timeline (self);
       reset_conversation (self);
       gst_segment_init (&self->segment, GST_FORMAT_TIME);
       gst_flow_combiner_reset (self->flow_combiner);
-      return gst_pad_event_default (pad, parent, event);
+      ok = gst_pad_push_event (self->srcpad, gst_event_ref (event));
+      /* as gst_pad_event_default: TRUE when one pad took it */
+      return gst_pp_text_pad_flush_stop (self, event) || ok;
+    }
     default:
-      return gst_pad_event_default (pad, parent, event);
+      return forward_event (self, event);
   }
 }
 

@@ -6,7 +6,12 @@
  *
  * must reproduce the reference's lm_run_pcm (max abs err 1e-4, truncated to
  * the input length) and lm_run_out_tokens exactly (from the
- * personaplex-frame messages). Skips (77) without the golden data. */
+ * personaplex-frame messages). Then the same with 16-bit samples: user_pcm
+ * rounded to S16LE, pushed in chunks of an odd number of bytes (samples cut
+ * in two), and text_src straight into a fakesink (no queue): the same tokens
+ * exactly, and the reference's PCM to 16-bit rounding (clipped to 16-bit
+ * full scale where the reference exceeds it). Skips (77) without the golden
+ * data. */
 #include "test-element-util.h"
 
 #include <gst/app/app.h>
@@ -15,7 +20,10 @@
 #include "safetensors.h"
 
 #define CHUNK 1001              /* not a divisor of the frame */
+#define S16_CHUNK_BYTES 2001    /* odd: samples cut in two */
 #define PCM_TOLERANCE 1e-4
+/* 16-bit output: half a step of rounding, plus the float tolerance */
+#define S16_TOLERANCE (0.5 / 32768 + PCM_TOLERANCE)
 
 static void
 write_wav (const char *path, const float *pcm, gint64 n)
@@ -42,75 +50,92 @@ need (PpxSafetensors * st, const char *name)
   return t;
 }
 
-int
-main (int argc, char **argv)
+typedef struct
 {
-  const char *golden = ppx_test_golden_or_skip ();
-  g_autofree char *golden_st = g_build_filename (golden, "golden.safetensors",
-      NULL);
+  const char *model_dir, *voice_wav, *tokens;
+  const float *user;
+  gint64 n_samples;
+} GoldenInput;
+
+/* Runs the conversation with the input as F32LE or S16LE; returns the
+ * agent's audio (as floats) and fills @frames with the 17 tokens of each
+ * frame. */
+static GArray *
+run_pipeline (const GoldenInput * in, gboolean s16, GArray * frames)
+{
   g_autoptr (GError) err = NULL;
-  PpxSafetensors *st;
-  const PpxStTensor *user_t, *voice_t, *pcm_t, *tok_t;
-  char *model_dir, *tmp, *voice_wav, *tokens;
+  GArray *out = g_array_new (FALSE, FALSE, sizeof (float));
   GstElement *pipeline, *src, *pp, *sink;
   GstBus *bus;
   GstMessage *msg;
-  GArray *out = g_array_new (FALSE, FALSE, sizeof (float));
-  GArray *frames = g_array_new (FALSE, FALSE, sizeof (int) * 17);
-  gint64 S, T, done;
-  double max_err = 0;
-  gint64 token_mismatches = 0, i;
+  GstCaps *caps;
   gboolean eos = FALSE;
+  gint64 done;
 
-  gst_init (&argc, &argv);
-  st = ppx_st_open (golden_st, &err);
-  g_assert_no_error (err);
-  user_t = need (st, "user_pcm");
-  voice_t = need (st, "voice_pcm");
-  pcm_t = need (st, "lm_run_pcm");
-  tok_t = need (st, "lm_run_out_tokens");
-  S = user_t->shape[0];
-  T = tok_t->shape[0];
-  g_assert_cmpint (T, ==, (S + PPX_FRAME - 1) / PPX_FRAME);
-  g_assert_cmpint (tok_t->shape[1], ==, 17);
-
-  model_dir = ppx_test_golden_model_dir (golden);
-  tmp = g_dir_make_tmp ("ppx-golden-voice-XXXXXX", &err);
-  g_assert_no_error (err);
-  voice_wav = g_build_filename (tmp, "voice.wav", NULL);
-  write_wav (voice_wav, voice_t->data, voice_t->shape[0]);
-  tokens = ppx_test_golden_prompt_tokens (golden);
-
+  /* with 16 bits, text_src goes to a sink directly (no queue) */
   pipeline = gst_parse_launch ("appsrc name=src format=time ! "
       "personaplexduplex name=pp greedy=true voice-normalize=false "
       "frame-messages=true stats-interval=0 ! appsink name=sink sync=false "
-      "wait-on-eos=false "
-      "pp.text_src ! queue ! fakesink sync=false", &err);
+      "wait-on-eos=false ", &err);
   g_assert_no_error (err);
+  {
+    GstElement *pp0 = gst_bin_get_by_name (GST_BIN (pipeline), "pp");
+    GstElement *tsink = gst_element_factory_make ("fakesink", NULL);
+
+    g_object_set (tsink, "sync", FALSE, NULL);
+    gst_bin_add (GST_BIN (pipeline), tsink);
+    if (s16) {
+      g_assert_true (gst_element_link_pads (pp0, "text_src", tsink, NULL));
+    } else {
+      GstElement *queue = gst_element_factory_make ("queue", NULL);
+
+      gst_bin_add (GST_BIN (pipeline), queue);
+      g_assert_true (gst_element_link_pads (pp0, "text_src", queue, NULL));
+      g_assert_true (gst_element_link (queue, tsink));
+    }
+    gst_object_unref (pp0);
+  }
   src = gst_bin_get_by_name (GST_BIN (pipeline), "src");
   pp = gst_bin_get_by_name (GST_BIN (pipeline), "pp");
   sink = gst_bin_get_by_name (GST_BIN (pipeline), "sink");
-  g_object_set (pp, "model-dir", model_dir, "voice-prompt", voice_wav,
-      "text-prompt-tokens", tokens, NULL);
-  {
-    GstCaps *caps = gst_caps_from_string (PPX_F32_CAPS);
-    g_object_set (src, "caps", caps, NULL);
-    gst_caps_unref (caps);
-  }
+  g_object_set (pp, "model-dir", in->model_dir, "voice-prompt", in->voice_wav,
+      "text-prompt-tokens", in->tokens, NULL);
+  caps = gst_caps_from_string (s16 ? PPX_S16_CAPS : PPX_F32_CAPS);
+  g_object_set (src, "caps", caps, NULL);
+  gst_caps_unref (caps);
   g_assert_cmpint (gst_element_set_state (pipeline, GST_STATE_PLAYING), !=,
       GST_STATE_CHANGE_FAILURE);
 
-  for (done = 0; done < S; done += CHUNK) {
-    guint n = MIN (CHUNK, S - done);
-    GstBuffer *buf = gst_buffer_new_memdup ((const float *) user_t->data + done,
-        n * sizeof (float));
+  if (s16) {
+    gint16 *pcm = g_new (gint16, in->n_samples);
+    gsize total = in->n_samples * 2;
 
-    GST_BUFFER_PTS (buf) = gst_util_uint64_scale_int (done, GST_SECOND,
-        PPX_RATE);
-    GST_BUFFER_DURATION (buf) = gst_util_uint64_scale_int (done + n,
-        GST_SECOND, PPX_RATE) - GST_BUFFER_PTS (buf);
-    g_assert_cmpint (gst_app_src_push_buffer (GST_APP_SRC (src), buf), ==,
-        GST_FLOW_OK);
+    for (done = 0; done < in->n_samples; done++) {
+      float x = CLAMP (in->user[done] * 32768.0f, -32768.0f, 32767.0f);
+
+      pcm[done] = (gint16) lrintf (x);
+    }
+    for (done = 0; done < (gint64) total; done += S16_CHUNK_BYTES) {
+      gsize n = MIN (S16_CHUNK_BYTES, total - done);
+
+      g_assert_cmpint (gst_app_src_push_buffer (GST_APP_SRC (src),
+              gst_buffer_new_memdup ((const guint8 *) pcm + done, n)), ==,
+          GST_FLOW_OK);
+    }
+    g_free (pcm);
+  } else {
+    for (done = 0; done < in->n_samples; done += CHUNK) {
+      guint n = MIN (CHUNK, in->n_samples - done);
+      GstBuffer *buf = gst_buffer_new_memdup (in->user + done,
+          n * sizeof (float));
+
+      GST_BUFFER_PTS (buf) = gst_util_uint64_scale_int (done, GST_SECOND,
+          PPX_RATE);
+      GST_BUFFER_DURATION (buf) = gst_util_uint64_scale_int (done + n,
+          GST_SECOND, PPX_RATE) - GST_BUFFER_PTS (buf);
+      g_assert_cmpint (gst_app_src_push_buffer (GST_APP_SRC (src), buf), ==,
+          GST_FLOW_OK);
+    }
   }
   gst_app_src_end_of_stream (GST_APP_SRC (src));
 
@@ -118,7 +143,7 @@ main (int argc, char **argv)
   while (!eos) {
     msg = gst_bus_timed_pop (bus, 120 * GST_SECOND);
     if (!msg)
-      g_error ("timeout waiting for EOS");
+      g_error ("timeout waiting for EOS (%s input)", s16 ? "S16LE" : "F32LE");
     switch (GST_MESSAGE_TYPE (msg)) {
       case GST_MESSAGE_ERROR:{
         gchar *debug = NULL;
@@ -155,20 +180,52 @@ main (int argc, char **argv)
     while ((sample = gst_app_sink_try_pull_sample (GST_APP_SINK (sink), 0))) {
       GstBuffer *buf = gst_sample_get_buffer (sample);
       GstMapInfo map;
+      gsize k;
 
       gst_buffer_map (buf, &map, GST_MAP_READ);
-      g_array_append_vals (out, map.data, map.size / sizeof (float));
+      if (s16) {
+        for (k = 0; k < map.size / 2; k++) {
+          float x = ((const gint16 *) map.data)[k] / 32768.0f;
+
+          g_array_append_val (out, x);
+        }
+      } else {
+        g_array_append_vals (out, map.data, map.size / sizeof (float));
+      }
       gst_buffer_unmap (buf, &map);
       gst_sample_unref (sample);
     }
   }
 
+  gst_element_set_state (pipeline, GST_STATE_NULL);
+  gst_object_unref (bus);
+  gst_object_unref (src);
+  gst_object_unref (pp);
+  gst_object_unref (sink);
+  gst_object_unref (pipeline);
+  return out;
+}
+
+/* Compares one run with the reference; returns the max abs PCM error. With
+ * 16 bits, the reference is first clipped to 16-bit full scale. */
+static double
+check_run (const char *what, GArray * out, GArray * frames,
+    const PpxStTensor * pcm_t, const PpxStTensor * tok_t, gint64 S,
+    gboolean s16)
+{
+  gint64 T = tok_t->shape[0], token_mismatches = 0, i;
+  double max_err = 0;
+
   /* audio: exactly as long as the input, equal to the reference */
   g_assert_cmpint (out->len, ==, S);
   g_assert_cmpint (pcm_t->shape[0], >=, S);
   for (i = 0; i < S; i++) {
-    double e = fabs (g_array_index (out, float, i) -
-        ((const float *) pcm_t->data)[i]);
+    float want = ((const float *) pcm_t->data)[i];
+    double e;
+
+    if (s16)
+      want = CLAMP (want, -1.0f, 32767.0f / 32768.0f);
+    e = fabs (g_array_index (out, float, i) - want);
     max_err = MAX (max_err, e);
   }
   /* tokens: one row per frame, equal to the reference */
@@ -179,25 +236,68 @@ main (int argc, char **argv)
 
     if (got != want) {
       if (token_mismatches < 10)
-        g_printerr ("frame %" G_GINT64_FORMAT " token %" G_GINT64_FORMAT
-            ": got %d expected %" G_GINT64_FORMAT "\n", i / 17, i % 17, got,
-            want);
+        g_printerr ("%s: frame %" G_GINT64_FORMAT " token %" G_GINT64_FORMAT
+            ": got %d expected %" G_GINT64_FORMAT "\n", what, i / 17, i % 17,
+            got, want);
       token_mismatches++;
     }
   }
-  g_printerr ("element golden: %" G_GINT64_FORMAT " frames, %" G_GINT64_FORMAT
-      " token mismatches, PCM max abs err %.3g\n", T, token_mismatches,
-      max_err);
+  g_printerr ("element golden (%s): %" G_GINT64_FORMAT " frames, %"
+      G_GINT64_FORMAT " token mismatches, PCM max abs err %.3g\n", what, T,
+      token_mismatches, max_err);
   g_assert_cmpint (token_mismatches, ==, 0);
-  g_assert_cmpfloat (max_err, <=, PCM_TOLERANCE);
+  return max_err;
+}
 
-  gst_element_set_state (pipeline, GST_STATE_NULL);
-  gst_object_unref (bus);
-  gst_object_unref (src);
-  gst_object_unref (pp);
-  gst_object_unref (sink);
-  gst_object_unref (pipeline);
+int
+main (int argc, char **argv)
+{
+  const char *golden = ppx_test_golden_or_skip ();
+  g_autofree char *golden_st = g_build_filename (golden, "golden.safetensors",
+      NULL);
+  g_autoptr (GError) err = NULL;
+  PpxSafetensors *st;
+  const PpxStTensor *user_t, *voice_t, *pcm_t, *tok_t;
+  char *model_dir, *tmp, *voice_wav, *tokens;
+  GArray *out, *frames = g_array_new (FALSE, FALSE, sizeof (int) * 17);
+  GoldenInput in;
+  gint64 S, T;
+
+  gst_init (&argc, &argv);
+  st = ppx_st_open (golden_st, &err);
+  g_assert_no_error (err);
+  user_t = need (st, "user_pcm");
+  voice_t = need (st, "voice_pcm");
+  pcm_t = need (st, "lm_run_pcm");
+  tok_t = need (st, "lm_run_out_tokens");
+  S = user_t->shape[0];
+  T = tok_t->shape[0];
+  g_assert_cmpint (T, ==, (S + PPX_FRAME - 1) / PPX_FRAME);
+  g_assert_cmpint (tok_t->shape[1], ==, 17);
+
+  model_dir = ppx_test_golden_model_dir (golden);
+  tmp = g_dir_make_tmp ("ppx-golden-voice-XXXXXX", &err);
+  g_assert_no_error (err);
+  voice_wav = g_build_filename (tmp, "voice.wav", NULL);
+  write_wav (voice_wav, voice_t->data, voice_t->shape[0]);
+  tokens = ppx_test_golden_prompt_tokens (golden);
+  in.model_dir = model_dir;
+  in.voice_wav = voice_wav;
+  in.tokens = tokens;
+  in.user = user_t->data;
+  in.n_samples = S;
+
+  out = run_pipeline (&in, FALSE, frames);
+  g_assert_cmpfloat (check_run ("F32LE", out, frames, pcm_t, tok_t, S, FALSE),
+      <=, PCM_TOLERANCE);
   g_array_unref (out);
+
+  g_array_set_size (frames, 0);
+  out = run_pipeline (&in, TRUE, frames);
+  g_assert_cmpfloat (check_run ("S16LE", out, frames, pcm_t, tok_t, S, TRUE),
+      <=, S16_TOLERANCE);
+  g_array_unref (out);
+
   g_array_unref (frames);
   ppx_st_close (st);
   ppx_test_remove_dir (tmp);

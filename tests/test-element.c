@@ -346,6 +346,149 @@ GST_START_TEST (test_s16le)
 
 GST_END_TEST;
 
+/* 16-bit input cut at odd byte offsets (as a byte stream may be) is the
+ * same conversation as the same samples in whole-sample buffers, and as
+ * the same samples given as F32LE (x / 32768): same frames, same tokens;
+ * the 16-bit answer is the float answer rounded to 16 bits. */
+static GArray *
+run_s16_bytes (const gint16 * pcm, guint total, const guint * sizes,
+    guint n_sizes, GArray * tokens)
+{
+  GstElement *el = new_element (NULL);
+  GstHarness *h;
+  GstBus *bus = gst_bus_new ();
+  GArray *out = g_array_new (FALSE, FALSE, sizeof (float));
+  const guint8 *bytes = (const guint8 *) pcm;
+  gsize done = 0;
+  GstBuffer *buf;
+  GstMessage *msg;
+  guint i = 0;
+
+  g_object_set (el, "frame-messages", TRUE, NULL);
+  gst_element_set_bus (el, bus);
+  h = new_harness_for (el, PPX_S16_CAPS);
+  while (done < total * 2) {
+    gsize n = MIN (sizes[i++ % n_sizes], total * 2 - done);
+
+    fail_unless_equals_int (gst_harness_push (h,
+            gst_buffer_new_memdup (bytes + done, n)), GST_FLOW_OK);
+    done += n;
+  }
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+  while ((buf = gst_harness_try_pull (h))) {
+    GstMapInfo map;
+    gsize k;
+
+    gst_buffer_map (buf, &map, GST_MAP_READ);
+    for (k = 0; k < map.size / 2; k++) {
+      float x = ((const gint16 *) map.data)[k] / 32768.0f;
+      g_array_append_val (out, x);
+    }
+    gst_buffer_unmap (buf, &map);
+    gst_buffer_unref (buf);
+  }
+  while ((msg = ppx_test_pop_element_message (bus, "personaplex-frame", 0))) {
+    const GValue *v = gst_structure_get_value (gst_message_get_structure
+        (msg), "tokens");
+    guint k;
+
+    for (k = 0; k < gst_value_array_get_size (v); k++) {
+      gint t = g_value_get_int (gst_value_array_get_value (v, k));
+      g_array_append_val (tokens, t);
+    }
+    gst_message_unref (msg);
+  }
+  gst_element_set_bus (el, NULL);
+  gst_object_unref (bus);
+  gst_harness_teardown (h);
+  gst_object_unref (el);
+  return out;
+}
+
+GST_START_TEST (test_s16le_odd_bytes)
+{
+  static const guint whole[] = { 2 * 1500 };
+  static const guint odd[] = { 1001, 3, 4095, 1 };
+  const guint total = 5 * PPX_FRAME + 333;
+  gint16 *pcm = g_new (gint16, total);
+  GArray *tok_whole = g_array_new (FALSE, FALSE, sizeof (gint));
+  GArray *tok_odd = g_array_new (FALSE, FALSE, sizeof (gint));
+  GArray *tok_f32 = g_array_new (FALSE, FALSE, sizeof (gint));
+  GArray *a, *b, *f;
+  GstElement *el;
+  GstHarness *h;
+  GstBus *bus = gst_bus_new ();
+  GstBuffer *buf;
+  GstMapInfo map;
+  GstMessage *msg;
+  guint i;
+
+  for (i = 0; i < total; i++)
+    pcm[i] = (gint16) (12000 * sin (2 * G_PI * 230 * i / PPX_RATE) +
+        3000 * sin (2 * G_PI * 1770 * i / PPX_RATE));
+  a = run_s16_bytes (pcm, total, whole, 1, tok_whole);
+  b = run_s16_bytes (pcm, total, odd, G_N_ELEMENTS (odd), tok_odd);
+  fail_unless_equals_int (a->len, total);
+  fail_unless (has_energy (a));
+  assert_same_samples (b, a);
+  fail_unless_equals_int (tok_whole->len, 6 * 17);
+  fail_unless_equals_int (tok_odd->len, tok_whole->len);
+  fail_unless (memcmp (tok_odd->data, tok_whole->data,
+          tok_whole->len * sizeof (gint)) == 0, "tokens differ");
+
+  /* the same samples as F32LE */
+  el = new_element (NULL);
+  g_object_set (el, "frame-messages", TRUE, NULL);
+  gst_element_set_bus (el, bus);
+  h = new_harness_for (el, PPX_F32_CAPS);
+  buf = gst_buffer_new_allocate (NULL, total * sizeof (float), NULL);
+  gst_buffer_map (buf, &map, GST_MAP_WRITE);
+  for (i = 0; i < total; i++)
+    ((float *) map.data)[i] = pcm[i] / 32768.0f;
+  gst_buffer_unmap (buf, &map);
+  GST_BUFFER_PTS (buf) = 0;
+  fail_unless_equals_int (gst_harness_push (h, buf), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+  f = pull_all_checked (h, 0, &i);
+  while ((msg = ppx_test_pop_element_message (bus, "personaplex-frame", 0))) {
+    const GValue *v = gst_structure_get_value (gst_message_get_structure
+        (msg), "tokens");
+    guint k;
+
+    for (k = 0; k < gst_value_array_get_size (v); k++) {
+      gint t = g_value_get_int (gst_value_array_get_value (v, k));
+      g_array_append_val (tok_f32, t);
+    }
+    gst_message_unref (msg);
+  }
+  fail_unless_equals_int (tok_f32->len, tok_whole->len);
+  fail_unless (memcmp (tok_f32->data, tok_whole->data,
+          tok_whole->len * sizeof (gint)) == 0,
+      "16-bit input gives other tokens than float input");
+  fail_unless_equals_int (f->len, a->len);
+  for (i = 0; i < f->len; i++) {
+    float want = CLAMP (g_array_index (f, float, i), -1.0f, 32767 / 32768.0f);
+
+    fail_unless (fabsf (g_array_index (a, float, i) - want) <= 0.5f / 32768,
+        "sample %u: 16-bit %g, float %g", i, g_array_index (a, float, i),
+        g_array_index (f, float, i));
+  }
+
+  gst_element_set_bus (el, NULL);
+  gst_object_unref (bus);
+  gst_harness_teardown (h);
+  gst_object_unref (el);
+  g_array_unref (a);
+  g_array_unref (b);
+  g_array_unref (f);
+  g_array_unref (tok_whole);
+  g_array_unref (tok_odd);
+  g_array_unref (tok_f32);
+  g_free (pcm);
+}
+
+GST_END_TEST;
+
 /* Both audio pads carry one format: what downstream accepts narrows what
  * the sink pad offers upstream, and the other way round. */
 GST_START_TEST (test_caps_query)
@@ -469,12 +612,11 @@ GST_START_TEST (test_gap)
   fail_unless (has_energy (out));
   g_array_unref (out);
 
-  while ((tb = gst_harness_try_pull (th))) {
-    fail_unless_equals_uint64 (GST_BUFFER_DURATION (tb), PPX_FRAME_NS);
-    gst_buffer_unref (tb);
-    text_frames++;
-  }
-  while ((ev = gst_harness_try_pull_event (th))) {
+  /* text_src has a thread of its own: the EOS after the frames tells when
+   * they have all arrived */
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
+  while ((ev = gst_harness_pull_event (th))
+      && GST_EVENT_TYPE (ev) != GST_EVENT_EOS) {
     if (GST_EVENT_TYPE (ev) == GST_EVENT_GAP) {
       GstClockTime ts, dur;
 
@@ -484,6 +626,13 @@ GST_START_TEST (test_gap)
       text_frames++;
     }
     gst_event_unref (ev);
+  }
+  fail_unless (ev != NULL, "no EOS on text_src");
+  gst_event_unref (ev);
+  while ((tb = gst_harness_try_pull (th))) {
+    fail_unless_equals_uint64 (GST_BUFFER_DURATION (tb), PPX_FRAME_NS);
+    gst_buffer_unref (tb);
+    text_frames++;
   }
   fail_unless_equals_int (text_frames, 5);
   gst_harness_teardown (th);
@@ -518,10 +667,14 @@ GST_START_TEST (test_text_pad)
   th = gst_harness_new_with_element (h->element, NULL, "text_src");
   fail_unless_equals_int (gst_harness_push (h,
           ppx_test_signal_buffer (0, n_frames * PPX_FRAME)), GST_FLOW_OK);
+  fail_unless (gst_harness_push_event (h, gst_event_new_eos ()));
 
+  /* text_src has a thread of its own: wait for its EOS */
   audio_id = gst_pad_get_stream_id (h->element->sinkpads->data);
   expect_id = g_strdup_printf ("%s/text", audio_id);
-  while ((ev = gst_harness_try_pull_event (th))) {
+  while ((ev = gst_harness_pull_event (th))) {
+    gboolean eos = GST_EVENT_TYPE (ev) == GST_EVENT_EOS;
+
     switch (GST_EVENT_TYPE (ev)) {
       case GST_EVENT_STREAM_START:{
         const gchar *id;
@@ -561,7 +714,10 @@ GST_START_TEST (test_text_pad)
         break;
     }
     gst_event_unref (ev);
+    if (eos)
+      break;
   }
+  fail_unless (ev != NULL, "no EOS on text_src");
   while ((tb = gst_harness_try_pull (th))) {
     GstMapInfo map;
     guint64 pts = GST_BUFFER_PTS (tb);
@@ -701,13 +857,14 @@ GST_START_TEST (test_flush_resets_conversation)
 
 GST_END_TEST;
 
+/* Waits (up to the harness's 60 s) for EOS among @h's events. */
 static gboolean
 pull_until_eos (GstHarness * h)
 {
   GstEvent *ev;
   gboolean eos = FALSE;
 
-  while (!eos && (ev = gst_harness_try_pull_event (h))) {
+  while (!eos && (ev = gst_harness_pull_event (h))) {
     eos = GST_EVENT_TYPE (ev) == GST_EVENT_EOS;
     gst_event_unref (ev);
   }
@@ -921,21 +1078,12 @@ GST_START_TEST (test_property_validation)
   g_object_get (el, "topk-audio", &topk, NULL);
   fail_unless_equals_int (topk, 250);
 
-  /* text-prompt-tokens */
+  /* text-prompt-tokens: kept as given, checked when starting
+   * (test_bad_text_prompt_tokens) */
   g_object_set (el, "text-prompt-tokens", " 1, 529 ,2047", NULL);
-  g_clear_pointer (&last_warning, g_free);
-  g_object_set (el, "text-prompt-tokens", "1,x,3", NULL);
-  fail_unless (last_warning != NULL && strstr (last_warning, "'x'"),
-      "no warning naming the bad item");
   g_object_get (el, "text-prompt-tokens", &tokens, NULL);
   fail_unless_equals_string (tokens, " 1, 529 ,2047");
   g_free (tokens);
-  g_clear_pointer (&last_warning, g_free);
-  g_object_set (el, "text-prompt-tokens", "1,-2", NULL);
-  fail_unless (last_warning != NULL);
-  g_clear_pointer (&last_warning, g_free);
-  g_object_set (el, "text-prompt-tokens", "", NULL);
-  fail_unless (last_warning == NULL);
 
   g_log_remove_handler (G_LOG_DOMAIN, handler);
   gst_object_unref (el);
@@ -1000,6 +1148,43 @@ GST_START_TEST (test_missing_model_dir)
   /* and the element is still usable: NULL <-> READY */
   fail_unless_equals_int (gst_element_set_state (el, GST_STATE_READY),
       GST_STATE_CHANGE_SUCCESS);
+  fail_unless_equals_int (gst_element_set_state (el, GST_STATE_NULL),
+      GST_STATE_CHANGE_SUCCESS);
+  gst_object_unref (el);
+}
+
+GST_END_TEST;
+
+/* A bad text-prompt-tokens list is an error the application sees: the
+ * start fails with an element error naming the item, for each bad item;
+ * the element starts once the list is good. */
+GST_START_TEST (test_bad_text_prompt_tokens)
+{
+  static const struct
+  {
+    const gchar *tokens, *item;
+  } bad[] = {
+    {"1,abc,3", "item 2 ('abc')"},
+    {"1,-2", "item 2 ('-2')"},
+    {"7,,9", "item 2 ('')"},
+    {"99999999999", "item 1 ('99999999999')"},
+  };
+  GstElement *el = new_element (NULL);
+  guint i;
+
+  for (i = 0; i < G_N_ELEMENTS (bad); i++) {
+    gchar *msg;
+
+    g_object_set (el, "text-prompt-tokens", bad[i].tokens, NULL);
+    msg = expect_start_failure (el);
+    fail_unless (strstr (msg, "text-prompt-tokens") != NULL
+        && strstr (msg, bad[i].item) != NULL,
+        "'%s': the message does not name the item: %s", bad[i].tokens, msg);
+    g_free (msg);
+  }
+  g_object_set (el, "text-prompt-tokens", " 1, 2 ,3", NULL);
+  fail_unless (gst_element_set_state (el, GST_STATE_PAUSED) !=
+      GST_STATE_CHANGE_FAILURE);
   fail_unless_equals_int (gst_element_set_state (el, GST_STATE_NULL),
       GST_STATE_CHANGE_SUCCESS);
   gst_object_unref (el);
@@ -1150,6 +1335,7 @@ personaplexduplex_suite (void)
   tcase_add_test (tc, test_total_duration_and_offset);
   tcase_add_test (tc, test_discont_resync);
   tcase_add_test (tc, test_s16le);
+  tcase_add_test (tc, test_s16le_odd_bytes);
   tcase_add_test (tc, test_caps_query);
   tcase_add_test (tc, test_nan_input);
   tcase_add_test (tc, test_latency);
@@ -1165,6 +1351,7 @@ personaplexduplex_suite (void)
   tcase_add_test (tc, test_property_validation);
   tcase_add_test (tc, test_property_refused_when_playing);
   tcase_add_test (tc, test_missing_model_dir);
+  tcase_add_test (tc, test_bad_text_prompt_tokens);
   tcase_add_test (tc, test_corrupt_model);
   tcase_add_test (tc, test_stress_state_changes);
   tcase_add_test (tc, test_shared_model);

@@ -2,14 +2,14 @@
 # Runs the launch scripts of pipelines/ and the embedding example on a tiny random model, and checks
 # what comes out (length, non-silent level).
 #
-#   test-pipelines.sh offline|telephony|live|rtp|embed|valgrind
+#   test-pipelines.sh offline|telephony|live|rtp|embed|valgrind|s16|text-no-queue|bad-tokens
 #
 # Environment (set by tests/meson.build): PPX_MAKE_MODEL (personaplex-make-model), PPX_EMBED
 # (personaplex-embed), PPX_PIPELINES (the pipelines/ source dir), GST_PLUGIN_PATH_1_0 and friends,
 # PPX_VALGRIND_SUPP (our suppressions). Exit 77 (skip) when a needed program is missing.
 set -eu
 
-what=${1:?usage: test-pipelines.sh offline|telephony|live|rtp|embed|valgrind}
+what=${1:?usage: test-pipelines.sh offline|telephony|live|rtp|embed|valgrind|s16|text-no-queue|bad-tokens}
 pipelines=${PPX_PIPELINES:?}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ppx-pipelines-XXXXXX")
 server_pid=
@@ -52,6 +52,19 @@ check_answer () { # FILE EXPECTED_DURATION_NS|- [DECODER]
 make_input () {
   gst-launch-1.0 -q audiotestsrc wave=sine freq=330 volume=0.3 samplesperbuffer=4800 num-buffers=30 ! \
     audio/x-raw,rate=48000,channels=2 ! wavenc ! filesink location="$tmp/in.wav" || fail "make input"
+}
+
+# The 17 tokens of every frame (personaplex-frame messages of `gst-launch-1.0 -m`), one line a frame.
+frame_tokens () {
+  sed -n 's/.*personaplex-frame.*tokens=(int)< \([-0-9, ]*\) >.*/\1/p' "$1"
+}
+
+# Runs a launch line (words in "$@") under a timeout; a hang is a failure, not a stuck test.
+launch () {
+  status=0
+  timeout 60 gst-launch-1.0 "$@" >"$tmp/log" 2>&1 || status=$?
+  [ "$status" -ne 124 ] || { cat "$tmp/log"; fail "gst-launch-1.0 hung (killed after 60 s): $*"; }
+  return "$status"
 }
 
 case $what in
@@ -136,6 +149,72 @@ case $what in
         fail "valgrind found errors or definite leaks (personaplex-embed $*)"
       fi
     done
+    ;;
+  s16)
+    # 16-bit input is the same conversation as float input: the same 16-bit samples given as F32LE
+    # (audioconvert, exact) and as S16LE (from a WAV, and as raw bytes cut at odd offsets) give the
+    # same tokens in every frame. The random tiny model answers the same whatever it hears, so this
+    # runs on the golden tiny model, whose answer follows its input from the second frame on.
+    golden=${PPX_GOLDEN_DIR:-$pipelines/../../shared/golden/tiny}
+    [ -r "$golden/model.safetensors" ] || skip "golden data not found (set PPX_GOLDEN_DIR)"
+    mkdir "$tmp/golden"
+    ln -s "$(cd "$golden" && pwd)/model.safetensors" "$tmp/golden/model.safetensors"
+    ln -s "$(cd "$golden" && pwd)/mimi.safetensors" "$tmp/golden/tokenizer-e351c8d8-checkpoint125.safetensors"
+    ln -s "$(cd "$golden" && pwd)/golden.json" "$tmp/golden/config.json"
+    gst-launch-1.0 -q audiotestsrc wave=sine freq=330 volume=0.5 samplesperbuffer=2400 num-buffers=50 ! \
+      audio/x-raw,format=S16LE,rate=24000,channels=1 ! tee name=t ! queue ! wavenc ! \
+      filesink location="$tmp/in16.wav" t. ! queue ! filesink location="$tmp/in16.raw" || fail "make input"
+    pp="personaplexduplex name=pp model-dir=$tmp/golden greedy=true frame-messages=true stats-interval=0"
+    for fmt in F32LE S16LE; do
+      # shellcheck disable=SC2086
+      launch -m filesrc location="$tmp/in16.wav" ! wavparse ! audioconvert ! audio/x-raw,format=$fmt ! \
+        $pp ! fakesink pp.text_src ! queue ! fakesink || { cat "$tmp/log"; fail "$fmt input"; }
+      frame_tokens "$tmp/log" >"$tmp/tokens-$fmt"
+    done
+    # shellcheck disable=SC2086
+    launch -m filesrc location="$tmp/in16.raw" blocksize=1001 ! \
+      audio/x-raw,format=S16LE,rate=24000,channels=1,layout=interleaved ! \
+      $pp ! fakesink pp.text_src ! queue ! fakesink || { cat "$tmp/log"; fail "raw S16LE input"; }
+    frame_tokens "$tmp/log" >"$tmp/tokens-raw"
+    # a different input must give other tokens, or the comparisons above prove nothing
+    # shellcheck disable=SC2086
+    launch -m audiotestsrc wave=sine freq=900 volume=0.5 samplesperbuffer=2400 num-buffers=50 ! \
+      audio/x-raw,format=S16LE,rate=24000,channels=1 ! \
+      $pp ! fakesink pp.text_src ! queue ! fakesink || { cat "$tmp/log"; fail "other input"; }
+    frame_tokens "$tmp/log" >"$tmp/tokens-other"
+    frames=$(wc -l <"$tmp/tokens-F32LE")
+    echo "s16: $frames frames"
+    [ "$frames" -eq 63 ] || fail "expected 63 frames (5 s), got $frames"
+    ! cmp -s "$tmp/tokens-F32LE" "$tmp/tokens-other" || fail "the model answers the same to another input"
+    cmp -s "$tmp/tokens-F32LE" "$tmp/tokens-S16LE" ||
+      { diff "$tmp/tokens-F32LE" "$tmp/tokens-S16LE" | head; fail "S16LE input gives other tokens than F32LE"; }
+    cmp -s "$tmp/tokens-F32LE" "$tmp/tokens-raw" ||
+      { diff "$tmp/tokens-F32LE" "$tmp/tokens-raw" | head; fail "S16LE bytes cut at odd offsets give other tokens"; }
+    ;;
+  text-no-queue)
+    # the launch line users write: text_src straight into a sink, no queue; it must finish (it used
+    # to stay PREROLLING forever) with the whole answer and the text in a file
+    make_input
+    launch filesrc location="$tmp/in.wav" ! wavparse ! audioconvert ! audioresample ! \
+      audio/x-raw,rate=24000,channels=1 ! personaplexduplex name=pp model-dir="$model" ! \
+      wavenc ! filesink location="$tmp/out.wav" pp.text_src ! filesink location="$tmp/out.txt" ||
+      { cat "$tmp/log"; fail "pipeline with an unqueued text branch"; }
+    check_answer "$tmp/out.wav" 3000000000
+    [ -f "$tmp/out.txt" ] || fail "no text file"
+    # and live, with both sinks synchronised to the clock
+    launch audiotestsrc is-live=true wave=sine freq=300 samplesperbuffer=480 num-buffers=100 ! \
+      audio/x-raw,rate=24000,channels=1 ! personaplexduplex name=pp model-dir="$model" ! \
+      fakesink sync=true pp.text_src ! fakesink sync=true ||
+      { cat "$tmp/log"; fail "live pipeline with an unqueued text branch"; }
+    ;;
+  bad-tokens)
+    # a bad text-prompt-tokens item stops the pipeline with an error naming it
+    make_input
+    if launch filesrc location="$tmp/in.wav" ! wavparse ! audioconvert ! audioresample ! \
+        personaplexduplex model-dir="$model" text-prompt-tokens=1,abc,3 ! fakesink; then
+      cat "$tmp/log"; fail "text-prompt-tokens=1,abc,3 was accepted"
+    fi
+    grep -q "text-prompt-tokens: item 2 ('abc')" "$tmp/log" || { cat "$tmp/log"; fail "the error does not name the item"; }
     ;;
   *)
     fail "unknown test '$what'"

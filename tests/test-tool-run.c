@@ -5,6 +5,7 @@
 #include <json-glib/json-glib.h>
 
 #include "golden-model.h"
+#include "test-tokenizer-dir.h"
 #include "test-tool-util.h"
 
 #define FRAME 1920
@@ -253,6 +254,55 @@ test_empty_text_prompt (void)
   run_json_clear (&j);
 }
 
+/* --text-prompt takes any UTF-8 text in every locale (GOption alone refused "très" under LANG=C with
+ * "Invalid byte sequence in conversion input"); the JSON records it unchanged. Text that is neither UTF-8
+ * nor in the locale's character set is an error naming the option. */
+static void
+test_text_prompt_utf8 (void)
+{
+  g_autofree char *dir = tmp_path ("with-tokenizer");
+  g_assert_cmpint (g_mkdir (dir, 0755), ==, 0);
+  const char *links[] = {"config.json", "model.safetensors", "tokenizer-e351c8d8-checkpoint125.safetensors"};
+  for (guint i = 0; i < G_N_ELEMENTS (links); i++) {
+    g_autofree char *from = g_build_filename (model_dir, links[i], NULL), *to = g_build_filename (dir, links[i], NULL);
+    g_autofree char *abs = g_canonicalize_filename (from, NULL);
+    g_assert_cmpint (symlink (abs, to), ==, 0);
+  }
+  ppx_test_add_tokenizer (dir);
+  g_autofree char *in = tmp_path ("utf8.wav"), *out = tmp_path ("utf8-out.wav"), *json = tmp_path ("utf8.json");
+  g_autofree float *pcm = test_signal (FRAME, 24000);
+  wav_write (in, pcm, FRAME, 24000, 1, SF_FORMAT_FLOAT);
+  static const char *const prompts[] = {"tr\xc3\xa8s", "Tu es tr\xc3\xa8s aimable \xe2\x80\x94 \xe6\x97\xa5\xe6\x9c\xac "
+                                        "\xf0\x9f\x99\x82"};
+  static const char *const locales[][2] = {{"LC_ALL", "C"}, {"LANG", "C"}, {"LC_ALL", "POSIX"}, {"LC_ALL", "C.UTF-8"}};
+  for (guint p = 0; p < G_N_ELEMENTS (prompts); p++)
+    for (guint l = 0; l < G_N_ELEMENTS (locales); l++) {
+      g_auto (GStrv) env = g_get_environ ();
+      env = g_environ_unsetenv (env, "LC_ALL");
+      env = g_environ_unsetenv (env, "LC_CTYPE");
+      env = g_environ_unsetenv (env, "LANG");
+      env = g_environ_setenv (env, locales[l][0], locales[l][1], TRUE);
+      const char *args[] = {"--model-dir", dir, "--input", in, "--output", out, "--output-json", json,
+                            "--text-prompt", prompts[p], "--greedy", NULL};
+      ToolResult r = tool_run_envp_argv (run_tool (), env, args);
+      if (r.exit_status != 0)
+        g_printerr ("%s=%s: %s\n", locales[l][0], locales[l][1], r.err);
+      tool_assert_ok (&r);
+      tool_result_clear (&r);
+      RunJson j = {0};
+      run_json_load (&j, json);
+      g_assert_cmpstr (json_object_get_string_member (j.settings, "text_prompt"), ==, prompts[p]);
+      run_json_clear (&j);
+    }
+  /* Latin-1 bytes under LANG=C: not UTF-8, not ASCII */
+  g_auto (GStrv) env = g_environ_setenv (g_get_environ (), "LC_ALL", "C", TRUE);
+  const char *args[] = {"--model-dir", dir, "--input", in, "--output", out, "--text-prompt", "tr\xe8s", NULL};
+  ToolResult r = tool_run_envp_argv (run_tool (), env, args);
+  tool_assert_fails_naming (&r, (const char *const[]){"--text-prompt", "UTF-8", NULL});
+  tool_result_clear (&r);
+  remove_tree (dir);
+}
+
 /* A copy of the model directory whose model.safetensors has one 2-D tensor transposed. Returns the
  * tensor's name. */
 static char *
@@ -494,6 +544,7 @@ main (int argc, char **argv)
     g_test_add_func ("/tool-run/seed", test_seed);
     g_test_add_func ("/tool-run/nan-input", test_nan_input);
     g_test_add_func ("/tool-run/empty-text-prompt", test_empty_text_prompt);
+    g_test_add_func ("/tool-run/text-prompt-utf8", test_text_prompt_utf8);
     g_test_add_func ("/tool-run/errors", test_errors);
   }
   int rc = g_test_run ();

@@ -41,9 +41,9 @@ tool_path (const char *env_var, const char *name)
   return built;
 }
 
-/* Runs `program` with the NULL-terminated arguments. */
+/* Runs `program` with the NULL-terminated arguments and the environment `envp` (NULL: this one). */
 static inline ToolResult
-tool_run_argv (const char *program, const char *const *args)
+tool_run_envp_argv (const char *program, char **envp, const char *const *args)
 {
   ToolResult r = {0};
   g_autoptr (GPtrArray) argv = g_ptr_array_new ();
@@ -53,11 +53,18 @@ tool_run_argv (const char *program, const char *const *args)
   g_ptr_array_add (argv, NULL);
   int status = 0;
   g_autoptr (GError) error = NULL;
-  g_assert_true (g_spawn_sync (NULL, (char **) argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &r.out, &r.err,
+  g_assert_true (g_spawn_sync (NULL, (char **) argv->pdata, envp, G_SPAWN_DEFAULT, NULL, NULL, &r.out, &r.err,
                                &status, &error));
   g_assert_no_error (error);
   r.exit_status = WIFEXITED (status) ? WEXITSTATUS (status) : -1;
   return r;
+}
+
+/* Runs `program` with the NULL-terminated arguments. */
+static inline ToolResult
+tool_run_argv (const char *program, const char *const *args)
+{
+  return tool_run_envp_argv (program, NULL, args);
 }
 
 #define tool_run(program, ...) tool_run_argv ((program), (const char *const[]){__VA_ARGS__, NULL})

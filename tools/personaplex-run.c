@@ -12,6 +12,7 @@
  * if asked, the per-frame tokens and text as JSON (run-json.h). See docs/tools.md. */
 #include <errno.h>
 #include <gst/gst.h>
+#include <locale.h>
 #include <math.h>
 
 #include "audio-io.h"
@@ -61,6 +62,28 @@ parse_token_list (const char *text, int **tokens, int *n, GError **error)
   return TRUE;
 }
 
+/* Text from the command line, as UTF-8: taken as is when it is UTF-8 (whatever the locale says: LANG=C
+ * and a UTF-8 terminal are common), else converted from the locale's character set. GOption's own
+ * conversion (G_OPTION_ARG_STRING) refuses any non-ASCII byte under LANG=C, naming no option. */
+static gboolean
+text_option_to_utf8 (const char *option, char **text, GError **error)
+{
+  if (!*text || g_utf8_validate (*text, -1, NULL))
+    return TRUE;
+  const char *charset;
+  g_get_charset (&charset);
+  g_autoptr (GError) e = NULL;
+  char *utf8 = g_locale_to_utf8 (*text, -1, NULL, NULL, &e);
+  if (!utf8) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "%s: the text is neither UTF-8 nor in the locale's character "
+                 "set (%s): %s", option, charset, e->message);
+    return FALSE;
+  }
+  g_free (*text);
+  *text = utf8;
+  return TRUE;
+}
+
 /* The directory a file is written into must exist before the (long) run, not after it. */
 static gboolean
 check_writable_dir (const char *option, const char *path, GError **error)
@@ -106,6 +129,8 @@ finish_settings (RunSettings *s, const RawOptions *raw, GError **error)
     return FALSE;
   }
   s->voice_normalize = !raw->no_voice_normalize;
+  if (!text_option_to_utf8 ("--text-prompt", &s->text_prompt, error))
+    return FALSE;
   if (raw->seed) {
     g_autoptr (GError) e = NULL;
     if (!g_ascii_string_to_unsigned (raw->seed, 10, 0, G_MAXINT64, &s->seed, &e)) {
@@ -181,6 +206,7 @@ run (const RunSettings *s, GError **error)
 int
 main (int argc, char **argv)
 {
+  setlocale (LC_ALL, ""); /* messages and the command line's character set */
   RunSettings s;
   run_settings_init (&s);
   RawOptions raw = {0};
@@ -197,19 +223,20 @@ main (int argc, char **argv)
      "-24 LUFS", NULL},
     {"voice-cache-dir", 0, 0, G_OPTION_ARG_FILENAME, &s.voice_cache_dir, "Cache computed audio voice prompts here",
      "DIR"},
-    {"text-prompt", 0, 0, G_OPTION_ARG_STRING, &s.text_prompt, "System text prompt (needs the tokenizer; \"\" = none)",
+    /* FILENAME: the bytes as given, made UTF-8 by text_option_to_utf8 */
+    {"text-prompt", 0, 0, G_OPTION_ARG_FILENAME, &s.text_prompt, "System text prompt (needs the tokenizer; \"\" = none)",
      "TEXT"},
-    {"text-prompt-tokens", 0, 0, G_OPTION_ARG_STRING, &raw.text_prompt_tokens, "System text prompt as token ids",
+    {"text-prompt-tokens", 0, 0, G_OPTION_ARG_FILENAME, &raw.text_prompt_tokens, "System text prompt as token ids",
      "1,2,3"},
     {"greedy", 0, 0, G_OPTION_ARG_NONE, &s.greedy, "Greedy decoding (argmax) instead of sampling", NULL},
-    {"seed", 0, 0, G_OPTION_ARG_STRING, &raw.seed, "Sampling seed (default 42424242)", "N"},
+    {"seed", 0, 0, G_OPTION_ARG_FILENAME, &raw.seed, "Sampling seed (default 42424242)", "N"},
     {"temp-audio", 0, 0, G_OPTION_ARG_DOUBLE, &s.temp_audio, "Audio sampling temperature (default 0.8)", "T"},
     {"temp-text", 0, 0, G_OPTION_ARG_DOUBLE, &s.temp_text, "Text sampling temperature (default 0.7)", "T"},
     {"topk-audio", 0, 0, G_OPTION_ARG_INT, &s.topk_audio, "Audio top-k (default 250; 0 = all)", "K"},
     {"topk-text", 0, 0, G_OPTION_ARG_INT, &s.topk_text, "Text top-k (default 25; 0 = all)", "K"},
-    {"quantization", 0, 0, G_OPTION_ARG_STRING, &raw.quantization, "LM weights: auto, bf16, int8 or int4 "
+    {"quantization", 0, 0, G_OPTION_ARG_FILENAME, &raw.quantization, "LM weights: auto, bf16, int8 or int4 "
      "(default auto)", "Q"},
-    {"backend", 0, 0, G_OPTION_ARG_STRING, &raw.backend, "Compute backend: auto, cpu or cuda (default auto)", "B"},
+    {"backend", 0, 0, G_OPTION_ARG_FILENAME, &raw.backend, "Compute backend: auto, cpu or cuda (default auto)", "B"},
     {"device", 0, 0, G_OPTION_ARG_INT, &s.device, "GPU index for cuda (default 0)", "N"},
     {NULL},
   };

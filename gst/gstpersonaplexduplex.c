@@ -52,6 +52,9 @@ GST_DEBUG_CATEGORY (gst_personaplex_duplex_debug);
 #define DEFAULT_QUANTIZATION PPX_QUANT_AUTO
 #define DEFAULT_BACKEND PPX_BACKEND_AUTO
 #define DEFAULT_DEVICE 0
+#define DEFAULT_MAX_SESSIONS 0
+#define DEFAULT_KV_CACHE_FORMAT PPX_KV_AUTO
+#define DEFAULT_BATCH_DEADLINE (20 * GST_MSECOND)
 #define DEFAULT_STATS_INTERVAL 25
 #define DEFAULT_PROCESSING_DEADLINE (80 * GST_MSECOND)
 #define DEFAULT_RESET_ON_DISCONT FALSE
@@ -76,6 +79,9 @@ enum
   PROP_BACKEND,
   PROP_DEVICE,
   PROP_MODEL_INSTANCE_ID,
+  PROP_MAX_SESSIONS,
+  PROP_KV_CACHE_FORMAT,
+  PROP_BATCH_DEADLINE,
   PROP_STATS,
   PROP_STATS_INTERVAL,
   PROP_PROCESSING_DEADLINE,
@@ -220,9 +226,47 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
   g_object_class_install_property (gobject_class, PROP_MODEL_INSTANCE_ID,
       g_param_spec_string ("model-instance-id", "Model instance id",
           "Elements of one process with the same id share one loaded model "
-          "(same model-dir, quantization, backend and device required); each "
-          "keeps its own conversation. Unset: a private model", NULL,
+          "and one engine, which steps their conversations together in one "
+          "batch per 80 ms tick (same model-dir, quantization, backend, "
+          "device, max-sessions and kv-cache-format required); each keeps "
+          "its own conversation. Unset: a private model and engine", NULL,
           READY_FLAGS));
+
+  /**
+   * GstPersonaplexDuplex:max-sessions:
+   *
+   * Conversations the shared engine holds (its slots of per-session state,
+   * allocated when the first element of a model-instance-id starts). An
+   * element over the limit fails to start with a RESOURCE/BUSY error.
+   */
+  g_object_class_install_property (gobject_class, PROP_MAX_SESSIONS,
+      g_param_spec_int ("max-sessions", "Maximum sessions",
+          "Conversations the engine shared through model-instance-id holds; "
+          "0: as many as fit in the memory free when it is made. An element "
+          "over the limit fails to start. Without model-instance-id the "
+          "engine holds this element's conversation only", 0, 4096,
+          DEFAULT_MAX_SESSIONS, READY_FLAGS));
+
+  g_object_class_install_property (gobject_class, PROP_KV_CACHE_FORMAT,
+      g_param_spec_enum ("kv-cache-format", "KV cache format",
+          "How the language model's KV cache is stored: auto (the library's "
+          "default), f32 (exact reference numerics), bf16, fp8 (e4m3)",
+          GST_TYPE_PERSONAPLEX_KV_CACHE_FORMAT, DEFAULT_KV_CACHE_FORMAT,
+          READY_FLAGS));
+
+  /**
+   * GstPersonaplexDuplex:batch-deadline:
+   *
+   * With a shared engine: how long a frame may wait for the frames of the
+   * other conversations before the tick runs without them. Part of the
+   * reported latency when model-instance-id is set.
+   */
+  g_object_class_install_property (gobject_class, PROP_BATCH_DEADLINE,
+      g_param_spec_uint64 ("batch-deadline", "Batch deadline",
+          "With model-instance-id: longest time (ns) a frame waits for the "
+          "other conversations of the engine to hand in theirs before the "
+          "tick runs without them; added to the latency", 0,
+          G_MAXUINT64, DEFAULT_BATCH_DEADLINE, PLAYING_FLAGS));
 
   /**
    * GstPersonaplexDuplex:stats:
@@ -233,8 +277,10 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
   g_object_class_install_property (gobject_class, PROP_STATS,
       g_param_spec_boxed ("stats", "Statistics",
           "personaplex-stats structure: frames, mean-step-ms, max-step-ms, "
-          "overruns, memory-bytes, backend, quantization, model-users, "
-          "timestamp, running-time", GST_TYPE_STRUCTURE,
+          "overruns, batch-size, tick-ms, memory-bytes, session-bytes, "
+          "engine-bytes, max-sessions, kv-cache-format, backend, "
+          "quantization, model-users, timestamp, running-time",
+          GST_TYPE_STRUCTURE,
           G_PARAM_READABLE | G_PARAM_STATIC_STRINGS));
 
   g_object_class_install_property (gobject_class, PROP_STATS_INTERVAL,
@@ -277,6 +323,7 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
 
   gst_type_mark_as_plugin_api (GST_TYPE_PERSONAPLEX_QUANTIZATION, 0);
   gst_type_mark_as_plugin_api (GST_TYPE_PERSONAPLEX_BACKEND, 0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PERSONAPLEX_KV_CACHE_FORMAT, 0);
 }
 
 static void
@@ -309,6 +356,9 @@ gst_personaplex_duplex_init (GstPersonaplexDuplex * self)
   s->quantization = DEFAULT_QUANTIZATION;
   s->backend = DEFAULT_BACKEND;
   s->device = DEFAULT_DEVICE;
+  s->max_sessions = DEFAULT_MAX_SESSIONS;
+  s->kv_cache_format = DEFAULT_KV_CACHE_FORMAT;
+  s->batch_deadline = DEFAULT_BATCH_DEADLINE;
   s->stats_interval = DEFAULT_STATS_INTERVAL;
   s->processing_deadline = DEFAULT_PROCESSING_DEADLINE;
   s->reset_on_discont = DEFAULT_RESET_ON_DISCONT;
@@ -423,6 +473,21 @@ gst_personaplex_duplex_set_property (GObject * object, guint prop_id,
       g_free (s->model_instance_id);
       s->model_instance_id = g_value_dup_string (value);
       break;
+    case PROP_MAX_SESSIONS:
+      s->max_sessions = g_value_get_int (value);
+      break;
+    case PROP_KV_CACHE_FORMAT:
+      s->kv_cache_format = g_value_get_enum (value);
+      break;
+    case PROP_BATCH_DEADLINE:{
+      guint64 deadline = g_value_get_uint64 (value);
+
+      /* part of the latency only with a shared engine */
+      latency_changed = deadline != s->batch_deadline
+          && s->model_instance_id != NULL && s->model_instance_id[0] != '\0';
+      s->batch_deadline = deadline;
+      break;
+    }
     case PROP_STATS_INTERVAL:
       s->stats_interval = g_value_get_uint (value);
       break;
@@ -507,6 +572,15 @@ gst_personaplex_duplex_get_property (GObject * object, guint prop_id,
     case PROP_MODEL_INSTANCE_ID:
       g_value_set_string (value, s->model_instance_id);
       break;
+    case PROP_MAX_SESSIONS:
+      g_value_set_int (value, s->max_sessions);
+      break;
+    case PROP_KV_CACHE_FORMAT:
+      g_value_set_enum (value, s->kv_cache_format);
+      break;
+    case PROP_BATCH_DEADLINE:
+      g_value_set_uint64 (value, s->batch_deadline);
+      break;
     case PROP_STATS:
       g_value_take_boxed (value,
           gst_pp_stats_structure_new (&self->stats, self->model));
@@ -564,6 +638,9 @@ post_library_error (GstPersonaplexDuplex * self, const gchar * what,
       case PPX_ERROR_NOMEM:
         code = GST_RESOURCE_ERROR_NO_SPACE_LEFT;
         break;
+      case PPX_ERROR_LIMIT:
+        code = GST_RESOURCE_ERROR_BUSY;
+        break;
       default:
         break;
     }
@@ -576,12 +653,13 @@ post_library_error (GstPersonaplexDuplex * self, const gchar * what,
  * strings are owned by @strings and freed with it. */
 static gboolean
 settings_to_params (GstPersonaplexDuplex * self, PpxModelParams * mp,
-    PpxSessionParams * sp, GArray ** tokens, GPtrArray * strings,
-    gchar ** instance_id, GError ** error)
+    PpxEngineParams * ep, PpxSessionParams * sp, GArray ** tokens,
+    GPtrArray * strings, gchar ** instance_id, GError ** error)
 {
   GstPersonaplexSettings *s = &self->settings;
 
   ppx_model_params_init (mp);
+  ppx_engine_params_init (ep);
   ppx_session_params_init (sp);
 
   GST_OBJECT_LOCK (self);
@@ -591,6 +669,9 @@ settings_to_params (GstPersonaplexDuplex * self, PpxModelParams * mp,
   mp->backend = s->backend;
   mp->device = s->device;
   *instance_id = g_strdup (s->model_instance_id);
+  ep->max_sessions = s->max_sessions;
+  ep->kv_format = s->kv_cache_format;
+  sp->kv_format = s->kv_cache_format;
 
   g_ptr_array_add (strings, g_strdup (s->voice_prompt));
   sp->voice_prompt = g_ptr_array_index (strings, strings->len - 1);
@@ -621,6 +702,7 @@ static gboolean
 open_model (GstPersonaplexDuplex * self)
 {
   PpxModelParams mp;
+  PpxEngineParams ep;
   PpxSessionParams sp;
   g_autoptr (GPtrArray) strings = g_ptr_array_new_with_free_func (g_free);
   g_autoptr (GArray) tokens = NULL;
@@ -628,9 +710,10 @@ open_model (GstPersonaplexDuplex * self)
   GError *err = NULL;
   GstPpModelHandle *handle;
   PpxModel *model;
+  PpxEngine *engine;
 
-  if (!settings_to_params (self, &mp, &sp, &tokens, strings, &instance_id,
-          &err)) {
+  if (!settings_to_params (self, &mp, &ep, &sp, &tokens, strings,
+          &instance_id, &err)) {
     GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", err->message),
         (NULL));
     g_error_free (err);
@@ -644,7 +727,7 @@ open_model (GstPersonaplexDuplex * self)
 
   GST_INFO_OBJECT (self, "loading model from %s (instance id %s)",
       mp.model_dir, GST_STR_NULL (instance_id));
-  handle = gst_pp_model_pool_acquire (instance_id, &mp, &err);
+  handle = gst_pp_model_pool_acquire (instance_id, &mp, &ep, &err);
   if (handle == NULL) {
     post_library_error (self, "Could not load the PersonaPlex model", err,
         mp.model_dir);
@@ -660,23 +743,33 @@ open_model (GstPersonaplexDuplex * self)
     return FALSE;
   }
 
-  self->session = ppx_session_new (model, &sp, &err);
+  engine = gst_pp_model_handle_get_engine (handle);
+  self->session = ppx_engine_session_new (engine, &sp, &err);
   if (self->session == NULL) {
+    if (g_error_matches (err, PPX_ERROR, PPX_ERROR_LIMIT))
+      g_prefix_error (&err, "model-instance-id '%s' (max-sessions %d): ",
+          GST_STR_NULL (instance_id), ppx_engine_max_sessions (engine));
     post_library_error (self, "Could not start the conversation", err,
         mp.model_dir);
     g_error_free (err);
     gst_pp_model_pool_release (handle);
     return FALSE;
   }
+  self->member = gst_pp_ticker_join (gst_pp_model_handle_get_ticker (handle),
+      self->session);
   self->frame_size = ppx_model_frame_size (model);
   GST_OBJECT_LOCK (self);
   self->model = handle;
   GST_OBJECT_UNLOCK (self);
 
   GST_INFO_OBJECT (self, "model ready: backend %s, quantization %s, "
-      "%" G_GUINT64_FORMAT " weight bytes, %u user(s)",
+      "%" G_GUINT64_FORMAT " weight bytes, %u user(s); engine of %d "
+      "session(s), %s KV cache, %" G_GUINT64_FORMAT " bytes a session",
       ppx_model_backend_name (model), ppx_model_quantization_name (model),
-      ppx_model_weight_bytes (model), gst_pp_model_handle_get_users (handle));
+      ppx_model_weight_bytes (model), gst_pp_model_handle_get_users (handle),
+      ppx_engine_max_sessions (engine),
+      ppx_kv_format_name (ppx_engine_kv_format (engine)),
+      ppx_engine_session_bytes (engine));
   return TRUE;
 }
 
@@ -685,6 +778,7 @@ close_model (GstPersonaplexDuplex * self)
 {
   GstPpModelHandle *model;
 
+  g_clear_pointer (&self->member, gst_pp_ticker_leave);
   g_clear_pointer (&self->session, ppx_session_free);
   GST_OBJECT_LOCK (self);
   model = self->model;
@@ -705,6 +799,12 @@ gst_personaplex_duplex_change_state (GstElement * element,
       if (!open_model (self))
         return GST_STATE_CHANGE_FAILURE;
       gst_pp_stream_start (self);
+      break;
+    case GST_STATE_CHANGE_PAUSED_TO_READY:
+      /* a frame waiting for the other sessions' frames returns at once, so
+       * deactivating the pads (which takes the stream lock) never waits
+       * for a tick */
+      gst_pp_ticker_set_flushing (self->member, TRUE);
       break;
     default:
       break;

@@ -10,6 +10,7 @@
 #include <gst/base/base.h>
 
 #include "gstppmodelpool.h"
+#include "gstppticker.h"
 #include "personaplex.h"
 
 G_BEGIN_DECLS
@@ -40,6 +41,9 @@ typedef struct
   PpxBackendKind backend;
   gint device;
   gchar *model_instance_id;
+  gint max_sessions;            /* of the shared engine; 0: as many as fit */
+  PpxKvFormat kv_cache_format;
+  GstClockTime batch_deadline;  /* longest wait for the other sessions' frames */
   guint stats_interval;         /* frames between personaplex-stats, 0: none */
   GstClockTime processing_deadline;
   gboolean reset_on_discont;
@@ -53,6 +57,8 @@ typedef struct
   guint64 overruns;             /* steps longer than one frame (80 ms) */
   gdouble total_step_ms;
   gdouble max_step_ms;
+  guint batch_size;             /* sessions stepped in the last tick */
+  gdouble tick_ms;              /* wall time of the last tick */
   GstClockTime last_pts;
   GstClockTime last_running_time;
 } GstPersonaplexStats;
@@ -68,10 +74,13 @@ struct _GstPersonaplexDuplex
   GstPersonaplexSettings settings;
   GstPersonaplexStats stats;
 
-  /* Model and session: created in READY->PAUSED, freed in PAUSED->READY.
-   * The session is only used with the sink stream lock held. */
+  /* Model, engine, session: created in READY->PAUSED, freed in
+   * PAUSED->READY. The session is a slot of the (maybe shared) engine and
+   * is stepped through the engine's ticker (gstppticker.c) by `member`,
+   * only with the sink stream lock held (flushing is set from any thread). */
   GstPpModelHandle *model;
   PpxSession *session;
+  GstPpTickerMember *member;
   gint frame_size;              /* samples per frame (1920) */
 
   /* Streaming state, guarded by the sink pad's stream lock. */

@@ -42,3 +42,23 @@ gst_personaplex_backend_get_type (void)
   }
   return type;
 }
+
+GType
+gst_personaplex_kv_cache_format_get_type (void)
+{
+  static gsize type = 0;
+  static const GEnumValue values[] = {
+    {PPX_KV_AUTO, "The library's default KV cache format", "auto"},
+    {PPX_KV_F32, "32-bit float (exact reference numerics)", "f32"},
+    {PPX_KV_BF16, "bfloat16 (half of f32's memory)", "bf16"},
+    {PPX_KV_FP8, "8-bit float e4m3 with one scale per position and head",
+        "fp8"},
+    {0, NULL, NULL},
+  };
+
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstPersonaplexKvCacheFormat", values);
+    g_once_init_leave (&type, t);
+  }
+  return type;
+}

@@ -6,12 +6,17 @@
 
 G_BEGIN_DECLS
 
-/* Values equal PpxQuantization and PpxBackendKind (model/personaplex.h). */
+/* Values equal PpxQuantization, PpxBackendKind and PpxKvFormat
+ * (model/personaplex.h). */
 #define GST_TYPE_PERSONAPLEX_QUANTIZATION (gst_personaplex_quantization_get_type ())
 GType gst_personaplex_quantization_get_type (void);
 
 #define GST_TYPE_PERSONAPLEX_BACKEND (gst_personaplex_backend_get_type ())
 GType gst_personaplex_backend_get_type (void);
+
+#define GST_TYPE_PERSONAPLEX_KV_CACHE_FORMAT \
+  (gst_personaplex_kv_cache_format_get_type ())
+GType gst_personaplex_kv_cache_format_get_type (void);
 
 G_END_DECLS
 

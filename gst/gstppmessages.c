@@ -7,6 +7,7 @@ gst_pp_stats_structure_new (const GstPersonaplexStats * stats,
     const GstPpModelHandle * model)
 {
   PpxModel *m = model ? gst_pp_model_handle_get_model (model) : NULL;
+  PpxEngine *e = model ? gst_pp_model_handle_get_engine (model) : NULL;
   gdouble mean = stats->frames ? stats->total_step_ms / stats->frames : 0.0;
 
   return gst_structure_new (GST_PP_STATS_NAME,
@@ -14,7 +15,14 @@ gst_pp_stats_structure_new (const GstPersonaplexStats * stats,
       "mean-step-ms", G_TYPE_DOUBLE, mean,
       "max-step-ms", G_TYPE_DOUBLE, stats->max_step_ms,
       "overruns", G_TYPE_UINT64, stats->overruns,
+      "batch-size", G_TYPE_UINT, stats->batch_size,
+      "tick-ms", G_TYPE_DOUBLE, stats->tick_ms,
       "memory-bytes", G_TYPE_UINT64, m ? ppx_model_weight_bytes (m) : 0,
+      "session-bytes", G_TYPE_UINT64, e ? ppx_engine_session_bytes (e) : 0,
+      "engine-bytes", G_TYPE_UINT64, e ? ppx_engine_device_bytes (e) : 0,
+      "max-sessions", G_TYPE_UINT, e ? (guint) ppx_engine_max_sessions (e) : 0,
+      "kv-cache-format", G_TYPE_STRING,
+      e ? ppx_kv_format_name (ppx_engine_kv_format (e)) : "none",
       "backend", G_TYPE_STRING, m ? ppx_model_backend_name (m) : "none",
       "quantization", G_TYPE_STRING,
       m ? ppx_model_quantization_name (m) : "none",

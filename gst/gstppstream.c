@@ -14,6 +14,12 @@
  * zero-padded and answered truncated to its real length, then the new
  * timeline starts (and with reset-on-discont, a new conversation).
  *
+ * Stepping: each frame is handed to the engine's ticker (gstppticker.c),
+ * which steps it together with the frames of the other elements sharing
+ * the engine (model-instance-id) and hands the answer back; an element with
+ * an engine of its own is stepped at once. The stream joins the ticker's
+ * wait set with its caps and leaves it at EOS and while flushing.
+ *
  * Locking: everything here runs with the sink pad's stream lock (chain and
  * serialized events) except the queries and upstream events; settings and
  * statistics are read or written under the object lock. */
@@ -134,10 +140,14 @@ frame_duration (GstPersonaplexDuplex * self)
 GstClockTime
 gst_pp_stream_own_latency (GstPersonaplexDuplex * self)
 {
+  GstPersonaplexSettings *s = &self->settings;
   GstClockTime deadline;
 
   GST_OBJECT_LOCK (self);
-  deadline = self->settings.processing_deadline;
+  deadline = s->processing_deadline;
+  /* a shared engine: a frame may wait for the other sessions' frames */
+  if (s->model_instance_id != NULL && s->model_instance_id[0] != '\0')
+    deadline += s->batch_deadline;
   GST_OBJECT_UNLOCK (self);
   return frame_duration (self) + deadline;
 }
@@ -208,7 +218,8 @@ frame_position (GstPersonaplexDuplex * self, guint n_samples)
 /* Accounts one step; returns a stats message when one is due. */
 static GstMessage *
 update_stats (GstPersonaplexDuplex * self, gdouble step_ms,
-    const GstPpFramePosition * pos, gboolean * frame_messages)
+    const GstPpTickInfo * tick, const GstPpFramePosition * pos,
+    gboolean * frame_messages)
 {
   GstPersonaplexStats *st = &self->stats;
   gdouble frame_ms = (gdouble) frame_duration (self) / GST_MSECOND;
@@ -221,6 +232,8 @@ update_stats (GstPersonaplexDuplex * self, gdouble step_ms,
   st->max_step_ms = MAX (st->max_step_ms, step_ms);
   if (step_ms > frame_ms)
     st->overruns++;
+  st->batch_size = tick->batch_size;
+  st->tick_ms = tick->tick_ms;
   st->last_pts = pos->pts;
   st->last_running_time = pos->running_time;
   interval = self->settings.stats_interval;
@@ -300,25 +313,39 @@ static GstFlowReturn
 step_and_push (GstPersonaplexDuplex * self, guint n_samples)
 {
   PpxFrameResult res = { 0 };
+  GstPpTickInfo tick = { 0 };
   GstPpFramePosition pos;
   GstMessage *stats_msg, *text_msg = NULL, *frame_msg = NULL;
   gboolean frame_messages;
+  GstClockTime batch_deadline;
   GstFlowReturn ret;
   GError *err = NULL;
 
-  if (!ppx_session_step (self->session, self->in_frame, self->out_frame,
-          &res, &err)) {
-    GST_ELEMENT_ERROR (self, STREAM, FAILED,
-        ("PersonaPlex step failed: %s", err->message), (NULL));
-    g_error_free (err);
-    return GST_FLOW_ERROR;
+  GST_OBJECT_LOCK (self);
+  batch_deadline = self->settings.batch_deadline;
+  GST_OBJECT_UNLOCK (self);
+  switch (gst_pp_ticker_step (self->member, self->in_frame, self->out_frame,
+          &res, batch_deadline, &tick, &err)) {
+    case GST_PP_TICK_OK:
+      break;
+    case GST_PP_TICK_FLUSHING:
+      GST_DEBUG_OBJECT (self, "flushing: frame not stepped");
+      return GST_FLOW_FLUSHING;
+    default:
+      GST_ELEMENT_ERROR (self, STREAM, FAILED,
+          ("PersonaPlex step failed: %s", err->message), (NULL));
+      g_error_free (err);
+      return GST_FLOW_ERROR;
   }
+  GST_LOG_OBJECT (self, "stepped in a tick of %u session(s): waited %.1f ms,"
+      " tick %.1f ms", tick.batch_size, tick.wait_ms, tick.tick_ms);
 
   pos = frame_position (self, n_samples);
   self->samples_since_resync += n_samples;
   self->conversation_frame++;
 
-  stats_msg = update_stats (self, res.step_ms, &pos, &frame_messages);
+  stats_msg = update_stats (self, res.step_ms, &tick, &pos,
+      &frame_messages);
   if (res.text != NULL && res.text[0] != '\0')
     text_msg = gst_pp_text_message_new (GST_OBJECT (self), res.text, &pos);
   if (frame_messages)
@@ -581,6 +608,8 @@ handle_caps (GstPersonaplexDuplex * self, GstEvent * event)
 
   self->info = info;
   self->have_caps = TRUE;
+  /* the stream starts: the engine's other sessions wait for its frames */
+  gst_pp_ticker_set_active (self->member, TRUE);
   src_caps = gst_audio_info_to_caps (&info);
   ok = gst_pad_push_event (self->srcpad, gst_event_new_caps (src_caps));
   gst_caps_unref (src_caps);
@@ -665,10 +694,15 @@ sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
       return handle_gap (self, event);
     case GST_EVENT_EOS:
       step_partial_frame (self);
+      gst_pp_ticker_set_active (self->member, FALSE);
       post_stats (self);
       return forward_event (self, event);
     case GST_EVENT_FLUSH_START:{
-      gboolean ok = gst_pad_event_default (pad, parent, event);
+      gboolean ok;
+
+      /* a frame waiting for a tick comes back at once */
+      gst_pp_ticker_set_flushing (self->member, TRUE);
+      ok = gst_pad_event_default (pad, parent, event);
 
       gst_pp_text_pad_flush_start (self);
       return ok;
@@ -677,6 +711,7 @@ sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
       gboolean ok;
 
       /* serialized: the chain function has returned */
+      gst_pp_ticker_set_flushing (self->member, FALSE);
       reset_timeline (self);
       reset_conversation (self);
       gst_segment_init (&self->segment, GST_FORMAT_TIME);

@@ -1,0 +1,80 @@
+/* personaplexduplex: the frame tick shared by the elements of one engine.
+ *
+ * Every element whose session lives on a shared PpxEngine hands its 80 ms
+ * frame to the engine's ticker and waits for its answer; one
+ * ppx_engine_step() then steps all the frames handed in as one batch. A
+ * tick runs as soon as every member in the wait set has handed in its
+ * frame, or when the batch deadline (the earliest of the hand-in time plus
+ * the member's batch-deadline over the frames waiting) passes. The tick
+ * runs on the thread of one of the waiting members (the leader: whichever
+ * finds the set complete or the deadline passed first); there is no
+ * thread of the ticker's own. See docs/element.md ("The tick").
+ *
+ * The wait set: a member joins it when its stream starts (caps) and at
+ * every hand-in, and leaves it at EOS, when flushing, and when a tick runs
+ * without it (it missed the deadline: a stalled, paused or blocked
+ * pipeline). So a stalled member costs the others one deadline at most;
+ * afterwards they tick without waiting for it until it hands in again.
+ *
+ * Internal to the plugin. */
+#ifndef __GST_PP_TICKER_H__
+#define __GST_PP_TICKER_H__
+
+#include <gst/gst.h>
+#include "personaplex.h"
+
+G_BEGIN_DECLS
+
+typedef struct _GstPpTicker GstPpTicker;
+typedef struct _GstPpTickerMember GstPpTickerMember;
+
+/* What one element's frame went through. */
+typedef struct
+{
+  guint batch_size;             /* sessions stepped in the tick */
+  gdouble tick_ms;              /* wall time of the tick (ppx_engine_step) */
+  gdouble wait_ms;              /* from the hand-in to the start of the tick */
+} GstPpTickInfo;
+
+typedef enum
+{
+  GST_PP_TICK_OK,
+  GST_PP_TICK_FLUSHING,         /* the member is flushing; its frame was not stepped */
+  GST_PP_TICK_ERROR,
+} GstPpTickResult;
+
+/* A ticker for @engine (takes a reference). */
+GstPpTicker *gst_pp_ticker_new (PpxEngine * engine);
+/* Every member must have left. */
+void gst_pp_ticker_free (GstPpTicker * ticker);
+
+/* A member stepping @session (a session of the ticker's engine; the member
+ * does not own it). Not in the wait set until its stream starts. */
+GstPpTickerMember *gst_pp_ticker_join (GstPpTicker * ticker,
+    PpxSession * session);
+/* Leaves (waits for a tick that is stepping its frame) and frees @member.
+ * This and the two below do nothing for a NULL member. */
+void gst_pp_ticker_leave (GstPpTickerMember * member);
+
+/* The member's stream started (TRUE: it joins the wait set) or ended
+ * (FALSE, at EOS: the others stop waiting for it). */
+void gst_pp_ticker_set_active (GstPpTickerMember * member, gboolean active);
+
+/* Flushing: a frame waiting for a tick is withdrawn (its step returns
+ * GST_PP_TICK_FLUSHING at once), later steps return that too, and the
+ * member leaves the wait set. A frame already in a running tick finishes
+ * with it. Call from any thread. */
+void gst_pp_ticker_set_flushing (GstPpTickerMember * member,
+    gboolean flushing);
+
+/* Hands in one frame (@in, @out: frame_size samples each, @res: the
+ * session's tokens and text) and waits until a tick stepped it.
+ * @batch_deadline: how long this frame may wait for the others (ns).
+ * Call from the member's streaming thread only. */
+GstPpTickResult gst_pp_ticker_step (GstPpTickerMember * member,
+    const gfloat * in, gfloat * out, PpxFrameResult * res,
+    GstClockTime batch_deadline, GstPpTickInfo * info, GError ** error);
+
+G_END_DECLS
+
+#endif /* __GST_PP_TICKER_H__ */

@@ -2,14 +2,14 @@
 # Runs the launch scripts of pipelines/ and the embedding example on a tiny random model, and checks
 # what comes out (length, non-silent level).
 #
-#   test-pipelines.sh offline|telephony|live|rtp|embed|valgrind|s16|text-no-queue|bad-tokens
+#   test-pipelines.sh offline|telephony|live|rtp|embed|valgrind|s16|text-no-queue|bad-tokens|batch
 #
 # Environment (set by tests/meson.build): PPX_MAKE_MODEL (personaplex-make-model), PPX_EMBED
 # (personaplex-embed), PPX_PIPELINES (the pipelines/ source dir), GST_PLUGIN_PATH_1_0 and friends,
 # PPX_VALGRIND_SUPP (our suppressions). Exit 77 (skip) when a needed program is missing.
 set -eu
 
-what=${1:?usage: test-pipelines.sh offline|telephony|live|rtp|embed|valgrind|s16|text-no-queue|bad-tokens}
+what=${1:?usage: test-pipelines.sh offline|telephony|live|rtp|embed|valgrind|s16|text-no-queue|bad-tokens|batch}
 pipelines=${PPX_PIPELINES:?}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ppx-pipelines-XXXXXX")
 server_pid=
@@ -65,6 +65,17 @@ launch () {
   timeout 60 gst-launch-1.0 "$@" >"$tmp/log" 2>&1 || status=$?
   [ "$status" -ne 124 ] || { cat "$tmp/log"; fail "gst-launch-1.0 hung (killed after 60 s): $*"; }
   return "$status"
+}
+
+# A model directory over the golden tiny model in $tmp/golden (skips without golden data). The random tiny
+# model answers the same whatever it hears; the golden one's answer follows its input from the second frame.
+golden_model () {
+  golden=${PPX_GOLDEN_DIR:-$pipelines/../../shared/golden/tiny}
+  [ -r "$golden/model.safetensors" ] || skip "golden data not found (set PPX_GOLDEN_DIR)"
+  mkdir "$tmp/golden"
+  ln -s "$(cd "$golden" && pwd)/model.safetensors" "$tmp/golden/model.safetensors"
+  ln -s "$(cd "$golden" && pwd)/mimi.safetensors" "$tmp/golden/tokenizer-e351c8d8-checkpoint125.safetensors"
+  ln -s "$(cd "$golden" && pwd)/golden.json" "$tmp/golden/config.json"
 }
 
 case $what in
@@ -155,12 +166,7 @@ case $what in
     # (audioconvert, exact) and as S16LE (from a WAV, and as raw bytes cut at odd offsets) give the
     # same tokens in every frame. The random tiny model answers the same whatever it hears, so this
     # runs on the golden tiny model, whose answer follows its input from the second frame on.
-    golden=${PPX_GOLDEN_DIR:-$pipelines/../../shared/golden/tiny}
-    [ -r "$golden/model.safetensors" ] || skip "golden data not found (set PPX_GOLDEN_DIR)"
-    mkdir "$tmp/golden"
-    ln -s "$(cd "$golden" && pwd)/model.safetensors" "$tmp/golden/model.safetensors"
-    ln -s "$(cd "$golden" && pwd)/mimi.safetensors" "$tmp/golden/tokenizer-e351c8d8-checkpoint125.safetensors"
-    ln -s "$(cd "$golden" && pwd)/golden.json" "$tmp/golden/config.json"
+    golden_model
     gst-launch-1.0 -q audiotestsrc wave=sine freq=330 volume=0.5 samplesperbuffer=2400 num-buffers=50 ! \
       audio/x-raw,format=S16LE,rate=24000,channels=1 ! tee name=t ! queue ! wavenc ! \
       filesink location="$tmp/in16.wav" t. ! queue ! filesink location="$tmp/in16.raw" || fail "make input"
@@ -215,6 +221,49 @@ case $what in
       cat "$tmp/log"; fail "text-prompt-tokens=1,abc,3 was accepted"
     fi
     grep -q "text-prompt-tokens: item 2 ('abc')" "$tmp/log" || { cat "$tmp/log"; fail "the error does not name the item"; }
+    ;;
+  batch)
+    # Three conversations in one pipeline on one shared engine (model-instance-id): each branch's answer
+    # is byte for byte the one it gives alone (greedy, f32 KV cache, golden tiny model), and the frames
+    # were stepped three at a time (personaplex-stats batch-size). The batch deadline is long (5 s), so
+    # that a loaded machine cannot make a tick leave a branch behind; nothing here is live.
+    golden_model
+    for f in 330 600 900; do
+      gst-launch-1.0 -q audiotestsrc wave=sine freq=$f volume=0.5 samplesperbuffer=2400 num-buffers=25 ! \
+        audio/x-raw,format=S16LE,rate=24000,channels=1 ! wavenc ! filesink location="$tmp/in$f.wav" ||
+        fail "make input"
+    done
+    branch () { # FREQ OUTPUT-SUFFIX [PROPERTIES...]
+      f=$1 suffix=$2
+      shift 2
+      echo "filesrc location=$tmp/in$f.wav ! wavparse ! audioconvert ! audio/x-raw,format=F32LE !
+        personaplexduplex name=pp$f model-dir=$tmp/golden greedy=true kv-cache-format=f32 stats-interval=5 $* !
+        wavenc ! filesink location=$tmp/out$f-$suffix.wav pp$f.text_src ! fakesink"
+    }
+    for f in 330 600 900; do
+      # shellcheck disable=SC2046
+      launch $(branch $f alone) || { cat "$tmp/log"; fail "branch $f alone"; }
+    done
+    shared="model-instance-id=batch-test batch-deadline=5000000000"
+    # shellcheck disable=SC2046
+    launch -m $(branch 330 shared $shared) $(branch 600 shared $shared) $(branch 900 shared $shared) ||
+      { cat "$tmp/log"; fail "three branches on one engine"; }
+    for f in 330 600 900; do
+      cmp "$tmp/out$f-alone.wav" "$tmp/out$f-shared.wav" ||
+        fail "branch $f: the answer on the shared engine differs from the answer alone"
+    done
+    ! cmp -s "$tmp/out330-alone.wav" "$tmp/out600-alone.wav" || fail "two inputs give the same answer"
+    # every branch: stats every 5 frames (2.5 s: 31 frames and a partial one) and at EOS, batch-size 3 in all but
+    # the first and the last (a branch that starts or ends a frame before the others may tick alone there)
+    grep 'personaplex-stats' "$tmp/log" |
+      sed -n 's/.*from element "\(pp[0-9]*\)".*frames=(guint64)\([0-9]*\).*batch-size=(uint)\([0-9]*\).*/\1 \2 \3/p' \
+      >"$tmp/stats"
+    cat "$tmp/stats"
+    for f in 330 600 900; do
+      grep "^pp$f " "$tmp/stats" | sed '1d;$d' >"$tmp/middle"
+      [ "$(wc -l <"$tmp/middle")" -ge 4 ] || fail "pp$f posted too few stats messages"
+      ! grep -qv ' 3$' "$tmp/middle" || fail "pp$f was not stepped three at a time: $(cat "$tmp/middle")"
+    done
     ;;
   *)
     fail "unknown test '$what'"

@@ -1,0 +1,742 @@
+/* personaplexduplex on a shared engine (model-instance-id): the session
+ * limit, engine settings that must match, the ticker's wait set (a frame
+ * waits for the engine's other active streams, not for a stream at EOS or
+ * flushing, at most batch-deadline, and a state change or flush never waits
+ * for a tick), a paused pipeline that does not hold the others back, and
+ * sessions joining and leaving while the others run, whose answers stay
+ * those of their solo runs. On a tiny random model; the join/leave test
+ * compares answers on the golden tiny model when there is one. */
+#include "test-element-util.h"
+
+#include <gst/app/app.h>
+#include <string.h>
+
+static char *model_dir;         /* tiny random model */
+static char *golden_model_dir;  /* golden tiny model, or NULL */
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                  */
+
+static GstElement *
+new_element (const char *instance_id)
+{
+  GstElement *el = gst_element_factory_make ("personaplexduplex", NULL);
+
+  fail_unless (el != NULL, "personaplexduplex not found (GST_PLUGIN_PATH?)");
+  g_object_set (el, "model-dir", model_dir, "greedy", TRUE,
+      "model-instance-id", instance_id, NULL);
+  return el;
+}
+
+/* A harness on sink/src, playing, with caps set (the stream has started). */
+static GstHarness *
+new_harness_for (GstElement * el)
+{
+  GstHarness *h = gst_harness_new_with_element (el, "sink", "src");
+
+  gst_harness_set_src_caps_str (h, PPX_F32_CAPS);
+  return h;
+}
+
+static GstStructure *
+get_stats (GstElement * el)
+{
+  GstStructure *s = NULL;
+
+  g_object_get (el, "stats", &s, NULL);
+  fail_unless (s != NULL);
+  return s;
+}
+
+static guint
+stats_uint (GstElement * el, const char *field)
+{
+  GstStructure *s = get_stats (el);
+  guint v = 0;
+
+  fail_unless (gst_structure_get_uint (s, field, &v), "no %s in stats",
+      field);
+  gst_structure_free (s);
+  return v;
+}
+
+/* Brings a bare element (with its own bus) to PAUSED, expecting failure;
+ * returns the error (g_error_free it). */
+static GError *
+expect_start_failure (GstElement * el)
+{
+  GstBus *bus = gst_bus_new ();
+  GstMessage *msg;
+  GError *err = NULL;
+  gchar *debug = NULL;
+
+  gst_element_set_bus (el, bus);
+  fail_unless_equals_int (gst_element_set_state (el, GST_STATE_PAUSED),
+      GST_STATE_CHANGE_FAILURE);
+  msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  fail_unless (msg != NULL, "no error message posted");
+  gst_message_parse_error (msg, &err, &debug);
+  GST_INFO ("error: %s (%s)", err->message, debug);
+  g_free (debug);
+  gst_message_unref (msg);
+  fail_unless_equals_int (gst_element_set_state (el, GST_STATE_NULL),
+      GST_STATE_CHANGE_SUCCESS);
+  gst_element_set_bus (el, NULL);
+  gst_object_unref (bus);
+  return err;
+}
+
+/* Pushes @frames frames of the test signal and pulls the answers. */
+static GArray *
+run_frames (GstHarness * h, guint64 start, guint frames)
+{
+  GArray *out = g_array_new (FALSE, FALSE, sizeof (float));
+  GstBuffer *buf;
+  guint i;
+
+  for (i = 0; i < frames; i++)
+    fail_unless_equals_int (gst_harness_push (h,
+            ppx_test_signal_buffer (start + (guint64) i * PPX_FRAME,
+                PPX_FRAME)), GST_FLOW_OK);
+  for (i = 0; i < frames; i++) {
+    GstMapInfo map;
+
+    buf = gst_harness_pull (h);
+    fail_unless (buf != NULL);
+    gst_buffer_map (buf, &map, GST_MAP_READ);
+    g_array_append_vals (out, map.data, map.size / sizeof (float));
+    gst_buffer_unmap (buf, &map);
+    gst_buffer_unref (buf);
+  }
+  return out;
+}
+
+/* One frame pushed from a thread of its own (it may wait for a tick). */
+typedef struct
+{
+  GstHarness *h;
+  guint64 offset;
+  GstFlowReturn ret;
+  gint done;
+  gint64 took_us;
+  GThread *thread;
+} Pusher;
+
+static gpointer
+pusher_main (gpointer data)
+{
+  Pusher *p = data;
+  gint64 t0 = g_get_monotonic_time ();
+
+  p->ret = gst_harness_push (p->h, ppx_test_signal_buffer (p->offset,
+          PPX_FRAME));
+  p->took_us = g_get_monotonic_time () - t0;
+  g_atomic_int_set (&p->done, 1);
+  return NULL;
+}
+
+static void
+pusher_start (Pusher * p, GstHarness * h, guint64 offset)
+{
+  memset (p, 0, sizeof *p);
+  p->h = h;
+  p->offset = offset;
+  p->thread = g_thread_new ("pusher", pusher_main, p);
+}
+
+/* Waits up to @timeout_s for the push to return; fails if it does not. */
+static GstFlowReturn
+pusher_join (Pusher * p, double timeout_s)
+{
+  gint64 end = g_get_monotonic_time () + (gint64) (timeout_s * G_USEC_PER_SEC);
+
+  while (!g_atomic_int_get (&p->done) && g_get_monotonic_time () < end)
+    g_usleep (5000);
+  fail_unless (g_atomic_int_get (&p->done),
+      "the push did not return within %.1f s", timeout_s);
+  g_thread_join (p->thread);
+  return p->ret;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The session limit and the engine settings                                */
+
+GST_START_TEST (test_session_limit)
+{
+  GstElement *a = new_element ("limit-test");
+  GstElement *b = new_element ("limit-test");
+  GstElement *c = new_element ("limit-test");
+  GstElement *d = new_element ("limit-test");
+  GstHarness *ha, *hb, *hc;
+  GArray *outa, *outb;
+  GError *err;
+
+  g_object_set (a, "max-sessions", 2, NULL);
+  g_object_set (b, "max-sessions", 2, NULL);
+  g_object_set (c, "max-sessions", 2, NULL);
+  ha = new_harness_for (a);
+  hb = new_harness_for (b);
+  fail_unless_equals_int (stats_uint (a, "max-sessions"), 2);
+  fail_unless_equals_int (stats_uint (b, "model-users"), 2);
+
+  /* the third: refused with an error naming the id and the limit */
+  err = expect_start_failure (c);
+  fail_unless (g_error_matches (err, GST_RESOURCE_ERROR,
+          GST_RESOURCE_ERROR_BUSY), "error %s %d: %s",
+      g_quark_to_string (err->domain), err->code, err->message);
+  fail_unless (strstr (err->message, "limit-test") != NULL
+      && strstr (err->message, "max-sessions 2") != NULL,
+      "the message does not name the id and the limit: %s", err->message);
+  g_error_free (err);
+
+  /* the first two run on: same input, same answer; one engine of two */
+  outa = run_frames (ha, 0, 3);
+  outb = run_frames (hb, 0, 3);
+  fail_unless_equals_int (outa->len, 3 * PPX_FRAME);
+  fail_unless (outa->len == outb->len
+      && memcmp (outa->data, outb->data, outa->len * sizeof (float)) == 0);
+  fail_unless_equals_int (stats_uint (a, "model-users"), 2);
+
+  /* other engine settings under the same id: refused, naming both */
+  g_object_set (d, "max-sessions", 3, NULL);
+  err = expect_start_failure (d);
+  fail_unless (strstr (err->message, "limit-test") != NULL
+      && strstr (err->message, "max-sessions 2") != NULL
+      && strstr (err->message, "max-sessions 3") != NULL,
+      "message: %s", err->message);
+  g_error_free (err);
+  g_object_set (d, "max-sessions", 2, NULL);
+  gst_util_set_object_arg (G_OBJECT (d), "kv-cache-format", "bf16");
+  err = expect_start_failure (d);
+  fail_unless (strstr (err->message, "limit-test") != NULL
+      && strstr (err->message, "kv-cache-format auto") != NULL
+      && strstr (err->message, "kv-cache-format bf16") != NULL,
+      "message: %s", err->message);
+  g_error_free (err);
+
+  /* a slot freed by a leaving element takes the next one */
+  gst_harness_teardown (hb);
+  hc = new_harness_for (c);
+  fail_unless_equals_int (stats_uint (c, "model-users"), 2);
+  g_array_unref (outb);
+  outb = run_frames (hc, 0, 3);
+  fail_unless (memcmp (outa->data, outb->data, outa->len * sizeof (float))
+      == 0);
+
+  g_array_unref (outa);
+  g_array_unref (outb);
+  gst_harness_teardown (ha);
+  gst_harness_teardown (hc);
+  gst_object_unref (a);
+  gst_object_unref (b);
+  gst_object_unref (c);
+  gst_object_unref (d);
+}
+
+GST_END_TEST;
+
+/* Without an id: an engine of its own, one session, no batch deadline in
+ * the latency; with one: the batch deadline is part of it. */
+GST_START_TEST (test_latency_and_private_engine)
+{
+  GstElement *a = new_element (NULL);
+  GstElement *b = new_element ("latency-test");
+  GstHarness *ha, *hb;
+
+  g_object_set (a, "max-sessions", 7, NULL);    /* ignored without an id */
+  ha = new_harness_for (a);
+  hb = new_harness_for (b);
+  fail_unless_equals_int (stats_uint (a, "max-sessions"), 1);
+  fail_unless (stats_uint (b, "max-sessions") >= 1);
+
+  gst_harness_set_upstream_latency (ha, 20 * GST_MSECOND);
+  gst_harness_set_upstream_latency (hb, 20 * GST_MSECOND);
+  /* upstream + one frame + processing-deadline (+ batch-deadline, shared) */
+  fail_unless_equals_uint64 (gst_harness_query_latency (ha),
+      180 * GST_MSECOND);
+  fail_unless_equals_uint64 (gst_harness_query_latency (hb),
+      200 * GST_MSECOND);
+  g_object_set (b, "batch-deadline", 5 * GST_MSECOND, NULL);
+  fail_unless_equals_uint64 (gst_harness_query_latency (hb),
+      185 * GST_MSECOND);
+  g_object_set (a, "batch-deadline", 5 * GST_MSECOND, NULL);
+  fail_unless_equals_uint64 (gst_harness_query_latency (ha),
+      180 * GST_MSECOND);
+
+  gst_harness_teardown (ha);
+  gst_harness_teardown (hb);
+  gst_object_unref (a);
+  gst_object_unref (b);
+}
+
+GST_END_TEST;
+
+/* ------------------------------------------------------------------------ */
+/* The wait set                                                             */
+
+/* A frame waits for the other active stream of the engine; that stream's
+ * EOS releases it, and later frames no longer wait. */
+GST_START_TEST (test_wait_for_active_stream)
+{
+  GstElement *a = new_element ("wait-test");
+  GstElement *b = new_element ("wait-test");
+  GstHarness *ha, *hb;
+  Pusher p;
+  GstBuffer *buf;
+
+  g_object_set (a, "batch-deadline", 60 * GST_SECOND, NULL);
+  ha = new_harness_for (a);
+  hb = new_harness_for (b);     /* caps: b's stream has started */
+
+  pusher_start (&p, ha, 0);
+  g_usleep (300 * 1000);
+  fail_if (g_atomic_int_get (&p.done),
+      "the frame did not wait for the other active stream");
+  fail_unless (gst_harness_push_event (hb, gst_event_new_eos ()));
+  fail_unless_equals_int (pusher_join (&p, 20), GST_FLOW_OK);
+  buf = gst_harness_pull (ha);
+  gst_buffer_unref (buf);
+  fail_unless_equals_int (stats_uint (a, "batch-size"), 1);
+
+  /* b is at EOS: nothing to wait for */
+  pusher_start (&p, ha, PPX_FRAME);
+  fail_unless_equals_int (pusher_join (&p, 20), GST_FLOW_OK);
+  gst_buffer_unref (gst_harness_pull (ha));
+
+  gst_harness_teardown (ha);
+  gst_harness_teardown (hb);
+  gst_object_unref (a);
+  gst_object_unref (b);
+}
+
+GST_END_TEST;
+
+/* A frame waiting for a tick comes back at once on FLUSH_START and on a
+ * state change to NULL, whatever the batch deadline. */
+GST_START_TEST (test_flush_and_stop_while_waiting)
+{
+  GstElement *a = new_element ("flush-test");
+  GstElement *b = new_element ("flush-test");
+  GstHarness *ha, *hb;
+  Pusher p;
+  gint64 t0;
+
+  g_object_set (a, "batch-deadline", 60 * GST_SECOND, NULL);
+  ha = new_harness_for (a);
+  hb = new_harness_for (b);
+
+  pusher_start (&p, ha, 0);
+  g_usleep (300 * 1000);
+  fail_if (g_atomic_int_get (&p.done));
+  fail_unless (gst_harness_push_event (ha, gst_event_new_flush_start ()));
+  fail_unless_equals_int (pusher_join (&p, 20), GST_FLOW_FLUSHING);
+  fail_unless (gst_harness_push_event (ha, gst_event_new_flush_stop (TRUE)));
+  gst_harness_set_src_caps_str (ha, PPX_F32_CAPS);
+
+  /* after the flush the stream waits again for b ... */
+  pusher_start (&p, ha, 0);
+  g_usleep (300 * 1000);
+  fail_if (g_atomic_int_get (&p.done));
+  /* ... and stopping the element does not wait for the tick */
+  t0 = g_get_monotonic_time ();
+  fail_unless_equals_int (gst_element_set_state (a, GST_STATE_NULL),
+      GST_STATE_CHANGE_SUCCESS);
+  fail_unless (g_get_monotonic_time () - t0 < 20 * G_USEC_PER_SEC);
+  fail_unless_equals_int (pusher_join (&p, 20), GST_FLOW_FLUSHING);
+
+  /* b goes on alone: a left the engine */
+  pusher_start (&p, hb, 0);
+  fail_unless_equals_int (pusher_join (&p, 20), GST_FLOW_OK);
+  gst_buffer_unref (gst_harness_pull (hb));
+  gst_harness_teardown (ha);
+  gst_harness_teardown (hb);
+  gst_object_unref (a);
+  gst_object_unref (b);
+}
+
+GST_END_TEST;
+
+/* An active stream that sends nothing costs one batch deadline, once: the
+ * tick runs without it and then stops waiting for it. */
+GST_START_TEST (test_deadline_then_missed)
+{
+  GstElement *a = new_element ("deadline-test");
+  GstElement *b = new_element ("deadline-test");
+  GstHarness *ha, *hb;
+  Pusher p;
+  const gint64 deadline_us = 2 * G_USEC_PER_SEC;
+
+  g_object_set (a, "batch-deadline", deadline_us * GST_USECOND, NULL);
+  ha = new_harness_for (a);
+  hb = new_harness_for (b);
+
+  pusher_start (&p, ha, 0);
+  fail_unless_equals_int (pusher_join (&p, 30), GST_FLOW_OK);
+  fail_unless (p.took_us >= deadline_us - 50 * 1000,
+      "the frame waited %.3f s, not the batch deadline", p.took_us / 1e6);
+  gst_buffer_unref (gst_harness_pull (ha));
+
+  /* b missed the tick: the next frame does not wait for it */
+  pusher_start (&p, ha, PPX_FRAME);
+  fail_unless_equals_int (pusher_join (&p, 30), GST_FLOW_OK);
+  fail_unless (p.took_us < deadline_us / 2,
+      "the frame waited %.3f s for a stream that missed a tick",
+      p.took_us / 1e6);
+  gst_buffer_unref (gst_harness_pull (ha));
+
+  gst_harness_teardown (ha);
+  gst_harness_teardown (hb);
+  gst_object_unref (a);
+  gst_object_unref (b);
+}
+
+GST_END_TEST;
+
+/* ------------------------------------------------------------------------ */
+/* Pipelines                                                                */
+
+/* Counts the buffers reaching a sink (handoff signal). */
+typedef struct
+{
+  GstElement *pipeline;
+  gint buffers;
+} Counted;
+
+static void
+on_handoff (GstElement * sink, GstBuffer * buf, GstPad * pad, gpointer data)
+{
+  g_atomic_int_inc (&((Counted *) data)->buffers);
+}
+
+static void
+assert_no_bus_error (GstElement * pipeline)
+{
+  GstBus *bus = gst_element_get_bus (pipeline);
+  GstMessage *msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+
+  if (msg) {
+    GError *err = NULL;
+
+    gst_message_parse_error (msg, &err, NULL);
+    fail ("%s: error: %s", GST_OBJECT_NAME (pipeline), err->message);
+  }
+  gst_object_unref (bus);
+}
+
+static gint
+count_of (Counted * c)
+{
+  return g_atomic_int_get (&c->buffers);
+}
+
+/* Three live pipelines on one engine, real-time sinks; one pauses for two
+ * seconds. The other two keep answering in real time meanwhile (25 frames
+ * in 2 s; at least 18 required), the paused one does not, and then it
+ * comes back. */
+GST_START_TEST (test_paused_pipeline_does_not_stall_others)
+{
+  Counted p[3];
+  gint before[3], after[3];
+  gint64 end;
+  guint i;
+
+  for (i = 0; i < 3; i++) {
+    gchar *desc = g_strdup_printf ("audiotestsrc is-live=true wave=sine "
+        "freq=%u samplesperbuffer=480 ! " PPX_F32_CAPS " ! personaplexduplex "
+        "model-dir=\"%s\" greedy=true model-instance-id=pause-test "
+        "stats-interval=0 name=pp ! fakesink name=sink sync=true "
+        "signal-handoffs=true pp.text_src ! fakesink async=false",
+        300 + 200 * i, model_dir);
+    GError *err = NULL;
+    GstElement *sink;
+
+    p[i].pipeline = gst_parse_launch (desc, &err);
+    fail_unless (p[i].pipeline != NULL, "%s", err ? err->message : "");
+    p[i].buffers = 0;
+    sink = gst_bin_get_by_name (GST_BIN (p[i].pipeline), "sink");
+    g_signal_connect (sink, "handoff", G_CALLBACK (on_handoff), &p[i]);
+    gst_object_unref (sink);
+    g_free (desc);
+  }
+  for (i = 0; i < 3; i++)
+    fail_if (gst_element_set_state (p[i].pipeline, GST_STATE_PLAYING) ==
+        GST_STATE_CHANGE_FAILURE);
+  /* all three running */
+  end = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
+  while ((count_of (&p[0]) < 10 || count_of (&p[1]) < 10
+          || count_of (&p[2]) < 10) && g_get_monotonic_time () < end)
+    g_usleep (10 * 1000);
+  for (i = 0; i < 3; i++)
+    fail_unless (count_of (&p[i]) >= 10, "pipeline %u did not start", i);
+
+  fail_if (gst_element_set_state (p[2].pipeline, GST_STATE_PAUSED) ==
+      GST_STATE_CHANGE_FAILURE);
+  g_usleep (200 * 1000);        /* what was under way has arrived */
+  for (i = 0; i < 3; i++)
+    before[i] = count_of (&p[i]);
+  g_usleep (2 * G_USEC_PER_SEC);
+  for (i = 0; i < 3; i++)
+    after[i] = count_of (&p[i]);
+  GST_INFO ("frames in the 2 s pause: %d %d %d", after[0] - before[0],
+      after[1] - before[1], after[2] - before[2]);
+  for (i = 0; i < 2; i++)
+    fail_unless (after[i] - before[i] >= 18,
+        "pipeline %u answered %d frames in 2 s while another was paused "
+        "(25 is real time)", i, after[i] - before[i]);
+  fail_unless (after[2] - before[2] <= 2,
+      "the paused pipeline answered %d frames", after[2] - before[2]);
+
+  /* it comes back, and the others keep going */
+  fail_if (gst_element_set_state (p[2].pipeline, GST_STATE_PLAYING) ==
+      GST_STATE_CHANGE_FAILURE);
+  for (i = 0; i < 3; i++)
+    before[i] = count_of (&p[i]);
+  end = g_get_monotonic_time () + 30 * G_USEC_PER_SEC;
+  while (count_of (&p[2]) < before[2] + 5 && g_get_monotonic_time () < end)
+    g_usleep (10 * 1000);
+  fail_unless (count_of (&p[2]) >= before[2] + 5,
+      "the paused pipeline did not resume");
+  for (i = 0; i < 3; i++)
+    assert_no_bus_error (p[i].pipeline);
+  for (i = 0; i < 3; i++) {
+    fail_unless_equals_int (gst_element_set_state (p[i].pipeline,
+            GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+    gst_object_unref (p[i].pipeline);
+  }
+}
+
+GST_END_TEST;
+
+/* Collects one pipeline's answer from its appsink. */
+typedef struct
+{
+  GstElement *pipeline;
+  GMutex lock;
+  GArray *samples;
+  gboolean eos;
+} Collected;
+
+static GstFlowReturn
+on_new_sample (GstAppSink * sink, gpointer data)
+{
+  Collected *c = data;
+  GstSample *sample = gst_app_sink_pull_sample (sink);
+  GstBuffer *buf = gst_sample_get_buffer (sample);
+  GstMapInfo map;
+
+  gst_buffer_map (buf, &map, GST_MAP_READ);
+  g_mutex_lock (&c->lock);
+  g_array_append_vals (c->samples, map.data, map.size / sizeof (float));
+  g_mutex_unlock (&c->lock);
+  gst_buffer_unmap (buf, &map);
+  gst_sample_unref (sample);
+  return GST_FLOW_OK;
+}
+
+static void
+on_eos (GstAppSink * sink, gpointer data)
+{
+  Collected *c = data;
+
+  g_mutex_lock (&c->lock);
+  c->eos = TRUE;
+  g_mutex_unlock (&c->lock);
+}
+
+static guint
+collected_frames (Collected * c)
+{
+  guint n;
+
+  g_mutex_lock (&c->lock);
+  n = c->samples->len / PPX_FRAME;
+  g_mutex_unlock (&c->lock);
+  return n;
+}
+
+static gboolean
+collected_eos (Collected * c)
+{
+  gboolean eos;
+
+  g_mutex_lock (&c->lock);
+  eos = c->eos;
+  g_mutex_unlock (&c->lock);
+  return eos;
+}
+
+#define JOIN_FRAMES 30
+
+/* A pipeline answering JOIN_FRAMES frames of a tone (live or as fast as it
+ * computes) into an appsink; @id NULL: an engine of its own. */
+static void
+collected_init (Collected * c, const char *dir, guint freq, gboolean live,
+    const char *id)
+{
+  gchar *desc = g_strdup_printf ("audiotestsrc is-live=%s wave=sine freq=%u "
+      "volume=0.5 samplesperbuffer=%d num-buffers=%d ! " PPX_F32_CAPS
+      " ! personaplexduplex model-dir=\"%s\" greedy=true kv-cache-format=f32 "
+      "stats-interval=0 %s%s name=pp ! appsink name=sink sync=false "
+      "pp.text_src ! fakesink async=false", live ? "true" : "false", freq,
+      PPX_FRAME, JOIN_FRAMES, dir, id ? "model-instance-id=" : "",
+      id ? id : "");
+  GstAppSinkCallbacks callbacks = { on_eos, NULL, on_new_sample };
+  GError *err = NULL;
+  GstElement *sink;
+
+  g_mutex_init (&c->lock);
+  c->samples = g_array_new (FALSE, FALSE, sizeof (float));
+  c->eos = FALSE;
+  c->pipeline = gst_parse_launch (desc, &err);
+  fail_unless (c->pipeline != NULL, "%s", err ? err->message : "");
+  sink = gst_bin_get_by_name (GST_BIN (c->pipeline), "sink");
+  gst_app_sink_set_callbacks (GST_APP_SINK (sink), &callbacks, c, NULL);
+  gst_object_unref (sink);
+  g_free (desc);
+}
+
+static void
+collected_restart (Collected * c)
+{
+  g_mutex_lock (&c->lock);
+  g_array_set_size (c->samples, 0);
+  c->eos = FALSE;
+  g_mutex_unlock (&c->lock);
+}
+
+static void
+collected_clear (Collected * c)
+{
+  gst_element_set_state (c->pipeline, GST_STATE_NULL);
+  gst_object_unref (c->pipeline);
+  g_array_unref (c->samples);
+  g_mutex_clear (&c->lock);
+}
+
+static void
+wait_eos (Collected * c, guint what)
+{
+  gint64 end = g_get_monotonic_time () + 120 * G_USEC_PER_SEC;
+
+  while (!collected_eos (c) && g_get_monotonic_time () < end)
+    g_usleep (10 * 1000);
+  fail_unless (collected_eos (c), "pipeline %u did not finish", what);
+  assert_no_bus_error (c->pipeline);
+}
+
+static void
+assert_same_answer (Collected * c, GArray * expected, guint what)
+{
+  g_mutex_lock (&c->lock);
+  fail_unless_equals_int (c->samples->len, expected->len);
+  fail_unless (memcmp (c->samples->data, expected->data,
+          expected->len * sizeof (float)) == 0,
+      "conversation %u: the answer on the shared engine differs from its "
+      "solo run", what);
+  g_mutex_unlock (&c->lock);
+}
+
+/* Three live conversations on one engine; the second is set to NULL while
+ * the others run and then started again (a new conversation). Each
+ * answer, and the second's after its restart, equals its solo run: a
+ * session joining or leaving does not disturb the others. */
+GST_START_TEST (test_join_leave_while_others_run)
+{
+  const char *dir = golden_model_dir ? golden_model_dir : model_dir;
+  static const guint freqs[3] = { 330, 600, 900 };
+  GArray *solo[3];
+  Collected c[3];
+  gint64 end;
+  guint i;
+
+  if (!golden_model_dir)
+    g_printerr ("no golden data: join/leave compares the random tiny "
+        "model's answers\n");
+  for (i = 0; i < 3; i++) {
+    Collected s;
+
+    collected_init (&s, dir, freqs[i], FALSE, NULL);
+    fail_if (gst_element_set_state (s.pipeline, GST_STATE_PLAYING) ==
+        GST_STATE_CHANGE_FAILURE);
+    wait_eos (&s, i);
+    solo[i] = g_array_ref (s.samples);
+    fail_unless_equals_int (solo[i]->len, JOIN_FRAMES * PPX_FRAME);
+    collected_clear (&s);
+  }
+  if (golden_model_dir)
+    fail_if (memcmp (solo[0]->data, solo[1]->data,
+            solo[0]->len * sizeof (float)) == 0,
+        "two inputs give the same answer: the comparison proves nothing");
+
+  for (i = 0; i < 3; i++) {
+    collected_init (&c[i], dir, freqs[i], TRUE, "join-test");
+    fail_if (gst_element_set_state (c[i].pipeline, GST_STATE_PLAYING) ==
+        GST_STATE_CHANGE_FAILURE);
+  }
+  end = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
+  while (collected_frames (&c[1]) < 6 && g_get_monotonic_time () < end)
+    g_usleep (5 * 1000);
+  fail_unless (collected_frames (&c[1]) >= 6);
+  /* leave ... */
+  fail_unless_equals_int (gst_element_set_state (c[1].pipeline,
+          GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+  fail_if (collected_eos (&c[0]) || collected_eos (&c[2]),
+      "the others finished before the second left");
+  g_usleep (300 * 1000);
+  /* ... and join again, a new conversation */
+  collected_restart (&c[1]);
+  fail_if (gst_element_set_state (c[1].pipeline, GST_STATE_PLAYING) ==
+      GST_STATE_CHANGE_FAILURE);
+  for (i = 0; i < 3; i++)
+    wait_eos (&c[i], i);
+  for (i = 0; i < 3; i++) {
+    assert_same_answer (&c[i], solo[i], i);
+    collected_clear (&c[i]);
+    g_array_unref (solo[i]);
+  }
+}
+
+GST_END_TEST;
+
+static Suite *
+engine_suite (void)
+{
+  Suite *s = suite_create ("personaplexduplex-engine");
+  TCase *tc = tcase_create ("general");
+  /* live pipelines held to real time: not under valgrind */
+  TCase *rt = tcase_create ("realtime");
+
+  tcase_set_timeout (tc, 180);
+  suite_add_tcase (s, tc);
+  tcase_add_test (tc, test_session_limit);
+  tcase_add_test (tc, test_latency_and_private_engine);
+  tcase_add_test (tc, test_wait_for_active_stream);
+  tcase_add_test (tc, test_flush_and_stop_while_waiting);
+  tcase_add_test (tc, test_deadline_then_missed);
+  tcase_set_timeout (rt, 180);
+  suite_add_tcase (s, rt);
+  tcase_add_test (rt, test_paused_pipeline_does_not_stall_others);
+  tcase_add_test (rt, test_join_leave_while_others_run);
+  return s;
+}
+
+int
+main (int argc, char **argv)
+{
+  const char *golden = ppx_test_golden_dir ();
+  int failures;
+
+  gst_check_init (&argc, &argv);
+  model_dir = ppx_test_make_tiny_model ();
+  if (golden)
+    golden_model_dir = ppx_test_golden_model_dir (golden);
+  failures = gst_check_run_suite (engine_suite (), "personaplexduplex-engine",
+      __FILE__);
+  ppx_test_remove_dir (model_dir);
+  g_free (model_dir);
+  if (golden_model_dir) {
+    ppx_test_remove_dir (golden_model_dir);
+    g_free (golden_model_dir);
+  }
+  return failures;
+}

@@ -755,10 +755,10 @@ open_model (GstPersonaplexDuplex * self)
     gst_pp_model_pool_release (handle);
     return FALSE;
   }
-  self->member = gst_pp_ticker_join (gst_pp_model_handle_get_ticker (handle),
-      self->session);
   self->frame_size = ppx_model_frame_size (model);
   GST_OBJECT_LOCK (self);
+  self->member = gst_pp_ticker_join (gst_pp_model_handle_get_ticker (handle),
+      self->session);
   self->model = handle;
   GST_OBJECT_UNLOCK (self);
 
@@ -778,13 +778,29 @@ close_model (GstPersonaplexDuplex * self)
 {
   GstPpModelHandle *model;
 
-  g_clear_pointer (&self->member, gst_pp_ticker_leave);
+  GstPpTickerMember *member;
+
+  /* under the object lock: FLUSH_START may come from another thread */
+  GST_OBJECT_LOCK (self);
+  member = self->member;
+  self->member = NULL;
+  GST_OBJECT_UNLOCK (self);
+  gst_pp_ticker_leave (member);
   g_clear_pointer (&self->session, ppx_session_free);
   GST_OBJECT_LOCK (self);
   model = self->model;
   self->model = NULL;
   GST_OBJECT_UNLOCK (self);
   gst_pp_model_pool_release (model);
+}
+
+void
+gst_pp_duplex_set_flushing (GstPersonaplexDuplex * self, gboolean flushing)
+{
+  /* the ticker's lock is never held while taking the object lock */
+  GST_OBJECT_LOCK (self);
+  gst_pp_ticker_set_flushing (self->member, flushing);
+  GST_OBJECT_UNLOCK (self);
 }
 
 static GstStateChangeReturn
@@ -804,7 +820,7 @@ gst_personaplex_duplex_change_state (GstElement * element,
       /* a frame waiting for the other sessions' frames returns at once, so
        * deactivating the pads (which takes the stream lock) never waits
        * for a tick */
-      gst_pp_ticker_set_flushing (self->member, TRUE);
+      gst_pp_duplex_set_flushing (self, TRUE);
       break;
     default:
       break;

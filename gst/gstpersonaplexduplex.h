@@ -80,7 +80,7 @@ struct _GstPersonaplexDuplex
    * only with the sink stream lock held (flushing is set from any thread). */
   GstPpModelHandle *model;
   PpxSession *session;
-  GstPpTickerMember *member;
+  GstPpTickerMember *member;    /* set and cleared under the object lock */
   gint frame_size;              /* samples per frame (1920) */
 
   /* Streaming state, guarded by the sink pad's stream lock. */
@@ -112,6 +112,11 @@ struct _GstPersonaplexDuplex
   /* Upstream SEEKs arrive on both source pads; forward each seqnum once. */
   guint32 last_seek_seqnum;
 };
+
+/* Sets the ticker member flushing (any thread; nothing before the model is
+ * loaded). Internal to the plugin. */
+void gst_pp_duplex_set_flushing (GstPersonaplexDuplex * self,
+    gboolean flushing);
 
 G_END_DECLS
 

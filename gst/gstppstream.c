@@ -701,7 +701,7 @@ sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
       gboolean ok;
 
       /* a frame waiting for a tick comes back at once */
-      gst_pp_ticker_set_flushing (self->member, TRUE);
+      gst_pp_duplex_set_flushing (self, TRUE);
       ok = gst_pad_event_default (pad, parent, event);
 
       gst_pp_text_pad_flush_start (self);
@@ -711,7 +711,7 @@ sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
       gboolean ok;
 
       /* serialized: the chain function has returned */
-      gst_pp_ticker_set_flushing (self->member, FALSE);
+      gst_pp_duplex_set_flushing (self, FALSE);
       reset_timeline (self);
       reset_conversation (self);
       gst_segment_init (&self->segment, GST_FORMAT_TIME);

@@ -75,7 +75,8 @@ run_pipeline (const GoldenInput * in, gboolean s16, GArray * frames)
   /* with 16 bits, text_src goes to a sink directly (no queue) */
   pipeline = gst_parse_launch ("appsrc name=src format=time ! "
       "personaplexduplex name=pp greedy=true voice-normalize=false "
-      "frame-messages=true stats-interval=0 ! appsink name=sink sync=false "
+      "kv-cache-format=f32 frame-messages=true stats-interval=0 ! "
+      "appsink name=sink sync=false "
       "wait-on-eos=false ", &err);
   g_assert_no_error (err);
   {

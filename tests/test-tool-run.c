@@ -107,7 +107,7 @@ test_help (void)
   const char *options[] = {"--model-dir", "--input", "--output", "--output-json", "--voice-prompt", "--text-prompt",
                            "--text-prompt-tokens", "--no-voice-normalize", "--greedy", "--seed", "--temp-audio",
                            "--temp-text", "--topk-audio", "--topk-text", "--quantization", "--backend", "--device",
-                           "--voice-cache-dir"};
+                           "--voice-cache-dir", "--kv-cache-format"};
   for (guint i = 0; i < G_N_ELEMENTS (options); i++)
     g_assert_nonnull (strstr (r.out, options[i]));
   tool_result_clear (&r);
@@ -145,6 +145,10 @@ test_length_and_json (void)
   g_assert_cmpint (json_object_get_int_member (s, "topk_text"), ==, 25);
   g_assert_cmpstr (json_object_get_string_member (s, "quantization"), ==, "auto");
   g_assert_cmpstr (json_object_get_string_member (s, "backend"), ==, "auto");
+  g_assert_cmpstr (json_object_get_string_member (s, "kv_cache_format"), ==, "auto");
+  /* what auto resolved to */
+  const char *kv = json_object_get_string_member (j.run, "kv_cache_format");
+  g_assert_true (g_strcmp0 (kv, "f32") == 0 || g_strcmp0 (kv, "bf16") == 0 || g_strcmp0 (kv, "fp8") == 0);
   g_assert_true (json_object_get_null_member (s, "voice_prompt"));
   g_assert_true (json_object_get_null_member (s, "text_prompt"));
   g_assert_true (json_object_get_null_member (s, "text_prompt_tokens"));
@@ -346,6 +350,25 @@ make_wrong_shape_model (const char *dir)
   return changed;
 }
 
+/* --kv-cache-format reaches the element: the JSON records the option and the format that ran. */
+static void
+test_kv_cache_format (void)
+{
+  g_autofree char *in = tmp_path ("kv.wav"), *out = tmp_path ("kv-out.wav"), *json = tmp_path ("kv.json");
+  g_autofree float *pcm = test_signal (4000, 24000);
+  wav_write (in, pcm, 4000, 24000, 1, SF_FORMAT_FLOAT);
+  const char *formats[] = {"f32", "bf16", "fp8"};
+  for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
+    run_ok (in, out, json, "--greedy", "--kv-cache-format", formats[i]);
+    RunJson j = {0};
+    run_json_load (&j, json);
+    g_assert_cmpstr (json_object_get_string_member (j.settings, "kv_cache_format"), ==, formats[i]);
+    g_assert_cmpstr (json_object_get_string_member (j.run, "kv_cache_format"), ==, formats[i]);
+    g_assert_cmpint (json_object_get_int_member (j.run, "samples"), ==, 4000);
+    run_json_clear (&j);
+  }
+}
+
 static void
 test_errors (void)
 {
@@ -387,6 +410,8 @@ test_errors (void)
   EXPECT_FAIL (("unexpected argument"), "--model-dir", md, "--input", in, "--output", out, "extra");
   EXPECT_FAIL (("--quantization", "int3"), "--model-dir", md, "--input", in, "--output", out, "--quantization", "int3");
   EXPECT_FAIL (("--backend", "tpu"), "--model-dir", md, "--input", in, "--output", out, "--backend", "tpu");
+  EXPECT_FAIL (("--kv-cache-format", "f16"), "--model-dir", md, "--input", in, "--output", out, "--kv-cache-format",
+               "f16");
   EXPECT_FAIL (("--temp-audio"), "--model-dir", md, "--input", in, "--output", out, "--temp-audio", "-1");
   EXPECT_FAIL (("--temp-text"), "--model-dir", md, "--input", in, "--output", out, "--temp-text", "warm");
   EXPECT_FAIL (("--temp-text"), "--model-dir", md, "--input", in, "--output", out, "--temp-text", "nan");
@@ -428,12 +453,13 @@ golden_conversation_with (const char *voice, const char *extra_option, const cha
   GString *ids = g_string_new (NULL);
   for (int i = 0; i < G.n_text_tokens; i++)
     g_string_append_printf (ids, i ? ",%d" : "%d", G.text_tokens[i]);
+  /* the reference's numerics: an f32 KV cache, whatever the library's default */
   if (extra_option)
     run_ok (in, out, json, "--voice-prompt", voice, "--no-voice-normalize", "--text-prompt-tokens", ids->str,
-            "--greedy", extra_option, extra_value);
+            "--greedy", "--kv-cache-format", "f32", extra_option, extra_value);
   else
     run_ok (in, out, json, "--voice-prompt", voice, "--no-voice-normalize", "--text-prompt-tokens", ids->str,
-            "--greedy");
+            "--greedy", "--kv-cache-format", "f32");
   g_string_free (ids, TRUE);
 
   RunJson j = {0};
@@ -546,6 +572,7 @@ main (int argc, char **argv)
     g_test_add_func ("/tool-run/empty-text-prompt", test_empty_text_prompt);
     g_test_add_func ("/tool-run/text-prompt-utf8", test_text_prompt_utf8);
     g_test_add_func ("/tool-run/errors", test_errors);
+    g_test_add_func ("/tool-run/kv-cache-format", test_kv_cache_format);
   }
   int rc = g_test_run ();
   if (golden)

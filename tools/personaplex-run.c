@@ -4,7 +4,8 @@
  *                   [--voice-prompt FILE|NAME] [--text-prompt TEXT | --text-prompt-tokens 1,2,3]
  *                   [--no-voice-normalize] [--greedy] [--seed N] [--temp-audio 0.8 --temp-text 0.7
  *                   --topk-audio 250 --topk-text 25] [--quantization auto|bf16|int8|int4]
- *                   [--backend auto|cpu|cuda] [--device N] [--voice-cache-dir DIR]
+ *                   [--backend auto|cpu|cuda] [--device N] [--kv-cache-format auto|f32|bf16|fp8]
+ *                   [--voice-cache-dir DIR]
  *
  * A thin GStreamer application around the personaplexduplex element: the input (any format GStreamer
  * plays; mixed to mono, resampled to 24 kHz) goes through the element frame by frame (run-pipeline.c),
@@ -116,7 +117,7 @@ check_voice_prompt (const RunSettings *s, GError **error)
 }
 
 typedef struct {
-  char *seed, *quantization, *backend, *text_prompt_tokens;
+  char *seed, *quantization, *backend, *kv_cache_format, *text_prompt_tokens;
   gboolean no_voice_normalize;
 } RawOptions;
 
@@ -145,6 +146,11 @@ finish_settings (RunSettings *s, const RawOptions *raw, GError **error)
   }
   if (raw->backend && !run_backend_from_name (raw->backend, &s->backend)) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--backend '%s': use auto, cpu or cuda", raw->backend);
+    return FALSE;
+  }
+  if (raw->kv_cache_format && !run_kv_format_from_name (raw->kv_cache_format, &s->kv_cache_format)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--kv-cache-format '%s': use auto, f32, bf16 or fp8",
+                 raw->kv_cache_format);
     return FALSE;
   }
   const struct { const char *name; double value; } temps[] = {{"--temp-audio", s->temp_audio},
@@ -197,8 +203,9 @@ run (const RunSettings *s, GError **error)
   gboolean ok = ppx_audio_write_f32 (s->output, out.pcm, out.n_samples, RUN_SAMPLE_RATE, error) &&
                 (!s->output_json || run_json_write (s->output_json, s, &out, error));
   if (ok)
-    g_printerr (PROG ": %" G_GSIZE_FORMAT " frames (%.2f s of audio) in %.2f s on %s (%s)\n", out.n_frames,
-                (double) out.n_samples / RUN_SAMPLE_RATE, out.seconds, out.backend, out.quantization);
+    g_printerr (PROG ": %" G_GSIZE_FORMAT " frames (%.2f s of audio) in %.2f s on %s (%s, %s KV cache)\n",
+                out.n_frames, (double) out.n_samples / RUN_SAMPLE_RATE, out.seconds, out.backend, out.quantization,
+                out.kv_cache_format);
   run_output_clear (&out);
   return ok;
 }
@@ -238,6 +245,8 @@ main (int argc, char **argv)
      "(default auto)", "Q"},
     {"backend", 0, 0, G_OPTION_ARG_FILENAME, &raw.backend, "Compute backend: auto, cpu or cuda (default auto)", "B"},
     {"device", 0, 0, G_OPTION_ARG_INT, &s.device, "GPU index for cuda (default 0)", "N"},
+    {"kv-cache-format", 0, 0, G_OPTION_ARG_FILENAME, &raw.kv_cache_format, "KV cache: auto, f32, bf16 or fp8 "
+     "(default auto: the library's default)", "F"},
     {NULL},
   };
   g_autoptr (GOptionContext) ctx = g_option_context_new ("- the offline PersonaPlex conversation");
@@ -254,6 +263,7 @@ main (int argc, char **argv)
   g_free (raw.seed);
   g_free (raw.quantization);
   g_free (raw.backend);
+  g_free (raw.kv_cache_format);
   g_free (raw.text_prompt_tokens);
   run_settings_clear (&s);
   return rc;

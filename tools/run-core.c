@@ -7,6 +7,8 @@ static const char *const quantization_names[] = {
   [PPX_QUANT_AUTO] = "auto", [PPX_QUANT_BF16] = "bf16", [PPX_QUANT_INT8] = "int8", [PPX_QUANT_INT4] = "int4"};
 static const char *const backend_names[] = {
   [PPX_BACKEND_AUTO] = "auto", [PPX_BACKEND_CPU] = "cpu", [PPX_BACKEND_CUDA] = "cuda"};
+static const char *const kv_format_names[] = {
+  [PPX_KV_AUTO] = "auto", [PPX_KV_F32] = "f32", [PPX_KV_BF16] = "bf16", [PPX_KV_FP8] = "fp8"};
 
 static int
 index_of (const char *const *names, guint n, const char *name)
@@ -45,6 +47,21 @@ const char *
 run_backend_to_name (PpxBackendKind b)
 {
   return (guint) b < G_N_ELEMENTS (backend_names) ? backend_names[b] : "?";
+}
+
+gboolean
+run_kv_format_from_name (const char *name, PpxKvFormat *out)
+{
+  int i = index_of (kv_format_names, G_N_ELEMENTS (kv_format_names), name);
+  if (i >= 0)
+    *out = (PpxKvFormat) i;
+  return i >= 0;
+}
+
+const char *
+run_kv_format_to_name (PpxKvFormat f)
+{
+  return (guint) f < G_N_ELEMENTS (kv_format_names) ? kv_format_names[f] : "?";
 }
 
 void
@@ -86,5 +103,6 @@ run_output_clear (RunOutput *out)
   g_free (out->pcm);
   g_free (out->backend);
   g_free (out->quantization);
+  g_free (out->kv_cache_format);
   memset (out, 0, sizeof *out);
 }

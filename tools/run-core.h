@@ -31,6 +31,7 @@ typedef struct {
   PpxQuantization quantization;
   PpxBackendKind backend;
   int device;
+  PpxKvFormat kv_cache_format;
 } RunSettings;
 
 /* The option values of --quantization and --backend <-> the library's enums. */
@@ -38,6 +39,9 @@ gboolean run_quantization_from_name (const char *name, PpxQuantization *out);
 const char *run_quantization_to_name (PpxQuantization q);
 gboolean run_backend_from_name (const char *name, PpxBackendKind *out);
 const char *run_backend_to_name (PpxBackendKind b);
+/* --kv-cache-format: auto, f32, bf16, fp8 (the element's kv-cache-format nicks). */
+gboolean run_kv_format_from_name (const char *name, PpxKvFormat *out);
+const char *run_kv_format_to_name (PpxKvFormat f);
 
 /* Defaults: voice normalisation on, seed RUN_DEFAULT_SEED, temperatures 0.8/0.7, top-k 250/25, auto. */
 #define RUN_DEFAULT_SEED G_GUINT64_CONSTANT (42424242)
@@ -56,6 +60,7 @@ typedef struct {
   gsize n_frames;
   char *backend;      /* what the model ran on, e.g. "cpu" */
   char *quantization; /* the LM weights' format, e.g. "bf16" */
+  char *kv_cache_format; /* the KV cache's format, e.g. "f32" (auto resolved) */
   double seconds;     /* wall time of the conversation (prompts and frames) */
 } RunOutput;
 

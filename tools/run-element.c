@@ -83,6 +83,7 @@ run_element_configure (GstElement *element, const RunSettings *s, GError **error
   g_object_set (element, "model-dir", s->model_dir, "voice-prompt", s->voice_prompt, "voice-normalize",
                 s->voice_normalize, "text-prompt", s->text_prompt, "text-prompt-tokens", tokens, "greedy", s->greedy,
                 "seed", s->seed, "quantization", (int) s->quantization, "backend", (int) s->backend,
+                "kv-cache-format", (int) s->kv_cache_format,
                 "frame-messages", TRUE, "stats-interval", 0u, NULL);
   const char *all = " (or 0: the whole vocabulary)";
   return set_in_range (element, "temp-audio", "--temp-audio", s->temp_audio, "", error) &&

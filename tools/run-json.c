@@ -88,6 +88,8 @@ append_settings (GString *s, const RunSettings *st)
   append_string (s, run_backend_to_name (st->backend));
   append_key (s, "device");
   g_string_append_printf (s, "%d", st->device);
+  append_key (s, "kv_cache_format");
+  append_string (s, run_kv_format_to_name (st->kv_cache_format));
   g_string_append (s, "\n  },\n");
 }
 
@@ -98,6 +100,8 @@ append_run (GString *s, const RunOutput *out)
   append_string (s, out->backend);
   append_key (s, "quantization");
   append_string (s, out->quantization);
+  append_key (s, "kv_cache_format");
+  append_string (s, out->kv_cache_format);
   append_key (s, "sample_rate");
   g_string_append_printf (s, "%d", RUN_SAMPLE_RATE);
   append_key (s, "samples");

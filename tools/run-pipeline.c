@@ -248,6 +248,7 @@ pipeline_run (Pipeline *p, const RunSettings *s, const Collected *c, RunOutput *
   g_object_get (p->element, "stats", &stats, NULL);
   out->backend = g_strdup (gst_structure_get_string (stats, "backend"));
   out->quantization = g_strdup (gst_structure_get_string (stats, "quantization"));
+  out->kv_cache_format = g_strdup (gst_structure_get_string (stats, "kv-cache-format"));
   return TRUE;
 }
 

@@ -1,10 +1,12 @@
 /* personaplex-webrtc: talk to PersonaPlex from a browser.
  *
  *   personaplex-webrtc --model-dir DIR [--voice-prompt FILE|NAME] [--text-prompt TEXT | --text-prompt-tokens 1,2,3]
- *                      [--address 127.0.0.1] [--port 8080] [--max-sessions 4] [--backend B] [--quantization Q]
+ *                      [--address 127.0.0.1] [--port 8080] [--max-sessions N] [--backend B] [--quantization Q]
+ *                      [--kv-cache-format F] [--batch-deadline MS]
  *
  * Serves a page and a WebSocket signalling endpoint; every browser that opens the page gets its own
- * conversation over WebRTC, all on one loaded model. See docs/webrtc.md. */
+ * conversation over WebRTC, all on one loaded model and one engine that steps them together. See
+ * docs/webrtc.md. */
 #include <glib-unix.h>
 #include <gst/gst.h>
 #include <locale.h>
@@ -33,7 +35,23 @@ serve (const PpxWebrtcOptions *options)
     return 1;
   }
   g_autofree char *model = ppx_webrtc_model_keeper_describe (keeper);
-  PpxWebrtcServer *server = ppx_webrtc_server_new (options, model, &error);
+  /* The engine's slots, less the keeper's, unless --max-sessions set them (then there is one more). */
+  PpxWebrtcEngineInfo engine;
+  ppx_webrtc_model_keeper_engine (keeper, &engine);
+  g_autofree char *kv = engine.kv_cache_format;
+  const int max_calls = options->max_sessions > 0 ? options->max_sessions : (int) engine.max_sessions - 1;
+  if (max_calls < 1) {
+    g_printerr ("personaplex-webrtc: only %u session fits in memory (%.1f MB each with a %s KV cache), and the "
+                "keeper holds it: no call would fit; free memory, or use --kv-cache-format fp8 or a smaller "
+                "--quantization\n", engine.max_sessions, engine.session_bytes / 1e6, kv ? kv : "?");
+    ppx_webrtc_model_keeper_free (keeper);
+    return 1;
+  }
+  g_printerr ("personaplex-webrtc: %d call(s) at once on one engine (%s; %u sessions with the keeper's, %s KV "
+              "cache, %.1f MB a session, %.1f MB in all)\n", max_calls,
+              options->max_sessions > 0 ? "--max-sessions" : "as many as fit in memory", engine.max_sessions,
+              kv ? kv : "?", engine.session_bytes / 1e6, engine.engine_bytes / 1e6);
+  PpxWebrtcServer *server = ppx_webrtc_server_new (options, model, max_calls, &error);
   if (!server) {
     g_printerr ("personaplex-webrtc: %s\n", error->message);
     ppx_webrtc_model_keeper_free (keeper);

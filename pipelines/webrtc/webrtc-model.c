@@ -1,6 +1,8 @@
 /* personaplex-webrtc: personaplexduplex settings and the keeper that holds the shared model. */
 #include "webrtc-model.h"
 
+#include <string.h>
+
 struct _PpxWebrtcModelKeeper {
   GstElement *pipeline; /* just the keeper's personaplexduplex, in PAUSED */
   GstElement *duplex;
@@ -46,6 +48,11 @@ ppx_webrtc_duplex_new (const PpxWebrtcOptions *o, const char *name, GError **err
   g_object_set (duplex, "seed", seed, NULL);
   gst_util_set_object_arg (G_OBJECT (duplex), "backend", o->backend);
   gst_util_set_object_arg (G_OBJECT (duplex), "quantization", o->quantization);
+  /* One engine for every call: all elements ask for the same one (the keeper holds a slot too). */
+  gst_util_set_object_arg (G_OBJECT (duplex), "kv-cache-format", o->kv_cache_format);
+  g_object_set (duplex, "max-sessions", o->max_sessions > 0 ? o->max_sessions + 1 : 0, NULL);
+  if (o->batch_deadline_ms >= 0)
+    g_object_set (duplex, "batch-deadline", (guint64) o->batch_deadline_ms * GST_MSECOND, NULL);
   if (o->voice_prompt)
     g_object_set (duplex, "voice-prompt", o->voice_prompt, NULL);
   if (o->text_prompt)
@@ -98,6 +105,19 @@ ppx_webrtc_model_keeper_describe (PpxWebrtcModelKeeper *k)
   const char *backend = stats ? gst_structure_get_string (stats, "backend") : NULL;
   const char *quantization = stats ? gst_structure_get_string (stats, "quantization") : NULL;
   return g_strdup_printf ("%s / %s", backend ? backend : "?", quantization ? quantization : "?");
+}
+
+void
+ppx_webrtc_model_keeper_engine (PpxWebrtcModelKeeper *k, PpxWebrtcEngineInfo *info)
+{
+  g_autoptr (GstStructure) stats = NULL;
+  memset (info, 0, sizeof *info);
+  g_object_get (k->duplex, "stats", &stats, NULL);
+  if (!stats)
+    return;
+  gst_structure_get (stats, "max-sessions", G_TYPE_UINT, &info->max_sessions, "session-bytes", G_TYPE_UINT64,
+                     &info->session_bytes, "engine-bytes", G_TYPE_UINT64, &info->engine_bytes, NULL);
+  info->kv_cache_format = g_strdup (gst_structure_get_string (stats, "kv-cache-format"));
 }
 
 void

@@ -20,6 +20,15 @@ typedef struct _PpxWebrtcModelKeeper PpxWebrtcModelKeeper;
 PpxWebrtcModelKeeper *ppx_webrtc_model_keeper_new (const PpxWebrtcOptions *o, GError **error);
 /* Backend and quantization the model was loaded with, e.g. "cpu / bf16". */
 char *ppx_webrtc_model_keeper_describe (PpxWebrtcModelKeeper *k);
+
+/* The engine every session shares: its slots (the keeper holds one), bytes of one session's state and
+ * of the whole engine, and its KV cache format ("bf16"; g_free). */
+typedef struct {
+  guint max_sessions;
+  guint64 session_bytes, engine_bytes;
+  char *kv_cache_format;
+} PpxWebrtcEngineInfo;
+void ppx_webrtc_model_keeper_engine (PpxWebrtcModelKeeper *k, PpxWebrtcEngineInfo *info);
 void ppx_webrtc_model_keeper_free (PpxWebrtcModelKeeper *k);
 
 G_END_DECLS

@@ -7,7 +7,9 @@
 
 #define DEFAULT_ADDRESS "127.0.0.1"
 #define DEFAULT_PORT 8080
-#define DEFAULT_MAX_SESSIONS 4
+#define DEFAULT_MAX_SESSIONS 0 /* as many as fit */
+/* The engine's largest max-sessions is 4096; one slot is the keeper's. */
+#define MAX_MAX_SESSIONS 4095
 
 static GQuark
 options_error_quark (void)
@@ -55,6 +57,7 @@ check_options (PpxWebrtcOptions *o, GError **error)
 {
   static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
   static const char *const quantizations[] = {"auto", "bf16", "int8", "int4", NULL};
+  static const char *const kv_formats[] = {"auto", "f32", "bf16", "fp8", NULL};
 
   if (!o->model_dir) {
     g_set_error (error, options_error_quark (), 0, "--model-dir is required (see --help)");
@@ -98,8 +101,19 @@ check_options (PpxWebrtcOptions *o, GError **error)
     g_set_error (error, options_error_quark (), 0, "--port %d: use 0 (any free port) to 65535", o->port);
     return FALSE;
   }
-  if (o->max_sessions < 1 || o->max_sessions > 64) {
-    g_set_error (error, options_error_quark (), 0, "--max-sessions %d: use 1 to 64", o->max_sessions);
+  if (!name_in (o->kv_cache_format, kv_formats)) {
+    g_set_error (error, options_error_quark (), 0, "--kv-cache-format '%s': use auto, f32, bf16 or fp8",
+                 o->kv_cache_format);
+    return FALSE;
+  }
+  if (o->max_sessions < 0 || o->max_sessions > MAX_MAX_SESSIONS) {
+    g_set_error (error, options_error_quark (), 0, "--max-sessions %d: use 1 to %d, or 0 for as many as fit in "
+                 "memory", o->max_sessions, MAX_MAX_SESSIONS);
+    return FALSE;
+  }
+  if (o->batch_deadline_ms < -1 || o->batch_deadline_ms > 10000) {
+    g_set_error (error, options_error_quark (), 0, "--batch-deadline %d: use 0 to 10000 (milliseconds)",
+                 o->batch_deadline_ms);
     return FALSE;
   }
   return TRUE;
@@ -112,6 +126,7 @@ ppx_webrtc_options_parse (PpxWebrtcOptions *o, int *argc, char ***argv, GError *
   o->port = DEFAULT_PORT;
   o->max_sessions = DEFAULT_MAX_SESSIONS;
   o->seed = -1;
+  o->batch_deadline_ms = -1;
   GOptionEntry entries[] = {
     {"model-dir", 'm', 0, G_OPTION_ARG_FILENAME, &o->model_dir, "Model directory (published layout)", "DIR"},
     {"voice-prompt", 0, 0, G_OPTION_ARG_FILENAME, &o->voice_prompt,
@@ -129,7 +144,13 @@ ppx_webrtc_options_parse (PpxWebrtcOptions *o, int *argc, char ***argv, GError *
     {"address", 'a', 0, G_OPTION_ARG_STRING, &o->address,
      "Address to listen on (default " DEFAULT_ADDRESS "; a non-loopback address serves the network)", "ADDR"},
     {"port", 'p', 0, G_OPTION_ARG_INT, &o->port, "TCP port (default 8080; 0 = any free port)", "PORT"},
-    {"max-sessions", 0, 0, G_OPTION_ARG_INT, &o->max_sessions, "Browsers served at once (default 4)", "N"},
+    {"max-sessions", 0, 0, G_OPTION_ARG_INT, &o->max_sessions,
+     "Browsers served at once, all on one engine (default 0: as many as fit in memory, said at start-up)", "N"},
+    {"kv-cache-format", 0, 0, G_OPTION_ARG_STRING, &o->kv_cache_format,
+     "KV cache of every call: auto, f32, bf16 or fp8 (default auto)", "F"},
+    {"batch-deadline", 0, 0, G_OPTION_ARG_INT, &o->batch_deadline_ms,
+     "Longest wait (ms) of a call's frame for the other calls' frames before the tick (default: the element's)",
+     "MS"},
     {NULL},
   };
   g_autoptr (GOptionContext) ctx = g_option_context_new ("- talk to PersonaPlex from a browser (WebRTC)");
@@ -144,6 +165,8 @@ ppx_webrtc_options_parse (PpxWebrtcOptions *o, int *argc, char ***argv, GError *
     o->backend = g_strdup ("auto");
   if (!o->quantization)
     o->quantization = g_strdup ("auto");
+  if (!o->kv_cache_format)
+    o->kv_cache_format = g_strdup ("auto");
   if (!o->address)
     o->address = g_strdup (DEFAULT_ADDRESS);
   o->model_instance_id = g_strdup_printf ("personaplex-webrtc-%d", (int) getpid ());
@@ -159,6 +182,7 @@ ppx_webrtc_options_clear (PpxWebrtcOptions *o)
   g_free (o->text_prompt_tokens);
   g_free (o->backend);
   g_free (o->quantization);
+  g_free (o->kv_cache_format);
   g_free (o->address);
   g_free (o->model_instance_id);
   memset (o, 0, sizeof *o);

@@ -17,7 +17,9 @@ typedef struct {
   gint64 seed;              /* sampling seed of the first session (the n-th gets seed + n); -1: random */
   char *address;            /* where HTTP/WebSocket listens, and the only ICE address when it is loopback */
   int port;                 /* 0: any free port (printed) */
-  int max_sessions;         /* browsers served at once */
+  int max_sessions;         /* browsers served at once; 0: as many as fit in memory (the engine decides) */
+  char *kv_cache_format;    /* personaplexduplex "kv-cache-format" nick: auto, f32, bf16, fp8 */
+  int batch_deadline_ms;    /* personaplexduplex "batch-deadline"; -1: the element's default */
   char *model_instance_id;  /* shared by every session's personaplexduplex */
 } PpxWebrtcOptions;
 

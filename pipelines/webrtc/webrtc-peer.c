@@ -46,11 +46,12 @@ typedef struct {
   char *text;
 } Delivery;
 
-static GQuark
-peer_error_quark (void)
+GQuark
+ppx_webrtc_peer_error_quark (void)
 {
   return g_quark_from_static_string ("ppx-webrtc-peer");
 }
+#define peer_error_quark ppx_webrtc_peer_error_quark
 
 static PpxWebrtcPeer *
 peer_ref (PpxWebrtcPeer *peer)
@@ -224,10 +225,11 @@ forward_element_message (PpxWebrtcPeer *peer, const GstStructure *s)
   } else if (gst_structure_has_name (s, "personaplex-stats")) {
     guint64 frames = 0, overruns = 0;
     double mean = 0;
-    guint users = 0;
+    guint users = 0, batch = 0;
     gst_structure_get (s, "frames", G_TYPE_UINT64, &frames, "mean-step-ms", G_TYPE_DOUBLE, &mean,
-                       "overruns", G_TYPE_UINT64, &overruns, "model-users", G_TYPE_UINT, &users, NULL);
-    g_autofree char *json = ppx_signal_stats_new (frames, mean, overruns, users);
+                       "overruns", G_TYPE_UINT64, &overruns, "model-users", G_TYPE_UINT, &users, "batch-size",
+                       G_TYPE_UINT, &batch, NULL);
+    g_autofree char *json = ppx_signal_stats_new (frames, mean, overruns, users, batch);
     send_on_channel (peer, json);
   }
 }
@@ -405,8 +407,10 @@ start_pipeline (PpxWebrtcPeer *peer, GError **error)
     g_autoptr (GError) e = NULL;
     if (msg)
       gst_message_parse_error (msg, &e, NULL);
-    g_set_error (error, peer_error_quark (), 0, "the session's pipeline could not start: %s",
-                 e ? e->message : "state change failed");
+    /* personaplexduplex says RESOURCE/BUSY when its engine holds max-sessions conversations already */
+    gboolean busy = e && g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_BUSY);
+    g_set_error (error, peer_error_quark (), busy ? PPX_WEBRTC_PEER_ERROR_BUSY : PPX_WEBRTC_PEER_ERROR_FAILED,
+                 "the session's pipeline could not start: %s", e ? e->message : "state change failed");
     return FALSE;
   }
   create_offer (peer);

@@ -19,6 +19,11 @@ G_BEGIN_DECLS
 
 typedef struct _PpxWebrtcPeer PpxWebrtcPeer;
 
+/* ppx_webrtc_peer_new's errors: BUSY when the shared engine has no free session slot. */
+#define PPX_WEBRTC_PEER_ERROR (ppx_webrtc_peer_error_quark ())
+GQuark ppx_webrtc_peer_error_quark (void);
+typedef enum { PPX_WEBRTC_PEER_ERROR_FAILED, PPX_WEBRTC_PEER_ERROR_BUSY } PpxWebrtcPeerError;
+
 typedef struct {
   /* A signalling message (JSON) for the page. */
   void (*send) (const char *json, gpointer user_data);

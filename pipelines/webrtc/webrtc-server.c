@@ -15,6 +15,7 @@ typedef struct _Session Session;
 struct _PpxWebrtcServer {
   const PpxWebrtcOptions *options;
   char *model;
+  int max_calls;
   SoupServer *soup;
   GList *sessions; /* Session* */
   guint next_id;
@@ -193,9 +194,8 @@ on_ws_open (SoupServer *soup, SoupServerMessage *msg, const char *path, SoupWebs
   s->server = server;
   s->id = ++server->next_id;
   s->ws = g_object_ref (ws);
-  if (g_list_length (server->sessions) >= (guint) server->options->max_sessions) {
-    g_printerr ("personaplex-webrtc: session %u: refused, %d sessions already\n", s->id,
-                server->options->max_sessions);
+  if (g_list_length (server->sessions) >= (guint) server->max_calls) {
+    g_printerr ("personaplex-webrtc: session %u: refused, %d sessions already\n", s->id, server->max_calls);
     send_error (s, "the server is busy: too many sessions");
     soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "busy");
     session_free (s);
@@ -206,9 +206,17 @@ on_ws_open (SoupServer *soup, SoupServerMessage *msg, const char *path, SoupWebs
   g_autofree char *welcome = ppx_signal_welcome_new (s->id, server->model);
   send_json (s, welcome);
   if (!(s->peer = ppx_webrtc_peer_new (s->id, server->options, &callbacks, &error))) {
-    g_printerr ("personaplex-webrtc: session %u: %s\n", s->id, error->message);
-    send_error (s, error->message);
-    soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, "session failed");
+    /* the engine itself full (its slots are still being freed by a closing session): busy too */
+    gboolean busy = g_error_matches (error, PPX_WEBRTC_PEER_ERROR, PPX_WEBRTC_PEER_ERROR_BUSY);
+    g_printerr ("personaplex-webrtc: session %u: %s%s\n", s->id, busy ? "refused, the engine is full: " : "",
+                error->message);
+    if (busy) {
+      send_error (s, "the server is busy: too many sessions");
+      soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "busy");
+    } else {
+      send_error (s, error->message);
+      soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, "session failed");
+    }
     session_free (s);
     return;
   }
@@ -222,10 +230,11 @@ on_ws_open (SoupServer *soup, SoupServerMessage *msg, const char *path, SoupWebs
 /* ---- the server ---- */
 
 PpxWebrtcServer *
-ppx_webrtc_server_new (const PpxWebrtcOptions *options, const char *model, GError **error)
+ppx_webrtc_server_new (const PpxWebrtcOptions *options, const char *model, int max_calls, GError **error)
 {
   PpxWebrtcServer *server = g_new0 (PpxWebrtcServer, 1);
   server->options = options;
+  server->max_calls = max_calls;
   server->model = g_strdup (model);
   server->soup = soup_server_new ("server-header", "personaplex-webrtc", NULL);
   /* Signalling messages are small; no compression (and no decompression of what a client sends). */

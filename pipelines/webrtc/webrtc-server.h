@@ -12,8 +12,9 @@ G_BEGIN_DECLS
 typedef struct _PpxWebrtcServer PpxWebrtcServer;
 
 /* Listens on options->address:options->port. `options` must outlive the server; `model` is shown to
- * the page ("cpu / bf16"). */
-PpxWebrtcServer *ppx_webrtc_server_new (const PpxWebrtcOptions *options, const char *model, GError **error);
+ * the page ("cpu / bf16"); more than `max_calls` sessions at once are refused as busy. */
+PpxWebrtcServer *ppx_webrtc_server_new (const PpxWebrtcOptions *options, const char *model, int max_calls,
+                                        GError **error);
 /* "http://127.0.0.1:8080/" (g_free). */
 char *ppx_webrtc_server_get_url (PpxWebrtcServer *server);
 /* Ends every session and stops listening. */

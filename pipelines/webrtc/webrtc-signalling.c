@@ -216,7 +216,7 @@ ppx_signal_text_new (const char *text, double seconds)
 }
 
 char *
-ppx_signal_stats_new (guint64 frames, double mean_step_ms, guint64 overruns, guint model_users)
+ppx_signal_stats_new (guint64 frames, double mean_step_ms, guint64 overruns, guint model_users, guint batch_size)
 {
   JsonBuilder *b = begin ("stats");
   json_builder_set_member_name (b, "frames");
@@ -229,5 +229,7 @@ ppx_signal_stats_new (guint64 frames, double mean_step_ms, guint64 overruns, gui
   json_builder_add_int_value (b, model_users);
   json_builder_set_member_name (b, "sessions");
   json_builder_add_int_value (b, model_users > 0 ? model_users - 1 : 0);
+  json_builder_set_member_name (b, "batch-size");
+  json_builder_add_int_value (b, batch_size);
   return finish (b);
 }

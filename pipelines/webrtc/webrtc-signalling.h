@@ -11,7 +11,7 @@
  *   {"type":"error","message":"..."}
  * Data channel "transcript", server -> page:
  *   {"type":"text","text":" piece","time":1.28}                    (seconds of the conversation)
- *   {"type":"stats","frames":N,"mean-step-ms":x,"overruns":N,"model-users":N,"sessions":N}
+ *   {"type":"stats","frames":N,"mean-step-ms":x,"overruns":N,"model-users":N,"sessions":N,"batch-size":N}
  *     (model-users counts every personaplexduplex on the shared model, the server's keeper included;
  *     sessions leaves the keeper out)
  *
@@ -51,7 +51,8 @@ char *ppx_signal_ice_new (guint mline, const char *candidate);
 char *ppx_signal_state_new (const char *connection);
 char *ppx_signal_error_new (const char *message);
 char *ppx_signal_text_new (const char *text, double seconds);
-char *ppx_signal_stats_new (guint64 frames, double mean_step_ms, guint64 overruns, guint model_users);
+char *ppx_signal_stats_new (guint64 frames, double mean_step_ms, guint64 overruns, guint model_users,
+                            guint batch_size);
 
 G_END_DECLS
 #endif

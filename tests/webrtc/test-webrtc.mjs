@@ -58,11 +58,12 @@ function makeModelDir() {
 }
 
 class Server {
-  constructor(modelDir) {
-    this.log = fs.createWriteStream(path.join(artifacts, 'webrtc-server.log'));
+  constructor(modelDir, args = ['--max-sessions', '3', '--text-prompt', 'You are a friendly assistant.'],
+    logName = 'webrtc-server.log') {
+    this.log = fs.createWriteStream(path.join(artifacts, logName));
     this.stderr = '';
-    this.proc = spawn(serverExe, ['--model-dir', modelDir, '--port', '0', '--max-sessions', '3',
-      '--text-prompt', 'You are a friendly assistant.'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = spawn(serverExe, ['--model-dir', modelDir, '--port', '0', ...args],
+      { stdio: ['ignore', 'pipe', 'pipe'] });
     this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
     this.running = true;
     this.exited.then(() => { this.running = false; });
@@ -100,11 +101,27 @@ function testStartupErrors(modelDir) {
     [['--model-dir', modelDir, '--text-prompt-tokens', '1,99999'], 1, /token 99999 is outside/],
     [['--model-dir', modelDir, '--voice-prompt', 'no-such-voice'], 1, /no-such-voice/],
     [['--model-dir', modelDir, '--address', 'localhost.example'], 2, /--address/],
+    [['--model-dir', modelDir, '--kv-cache-format', 'f16'], 2, /--kv-cache-format 'f16'/],
+    [['--model-dir', modelDir, '--max-sessions', '-1'], 2, /--max-sessions -1/],
   ];
   for (const [args, code, message] of cases) {
     const r = spawnSync(serverExe, [...args, '--port', '0'], { encoding: 'utf8', timeout: 60000 });
     check(r.status === code && message.test(r.stderr) && !/serving/.test(r.stdout),
       `${args.slice(2).join(' ') || args.join(' ')}: exits ${r.status} (${r.stderr.trim().split('\n').pop()})`);
+  }
+}
+
+// Without --max-sessions the server takes as many calls as its engine holds (what fits in memory, less
+// the keeper's session) and says so at start-up, with the bytes of one session.
+async function testDefaultSessions(modelDir) {
+  const server = new Server(modelDir, ['--kv-cache-format', 'bf16'], 'webrtc-server-default.log');
+  try {
+    await server.url;
+    const m = server.stderr.match(/(\d+) call\(s\) at once on one engine \(as many as fit in memory; (\d+) sessions with the keeper's, bf16 KV cache, ([\d.]+) MB a session/);
+    check(m && Number(m[1]) >= 1 && Number(m[2]) === Number(m[1]) + 1 && Number(m[3]) > 0,
+      `without --max-sessions the start-up line says how many calls fit and their memory (${m ? m[0] : server.stderr.trim().split('\n').pop()})`);
+  } finally {
+    await server.stop();
   }
 }
 
@@ -290,6 +307,8 @@ async function testBrowsers(url, server) {
     }
     const stats = await waitFor('model statistics', async () => (await pageStatus(pages[1])).stats, 10000);
     check(stats['model-users'] === 3, `two sessions and the keeper share one model (model-users ${stats['model-users']})`);
+    check(Number.isInteger(stats['batch-size']) && stats['batch-size'] >= 1 && stats['batch-size'] <= 2,
+      `the calls are stepped by the shared engine's ticks (batch-size ${stats['batch-size']})`);
     for (const [i, page] of pages.entries())
       fs.writeFileSync(path.join(artifacts, `webrtc-page-${i + 1}.png`), await page.screenshot());
 
@@ -323,6 +342,7 @@ async function main() {
   fs.mkdirSync(artifacts, { recursive: true });
   const modelDir = makeModelDir();
   testStartupErrors(modelDir);
+  await testDefaultSessions(modelDir);
   const server = new Server(modelDir);
   let result;
   try {
@@ -331,6 +351,8 @@ async function main() {
       timer = setTimeout(() => reject(new Error('the server did not start within 120 s')), 120000);
     })]).finally(() => clearTimeout(timer));
     check(/^http:\/\/127\.0\.0\.1:\d+\/$/.test(url), `the server listens on 127.0.0.1 by default (${url})`);
+    check(/3 call\(s\) at once on one engine \(--max-sessions; 4 sessions with the keeper's/.test(server.stderr),
+      'with --max-sessions 3 the engine holds 3 calls and the keeper');
     await testSignalling(url, server);
     check(server.running, 'the server survived the malformed signalling');
     await testBrowsers(url, server);

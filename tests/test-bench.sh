@@ -49,7 +49,8 @@ component_lines="
 check_all () {
   name=$1
   expect "$name" '^personaplex-bench ' '^machine: .+, [0-9]+ cores, 1 threads used' '^build: ' '^model: ' \
-    '^config:  LM dim 64, 2 layers' '^run: +backend cpu, quantization auto, batch 2, 2 frames after 1 warm-up' \
+    '^config:  LM dim 64, 2 layers' \
+    '^run: +backend cpu, quantization auto, (f32|bf16|fp8) KV cache, batch 2, 2 frames after 1 warm-up.*position 0$' \
     "^  mimi +$num" "^  lm +$num" "^  model +$num" "^  session-new +$num" \
     "^  mimi +$num +$num +$num" "^  lm +$num +$num +$num" "^  session +$num +$num +- +$num +$num"
   echo "$component_lines" | while IFS= read -r re; do
@@ -79,6 +80,15 @@ fi
 run sequential 0 --random-weights tiny $common --sequential
 expect sequential "^  mimi-encode +2 +$num .*one session after another" \
   "^  lm-step +2 +$num .*one session after another" "^  session-step +2 +$num .*ppx_session_step"
+
+# --kv-cache-format and --context: every session's LM starts timing at a position past a full context
+run context 0 --random-weights tiny $common --kv-cache-format fp8 --context 3001
+expect context '^run: +backend cpu, quantization auto, fp8 KV cache, batch 2, .* from LM position 3001$' \
+  "^  lm-step +2 +$num" "^  session-step +2 +$num"
+run context-json 0 --random-weights tiny --component session --frames 2 --warmup 0 --threads 1 \
+  --kv-cache-format bf16 --context 100 --json
+expect context-json '"kv_cache_format" : "bf16"' '"context" : 100' '"p50_ms" : ' '"p99_ms" : ' \
+  '"state_bytes_per_session" : [1-9]'
 
 # one component, pre-quantized random LM, JSON
 run json 0 --random-weights tiny --component lm --quantization int4 --frames 2 --warmup 0 --threads 1 --json
@@ -116,6 +126,11 @@ grep -q -- "--random-weights: unknown value 'huge' (expected tiny, mid, full)" "
 run bad-component 2 --random-weights tiny --component gpu
 grep -q -- "--component: unknown value 'gpu'" "$tmp/bad-component.err" || fail "bad-component: unclear error"
 run bad-frames 2 --random-weights tiny --frames 0
+run bad-kv 2 --random-weights tiny --kv-cache-format f16
+grep -q -- "--kv-cache-format: unknown value 'f16' (expected auto, f32, bf16, fp8)" "$tmp/bad-kv.err" \
+  || fail "bad-kv: unclear error"
+run bad-context 2 --random-weights tiny --context -1
+grep -q -- "--context must be" "$tmp/bad-context.err" || fail "bad-context: unclear error"
 run missing-dir 1 --model-dir "$tmp/does-not-exist"
 grep -q "does-not-exist" "$tmp/missing-dir.err" || fail "missing-dir: the message does not name the directory"
 

@@ -166,8 +166,9 @@ print_header (const BenchReport *r, FILE *out)
     fprintf (out, "; Mimi file %.1f MB", MB (r->mimi_file_bytes));
   fprintf (out, "\nconfig:  %s\n", r->config_summary);
   if (r->frames > 0)
-    fprintf (out, "run:     backend %s, quantization %s, batch %d, %d frames after %d warm-up frames of %.0f ms\n",
-             r->backend, r->quantization, r->batch, r->frames, r->warmup, r->frame_ms);
+    fprintf (out, "run:     backend %s, quantization %s, %s KV cache, batch %d, %d frames after %d warm-up frames of "
+             "%.0f ms, from LM position %" G_GINT64_FORMAT "\n", r->backend, r->quantization, r->kv_cache_format,
+             r->batch, r->frames, r->warmup, r->frame_ms, r->context);
   else
     fprintf (out, "run:     backend %s, load times only (--measure-load)\n", r->backend);
 }
@@ -317,6 +318,8 @@ json_header (JsonBuilder *b, const BenchReport *r)
   json_builder_begin_object (b);
   add_str (b, "backend", r->backend);
   add_str (b, "quantization", r->quantization);
+  add_str (b, "kv_cache_format", r->kv_cache_format);
+  add_int (b, "context", r->context);
   add_int (b, "batch", r->batch);
   add_int (b, "frames", r->frames);
   add_int (b, "warmup", r->warmup);

@@ -56,7 +56,9 @@ typedef struct {
   char *backend;         /* backend name */
   char *device;          /* the GPU's name, or NULL */
   const char *quantization;
+  const char *kv_cache_format; /* resolved: f32, bf16, fp8 */
   int batch, frames, warmup;
+  gint64 context;         /* LM position the sessions start timing at (--context), 0: after the prompts */
   double frame_ms;
   gboolean peak_per_phase; /* the peak RSS could be reset at the start of each phase */
   /* results */

@@ -2,6 +2,7 @@
 
 #include "lm.h"
 #include "lmgen.h"
+#include "personaplex-internal.h"
 #include "mimi.h"
 #include "safetensors.h"
 
@@ -16,6 +17,15 @@
 #endif
 
 #define TEXT_PAD 3
+
+/* --context: the LM position a session's generator is put at (a multiple of the cache's columns). */
+static void
+fill_context (PpxLmGen *g, gint64 context)
+{
+  const gint64 step = context / PPX_LMGEN_COLS * PPX_LMGEN_COLS;
+  if (step > 0 && g->offset > 0)
+    g->offset += step;
+}
 
 PpxBackend *
 bench_backend_new (PpxBackendKind kind, int threads, int device, GError **error)
@@ -288,7 +298,7 @@ bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error)
   p.rows = g_new0 (PpxLmRow, B);
   for (int i = 0; i < B; i++)
     ppx_lmgen_init (&p.gens[i], c);
-  if (!(p.batch = ppx_lm_batch_new (p.lm, B, B, PPX_KV_F32, error))) {
+  if (!(p.batch = ppx_lm_batch_new (p.lm, B, B, s->kv_format, error))) {
     lm_phase_clear (&p);
     return FALSE;
   }
@@ -300,6 +310,8 @@ bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error)
   g_autofree int *zeros = g_new0 (int, (gsize) B * PPX_MAX_STREAMS);
   PpxSampling smp = {.greedy = TRUE};
   lm_tick (s, &p, zeros, zeros, TEXT_PAD, &smp);
+  for (int i = 0; i < B; i++)
+    fill_context (&p.gens[i], s->context);
 
   double *ms = g_new (double, s->frames);
   int dep_steps = 0;
@@ -372,6 +384,8 @@ bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
     mem->state_known = TRUE;
     bench_report_add_load (r, "session-new", "per session: state + the silence prompts (12 temporal-only steps)",
                            new_ms / B);
+    for (int i = 0; i < B; i++)
+      fill_context (ppx_session_lmgen (sessions[i]), s->context);
     const int fs = ppx_model_frame_size (model), sr = ppx_model_sample_rate (model);
     float *in = g_new (float, (gsize) B * fs), *out = g_new (float, (gsize) B * fs);
     const float **ins = g_new (const float *, B);

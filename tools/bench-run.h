@@ -1,7 +1,11 @@
 /* personaplex-bench: the measured phases. Each phase makes its own backend, loads what it measures,
  * makes `batch` independent sessions, steps them all once per frame tick (warm-up ticks first, not
  * recorded) as one batch (or, with `sequential`, one after another), records the tick times and the
- * memory, and frees everything again. */
+ * memory, and frees everything again. With `context` > 0 every session's LM is first put at that
+ * position (rounded down to a multiple of the token cache's 4 columns, so the delayed tokens stay
+ * where they are): the temporal transformer then attends over min(context, its context) cached
+ * positions, as late in a long conversation. The cache holds zeros there; the cost is the same as with
+ * real entries. */
 #ifndef BENCH_RUN_H
 #define BENCH_RUN_H
 
@@ -23,7 +27,8 @@ typedef struct {
   int threads, device, batch, frames, warmup;
   guint64 seed;
   gboolean sequential;     /* step the sessions one after another (the cost before the batched engine) */
-  PpxKvFormat kv_format;   /* the session phase's KV caches */
+  PpxKvFormat kv_format;   /* the KV caches of the LM and session phases (resolved: not AUTO) */
+  gint64 context;          /* LM position every session is put at before the warm-up (--context) */
 } BenchSetup;
 
 /* The backend of the given kind, chosen as ppx_model_load() does: CUDA when asked for (a clear error

@@ -3,17 +3,20 @@
  *   personaplex-bench (--model-dir DIR | --random-weights tiny|mid|full)
  *                     [--component all|mimi|lm|session] [--quantization auto|bf16|int8|int4]
  *                     [--backend auto|cpu|cuda] [--device N] [--batch N] [--sequential] [--frames N] [--warmup N]
- *                     [--threads N] [--seed N] [--json]
+ *                     [--kv-cache-format auto|f32|bf16|fp8] [--context N] [--threads N] [--seed N] [--json]
  *   personaplex-bench ... --measure-load [--load-repeats N] [--prequantized-dir DIR ...]
  *
  * Prints the machine and build, the load times, per component the mean/p50/p95/p99/max time of one frame
  * tick (all --batch sessions stepped once: as one batch, the engine's tick, or with --sequential one
  * after another), the time per session and the real-time factor, and per phase the weight bytes, the
  * state bytes per session and the resident memory (docs/performance.md).
+ * --context N puts every session's LM at position N before the warm-up (full context from 3000 on, the
+ * figures of a long conversation; bench-run.h says how).
  * --random-weights makes the checkpoints in memory (memfd), only those the components need; with
  * --quantization int8|int4 the LM is made pre-quantized, so a full-size LM fits (int4 about 5 GB).
  * --measure-load times LM loads instead: bf16 as stored, quantized at load, and pre-quantized. */
 #include "bench-measure.h"
+#include "engine-internal.h"
 #include "random-model.h"
 #include "bench-report.h"
 #include "bench-run.h"
@@ -29,12 +32,12 @@
 #define LM_FILE "model.safetensors"
 
 typedef struct {
-  char *model_dir, *random_size, *component, *quantization, *backend;
+  char *model_dir, *random_size, *component, *quantization, *backend, *kv_cache_format;
   char **prequantized_dirs;
   int batch, frames, warmup, threads, device, load_repeats;
-  gint64 seed;
+  gint64 seed, context;
   gboolean json, measure_load, sequential;
-  int component_id, quant_id, backend_id; /* the parsed names */
+  int component_id, quant_id, backend_id, kv_id; /* the parsed names */
 } Options;
 
 typedef struct {
@@ -50,6 +53,8 @@ enum { COMP_ALL, COMP_MIMI, COMP_LM, COMP_SESSION };
 static const Choice component_choices[] = {
   {"all", COMP_ALL}, {"mimi", COMP_MIMI}, {"lm", COMP_LM}, {"session", COMP_SESSION}, {NULL, 0}};
 static const Choice size_choices[] = {{"tiny", 0}, {"mid", 1}, {"full", 2}, {NULL, 0}};
+static const Choice kv_choices[] = {
+  {"auto", PPX_KV_AUTO}, {"f32", PPX_KV_F32}, {"bf16", PPX_KV_BF16}, {"fp8", PPX_KV_FP8}, {NULL, 0}};
 
 static gboolean
 pick (const Choice *choices, const char *option, const char *value, int *out, GError **error)
@@ -84,6 +89,10 @@ parse_options (int argc, char **argv, Options *o, GError **error)
      "Step the sessions one after another instead of as one batch (the cost without the engine)", NULL},
     {"frames", 'n', 0, G_OPTION_ARG_INT, &o->frames, "Measured frames (default 20)", "N"},
     {"warmup", 'w', 0, G_OPTION_ARG_INT, &o->warmup, "Warm-up frames before measuring (default 2)", "N"},
+    {"kv-cache-format", 0, 0, G_OPTION_ARG_STRING, &o->kv_cache_format,
+     "KV caches of the LM and session phases: auto (the library's default), f32, bf16 or fp8", "F"},
+    {"context", 0, 0, G_OPTION_ARG_INT64, &o->context,
+     "Put every session's LM at position N before the warm-up (3000: a full context; default 0)", "N"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &o->threads, "CPU threads (default 0 = all cores)", "N"},
     {"device", 'd', 0, G_OPTION_ARG_INT, &o->device, "GPU index for the CUDA backend (default 0)", "N"},
     {"seed", 's', 0, G_OPTION_ARG_INT64, &o->seed, "Seed of the random weights and of sampling (default 0)", "N"},
@@ -110,6 +119,8 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     problem = "--frames must be in [1, 1000000]";
   else if (o->warmup < 0 || o->warmup > 1000000)
     problem = "--warmup must be in [0, 1000000]";
+  else if (o->context < 0 || o->context > G_GINT64_CONSTANT (1000000000))
+    problem = "--context must be in [0, 1000000000]";
   else if (o->threads < 0 || o->threads > 4096)
     problem = "--threads must be in [0, 4096]";
   else if (o->device < 0)
@@ -126,6 +137,7 @@ parse_options (int argc, char **argv, Options *o, GError **error)
   return pick (component_choices, "component", o->component ? o->component : "all", &o->component_id, error) &&
          pick (quant_choices, "quantization", o->quantization ? o->quantization : "auto", &o->quant_id, error) &&
          pick (backend_choices, "backend", o->backend ? o->backend : "auto", &o->backend_id, error) &&
+         pick (kv_choices, "kv-cache-format", o->kv_cache_format ? o->kv_cache_format : "auto", &o->kv_id, error) &&
          (!o->random_size || pick (size_choices, "random-weights", o->random_size, &size_id, error));
 }
 
@@ -163,14 +175,6 @@ random_files_clear (RandomFiles *f)
     mem_file_free (f->lm[i]);
 }
 
-/* The LM's f32 KV caches of one session at full context (they fill up as a conversation goes on). */
-static guint64
-lm_kv_bytes (const PpxLmConfig *c)
-{
-  return (guint64) 2 * sizeof (float) * ((guint64) c->num_layers * c->context * c->dim +
-                                         (guint64) c->depformer_num_layers * c->dep_q * c->depformer_dim);
-}
-
 static gboolean
 check_memory (guint64 files, guint64 state, const char *what, GError **error)
 {
@@ -194,7 +198,9 @@ make_random (const Options *o, const PpxConfig *cfg, gboolean need_lm, gboolean 
   for (int i = 0; need_lm && i < 3; i++)
     if (lm_formats[i])
       need += random_model_lm_bytes (&cfg->lm, formats[i]);
-  guint64 state = need_lm && !o->measure_load ? (guint64) o->batch * lm_kv_bytes (&cfg->lm) : 0;
+  guint64 state = need_lm && !o->measure_load
+                      ? ppx_lm_batch_bytes (&cfg->lm, o->batch, o->batch, ppx_engine_resolve_kv ((PpxKvFormat) o->kv_id))
+                      : 0;
   g_autofree char *what = g_strdup_printf ("the random %s model", o->random_size);
   if (!check_memory (need, state, what, error))
     return FALSE;
@@ -292,12 +298,15 @@ run (const Options *o, BenchReport *r, GError **error)
 #endif
 
   BenchSetup s = {.backend = backend, .quantization = quant, .threads = o->threads, .device = o->device, .batch = o->batch,
-                  .frames = o->frames, .warmup = o->warmup, .seed = (guint64) o->seed, .sequential = o->sequential};
+                  .frames = o->frames, .warmup = o->warmup, .seed = (guint64) o->seed, .sequential = o->sequential,
+                  .kv_format = ppx_engine_resolve_kv ((PpxKvFormat) o->kv_id), .context = o->context};
   r->cpu = bench_cpu_model ();
   r->cores = bench_cpu_cores ();
   r->load_average = bench_load_average ();
   r->threads = o->threads > 0 ? o->threads : r->cores;
   r->quantization = ppx_quant_format_name (quant);
+  r->kv_cache_format = ppx_kv_format_name (s.kv_format);
+  r->context = o->measure_load ? 0 : o->context;
   r->batch = o->batch;
   r->frames = o->measure_load ? 0 : o->frames;
   r->warmup = o->measure_load ? 0 : o->warmup;
@@ -385,6 +394,7 @@ main (int argc, char **argv)
   g_free (o.component);
   g_free (o.quantization);
   g_free (o.backend);
+  g_free (o.kv_cache_format);
   g_strfreev (o.prequantized_dirs);
   return ok ? 0 : 1;
 }

@@ -8,6 +8,8 @@
 
 G_BEGIN_DECLS
 
+#define LIVE_FRAME_MS 80.0 /* one frame: 1920 samples at 24 kHz */
+
 /* One frame stepped by the element (a personaplex-frame message). */
 typedef struct {
   guint64 frame;         /* index since the conversation started */
@@ -56,7 +58,7 @@ typedef struct {
   gdouble seconds_run;                /* PLAYING to the EOS request */
   gdouble start_s;                    /* NULL to PLAYING (model load + prompts) */
   guint64 late_buffers, qos_messages, sink_rendered, sink_dropped, queue_overruns, text_buffers, text_gaps;
-  /* the element's last personaplex-stats */
+  /* the element's statistics (its `stats` property at the end, else its last personaplex-stats message) */
   gboolean have_stats;
   guint64 stats_frames, stats_overruns, stats_memory_bytes;
   gdouble stats_mean_ms, stats_max_ms;

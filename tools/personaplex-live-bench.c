@@ -365,34 +365,47 @@ on_playing (App *app)
 }
 
 static void
+take_stats (LiveRecord *r, const GstStructure *s)
+{
+  r->have_stats = TRUE;
+  gst_structure_get_uint64 (s, "frames", &r->stats_frames);
+  gst_structure_get_uint64 (s, "overruns", &r->stats_overruns);
+  gst_structure_get_uint64 (s, "memory-bytes", &r->stats_memory_bytes);
+  gst_structure_get_double (s, "mean-step-ms", &r->stats_mean_ms);
+  gst_structure_get_double (s, "max-step-ms", &r->stats_max_ms);
+  g_free (r->stats_backend);
+  g_free (r->stats_quantization);
+  r->stats_backend = g_strdup (gst_structure_get_string (s, "backend"));
+  r->stats_quantization = g_strdup (gst_structure_get_string (s, "quantization"));
+}
+
+static void
 on_element_message (App *app, const GstStructure *s)
 {
-  LiveRecord *r = app->rec;
   if (gst_structure_has_name (s, "personaplex-frame")) {
     LiveFrame f = {0};
     gst_structure_get_uint64 (s, "frame", &f.frame);
     gst_structure_get_uint64 (s, "pts", &f.pts_ns);
     gst_structure_get_uint64 (s, "running-time", &f.running_ns);
     gst_structure_get_double (s, "step-ms", &f.step_ms);
-    g_array_append_val (r->frames, f);
+    g_array_append_val (app->rec->frames, f);
   } else if (gst_structure_has_name (s, "personaplex-stats")) {
-    r->have_stats = TRUE;
-    gst_structure_get_uint64 (s, "frames", &r->stats_frames);
-    gst_structure_get_uint64 (s, "overruns", &r->stats_overruns);
-    gst_structure_get_uint64 (s, "memory-bytes", &r->stats_memory_bytes);
-    gst_structure_get_double (s, "mean-step-ms", &r->stats_mean_ms);
-    gst_structure_get_double (s, "max-step-ms", &r->stats_max_ms);
-    g_free (r->stats_backend);
-    g_free (r->stats_quantization);
-    r->stats_backend = g_strdup (gst_structure_get_string (s, "backend"));
-    r->stats_quantization = g_strdup (gst_structure_get_string (s, "quantization"));
+    take_stats (app->rec, s);
   }
 }
 
+/* The element's statistics and the sink's counts as they stand (before the pipeline stops). */
 static void
-read_sink_stats (App *app)
+read_final_stats (App *app)
 {
   GstStructure *st = NULL;
+  g_object_get (app->pp, "stats", &st, NULL);
+  if (st) {
+    if (gst_structure_has_field (st, "frames"))
+      take_stats (app->rec, st);
+    gst_structure_free (st);
+  }
+  st = NULL;
   g_object_get (app->sink, "stats", &st, NULL);
   if (st) {
     gst_structure_get_uint64 (st, "rendered", &app->rec->sink_rendered);
@@ -449,7 +462,6 @@ on_bus (GstBus *bus, GstMessage *msg, gpointer data)
       end_of_run (app);
     }
     app->rec->got_eos = TRUE;
-    read_sink_stats (app);
     g_main_loop_quit (app->loop);
     break;
   default:
@@ -523,6 +535,7 @@ run (App *app)
   gst_object_unref (bus);
   if (!app->stopping && app->rec->seconds_run == 0 && app->t_playing)
     app->rec->seconds_run = (g_get_monotonic_time () - app->t_playing) / 1e6;
+  read_final_stats (app);
   live_record_finish (app->rec, gst_base_sink_get_latency (GST_BASE_SINK (app->sink)));
   gst_element_set_state (app->pipeline, GST_STATE_NULL);
   sample_memory (app, "after");

@@ -12,9 +12,12 @@
 #   --build DIR       run from a build tree instead (its gst/ plugin and tools/, the system's GStreamer)
 #   --model-dir DIR   an existing model directory
 #   --make-model P:F  make random weights first with personaplex-make-model --preset P --format F
-#                     (full:int4, full:bf16, tiny:bf16, ...) in MODEL_ROOT/ppx-P-F (default /tmp), timed;
-#                     an existing complete one is reused. full:bf16 writes 17.1 GB, full:int4 6.2 GB
-#   --backend B, --quantization Q, --seconds S   passed on (defaults cuda, auto, 330 = past 4125 frames)
+#                     (full:int4, full:bf16, tiny:bf16, ...) in MODEL_ROOT/ppx-P-F, timed; an existing
+#                     complete one is reused. full:bf16 writes 17.1 GB, full:int8 9.1 GB, full:int4 6.2 GB
+#   --model-root DIR  where to make them (default /dev/shm when it has room for them and 2 GiB more: no
+#                     disk write-back during the run; else /tmp)
+#   --backend B, --quantization Q, --seconds S   passed on (defaults cuda, auto, 330 s: 4125
+#                     frames, past the 7B's 3000-frame context)
 #   --out DIR         summary.txt, frames.csv, memory.csv and run.log (default $OUT, else out/gpu-live)
 #   --check           first run the pack's check.sh (seconds, CPU only): the pack works on its own
 #   after --          e.g. `greedy=true`, `processing-deadline=40000000`, `--format S16LE`, `--source ...`
@@ -28,13 +31,13 @@ pack=
 build=
 model=
 make=
-model_root=/tmp
+model_root=
 backend=cuda
 quant=auto
 seconds=330
 out=${OUT:-$root/out/gpu-live}
 check=0
-usage () { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage () { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --pack) pack=$2; shift ;;
@@ -97,11 +100,20 @@ main () {
     preset=${make%%:*}
     format=${make#*:}
     [ "$format" != "$make" ] || format=bf16
+    if [ -z "$model_root" ]; then
+      case $preset:$format in
+        full:bf16) need_mb=17600 ;; full:int8) need_mb=9400 ;; full:int4) need_mb=6500 ;; mid:*) need_mb=1200 ;;
+        *) need_mb=100 ;;
+      esac
+      shm_mb=$(df -Pm /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')
+      if [ -n "$shm_mb" ] && [ "$shm_mb" -gt $((need_mb + 2048)) ]; then model_root=/dev/shm; else model_root=/tmp; fi
+    fi
     model=$model_root/ppx-$preset-$format
     if [ -f "$model/.complete" ]; then
       echo "== reusing $model"
     else
       rm -rf "$model"
+      mkdir -p "$model_root" || return 1
       echo "== making $preset $format random weights in $model (df: $(df -h "$model_root" | awk 'NR == 2 { print $4 }') free)"
       t0=$(now)
       run_in personaplex-make-model --preset "$preset" --format "$format" --output-dir "$model" || return 1

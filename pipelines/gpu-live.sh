@@ -84,7 +84,7 @@ now () { date +%s.%N; }
 elapsed () { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 main () {
-  echo "== gpu-live.sh $(date -u +%Y-%m-%dT%H:%M:%SZ): $(uname -srm), $(nproc) cores," \
+  echo "== gpu-live.sh $(date -u +%Y-%m-%dT%H:%M:%SZ): $(uname -srm), $(getconf _NPROCESSORS_ONLN) cores," \
        "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv,noheader

@@ -291,7 +291,7 @@ live_record_summary (const LiveRecord *r, gdouble tolerance_mib)
                           r->gpu_name ? r->gpu_name : "", r->backend_asked,
                           r->stats_quantization ? r->stats_quantization : "?", r->quant_asked,
                           r->stats_memory_bytes / 1048576.0);
-  g_string_append_printf (s, "start          %.2f s from NULL to PLAYING (model load and system prompts)\n", r->start_s);
+  g_string_append_printf (s, "start          %.2f s from NULL to PLAYING (model load, system prompts, the first frame at the sink)\n", r->start_s);
   g_string_append_printf (s, "ran            %.1f s live (asked %.1f), %u frames stepped (expected about %.0f at "
                           "real time; the element's stats: %" G_GUINT64_FORMAT ")\n",
                           r->seconds_run, r->seconds_asked, r->frames->len, r->seconds_run / 0.08, r->stats_frames);

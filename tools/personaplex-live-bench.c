@@ -533,6 +533,12 @@ run (App *app)
   }
   gst_bus_remove_watch (bus);
   gst_object_unref (bus);
+  guint *timers[] = {&app->stop_id, &app->sample_id, &app->guard_id};
+  for (guint i = 0; i < G_N_ELEMENTS (timers); i++)
+    if (*timers[i]) {
+      g_source_remove (*timers[i]);
+      *timers[i] = 0;
+    }
   if (!app->stopping && app->rec->seconds_run == 0 && app->t_playing)
     app->rec->seconds_run = (g_get_monotonic_time () - app->t_playing) / 1e6;
   read_final_stats (app);

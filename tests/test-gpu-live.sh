@@ -12,7 +12,7 @@
 #     positive lateness); memory was sampled before, at the start and end, and after;
 #   - real time was kept: 0 overruns, 0 late or dropped buffers, verdict PASS. A tiny step takes about 2 ms
 #     of an 80 ms frame, but on a shared machine other work can hold the CPU for longer than a frame; the
-#     summary measures that (CPU pressure, /proc/pressure/cpu) and above 10 % these real-time results are
+#     summary measures that (CPU pressure, /proc/pressure/cpu) and above 25 % these real-time results are
 #     reported, not asserted (the test suite does not time things: docs/testing.md).
 #   - an unknown element property is refused with a message naming it.
 # Environment (tests/meson.build): PPX_SOURCE_ROOT, PPX_BUILD_ROOT. Exit 77 (skip) without GStreamer's tools.
@@ -25,7 +25,8 @@ fail () { echo "FAIL: $*" >&2; exit 1; }
 for p in gst-launch-1.0 gst-inspect-1.0 ldd pkg-config; do
   command -v "$p" >/dev/null || { echo "SKIP: $p not installed" >&2; exit 77; }
 done
-export PPX_GST_REGISTRY="$tmp/registry" OMP_NUM_THREADS=1
+# passive OpenMP waits: a spinning worker of the CPU backend competes with the streaming thread on a busy machine
+export PPX_GST_REGISTRY="$tmp/registry" OMP_WAIT_POLICY=PASSIVE
 
 "$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" >/dev/null || fail "personaplex-make-model"
 sh "$src/kernels/device-pack-gst.sh" --allow-no-cuda --no-check "$build" "$tmp/pack" > "$tmp/pack.log" 2>&1 ||
@@ -70,7 +71,7 @@ for when in before start end after; do
 done
 
 pressure=$(v cpu_pressure_pct)
-if num_ge "${pressure:--1}" 10; then
+if num_ge "${pressure:--1}" 25; then
   echo "NOTE: CPU pressure $pressure % during the run (other work held the CPUs): real-time results not asserted:" \
        "overruns $(v element_overruns), late buffers $(v late_buffers), verdict $(v verdict)"
 else

@@ -143,8 +143,9 @@ int ppx_engine_max_sessions (const PpxEngine *engine);
 /* Sessions that can be stepped (created, prompts done, not freed). */
 int ppx_engine_active_sessions (const PpxEngine *engine);
 PpxKvFormat ppx_engine_kv_format (const PpxEngine *engine);
-/* Device bytes of one session slot (all its state at full context) and of the whole engine
- * (slots + batch scratch; the model's weights not included). */
+/* Device bytes of one session slot (all its state at full context, with its row of the batch scratch: what
+ * one more max_sessions costs) and of the whole engine (slots + batch scratch + a fixed part; the model's
+ * weights not included): device bytes = weights + fixed + max_sessions x session bytes. */
 guint64 ppx_engine_session_bytes (const PpxEngine *engine);
 guint64 ppx_engine_device_bytes (const PpxEngine *engine);
 /* Slot bytes for a model and KV format without making an engine (for "how many fit" decisions). */

@@ -76,7 +76,7 @@ int *ppx_model_tokenize_prompt (const PpxModel *model, const char *text, int *n_
 
 /* How the temporal transformer's KV cache is stored (per session: layers x 2 x context x dim values). */
 typedef enum {
-  PPX_KV_AUTO = 0, /* bf16 */
+  PPX_KV_AUTO = 0, /* the library's default: f32 for now, bf16 once the element exposes the choice (docs/engine.md) */
   PPX_KV_F32,      /* exact reference numerics (golden tests) */
   PPX_KV_BF16,
   PPX_KV_FP8,      /* e4m3, one f32 scale per (position, head); half of bf16's memory */
@@ -107,7 +107,7 @@ void ppx_session_free (PpxSession *s);
 typedef struct {
   int tokens[17];   /* text, 8 agent codes, 8 user codes (what the reference's step returns) */
   char *text;       /* decoded text piece or NULL; owned by the session until the next step */
-  double step_ms;   /* wall time of this step */
+  double step_ms;   /* wall time of the tick that stepped the session */
 } PpxFrameResult;
 
 /* One 80 ms frame: in = frame_size samples, out = frame_size samples. NaN/Inf input samples are
@@ -127,9 +127,11 @@ guint64 ppx_session_frames (const PpxSession *s);
  * audio do not depend on which other sessions share the tick (greedy: exactly; docs/engine.md).
  * Sessions join (ppx_engine_session_new) and leave (ppx_session_free) between ticks; the engine is
  * thread-safe: creating or freeing sessions from other threads never stalls a running tick for longer
- * than one prompt frame. */
+ * than one prompt frame. A session is in at most one tick at a time and is not freed or reset while a
+ * tick that steps it runs. */
 typedef struct {
-  int max_sessions;       /* slots; <= 0: as many as fit in the device memory free at creation */
+  int max_sessions;       /* slots; <= 0: as many as fit in 90 % of the memory free at creation (at most 1024 on
+                           * a GPU, 64 on the CPU; docs/engine.md) */
   PpxKvFormat kv_format;
 } PpxEngineParams;
 
@@ -138,10 +140,12 @@ PpxEngine *ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GErro
 PpxEngine *ppx_engine_ref (PpxEngine *engine);
 void ppx_engine_unref (PpxEngine *engine);
 int ppx_engine_max_sessions (const PpxEngine *engine);
+/* Sessions that can be stepped (created, prompts done, not freed). */
 int ppx_engine_active_sessions (const PpxEngine *engine);
 PpxKvFormat ppx_engine_kv_format (const PpxEngine *engine);
-/* Device bytes of one session slot (all its state at full context) and of the whole engine
- * (slots + batch scratch; the model's weights not included). */
+/* Device bytes of one session slot (all its state at full context, with its row of the batch scratch: what
+ * one more max_sessions costs) and of the whole engine (slots + batch scratch + a fixed part; the model's
+ * weights not included): device bytes = weights + fixed + max_sessions x session bytes. */
 guint64 ppx_engine_session_bytes (const PpxEngine *engine);
 guint64 ppx_engine_device_bytes (const PpxEngine *engine);
 /* Slot bytes for a model and KV format without making an engine (for "how many fit" decisions). */
@@ -152,8 +156,9 @@ guint64 ppx_model_session_bytes (const PpxModel *model, PpxKvFormat kv_format);
 PpxSession *ppx_engine_session_new (PpxEngine *engine, const PpxSessionParams *params, GError **error);
 PpxEngine *ppx_session_engine (const PpxSession *s);
 
-/* One tick for n sessions of this engine (each at most once): in[i] and out[i] hold frame_size samples,
- * res[i] (res may be NULL) gets session i's tokens and text. ppx_session_step(s, ...) is this with n = 1. */
+/* One tick for n sessions of this engine (each at most once, any subset in any order; n = 0 does nothing):
+ * in[i] and out[i] hold frame_size samples, res[i] (res may be NULL) gets session i's tokens and text.
+ * ppx_session_step(s, ...) is this with n = 1. */
 gboolean ppx_engine_step (PpxEngine *engine, PpxSession *const *sessions, int n, const float *const *in,
                           float *const *out, PpxFrameResult *res, GError **error);
 /* Wall time of the last tick in ms and how many sessions it stepped. */

@@ -1,19 +1,39 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages personaplex-gst needs to build, test and run.
-# docs/dependencies.md says why each one is there.
+# Installs the Debian 12 packages personaplex-gst needs; docs/dependencies.md says why each one is there.
+#
+# usage: scripts/install-deps.sh [--tests]
+#   without options: what building and running needs (the set-up, scripts/setup-and-run.sh)
+#   --tests:         that plus what only the tests need (scripts/run-tests.sh): the fuzzing/sanitizer
+#                    compiler, valgrind, and the browser test's Chromium and Node.js
+# Packages already installed are skipped; --no-install-recommends keeps the set small.
 set -euo pipefail
-PKGS=(
+
+# Building and running: compiler and build system, the inference library's libraries, GStreamer
+# (headers, gst-check, gst-launch, the plugins the pipelines use) and the WebRTC example's libraries.
+RUN_PKGS=(
   build-essential meson ninja-build pkg-config python3
   libglib2.0-dev libjson-glib-dev libsndfile1-dev libebur128-dev libsamplerate0-dev
   libsentencepiece-dev libzip-dev libopus-dev libsoup-3.0-dev
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
-  gstreamer1.0-plugins-bad
-  clang libclang-rt-14-dev valgrind
-  gstreamer1.0-nice chromium nodejs
+  gstreamer1.0-plugins-bad gstreamer1.0-nice
 )
+# Only the tests: fuzz targets and sanitizer builds, leak checks, the WebRTC browser test.
+TEST_PKGS=(
+  clang libclang-rt-14-dev valgrind
+  chromium nodejs
+)
+
+pkgs=("${RUN_PKGS[@]}")
+case "${1:-}" in
+  "") ;;
+  --tests) pkgs+=("${TEST_PKGS[@]}") ;;
+  -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+  *) echo "install-deps.sh: unknown option $1 (use --tests or nothing)" >&2; exit 2 ;;
+esac
+
 missing=()
-for p in "${PKGS[@]}"; do
+for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then

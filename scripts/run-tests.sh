@@ -5,7 +5,7 @@
 #
 # usage: scripts/run-tests.sh [--asan] [--no-deps] [--build-dir DIR] [-- MESON-TEST-ARGS...]
 #   --asan         build in build-asan with -Db_sanitize=address,undefined and run the suite there
-#   --no-deps      skip scripts/install-deps.sh (apt)
+#   --no-deps      skip scripts/install-deps.sh --tests (apt: the set-up packages plus the test-only ones)
 #   --build-dir    build directory (default: build, or build-asan with --asan)
 #   after --        passed to `meson test` (e.g. a suite: -- --suite slow, or test names)
 # Golden tests read $PPX_GOLDEN_DIR (default ../shared/golden/tiny) and are skipped when it is absent.
@@ -46,7 +46,7 @@ fail_build() {
 }
 
 if [ "$deps" = 1 ]; then
-  bash scripts/install-deps.sh || fail_build "installing dependencies failed (scripts/install-deps.sh)"
+  bash scripts/install-deps.sh --tests || fail_build "installing dependencies failed (scripts/install-deps.sh --tests)"
 fi
 
 if [ -f "$build_dir/meson-private/coredata.dat" ]; then

@@ -6,7 +6,10 @@
  * Every session runs long enough for the LM (context 20) and Mimi (context 30, 2 positions a frame) ring
  * caches to wrap. Also: the session limit (PPX_ERROR_LIMIT, the running sessions unaffected), a session
  * created on another thread while ticks run (interleaved prompt frames), memory figures, bad calls.
- * PPX_TEST_ENGINE_SHORT=1 (the valgrind run) tests fewer batch sizes and frames. */
+ * PPX_TEST_ENGINE_SHORT=1 (the valgrind run) tests fewer batch sizes and frames.
+ * `test-engine cuda`: the same on the GPU (exits 77 without one), where batched and one-session runs may
+ * round differently (other kernels at M > 1): greedy sessions' tokens exact and PCM within 1e-4; a sampled
+ * session is compared up to its first differing token (a near-tie draw), which is reported. */
 #include <math.h>
 
 #include "audio-io.h"
@@ -15,7 +18,7 @@
 
 static GoldenModel G;
 static PpxModel *model;
-static gboolean short_run;
+static gboolean short_run, on_gpu;
 static int fs;
 
 /* The PCM sources: the golden user audio, the two data clips (if present), the golden voice audio. */
@@ -137,22 +140,31 @@ run_alone (const Spec *sp)
   return r;
 }
 
-/* Compares a batched run with the one-session run: tokens exact, PCM bit for bit. */
+/* Compares a batched run with the one-session run: tokens exact, PCM bit for bit on the CPU (within 1e-4
+ * on the GPU, and there a sampled session only up to its first differing token). */
 static void
 compare (const Spec *sp, int i, const Run *batched, const Run *alone)
 {
-  int token_diff = 0;
+  int token_diff = 0, frames = sp->frames;
+  for (int k = 0; k < sp->frames && frames == sp->frames; k++)
+    if (on_gpu && !sp->greedy && memcmp (batched->tokens + k * 17, alone->tokens + k * 17, 17 * sizeof (int)) != 0)
+      frames = k;
+  if (frames < sp->frames)
+    g_printerr ("session %d (sampled): the batched run draws another token at frame %d of %d (a near tie: the GPU's "
+                "batched kernels round differently); compared up to there\n", i, frames, sp->frames);
   double pcm_err = 0;
-  for (gsize j = 0; j < (gsize) sp->frames * 17; j++)
+  for (gsize j = 0; j < (gsize) frames * 17; j++)
     token_diff += batched->tokens[j] != alone->tokens[j];
-  for (gsize j = 0; j < (gsize) sp->frames * fs; j++)
+  /* the decoder's output lags the codes: compare the PCM of the frames before the first difference */
+  for (gsize j = 0; j < (gsize) MAX (frames - 1, 0) * fs; j++)
     pcm_err = MAX (pcm_err, fabs ((double) batched->pcm[j] - alone->pcm[j]));
   if (token_diff || pcm_err > 0)
     g_printerr ("session %d (%s, voice %d, %d text tokens): %d token differences, PCM max abs err %.3g\n", i,
                 sp->greedy ? "greedy" : "sampled", sp->voice, sp->n_text, token_diff, pcm_err);
   g_assert_cmpint (token_diff, ==, 0);
   g_assert_cmpfloat (pcm_err, <=, 1e-4);
-  g_assert_cmpfloat (pcm_err, ==, 0.0); /* the CPU reference: exactly the one-session arithmetic */
+  if (!on_gpu)
+    g_assert_cmpfloat (pcm_err, ==, 0.0); /* the CPU reference: exactly the one-session arithmetic */
 }
 
 /* n specs on one engine of n slots; sessions join, miss ticks, reset and leave as their specs say. In each
@@ -485,12 +497,12 @@ test_memory (void)
   /* the figure is what the backend allocates (the CPU backend counts every allocation); sessions add no
    * device memory of their own */
   const guint64 before = ppx_backend_allocated_bytes (model->be);
-  ep.max_sessions = 0; /* as many as fit: on the CPU at most 64 */
+  ep.max_sessions = 0; /* as many as fit: on the CPU at most 64, on a GPU 1024 */
   PpxEngine *e = ppx_engine_new (model, &ep, &err);
   g_assert_no_error (err);
   const int n = ppx_engine_max_sessions (e);
   g_assert_cmpint (n, >=, 1);
-  g_assert_cmpint (n, <=, 64);
+  g_assert_cmpint (n, <=, on_gpu ? 1024 : 64);
   g_assert_cmpuint (ppx_engine_device_bytes (e), ==, fixed + (guint64) n * per);
   g_assert_cmpuint (ppx_backend_allocated_bytes (model->be) - before, ==, ppx_engine_device_bytes (e));
   PpxSessionParams p;
@@ -578,13 +590,18 @@ int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
+  on_gpu = argc > 1 && strcmp (argv[1], "cuda") == 0;
+  if (on_gpu && !ppx_backend_cuda_available (NULL)) {
+    g_printerr ("no usable GPU; skipping\n");
+    return PPX_TEST_SKIP;
+  }
   golden_model_setup (&G);
   short_run = g_strcmp0 (g_getenv ("PPX_TEST_ENGINE_SHORT"), "1") == 0;
   g_autoptr (GError) err = NULL;
   PpxModelParams mp;
   ppx_model_params_init (&mp);
   mp.model_dir = G.dir;
-  mp.backend = PPX_BACKEND_CPU;
+  mp.backend = on_gpu ? PPX_BACKEND_CUDA : PPX_BACKEND_CPU;
   model = ppx_model_load (&mp, &err);
   g_assert_no_error (err);
   fs = ppx_model_frame_size (model);

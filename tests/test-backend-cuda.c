@@ -911,6 +911,7 @@ test_golden (void)
   p.text_prompt_tokens = G.text_tokens;
   p.n_text_prompt_tokens = G.n_text_tokens;
   p.greedy = TRUE;
+  p.kv_format = PPX_KV_F32; /* the golden reference computes in f32 */
   PpxSession *s = ppx_session_new (model, &p, &err);
   g_assert_no_error (err);
   g_assert_cmpint (ppx_session_lmgen (s)->offset, ==, G.prompt_offset);

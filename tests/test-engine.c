@@ -179,7 +179,7 @@ run_batched (const Spec *specs, int n, Run *runs)
   PpxEngine *e = ppx_engine_new (model, &ep, &err);
   g_assert_no_error (err);
   g_assert_cmpint (ppx_engine_max_sessions (e), ==, n);
-  g_assert_cmpint (ppx_engine_kv_format (e), ==, PPX_KV_F32); /* AUTO until the element exposes the format */
+  g_assert_cmpint (ppx_engine_kv_format (e), ==, PPX_KV_BF16); /* AUTO is bf16 */
   PpxSession **s = g_new0 (PpxSession *, n);
   int *done = g_new0 (int, n);
   float *in = g_new (float, (gsize) n * fs), *out = g_new (float, (gsize) n * fs);
@@ -479,7 +479,9 @@ test_memory (void)
   PpxEngineParams ep;
   ppx_engine_params_init (&ep);
   const guint64 per = ppx_model_session_bytes (model, PPX_KV_AUTO);
-  g_assert_cmpuint (per, ==, ppx_model_session_bytes (model, PPX_KV_F32));
+  g_assert_cmpuint (per, ==, ppx_model_session_bytes (model, PPX_KV_BF16)); /* AUTO is bf16 */
+  g_assert_cmpuint (per, <, ppx_model_session_bytes (model, PPX_KV_F32));
+  g_assert_cmpuint (ppx_model_session_bytes (model, PPX_KV_FP8), <, per);
   g_assert_cmpuint (per, >, 0);
   guint64 sizes[2];
   const int ns[2] = {3, 7};

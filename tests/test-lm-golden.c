@@ -36,6 +36,7 @@ run (const char *voice, const char *tokens_name, const char *pcm_name, gboolean 
   g_autoptr (GError) err = NULL;
   PpxSessionParams p;
   ppx_session_params_init (&p);
+  p.kv_format = PPX_KV_F32; /* the golden reference computes in f32 */
   p.voice_prompt = voice;
   p.voice_cache_dir = voice_cache_dir;
   p.voice_normalize = FALSE;

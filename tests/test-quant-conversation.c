@@ -13,6 +13,7 @@ open_session (PpxModel *m)
 {
   PpxSessionParams p;
   ppx_session_params_init (&p);
+  p.kv_format = PPX_KV_F32; /* the golden reference computes in f32 */
   p.voice_prompt = G.voice_wav;
   p.voice_normalize = FALSE;
   p.text_prompt_tokens = G.text_tokens;

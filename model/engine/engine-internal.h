@@ -7,9 +7,10 @@
 #include "model-internal.h"
 #include "voice-prompt.h"
 
-/* The KV format PPX_KV_AUTO stands for. F32 until the element and the tools expose a kv-cache-format
- * option: every golden test then stays exact. The coordinator flips this to PPX_KV_BF16 (docs/engine.md). */
-#define PPX_KV_DEFAULT PPX_KV_F32
+/* The KV format PPX_KV_AUTO stands for: bf16, half of f32's memory; on the golden model it keeps every
+ * golden token (docs/quantization.md, "KV cache"). Golden tests that compare with the f32 reference ask
+ * for PPX_KV_F32 explicitly. */
+#define PPX_KV_DEFAULT PPX_KV_BF16
 
 /* max_sessions <= 0: as many as fit in the backend's free memory, at most this many on the CPU (where the
  * tick's cost grows linearly with the batch) and on a GPU. */

@@ -117,6 +117,16 @@ case $? in
   *) fail "cuda: unexpected exit status" ;;
 esac
 
+# --sweep: one load, a row per (KV format, batch), the real-time summary per format
+run sweep 0 --random-weights tiny --backend cpu --threads 1 --sweep 1,3 --sweep-kv f32,fp8 --context 8 --frames 2 --warmup 1
+expect sweep '^sweep: .* weights .* on cpu, loaded in .*context 8' \
+  '^f32 +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +(yes|NO)$' \
+  '^f32 +3 ' '^fp8 +1 ' '^fp8 +3 ' '^f32 +largest measured batch in real time .*: [0-9]+$' '^fp8 +largest measured'
+run sweep-bad-batch 2 --random-weights tiny --sweep 1,0
+run sweep-bad-kv 2 --random-weights tiny --sweep 1 --sweep-kv bf17
+run sweep-kv-alone 2 --random-weights tiny --sweep-kv bf16
+run sweep-sequential 2 --random-weights tiny --sweep 2 --sequential
+
 # errors: bad options
 run no-model 2 --frames 2
 grep -q "exactly one of --model-dir and --random-weights" "$tmp/no-model.err" || fail "no-model: unclear error"

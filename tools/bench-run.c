@@ -19,8 +19,8 @@
 #define TEXT_PAD 3
 
 /* --context: the LM position a session's generator is put at (a multiple of the cache's columns). */
-static void
-fill_context (PpxLmGen *g, gint64 context)
+void
+bench_fill_context (PpxLmGen *g, gint64 context)
 {
   const gint64 step = context / PPX_LMGEN_COLS * PPX_LMGEN_COLS;
   if (step > 0 && g->offset > 0)
@@ -47,8 +47,8 @@ bench_device_name (const PpxBackend *be)
 
 /* Speech-like test audio: a gliding voiced tone (5 harmonics) under a 4 Hz syllable envelope plus a
  * little noise; each session gets its own pitch. */
-static void
-test_signal (int session, gint64 frame, int n, int sample_rate, float *out)
+void
+bench_test_signal (int session, gint64 frame, int n, int sample_rate, float *out)
 {
   for (int i = 0; i < n; i++) {
     double t = (double) (frame * n + i) / sample_rate;
@@ -140,7 +140,7 @@ bench_run_mimi (const BenchSetup *s, BenchReport *r, GError **error)
   double *enc = g_new (double, s->frames), *dec = g_new (double, s->frames);
   for (int f = 0; f < s->warmup + s->frames; f++) {
     for (int i = 0; i < B; i++)
-      test_signal (i, f, fs, mc->sample_rate, pcm + (gsize) i * fs);
+      bench_test_signal (i, f, fs, mc->sample_rate, pcm + (gsize) i * fs);
     /* the host transfers are part of the measured time, as in a session */
     double a = bench_now_ms ();
     ppx_tensor_upload (pcm_t, 0, pcm, (gsize) B * fs);
@@ -311,7 +311,7 @@ bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error)
   PpxSampling smp = {.greedy = TRUE};
   lm_tick (s, &p, zeros, zeros, TEXT_PAD, &smp);
   for (int i = 0; i < B; i++)
-    fill_context (&p.gens[i], s->context);
+    bench_fill_context (&p.gens[i], s->context);
 
   double *ms = g_new (double, s->frames);
   int dep_steps = 0;
@@ -385,7 +385,7 @@ bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
     bench_report_add_load (r, "session-new", "per session: state + the silence prompts (12 temporal-only steps)",
                            new_ms / B);
     for (int i = 0; i < B; i++)
-      fill_context (ppx_session_lmgen (sessions[i]), s->context);
+      bench_fill_context (ppx_session_lmgen (sessions[i]), s->context);
     const int fs = ppx_model_frame_size (model), sr = ppx_model_sample_rate (model);
     float *in = g_new (float, (gsize) B * fs), *out = g_new (float, (gsize) B * fs);
     const float **ins = g_new (const float *, B);
@@ -398,7 +398,7 @@ bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
     double *ms = g_new (double, s->frames);
     for (int f = 0; ok && f < s->warmup + s->frames; f++) {
       for (int i = 0; i < B; i++)
-        test_signal (i, f, fs, sr, in + (gsize) i * fs);
+        bench_test_signal (i, f, fs, sr, in + (gsize) i * fs);
       double a = bench_now_ms ();
       if (engine) {
         ok = ppx_engine_step (engine, sessions, B, ins, outs, res, error);

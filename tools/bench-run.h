@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "bench-report.h"
 #include "config.h"
+#include "lmgen.h"
 #include "personaplex.h"
 
 G_BEGIN_DECLS
@@ -36,6 +37,12 @@ typedef struct {
 PpxBackend *bench_backend_new (PpxBackendKind kind, int threads, int device, GError **error);
 /* The GPU's name for a CUDA backend (g_free), NULL otherwise. */
 char *bench_device_name (const PpxBackend *be);
+
+/* --context: puts a session's generator at LM position `context` (rounded down to the token cache's
+ * columns) right after its prompts. */
+void bench_fill_context (PpxLmGen *g, gint64 context);
+/* The speech-like test input of session `session`, frame `frame` (n samples). */
+void bench_test_signal (int session, gint64 frame, int n, int sample_rate, float *out);
 
 /* Mimi alone: load, then per frame encode (mimi-encode) and decode (mimi-decode). */
 gboolean bench_run_mimi (const BenchSetup *s, BenchReport *r, GError **error);

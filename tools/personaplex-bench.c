@@ -20,6 +20,7 @@
 #include "random-model.h"
 #include "bench-report.h"
 #include "bench-run.h"
+#include "bench-sweep.h"
 #include "quant-load.h"
 #include "safetensors.h"
 
@@ -32,12 +33,15 @@
 #define LM_FILE "model.safetensors"
 
 typedef struct {
-  char *model_dir, *random_size, *component, *quantization, *backend, *kv_cache_format;
+  char *model_dir, *random_size, *component, *quantization, *backend, *kv_cache_format, *sweep, *sweep_kv;
   char **prequantized_dirs;
   int batch, frames, warmup, threads, device, load_repeats;
   gint64 seed, context;
   gboolean json, measure_load, sequential;
   int component_id, quant_id, backend_id, kv_id; /* the parsed names */
+  int sweep_batches[64], n_sweep;                 /* --sweep, parsed */
+  PpxKvFormat sweep_kvs[8];                       /* --sweep-kv, parsed (resolved) */
+  int n_sweep_kv;
 } Options;
 
 typedef struct {
@@ -91,6 +95,10 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     {"warmup", 'w', 0, G_OPTION_ARG_INT, &o->warmup, "Warm-up frames before measuring (default 2)", "N"},
     {"kv-cache-format", 0, 0, G_OPTION_ARG_STRING, &o->kv_cache_format,
      "KV caches of the LM and session phases: auto (the library's default), f32, bf16 or fp8", "F"},
+    {"sweep", 0, 0, G_OPTION_ARG_STRING, &o->sweep,
+     "Batched engine ticks for each of these batch sizes (e.g. 1,8,32,64) on one model load; a table", "LIST"},
+    {"sweep-kv", 0, 0, G_OPTION_ARG_STRING, &o->sweep_kv,
+     "With --sweep: the KV formats to sweep (e.g. bf16,fp8; default: --kv-cache-format)", "LIST"},
     {"context", 0, 0, G_OPTION_ARG_INT64, &o->context,
      "Put every session's LM at position N before the warm-up (3000: a full context; default 0)", "N"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &o->threads, "CPU threads (default 0 = all cores)", "N"},
@@ -127,6 +135,10 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     problem = "--device must be >= 0";
   else if (o->load_repeats < 1 || o->load_repeats > 1000)
     problem = "--load-repeats must be in [1, 1000]";
+  else if (o->sweep_kv && !o->sweep)
+    problem = "--sweep-kv needs --sweep";
+  else if (o->sweep && (o->measure_load || o->sequential))
+    problem = "--sweep measures the batched engine: not with --measure-load or --sequential";
   else if (o->prequantized_dirs && !(o->measure_load && o->model_dir))
     problem = "--prequantized-dir needs --model-dir and --measure-load";
   if (problem) {
@@ -138,7 +150,11 @@ parse_options (int argc, char **argv, Options *o, GError **error)
          pick (quant_choices, "quantization", o->quantization ? o->quantization : "auto", &o->quant_id, error) &&
          pick (backend_choices, "backend", o->backend ? o->backend : "auto", &o->backend_id, error) &&
          pick (kv_choices, "kv-cache-format", o->kv_cache_format ? o->kv_cache_format : "auto", &o->kv_id, error) &&
-         (!o->random_size || pick (size_choices, "random-weights", o->random_size, &size_id, error));
+         (!o->random_size || pick (size_choices, "random-weights", o->random_size, &size_id, error)) &&
+         (!o->sweep || bench_parse_batches (o->sweep, o->sweep_batches, G_N_ELEMENTS (o->sweep_batches), &o->n_sweep,
+                                            error)) &&
+         (!o->sweep || bench_parse_kv_list (o->sweep_kv ? o->sweep_kv : ppx_kv_format_name ((PpxKvFormat) o->kv_id),
+                                            o->sweep_kvs, G_N_ELEMENTS (o->sweep_kvs), &o->n_sweep_kv, error));
 }
 
 static char *
@@ -349,6 +365,11 @@ run (const Options *o, BenchReport *r, GError **error)
     r->config_summary = config_summary (&s.cfg);
     r->frame_ms = 1000.0 * s.cfg.mimi.frame_size / s.cfg.mimi.sample_rate;
   }
+  if (ok && o->sweep) {
+    ok = bench_run_sweep (&s, o->sweep_batches, o->n_sweep, o->sweep_kvs, o->n_sweep_kv, r->device, stdout, error);
+    random_files_clear (&files);
+    return ok;
+  }
   if (ok && o->measure_load) {
     g_printerr ("%s: measuring LM loads...\n", PROG);
     ok = o->model_dir ? measure_loads_dir (o, &s, r, error) : measure_loads_random (o, &s, &files, r, error);
@@ -395,6 +416,8 @@ main (int argc, char **argv)
   g_free (o.quantization);
   g_free (o.backend);
   g_free (o.kv_cache_format);
+  g_free (o.sweep);
+  g_free (o.sweep_kv);
   g_strfreev (o.prequantized_dirs);
   return ok ? 0 : 1;
 }

@@ -1,0 +1,202 @@
+#include "bench-sweep.h"
+
+#include "engine-internal.h"
+#include "personaplex-internal.h"
+
+static gboolean
+parse_list (const char *list, const char *what, GPtrArray *items, GError **error)
+{
+  g_auto (GStrv) parts = g_strsplit (list ? list : "", ",", -1);
+  for (int i = 0; parts[i]; i++) {
+    g_strstrip (parts[i]);
+    if (!*parts[i]) {
+      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "%s: empty item in '%s'", what, list);
+      return FALSE;
+    }
+    g_ptr_array_add (items, g_strdup (parts[i]));
+  }
+  if (items->len == 0) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "%s: empty list", what);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean
+bench_parse_batches (const char *list, int *out, int max_n, int *n, GError **error)
+{
+  g_autoptr (GPtrArray) items = g_ptr_array_new_with_free_func (g_free);
+  if (!parse_list (list, "--sweep", items, error))
+    return FALSE;
+  if ((int) items->len > max_n) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--sweep: at most %d batch sizes", max_n);
+    return FALSE;
+  }
+  for (guint i = 0; i < items->len; i++) {
+    const char *it = g_ptr_array_index (items, i);
+    char *end = NULL;
+    gint64 v = g_ascii_strtoll (it, &end, 10);
+    if (!end || *end || v < 1 || v > 4096) {
+      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--sweep: '%s' is not a batch size in [1, 4096]", it);
+      return FALSE;
+    }
+    out[i] = (int) v;
+  }
+  *n = (int) items->len;
+  return TRUE;
+}
+
+gboolean
+bench_parse_kv_list (const char *list, PpxKvFormat *out, int max_n, int *n, GError **error)
+{
+  static const struct {
+    const char *name;
+    PpxKvFormat f;
+  } names[] = {{"auto", PPX_KV_AUTO}, {"f32", PPX_KV_F32}, {"bf16", PPX_KV_BF16}, {"fp8", PPX_KV_FP8}};
+  g_autoptr (GPtrArray) items = g_ptr_array_new_with_free_func (g_free);
+  if (!parse_list (list, "--sweep-kv", items, error))
+    return FALSE;
+  if ((int) items->len > max_n) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--sweep-kv: at most %d formats", max_n);
+    return FALSE;
+  }
+  for (guint i = 0; i < items->len; i++) {
+    const char *it = g_ptr_array_index (items, i);
+    guint k = 0;
+    while (k < G_N_ELEMENTS (names) && strcmp (names[k].name, it) != 0)
+      k++;
+    if (k == G_N_ELEMENTS (names)) {
+      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--sweep-kv: unknown format '%s' (expected auto, f32, bf16, fp8)",
+                   it);
+      return FALSE;
+    }
+    out[i] = ppx_engine_resolve_kv (names[k].f);
+  }
+  *n = (int) items->len;
+  return TRUE;
+}
+
+/* One row: B sessions on an engine of B slots, prompts, --context, warm-up, measured ticks. FALSE with
+ * *fits = FALSE when the engine or its sessions do not fit the device; FALSE with an error otherwise. */
+static gboolean
+sweep_one (const BenchSetup *s, PpxModel *model, PpxKvFormat kv, int B, BenchStats *st, guint64 *session_bytes,
+           guint64 *engine_bytes, gboolean *fits, GError **error)
+{
+  *fits = TRUE;
+  PpxEngineParams ep;
+  ppx_engine_params_init (&ep);
+  ep.max_sessions = B;
+  ep.kv_format = kv;
+  GError *err = NULL;
+  PpxEngine *engine = ppx_engine_new (model, &ep, &err);
+  if (!engine) {
+    *fits = !g_error_matches (err, PPX_ERROR, PPX_ERROR_NOMEM);
+    g_propagate_error (error, err);
+    return FALSE;
+  }
+  *session_bytes = ppx_engine_session_bytes (engine);
+  *engine_bytes = ppx_engine_device_bytes (engine);
+  PpxSession **sessions = g_new0 (PpxSession *, B);
+  PpxSessionParams sp;
+  ppx_session_params_init (&sp);
+  gboolean ok = TRUE;
+  for (int i = 0; ok && i < B; i++) {
+    sp.seed = s->seed + (guint64) i;
+    ok = (sessions[i] = ppx_engine_session_new (engine, &sp, &err)) != NULL;
+  }
+  if (!ok) {
+    *fits = !g_error_matches (err, PPX_ERROR, PPX_ERROR_NOMEM);
+    g_propagate_error (error, err);
+  }
+  const int fs = ppx_model_frame_size (model);
+  float *in = g_new0 (float, (gsize) B * fs), *out = g_new (float, (gsize) B * fs);
+  const float **ins = g_new (const float *, B);
+  float **outs = g_new (float *, B);
+  for (int i = 0; i < B; i++) {
+    ins[i] = in + (gsize) i * fs;
+    outs[i] = out + (gsize) i * fs;
+  }
+  double *ms = g_new (double, s->frames);
+  for (int i = 0; ok && i < B; i++)
+    bench_fill_context (ppx_session_lmgen (sessions[i]), s->context);
+  for (int f = 0; ok && f < s->warmup + s->frames; f++) {
+    for (int i = 0; i < B; i++)
+      bench_test_signal (i, f, fs, ppx_model_sample_rate (model), in + (gsize) i * fs);
+    const double a = bench_now_ms ();
+    ok = ppx_engine_step (engine, sessions, B, ins, outs, NULL, error);
+    if (f >= s->warmup)
+      ms[f - s->warmup] = bench_now_ms () - a;
+  }
+  if (ok)
+    bench_stats_compute (ms, s->frames, st);
+  g_free (ms);
+  g_free (in);
+  g_free (out);
+  g_free (ins);
+  g_free (outs);
+  for (int i = 0; i < B; i++)
+    ppx_session_free (sessions[i]);
+  g_free (sessions);
+  ppx_engine_unref (engine);
+  return ok;
+}
+
+gboolean
+bench_run_sweep (const BenchSetup *s, const int *batches, int n_batches, const PpxKvFormat *kvs, int n_kvs,
+                 const char *device_name, FILE *out, GError **error)
+{
+  PpxModelParams mp;
+  ppx_model_params_init (&mp);
+  mp.model_dir = s->model_dir;
+  if (!s->model_dir) {
+    mp.lm_file = s->lm_path;
+    mp.mimi_file = s->mimi_path;
+    mp.config_json = s->config_path;
+  }
+  mp.quantization = s->quantization;
+  mp.backend = s->backend;
+  mp.n_threads = s->threads;
+  mp.device = s->device;
+  const double t0 = bench_now_ms ();
+  PpxModel *model = ppx_model_load (&mp, error);
+  if (!model)
+    return FALSE;
+  const double frame_ms = 1000.0 * ppx_model_frame_size (model) / ppx_model_sample_rate (model);
+  fprintf (out, "sweep: %s weights (%.2f GB) on %s%s%s, loaded in %.1f s; context %" G_GINT64_FORMAT
+           ", %d warm-up + %d measured ticks per row\n",
+           ppx_model_quantization_name (model), ppx_model_weight_bytes (model) / 1e9, ppx_model_backend_name (model),
+           device_name ? " " : "", device_name ? device_name : "", (bench_now_ms () - t0) / 1000.0, s->context,
+           s->warmup, s->frames);
+  fprintf (out, "%-5s %5s %9s %9s %9s %12s %13s %13s %9s\n", "kv", "batch", "p50 ms", "p99 ms", "max ms",
+           "ms/session", "MB/session", "engine GB", "realtime");
+  gboolean ok = TRUE;
+  for (int k = 0; ok && k < n_kvs; k++) {
+    int best = 0;
+    for (int b = 0; ok && b < n_batches; b++) {
+      BenchStats st = {0};
+      guint64 per = 0, eng = 0;
+      gboolean fits = TRUE;
+      g_autoptr (GError) err = NULL;
+      if (!sweep_one (s, model, kvs[k], batches[b], &st, &per, &eng, &fits, &err)) {
+        if (fits) {
+          g_propagate_error (error, g_steal_pointer (&err));
+          ok = FALSE;
+          break;
+        }
+        fprintf (out, "%-5s %5d  does not fit: %s\n", ppx_kv_format_name (kvs[k]), batches[b], err->message);
+        break;
+      }
+      const gboolean rt = st.p99 < frame_ms;
+      if (rt && batches[b] > best)
+        best = batches[b];
+      fprintf (out, "%-5s %5d %9.2f %9.2f %9.2f %12.3f %13.1f %13.3f %9s\n", ppx_kv_format_name (kvs[k]), batches[b],
+               st.p50, st.p99, st.max, st.p50 / batches[b], per / 1e6, eng / 1e9, rt ? "yes" : "NO");
+      fflush (out);
+    }
+    if (ok)
+      fprintf (out, "%-5s largest measured batch in real time (tick p99 < %.0f ms): %d\n", ppx_kv_format_name (kvs[k]),
+               frame_ms, best);
+  }
+  ppx_model_unref (model);
+  return ok;
+}

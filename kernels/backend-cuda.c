@@ -599,13 +599,14 @@ ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const 
   const gsize ws_bytes = ppx_cuda_linear_workspace_bytes (&cw[0], M);
   void *ws = ws_bytes ? linear_workspace (be, ws_bytes) : NULL;
   check (be, ppx_cuda_stream_sync (PRIV (be)->stream), "sync before timing");
+  const char *step = "workspace";
   int e = ws_bytes && !ws ? 2 /* cudaErrorMemoryAllocation */
-                          : ppx_cuda_linear_time (cw, n, F32 (x), F32 (y), M, ws, calls, reps, us);
+                          : ppx_cuda_linear_time (cw, n, F32 (x), F32 (y), M, ws, calls, reps, us, &step);
   g_mutex_unlock (&PRIV (be)->linear_lock);
   g_free (cw);
   if (e) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): timing linear layers failed: %s",
-                 PRIV (be)->device, ppx_cuda_error_string (e));
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): timing linear layers failed (%s): %s",
+                 PRIV (be)->device, step, ppx_cuda_error_string (e));
     return FALSE;
   }
   return TRUE;

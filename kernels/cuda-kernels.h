@@ -67,9 +67,9 @@ int ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *
                      void *workspace, void *stream);
 /* Benchmarks: GPU time of one linear call (x [M, cols], y [M, rows], dense) in microseconds, the median of
  * `reps` replays of a CUDA graph of `calls` calls cycling over the n weights (one shape), on a stream of
- * its own. workspace as for ppx_cuda_linear. */
+ * its own. workspace as for ppx_cuda_linear. *step names the stage that failed. */
 int ppx_cuda_linear_time (const PpxCudaWeight *w, int n, const float *x, float *y, int M, void *workspace, int calls,
-                          int reps, double *us);
+                          int reps, double *us, const char **step);
 /* TRUE when int4 weights of this group size are repacked at load for the tensor-core kernels. */
 int ppx_cuda_int4_repacked (int group_size);
 /* Repacks int4 weights (quant.h layout, already on the device) in place: a permutation inside each full

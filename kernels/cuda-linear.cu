@@ -43,7 +43,7 @@
 #define TC_STAGE 128         /* columns per stage: 8 k-steps of 16 */
 #define TC_MMAX 64           /* x rows per launch (8 n-tiles of 8) */
 #define TC_SPLIT_ROWS 128    /* the row-block size the leaf count is planned with */
-#define TC_TARGET_BLOCKS 264 /* leaves are added until row blocks x leaves reaches this (2 per SM of an H100) */
+#define TC_BLOCKS_PER_SM 2   /* resident blocks per SM of the M <= 16 kernels (registers) */
 #define TC_MAX_COUNTERS (PPX_CUDA_LINEAR_COUNTER_BYTES / 4)
 
 /* 32-bit words of one weight row per thread per stage (16 bytes cover 2, 4 or 8 k-steps). */
@@ -478,9 +478,19 @@ tc_linear_kernel (TcArgs a)
     if (r >= a.rows)
       continue;
     const float *pp = a.partials + (size_t) m * a.rows + r;
-    float v = __ldcg (pp);
-    for (int s = 1; s < a.S; s++)
-      v += __ldcg (pp + (size_t) s * TC_MMAX * a.rows);
+    const size_t leaf_stride = (size_t) TC_MMAX * a.rows;
+    float v = 0.0f;
+    /* eight leaves' loads in flight at once, then added in leaf order (v starts as leaf 0 exactly) */
+    for (int s0 = 0; s0 < a.S; s0 += 8) {
+      float p[8];
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        p[k] = s0 + k < a.S ? __ldcg (pp + (size_t) (s0 + k) * leaf_stride) : 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        if (s0 + k < a.S)
+          v = s0 + k == 0 ? p[k] : v + p[k];
+    }
     if (FMT == PPX_CUDA_W_INT8)
       v *= __ldg (a.scales + r);
     float *yp = a.y + (size_t) m * a.ldy + r;
@@ -512,13 +522,36 @@ ppx_cuda_int4_repacked (int group_size)
   return tc_chunk (&w) != 0;
 }
 
-/* K split into S leaves of leaf_stages stages each: a function of the shape only. */
+/* Streaming multiprocessors of the current device (cached per device). */
+static int
+sm_count (void)
+{
+  static int cached[64];
+  int dev = 0;
+  if (cudaGetDevice (&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    cudaGetLastError ();
+    return 132;
+  }
+  if (!cached[dev]) {
+    int n = 0;
+    if (cudaDeviceGetAttribute (&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+      cudaGetLastError ();
+      n = 132;
+    }
+    cached[dev] = n;
+  }
+  return cached[dev];
+}
+
+/* K split into S leaves of leaf_stages stages each: as many leaves as keep every block of the one-row
+ * kernel resident at once (more would start a second, mostly empty wave), at least one. It depends on the
+ * shape and the device, never on M. */
 static void
 tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
 {
   const int nst = (int) ((w->cols + TC_STAGE - 1) / TC_STAGE);
   const int64_t row_blocks = (w->rows + TC_SPLIT_ROWS - 1) / TC_SPLIT_ROWS;
-  int64_t s = (TC_TARGET_BLOCKS + row_blocks - 1) / row_blocks;
+  int64_t s = (int64_t) sm_count () * TC_BLOCKS_PER_SM / row_blocks;
   s = s < 1 ? 1 : s > nst ? nst : s;
   const int leaf = (int) ((nst + s - 1) / s);
   *n_stages = nst;
@@ -563,7 +596,7 @@ static int
 tc_linear (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
            void *workspace, cudaStream_t s)
 {
-  TcArgs a;
+  TcArgs a = {};
   a.w = (const uint8_t *) w->data;
   a.scales = w->scales;
   a.rows = w->rows;
@@ -574,6 +607,8 @@ tc_linear (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, float *y,
   a.group_size = w->group_size;
   a.n_groups = w->format == PPX_CUDA_W_INT4 ? (int) ((w->cols + w->group_size - 1) / w->group_size) : 0;
   a.accumulate = accumulate;
+  a.ldx = ldx;
+  a.ldy = ldy;
   tc_plan (w, &a.n_stages, &a.leaf_stages, &a.S);
   a.vec_w = (a.row_bytes % 16) == 0 && ((uintptr_t) w->data & 15) == 0;
   a.vec_x = (ldx % 4) == 0 && ((uintptr_t) x & 15) == 0;
@@ -942,8 +977,9 @@ ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, s
 
 extern "C" int
 ppx_cuda_linear_time (const PpxCudaWeight *w, int n, const float *x, float *y, int M, void *workspace, int calls,
-                      int reps, double *us)
+                      int reps, double *us, const char **step)
 {
+  *step = "warm-up";
   cudaStream_t s = NULL;
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
@@ -955,6 +991,8 @@ ppx_cuda_linear_time (const PpxCudaWeight *w, int n, const float *x, float *y, i
   if (!e)
     e = (int) cudaStreamSynchronize (s);
   if (!e)
+    *step = "capture";
+  if (!e)
     e = (int) cudaStreamBeginCapture (s, cudaStreamCaptureModeThreadLocal);
   if (!e) {
     for (int i = 0; !e && i < calls; i++)
@@ -962,6 +1000,8 @@ ppx_cuda_linear_time (const PpxCudaWeight *w, int n, const float *x, float *y, i
     const int e2 = (int) cudaStreamEndCapture (s, &graph);
     e = e ? e : e2;
   }
+  if (!e)
+    *step = "replay";
   if (!e)
     e = (int) cudaGraphInstantiate (&exec, graph, 0);
   if (!e)

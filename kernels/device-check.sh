@@ -5,7 +5,7 @@
 # code, which exercises the code older GPUs run); the linear-layer benchmark; then the op tests once more
 # under compute-sanitizer memcheck (the golden run is skipped there: it is thousands of launches).
 # Logs go to $OUT when set.
-# Usage: sh device-check.sh DIR [quick|all] [BENCH_FORMAT]   (quick: no memcheck; BENCH_FORMAT: int4, int8,
+# Usage: [PPX_TEST_TIMEOUT=s] sh device-check.sh DIR [quick|all] [BENCH_FORMAT]   (quick: no memcheck; BENCH_FORMAT: int4, int8,
 # bf16 or f32 limits the benchmark to one format, "none" skips it)
 set -u
 dir=$(cd "$1" && pwd)
@@ -22,13 +22,13 @@ if command -v cuobjdump > /dev/null; then
   cuobjdump --list-ptx "$bin" 2>/dev/null | sed 's/.*\.\(sm_[0-9a-z]*\)\..*/PTX \1/' | sort | uniq -c
 fi
 echo "== op tests + golden"
-timeout 300 "$bin" --verbose > "$log/test.log" 2>&1
+timeout "${PPX_TEST_TIMEOUT:-300}" "$bin" --verbose > "$log/test.log" 2>&1
 rc_test=$?
 grep -v '^  ' "$log/test.log" | tail -40
 grep -E 'golden on|out of memory' "$log/test.log"
 echo "test exit $rc_test"
 echo "== batched-row linear test + golden through PTX JIT"
-CUDA_FORCE_PTX_JIT=1 timeout 300 "$bin" --verbose -p /cuda/linear-batch -p /cuda/golden > "$log/jit.log" 2>&1
+CUDA_FORCE_PTX_JIT=1 timeout "${PPX_TEST_TIMEOUT:-300}" "$bin" --verbose -p /cuda/linear-batch -p /cuda/golden > "$log/jit.log" 2>&1
 rc_jit=$?
 grep -E '^(ok|not ok)|golden on|Bail|ERROR' "$log/jit.log" | tail -20
 echo "PTX JIT exit $rc_jit"

@@ -54,9 +54,9 @@ template <> struct TcWords<PPX_CUDA_W_INT8> { static constexpr int N = 8; };
 template <> struct TcWords<PPX_CUDA_W_INT4> { static constexpr int N = 4; };
 
 /* Warp layout for NT n-tiles of x (NT * 8 >= M): WM warps along x rows (NTW n-tiles each) times
- * TC_WARPS / WM warps along weight rows (RTW tiles of 16 each); PD stages of weights in flight per warp
- * (registers); XD stages of x (and int4 scales) in flight per block (shared memory, cp.async).
- * Two warps sharing weight rows (WM = 2) both load them (the second mostly from L1); that halves the
+ * TC_WARPS / WM warps along weight rows (RTW tiles of 16 each). XD stages (weights, x, int4 scales) are in
+ * flight per block in a shared-memory ring filled by cp.async; every slot fits 96 KB in all, so the kernels
+ * also run on sm_86/sm_89 (99 KB per block). Two warps sharing weight rows (WM = 2) halve the
  * shared-memory reads of x per mma. */
 template <int FMT, int NT> struct TcCfg {
   static constexpr int WM = NT >= 4 ? 2 : 1;
@@ -64,9 +64,9 @@ template <int FMT, int NT> struct TcCfg {
   static constexpr int RTW = (NT >= 4 && FMT != PPX_CUDA_W_BF16) ? 2 : 1;
   static constexpr int WR = TC_WARPS / WM;
   static constexpr int ROWS = WR * RTW * 16;
-  static constexpr int PD = RTW == 2 ? (FMT == PPX_CUDA_W_INT4 ? 2 : 1)
-                                     : (FMT == PPX_CUDA_W_BF16 ? 1 : FMT == PPX_CUDA_W_INT8 ? 2 : 4);
-  static constexpr int XD = NT <= 2 ? 4 : 3;
+  static constexpr int XD = NT >= 8 ? 2
+                            : NT == 4 ? 3
+                                      : (FMT == PPX_CUDA_W_BF16 ? 2 : FMT == PPX_CUDA_W_INT8 ? 4 : (NT == 1 ? 6 : 5));
   static constexpr int MINB = NT <= 4 ? 2 : 1;
 };
 
@@ -81,8 +81,7 @@ struct TcArgs {
   size_t ldy;
   int M, accumulate;
   int n_stages, leaf_stages, S;
-  int vec_w, vec_x;
-  int l2_prefetch;     /* 0: plain 16-byte weight loads (PPX_CUDA_LINEAR_NO_L2_PREFETCH=1, for comparisons) */
+  int vec_x;
   float *partials;     /* [S][TC_MMAX][rows] when S > 1 */
   unsigned *counters;  /* one per row block, zero between launches */
 };
@@ -127,20 +126,6 @@ mma_bf16 (float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* 16 bytes of weights through the read-only path, with the L2 told to fetch the whole aligned 256-byte
- * block: a thread's row is read 64 bytes (int4) to 256 bytes (bf16) per stage, and without the hint the
- * rows' pieces reach DRAM as scattered 64-byte requests, each opening a page of its own (measured: about
- * 1 TB/s on an H100). With it the next stages of the row are L2 hits. */
-__device__ __forceinline__ uint4
-ldg_weights (const void *p, bool l2_prefetch)
-{
-  if (!l2_prefetch)
-    return __ldg (reinterpret_cast<const uint4 *> (p));
-  uint4 v;
-  asm ("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
 /* cp.async of `bytes` (4 or 16) from global to shared memory; only the first src_bytes are read, the rest
  * are zero-filled (src_bytes 0: zeros, nothing read). Scales (4 bytes) ask the L2 for 256-byte blocks, for
  * the same reason as the weights. */
@@ -153,6 +138,14 @@ cp_async (void *smem, const void *gmem, int src_bytes)
     asm volatile ("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
   else
     asm volatile ("cp.async.ca.shared.global.L2::256B [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+
+/* cp.async of 16 bytes of weights, asking the L2 for the whole 256-byte block */
+__device__ __forceinline__ void
+cp_async_w (void *smem, const void *gmem)
+{
+  const unsigned s = (unsigned) __cvta_generic_to_shared (smem);
+  asm volatile ("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(s), "l"(gmem));
 }
 
 __device__ __forceinline__ void
@@ -206,10 +199,11 @@ tc_linear_kernel (TcArgs a)
 {
   using C = TcCfg<FMT, NT>;
   constexpr int WORDS = TcWords<FMT>::N, CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0;
-  constexpr int RTW = C::RTW, NTW = C::NTW, PD = C::PD, XD = C::XD;
+  constexpr int RTW = C::RTW, NTW = C::NTW, XD = C::XD;
   /* XD slots, each: x records [NT][8 k-steps][32 lanes] {hi01, hi23, lo01, lo23} (raw f32 until converted),
-   * then (int4) the scales [ROWS][CPS] */
-  constexpr int SLOT_X = NT * 256, SLOT = SLOT_X + (C::ROWS * CPS + 3) / 4; /* in uint4 */
+   * the weights [WORDS / 4 vectors][ROWS][64 bytes], then (int4) the scales [ROWS][CPS] */
+  constexpr int SLOT_X = NT * 256, SLOT_W = SLOT_X + C::ROWS * WORDS / 4 * 4;
+  constexpr int SLOT = SLOT_W + (C::ROWS * CPS + 3) / 4; /* in uint4 */
   extern __shared__ uint4 smem[];
   __shared__ unsigned ticket;
 
@@ -232,10 +226,10 @@ tc_linear_kernel (TcArgs a)
       rowp[rt][h] = r < a.rows ? a.w + r * a.row_bytes : nullptr;
     }
 
-  /* Weights of stage st (this thread's share of its rows) into rw. */
-  auto load_stage = [&] (uint32_t (&rw)[RTW][2][WORDS], int st) {
+  /* The tail stage (past the last full 128 columns; the quant.h layout): this thread's words straight
+   * from global memory, zeros past K (int4: code 8). */
+  auto gather_tail = [&] (uint32_t (&rw)[RTW][2][WORDS], int st) {
     const int col0 = st * TC_STAGE;
-    const bool full = col0 + TC_STAGE <= a.K;
 #pragma unroll
     for (int rt = 0; rt < RTW; rt++)
 #pragma unroll
@@ -246,26 +240,6 @@ tc_linear_kernel (TcArgs a)
 #pragma unroll
           for (int i = 0; i < WORDS; i++)
             wd[i] = 0;
-        } else if (full) {
-          /* vector v covers bytes [64 v, 64 v + 64) of the stage; the thread's 16 are at 16 t */
-          const int64_t off0 = (int64_t) col0 * WORDS / 8 + 16 * t;
-#pragma unroll
-          for (int v = 0; v < WORDS / 4; v++) {
-            uint4 q;
-            if (a.vec_w) {
-              q = ldg_weights (rp + off0 + 64 * v, a.l2_prefetch);
-            } else {
-              uint32_t b[4] = {0, 0, 0, 0};
-#pragma unroll
-              for (int k = 0; k < 16; k++)
-                b[k >> 2] |= (uint32_t) __ldg (rp + off0 + 64 * v + k) << (8 * (k & 3));
-              q = make_uint4 (b[0], b[1], b[2], b[3]);
-            }
-            wd[4 * v] = q.x;
-            wd[4 * v + 1] = q.y;
-            wd[4 * v + 2] = q.z;
-            wd[4 * v + 3] = q.w;
-          }
         } else if (FMT == PPX_CUDA_W_BF16) {
           const uint16_t *e = reinterpret_cast<const uint16_t *> (rp);
 #pragma unroll
@@ -299,12 +273,30 @@ tc_linear_kernel (TcArgs a)
         }
       }
   };
+  /* A full stage: this thread's words from the slot (16 bytes per row and 64-byte vector) */
+  auto read_stage = [&] (uint32_t (&rw)[RTW][2][WORDS], const uint4 *slot) {
+    const uint4 *wsm = slot + SLOT_X;
+#pragma unroll
+    for (int rt = 0; rt < RTW; rt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int v = 0; v < WORDS / 4; v++) {
+          const uint4 q = wsm[(v * C::ROWS + row_in_block + 16 * rt + g + 8 * h) * 4 + t];
+          rw[rt][h][4 * v] = q.x;
+          rw[rt][h][4 * v + 1] = q.y;
+          rw[rt][h][4 * v + 2] = q.z;
+          rw[rt][h][4 * v + 3] = q.w;
+        }
+  };
 
-  /* x (and int4 scales) of stage st into a slot, by cp.async: thread (warp q, lane) copies k-step q of
-   * every n-tile (x rows past M and columns past K are zero-filled) */
-  auto issue_x = [&] (uint4 *slot, int st) {
+  /* Stage st into a slot by cp.async: x (thread (warp q, lane) copies k-step q of every n-tile; rows past
+   * M and columns past K are zero-filled), the block's weight rows (full stages only; rows past the end
+   * zero-filled) and the int4 scales. */
+  auto issue_stage = [&] (uint4 *slot, int st) {
     const int col0 = st * TC_STAGE;
-    const int c = tc_col<FMT> (col0, col0 + TC_STAGE <= a.K, warp, t);
+    const bool full = col0 + TC_STAGE <= a.K;
+    const int c = tc_col<FMT> (col0, full, warp, t);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
       const int m = 8 * nt + g;
@@ -320,8 +312,25 @@ tc_linear_kernel (TcArgs a)
           cp_async<4> (reinterpret_cast<float *> (dst) + i, c + i < a.K ? xp + i : a.x, c + i < a.K ? 4 : 0);
       }
     }
+    if (full) {
+      /* chunk k of the stage: row k / CPR, 16 bytes at (k % CPR) * 16 of the row's piece of the stage;
+       * stored by 64-byte vector, then row, so a warp's fragment reads are 512 contiguous bytes */
+      constexpr int CPR = WORDS; /* 16-byte chunks per row per stage: bf16 16, int8 8, int4 4 */
+      uint4 *wsm = slot + SLOT_X;
+      const int64_t off0 = (int64_t) col0 * WORDS / 8;
+#pragma unroll
+      for (int k = tid; k < C::ROWS * CPR; k += TC_THREADS) {
+        const int row = k / CPR, o = k % CPR;
+        const int64_t r = block_row + row;
+        uint4 *dst = wsm + ((o >> 2) * C::ROWS + row) * 4 + (o & 3);
+        if (r < a.rows)
+          cp_async_w (dst, a.w + r * a.row_bytes + off0 + 16 * o);
+        else
+          cp_async<16> (dst, a.w, 0);
+      }
+    }
     if (FMT == PPX_CUDA_W_INT4) {
-      float *sdst = reinterpret_cast<float *> (slot + SLOT_X);
+      float *sdst = reinterpret_cast<float *> (slot + SLOT_W);
       for (int e = tid; e < C::ROWS * CPS; e += TC_THREADS) {
         const int64_t r = block_row + e / (CPS > 0 ? CPS : 1);
         const int col = col0 + (e % (CPS > 0 ? CPS : 1)) * 16 * CK;
@@ -358,7 +367,7 @@ tc_linear_kernel (TcArgs a)
   /* One stage: 8 k-steps (those past K skipped); a chunk of CK k-steps ends with its sum added to acc. */
   auto compute = [&] (const uint32_t (&rw)[RTW][2][WORDS], const uint4 *slot, int st) {
     const int kvalid = KS - st * 8;
-    const float *ssc = reinterpret_cast<const float *> (slot + SLOT_X);
+    const float *ssc = reinterpret_cast<const float *> (slot + SLOT_W);
 #pragma unroll
     for (int q = 0; q < 8; q++) {
       if (q < kvalid) {
@@ -416,35 +425,28 @@ tc_linear_kernel (TcArgs a)
     }
   };
 
-  /* prologue: the first PD stages of weights, the first XD - 1 stages of x */
-  uint32_t raw[PD][RTW][2][WORDS];
-#pragma unroll
-  for (int p = 0; p < PD; p++)
-    if (p < nstg)
-      load_stage (raw[p], st0 + p);
+  /* prologue: the first XD - 1 stages in flight */
 #pragma unroll
   for (int d = 0; d < XD - 1; d++) {
     if (d < nstg)
-      issue_x (smem + d * SLOT, st0 + d);
+      issue_stage (smem + d * SLOT, st0 + d);
     cp_async_commit ();
   }
-  for (int j = 0; j < nstg; j += PD) {
-#pragma unroll
-    for (int p = 0; p < PD; p++) {
-      const int jj = j + p;
-      if (jj < nstg) {
-        uint4 *slot = smem + (jj % XD) * SLOT;
-        cp_async_wait<XD - 2> ();
-        convert_x (slot);
-        __syncthreads ();
-        if (jj + XD - 1 < nstg)
-          issue_x (smem + ((jj + XD - 1) % XD) * SLOT, st0 + jj + XD - 1);
-        cp_async_commit ();
-        compute (raw[p], slot, st0 + jj);
-        if (jj + PD < nstg)
-          load_stage (raw[p], st0 + jj + PD);
-      }
-    }
+  for (int jj = 0; jj < nstg; jj++) {
+    uint4 *slot = smem + (jj % XD) * SLOT;
+    cp_async_wait<XD - 2> ();
+    convert_x (slot);
+    __syncthreads ();
+    if (jj + XD - 1 < nstg)
+      issue_stage (smem + ((jj + XD - 1) % XD) * SLOT, st0 + jj + XD - 1);
+    cp_async_commit ();
+    const int st = st0 + jj;
+    uint32_t rw[RTW][2][WORDS];
+    if ((st + 1) * TC_STAGE <= a.K)
+      read_stage (rw, slot);
+    else
+      gather_tail (rw, st);
+    compute (rw, slot, st);
   }
   cp_async_wait<0> ();
 
@@ -532,6 +534,20 @@ tc_chunk (const PpxCudaWeight *w)
   }
 }
 
+/* Chunk length when the tensor-core path takes this weight: a supported format and group size, rows that
+ * start on 16 bytes (cp.async), K below 2^30; else 0 (the CUDA-core path). */
+static int
+tc_eligible (const PpxCudaWeight *w)
+{
+  const int ck = tc_chunk (w);
+  if (!ck || w->cols <= 0 || w->cols >= ((int64_t) 1 << 30) || ((uintptr_t) w->data & 15) != 0)
+    return 0;
+  const int64_t row_bytes = w->format == PPX_CUDA_W_BF16 ? 2 * w->cols
+                            : w->format == PPX_CUDA_W_INT8 ? w->cols
+                                                           : (w->cols + 1) / 2;
+  return row_bytes % 16 == 0 ? ck : 0;
+}
+
 extern "C" int
 ppx_cuda_int4_repacked (int group_size)
 {
@@ -582,7 +598,8 @@ tc_launch (const TcArgs &a, cudaStream_t s)
 {
   using C = TcCfg<FMT, NT>;
   constexpr int CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0;
-  const size_t smem = (size_t) C::XD * (NT * 256 + (C::ROWS * CPS + 3) / 4) * sizeof (uint4);
+  const size_t smem =
+      (size_t) C::XD * (NT * 256 + C::ROWS * TcWords<FMT>::N + (C::ROWS * CPS + 3) / 4) * sizeof (uint4);
   static bool attr_set = false; /* per instantiation; setting it twice is harmless */
   if (smem > 48 * 1024 && !attr_set) {
     cudaError_t e = cudaFuncSetAttribute (tc_linear_kernel<FMT, CK, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -627,14 +644,7 @@ tc_linear (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, float *y,
   a.ldx = ldx;
   a.ldy = ldy;
   tc_plan (w, &a.n_stages, &a.leaf_stages, &a.S);
-  a.vec_w = (a.row_bytes % 16) == 0 && ((uintptr_t) w->data & 15) == 0;
   a.vec_x = (ldx % 4) == 0 && ((uintptr_t) x & 15) == 0;
-  static int no_prefetch = -1;
-  if (no_prefetch < 0) {
-    const char *env = getenv ("PPX_CUDA_LINEAR_NO_L2_PREFETCH");
-    no_prefetch = env && env[0] == '1';
-  }
-  a.l2_prefetch = !no_prefetch;
   a.counters = (unsigned *) workspace;
   a.partials = (float *) ((char *) workspace + TC_MAX_COUNTERS * sizeof (unsigned));
   if (a.S > 1 && (!workspace || (w->rows + 63) / 64 > TC_MAX_COUNTERS))
@@ -976,7 +986,7 @@ simt_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, size_
 extern "C" size_t
 ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M)
 {
-  if (M <= 0 || w->rows <= 0 || !tc_chunk (w))
+  if (M <= 0 || w->rows <= 0 || !tc_eligible (w))
     return 0;
   int nst, leaf, S;
   tc_plan (w, &nst, &leaf, &S);
@@ -992,8 +1002,8 @@ ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, s
   if (M <= 0 || w->rows <= 0)
     return 0;
   cudaStream_t s = PPX_CUDA_STREAM (stream);
-  const int ck = tc_chunk (w);
-  if (ck && w->cols > 0 && w->cols < ((int64_t) 1 << 30))
+  const int ck = tc_eligible (w);
+  if (ck)
     return tc_linear (w, ck, x, ldx, y, ldy, M, accumulate, workspace, s);
   return simt_linear (w, x, ldx, y, ldy, M, accumulate, s);
 }

@@ -54,17 +54,22 @@ template <> struct TcWords<PPX_CUDA_W_INT8> { static constexpr int N = 8; };
 template <> struct TcWords<PPX_CUDA_W_INT4> { static constexpr int N = 4; };
 
 /* Warp layout for NT n-tiles of x (NT * 8 >= M): WM warps along x rows (NTW n-tiles each) times
- * TC_WARPS / WM warps along weight rows (RTW tiles of 16 each). XD stages (weights, x, int4 scales) are in
- * flight per block in a shared-memory ring filled by cp.async; every slot fits 96 KB in all, so the kernels
- * also run on sm_86/sm_89 (99 KB per block). Two warps sharing weight rows (WM = 2) halve the
- * shared-memory reads of x per mma. */
-template <int FMT, int NT> struct TcCfg {
+ * TC_WARPS / WM warps along weight rows (RTW tiles of 16 each). Two warps sharing weight rows (WM = 2)
+ * halve the shared-memory reads of x per mma.
+ * x and the int4 scales go through a ring of XD shared-memory slots filled by cp.async. The weights, in
+ * the default variant, are loaded into registers PD stages ahead (ldg); in the SW variant
+ * (PPX_CUDA_LINEAR_SMEM_WEIGHTS=1, not yet measured: docs/cuda.md) they go through the same cp.async ring,
+ * every slot set fitting 96 KB so that sm_86/sm_89 (99 KB per block) run it too. */
+template <int FMT, int NT, bool SW> struct TcCfg {
   static constexpr int WM = NT >= 4 ? 2 : 1;
   static constexpr int NTW = NT / WM;
   static constexpr int RTW = (NT >= 4 && FMT != PPX_CUDA_W_BF16) ? 2 : 1;
   static constexpr int WR = TC_WARPS / WM;
   static constexpr int ROWS = WR * RTW * 16;
-  static constexpr int XD = NT >= 8 ? 2
+  static constexpr int PD = RTW == 2 ? (FMT == PPX_CUDA_W_INT4 ? 2 : 1)
+                                     : (FMT == PPX_CUDA_W_BF16 ? 1 : FMT == PPX_CUDA_W_INT8 ? 2 : 4);
+  static constexpr int XD = !SW ? (NT <= 2 ? 4 : 3)
+                            : NT >= 8 ? 2
                             : NT == 4 ? 3
                                       : (FMT == PPX_CUDA_W_BF16 ? 2 : FMT == PPX_CUDA_W_INT8 ? 4 : (NT == 1 ? 6 : 5));
   static constexpr int MINB = NT <= 4 ? 2 : 1;
@@ -124,6 +129,16 @@ mma_bf16 (float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
        "{%0,%1,%2,%3};"
        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 16 bytes of weights through the read-only path, the L2 asked for the whole 256-byte block (default
+ * variant; measured the same as a plain 16-byte load on an H100) */
+__device__ __forceinline__ uint4
+ldg_weights (const void *p)
+{
+  uint4 v;
+  asm ("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
 }
 
 /* cp.async of `bytes` (4 or 16) from global to shared memory; only the first src_bytes are read, the rest
@@ -193,16 +208,16 @@ tc_col (int col0, bool full, int q, int t)
   return col0 + 64 * (q >> 2) + 16 * t + 4 * (q & 3);
 }
 
-template <int FMT, int CK, int NT>
-__global__ void __launch_bounds__ (TC_THREADS, (TcCfg<FMT, NT>::MINB))
+template <int FMT, int CK, int NT, bool SW>
+__global__ void __launch_bounds__ (TC_THREADS, (TcCfg<FMT, NT, SW>::MINB))
 tc_linear_kernel (TcArgs a)
 {
-  using C = TcCfg<FMT, NT>;
+  using C = TcCfg<FMT, NT, SW>;
   constexpr int WORDS = TcWords<FMT>::N, CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0;
   constexpr int RTW = C::RTW, NTW = C::NTW, XD = C::XD;
   /* XD slots, each: x records [NT][8 k-steps][32 lanes] {hi01, hi23, lo01, lo23} (raw f32 until converted),
    * the weights [WORDS / 4 vectors][ROWS][64 bytes], then (int4) the scales [ROWS][CPS] */
-  constexpr int SLOT_X = NT * 256, SLOT_W = SLOT_X + C::ROWS * WORDS / 4 * 4;
+  constexpr int SLOT_X = NT * 256, SLOT_W = SLOT_X + (SW ? C::ROWS * WORDS : 0);
   constexpr int SLOT = SLOT_W + (C::ROWS * CPS + 3) / 4; /* in uint4 */
   extern __shared__ uint4 smem[];
   __shared__ unsigned ticket;
@@ -290,6 +305,29 @@ tc_linear_kernel (TcArgs a)
         }
   };
 
+  /* Default variant: this thread's words of stage st straight into registers (16-byte loads; the tail
+   * stage gathered) */
+  auto load_stage = [&] (uint32_t (&rw)[RTW][2][WORDS], int st) {
+    const int col0 = st * TC_STAGE;
+    if (col0 + TC_STAGE > a.K) {
+      gather_tail (rw, st);
+      return;
+    }
+    const int64_t off0 = (int64_t) col0 * WORDS / 8 + 16 * t;
+#pragma unroll
+    for (int rt = 0; rt < RTW; rt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int v = 0; v < WORDS / 4; v++) {
+          const uint4 q = rowp[rt][h] ? ldg_weights (rowp[rt][h] + off0 + 64 * v) : make_uint4 (0, 0, 0, 0);
+          rw[rt][h][4 * v] = q.x;
+          rw[rt][h][4 * v + 1] = q.y;
+          rw[rt][h][4 * v + 2] = q.z;
+          rw[rt][h][4 * v + 3] = q.w;
+        }
+  };
+
   /* Stage st into a slot by cp.async: x (thread (warp q, lane) copies k-step q of every n-tile; rows past
    * M and columns past K are zero-filled), the block's weight rows (full stages only; rows past the end
    * zero-filled) and the int4 scales. */
@@ -312,7 +350,7 @@ tc_linear_kernel (TcArgs a)
           cp_async<4> (reinterpret_cast<float *> (dst) + i, c + i < a.K ? xp + i : a.x, c + i < a.K ? 4 : 0);
       }
     }
-    if (full) {
+    if (SW && full) {
       /* chunk k of the stage: row k / CPR, 16 bytes at (k % CPR) * 16 of the row's piece of the stage;
        * stored by 64-byte vector, then row, so a warp's fragment reads are 512 contiguous bytes */
       constexpr int CPR = WORDS; /* 16-byte chunks per row per stage: bf16 16, int8 8, int4 4 */
@@ -425,28 +463,62 @@ tc_linear_kernel (TcArgs a)
     }
   };
 
-  /* prologue: the first XD - 1 stages in flight */
+  if constexpr (SW) {
+    /* prologue: the first XD - 1 stages in flight */
 #pragma unroll
-  for (int d = 0; d < XD - 1; d++) {
-    if (d < nstg)
-      issue_stage (smem + d * SLOT, st0 + d);
-    cp_async_commit ();
-  }
-  for (int jj = 0; jj < nstg; jj++) {
-    uint4 *slot = smem + (jj % XD) * SLOT;
-    cp_async_wait<XD - 2> ();
-    convert_x (slot);
-    __syncthreads ();
-    if (jj + XD - 1 < nstg)
-      issue_stage (smem + ((jj + XD - 1) % XD) * SLOT, st0 + jj + XD - 1);
-    cp_async_commit ();
-    const int st = st0 + jj;
-    uint32_t rw[RTW][2][WORDS];
-    if ((st + 1) * TC_STAGE <= a.K)
-      read_stage (rw, slot);
-    else
-      gather_tail (rw, st);
-    compute (rw, slot, st);
+    for (int d = 0; d < XD - 1; d++) {
+      if (d < nstg)
+        issue_stage (smem + d * SLOT, st0 + d);
+      cp_async_commit ();
+    }
+    for (int jj = 0; jj < nstg; jj++) {
+      uint4 *slot = smem + (jj % XD) * SLOT;
+      cp_async_wait<XD - 2> ();
+      convert_x (slot);
+      __syncthreads ();
+      if (jj + XD - 1 < nstg)
+        issue_stage (smem + ((jj + XD - 1) % XD) * SLOT, st0 + jj + XD - 1);
+      cp_async_commit ();
+      const int st = st0 + jj;
+      uint32_t rw[RTW][2][WORDS];
+      if ((st + 1) * TC_STAGE <= a.K)
+        read_stage (rw, slot);
+      else
+        gather_tail (rw, st);
+      compute (rw, slot, st);
+    }
+  } else {
+    /* prologue: the first PD stages of weights, the first XD - 1 stages of x */
+    constexpr int PD = C::PD;
+    uint32_t raw[PD][RTW][2][WORDS];
+#pragma unroll
+    for (int p = 0; p < PD; p++)
+      if (p < nstg)
+        load_stage (raw[p], st0 + p);
+#pragma unroll
+    for (int d = 0; d < XD - 1; d++) {
+      if (d < nstg)
+        issue_stage (smem + d * SLOT, st0 + d);
+      cp_async_commit ();
+    }
+    for (int j = 0; j < nstg; j += PD) {
+#pragma unroll
+      for (int p = 0; p < PD; p++) {
+        const int jj = j + p;
+        if (jj < nstg) {
+          uint4 *slot = smem + (jj % XD) * SLOT;
+          cp_async_wait<XD - 2> ();
+          convert_x (slot);
+          __syncthreads ();
+          if (jj + XD - 1 < nstg)
+            issue_stage (smem + ((jj + XD - 1) % XD) * SLOT, st0 + jj + XD - 1);
+          cp_async_commit ();
+          compute (raw[p], slot, st0 + jj);
+          if (jj + PD < nstg)
+            load_stage (raw[p], st0 + jj + PD);
+        }
+      }
+    }
   }
   cp_async_wait<0> ();
 
@@ -592,38 +664,57 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
   *S = (nst + leaf - 1) / leaf;
 }
 
-template <int FMT, int CK, int NT>
+template <int FMT, int CK, int NT, bool SW>
 static int
 tc_launch (const TcArgs &a, cudaStream_t s)
 {
-  using C = TcCfg<FMT, NT>;
+  using C = TcCfg<FMT, NT, SW>;
   constexpr int CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0;
-  const size_t smem =
-      (size_t) C::XD * (NT * 256 + C::ROWS * TcWords<FMT>::N + (C::ROWS * CPS + 3) / 4) * sizeof (uint4);
+  const size_t smem = (size_t) C::XD *
+                      (NT * 256 + (SW ? C::ROWS * TcWords<FMT>::N : 0) + (C::ROWS * CPS + 3) / 4) * sizeof (uint4);
   static bool attr_set = false; /* per instantiation; setting it twice is harmless */
   if (smem > 48 * 1024 && !attr_set) {
-    cudaError_t e = cudaFuncSetAttribute (tc_linear_kernel<FMT, CK, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int) smem);
+    cudaError_t e = cudaFuncSetAttribute (tc_linear_kernel<FMT, CK, NT, SW>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
     if (e != cudaSuccess)
       return (int) e;
     attr_set = true;
   }
   dim3 grid (ppx_cdiv ((size_t) a.rows, C::ROWS), (unsigned) a.S);
-  tc_linear_kernel<FMT, CK, NT><<<grid, TC_THREADS, smem, s>>> (a);
+  tc_linear_kernel<FMT, CK, NT, SW><<<grid, TC_THREADS, smem, s>>> (a);
   return ppx_cuda_launched ();
+}
+
+/* PPX_CUDA_LINEAR_SMEM_WEIGHTS=1 selects the weights-through-shared-memory variant (read once). */
+static bool
+smem_weights (void)
+{
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv ("PPX_CUDA_LINEAR_SMEM_WEIGHTS");
+    v = e && e[0] == '1';
+  }
+  return v == 1;
+}
+
+template <int FMT, int CK, bool SW>
+static int
+tc_launch_sw (const TcArgs &a, cudaStream_t s)
+{
+  if (a.M <= 8)
+    return tc_launch<FMT, CK, 1, SW> (a, s);
+  if (a.M <= 16)
+    return tc_launch<FMT, CK, 2, SW> (a, s);
+  if (a.M <= 32)
+    return tc_launch<FMT, CK, 4, SW> (a, s);
+  return tc_launch<FMT, CK, 8, SW> (a, s);
 }
 
 template <int FMT, int CK>
 static int
 tc_launch_nt (const TcArgs &a, cudaStream_t s)
 {
-  if (a.M <= 8)
-    return tc_launch<FMT, CK, 1> (a, s);
-  if (a.M <= 16)
-    return tc_launch<FMT, CK, 2> (a, s);
-  if (a.M <= 32)
-    return tc_launch<FMT, CK, 4> (a, s);
-  return tc_launch<FMT, CK, 8> (a, s);
+  return smem_weights () ? tc_launch_sw<FMT, CK, true> (a, s) : tc_launch_sw<FMT, CK, false> (a, s);
 }
 
 static int

@@ -3,9 +3,10 @@
  * One device, one non-blocking stream per backend; every op is enqueued on it and returns at once
  * (uploads from pageable memory are staged by the runtime, so the caller may reuse its buffer); only
  * downloads and sync wait. Memory is plain cudaMalloc (never managed memory), zero-filled like the CPU
- * backend's; weights are always copied to the device (desc->borrow is ignored). Ops that need temporary
- * device memory share one scratch buffer that grows on demand; a mutex keeps its growth and use together
- * when several threads enqueue on the same backend.
+ * backend's; weights are always copied to the device (desc->borrow is ignored; int4 rows are permuted for
+ * the tensor-core kernels, same bytes). Ops that need temporary device memory share one scratch buffer that
+ * grows on demand; a mutex keeps its growth and use together when several threads enqueue on the same
+ * backend. The linear kernels' split-K workspace is a buffer of its own (linear_lock).
  *
  * Ops cannot fail through the interface (backend.h): a CUDA error inside one is a programming error or a
  * lost device, reported with g_critical() naming the op and the CUDA error. */

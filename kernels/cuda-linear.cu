@@ -672,13 +672,18 @@ tc_launch (const TcArgs &a, cudaStream_t s)
   constexpr int CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0;
   const size_t smem = (size_t) C::XD *
                       (NT * 256 + (SW ? C::ROWS * TcWords<FMT>::N : 0) + (C::ROWS * CPS + 3) / 4) * sizeof (uint4);
-  static bool attr_set = false; /* per instantiation; setting it twice is harmless */
-  if (smem > 48 * 1024 && !attr_set) {
+  /* set once per instantiation and device: static shared memory counts too, so dynamic sizes just under
+   * 48 KB also need it (int8/bf16 at M = 17..32 use exactly 48 KB). Setting it twice is harmless. */
+  static unsigned long long attr_set; /* bit d: done on device d */
+  int dev = 0;
+  cudaGetDevice (&dev);
+  if (dev < 0 || dev >= 64 || !(attr_set >> dev & 1)) {
     cudaError_t e = cudaFuncSetAttribute (tc_linear_kernel<FMT, CK, NT, SW>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
     if (e != cudaSuccess)
       return (int) e;
-    attr_set = true;
+    if (dev >= 0 && dev < 64)
+      __atomic_or_fetch (&attr_set, 1ull << dev, __ATOMIC_RELAXED);
   }
   dim3 grid (ppx_cdiv ((size_t) a.rows, C::ROWS), (unsigned) a.S);
   tc_linear_kernel<FMT, CK, NT, SW><<<grid, TC_THREADS, smem, s>>> (a);

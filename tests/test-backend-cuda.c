@@ -327,8 +327,8 @@ check_linear (Fmt f, int64_t rows, int64_t cols, int M, gsize ldx, gsize ldy, gb
  * columns) and into one (34000 rows), x rows over 96 KB */
 static const int64_t lin_shapes[][2] = {{37, 53},    {129, 256},  {67, 1000},  {300, 4128},
                                         {2049, 88},  {33, 24640}, {34000, 136}, {1024, 1024}};
-/* 70: two launches of up to 64 rows */
-static const int lin_ms[] = {1, 2, 3, 7, 8, 9, 16, 33, 64, 70};
+/* one kernel configuration per 8, 16, 32 and 64 rows; 70: two launches of up to 64 rows */
+static const int lin_ms[] = {1, 2, 3, 7, 8, 9, 16, 24, 32, 33, 64, 70};
 
 static void
 test_linear (void)
@@ -399,6 +399,7 @@ test_linear_batch (void)
     check_linear_rows_exact (formats[i], 129, 1000, 70, FALSE); /* K split into 8 leaves, a K tail */
     check_linear_rows_exact (formats[i], 300, 4128, 33, TRUE);
     check_linear_rows_exact (formats[i], 2049, 88, 9, FALSE);   /* one leaf, tail only */
+    check_linear_rows_exact (formats[i], 1024, 1024, 32, TRUE); /* the 17..32-row kernels */
     check_linear_rows_exact (formats[i], 34000, 256, 64, TRUE); /* one leaf of two full stages */
   }
 }

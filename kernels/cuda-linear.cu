@@ -18,9 +18,11 @@
  * whatever M is and wherever its x row sits in the batch: a batched call reproduces one-row calls bit for
  * bit (tests/test-backend-cuda.c checks this).
  *
- * Within a leaf the block streams stages of 128 columns: its threads stage x for the next stage (as hi/lo
- * bf16 records already in mma B-fragment order) in double-buffered shared memory, while each warp keeps
- * its weight rows' next stages in flight in registers (16-byte loads straight from global memory).
+ * Within a leaf the block streams stages of 128 columns: x (as hi/lo bf16 records already in mma
+ * B-fragment order) and int4 scales arrive by cp.async in a ring of shared-memory slots, while each warp
+ * keeps its weight rows' next stages in flight in registers (16-byte loads straight from global memory);
+ * PPX_CUDA_LINEAR_SMEM_WEIGHTS=1 selects a variant that brings the weights through the cp.async ring too
+ * (docs/cuda.md: the register pipeline measured as one stage in flight; the variant is not yet measured).
  * A thread's 16 bytes of a weight row hold its A-fragment values for 2 (bf16), 4 (int8) or 8 (int4)
  * k-steps; the k order inside a k-step is free as long as x is staged in the same order. For int4 that order
  * must keep each k-step inside one scale group, so int4 rows are repacked at load (ppx_cuda_int4_repack:

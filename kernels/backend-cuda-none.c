@@ -23,3 +23,11 @@ ppx_backend_cuda_device_name (const PpxBackend *be)
 {
   return NULL;
 }
+
+gboolean
+ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const PpxTensor *x, PpxTensor *y, int M,
+                              int calls, int reps, double *us, GError **error)
+{
+  g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend: this build of personaplex was built without CUDA");
+  return FALSE;
+}

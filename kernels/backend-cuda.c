@@ -3,9 +3,10 @@
  * One device, one non-blocking stream per backend; every op is enqueued on it and returns at once
  * (uploads from pageable memory are staged by the runtime, so the caller may reuse its buffer); only
  * downloads and sync wait. Memory is plain cudaMalloc (never managed memory), zero-filled like the CPU
- * backend's; weights are always copied to the device (desc->borrow is ignored). Ops that need temporary
- * device memory share one scratch buffer that grows on demand; a mutex keeps its growth and use together
- * when several threads enqueue on the same backend.
+ * backend's; weights are always copied to the device (desc->borrow is ignored; int4 rows are permuted for
+ * the tensor-core kernels, same bytes). Ops that need temporary device memory share one scratch buffer that
+ * grows on demand; a mutex keeps its growth and use together when several threads enqueue on the same
+ * backend. The linear kernels' split-K workspace is a buffer of its own (linear_lock).
  *
  * Ops cannot fail through the interface (backend.h): a CUDA error inside one is a programming error or a
  * lost device, reported with g_critical() naming the op and the CUDA error. */
@@ -26,6 +27,9 @@ typedef struct {
   gsize scratch_bytes;
   GMutex rope_lock;
   GArray *rope_tables; /* RopeTable: device frequency tables by (Dh, max_period) */
+  GMutex linear_lock;
+  void *linear_ws; /* split-K workspace of the linear kernels (cuda-kernels.h), grown on demand */
+  gsize linear_ws_bytes;
 } CudaPriv;
 
 typedef struct {
@@ -89,9 +93,12 @@ cuda_free (PpxBackend *be)
   for (guint i = 0; i < p->rope_tables->len; i++)
     ppx_cuda_free (g_array_index (p->rope_tables, RopeTable, i).freqs);
   g_array_free (p->rope_tables, TRUE);
+  if (p->linear_ws)
+    ppx_cuda_free (p->linear_ws);
   ppx_cuda_stream_destroy (p->stream);
   g_mutex_clear (&p->scratch_lock);
   g_mutex_clear (&p->rope_lock);
+  g_mutex_clear (&p->linear_lock);
   g_free (p);
   g_free (be);
 }
@@ -219,6 +226,17 @@ cuda_weight_init (PpxBackend *be, PpxWeight *w, const PpxWeightDesc *d, GError *
   if (!(w->owned_data = weight_copy (be, d->data, data_bytes, "data", error)))
     return FALSE;
   w->data = w->owned_data;
+  /* int4 rows are permuted inside each 128-column block for the tensor-core kernels (same bytes) */
+  if (d->format == PPX_WFMT_INT4 && ppx_cuda_int4_repacked (d->group_size)) {
+    int e = ppx_cuda_int4_repack (w->owned_data, d->rows, d->cols, PRIV (be)->stream);
+    if (e) {
+      g_set_error (error, PPX_ERROR, PPX_ERROR_NOMEM, "CUDA backend: cannot repack a %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT
+                   " int4 weight on GPU %d (%s): %s", d->rows, d->cols, PRIV (be)->device, PRIV (be)->device_name,
+                   ppx_cuda_error_string (e));
+      cuda_weight_release (be, w);
+      return FALSE;
+    }
+  }
   if (scale_bytes) {
     if (!(w->owned_scales = weight_copy (be, d->scales, scale_bytes, "scales", error))) {
       cuda_weight_release (be, w);
@@ -257,13 +275,48 @@ device_weight (const PpxWeight *w)
   return cw;
 }
 
+/* The linear kernels' workspace, at least `bytes` large (call with linear_lock held): its first
+ * PPX_CUDA_LINEAR_COUNTER_BYTES are zero when it is made, and the kernels leave them zero. NULL (and a
+ * critical) if the device is out of memory. Growing waits for queued work that may still use the old one. */
+static void *
+linear_workspace (PpxBackend *be, gsize bytes)
+{
+  CudaPriv *p = PRIV (be);
+  if (bytes <= p->linear_ws_bytes)
+    return p->linear_ws;
+  gsize want = MAX (bytes, p->linear_ws_bytes * 2);
+  check (be, ppx_cuda_stream_sync (p->stream), "linear workspace sync");
+  if (p->linear_ws)
+    check (be, ppx_cuda_free (p->linear_ws), "linear workspace free");
+  p->linear_ws = NULL;
+  p->linear_ws_bytes = 0;
+  int e = ppx_cuda_malloc (&p->linear_ws, want);
+  if (e) {
+    g_critical ("CUDA backend (GPU %d): out of memory for %" G_GSIZE_FORMAT " bytes of linear workspace: %s", p->device,
+                want, ppx_cuda_error_string (e));
+    return NULL;
+  }
+  check (be, ppx_cuda_memset_async (p->linear_ws, 0, PPX_CUDA_LINEAR_COUNTER_BYTES, p->stream), "linear workspace zero");
+  p->linear_ws_bytes = want;
+  return p->linear_ws;
+}
+
 static void
 cuda_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, PpxTensor *y, gsize ldy, int M,
              gboolean accumulate)
 {
   enter (be);
   PpxCudaWeight cw = device_weight (w);
-  check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, PRIV (be)->stream), "linear");
+  const gsize ws_bytes = ppx_cuda_linear_workspace_bytes (&cw, M);
+  if (ws_bytes == 0) {
+    check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, NULL, PRIV (be)->stream), "linear");
+    return;
+  }
+  g_mutex_lock (&PRIV (be)->linear_lock);
+  void *ws = linear_workspace (be, ws_bytes);
+  if (ws)
+    check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, ws, PRIV (be)->stream), "linear");
+  g_mutex_unlock (&PRIV (be)->linear_lock);
 }
 
 static void
@@ -529,6 +582,7 @@ ppx_backend_cuda_new (int device, GError **error)
   p->device = device;
   g_mutex_init (&p->scratch_lock);
   g_mutex_init (&p->rope_lock);
+  g_mutex_init (&p->linear_lock);
   p->rope_tables = g_array_new (FALSE, FALSE, sizeof (RopeTable));
   if ((e = ppx_cuda_set_device (device)) || (e = ppx_cuda_device_name (device, p->device_name, sizeof p->device_name,
                                                                         NULL)) ||
@@ -537,6 +591,7 @@ ppx_backend_cuda_new (int device, GError **error)
                  ppx_cuda_error_string (e));
     g_mutex_clear (&p->scratch_lock);
     g_mutex_clear (&p->rope_lock);
+    g_mutex_clear (&p->linear_lock);
     g_array_free (p->rope_tables, TRUE);
     g_free (p);
     return NULL;
@@ -546,6 +601,35 @@ ppx_backend_cuda_new (int device, GError **error)
   be->n_threads = 1;
   be->priv = p;
   return be;
+}
+
+gboolean
+ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const PpxTensor *x, PpxTensor *y, int M,
+                              int calls, int reps, double *us, GError **error)
+{
+  if (be->ops != &cuda_ops || n < 1) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_backend_cuda_time_linear: not a CUDA backend, or no weights");
+    return FALSE;
+  }
+  enter (be);
+  PpxCudaWeight *cw = g_new (PpxCudaWeight, n);
+  for (int i = 0; i < n; i++)
+    cw[i] = device_weight (w[i]);
+  g_mutex_lock (&PRIV (be)->linear_lock);
+  const gsize ws_bytes = ppx_cuda_linear_workspace_bytes (&cw[0], M);
+  void *ws = ws_bytes ? linear_workspace (be, ws_bytes) : NULL;
+  check (be, ppx_cuda_stream_sync (PRIV (be)->stream), "sync before timing");
+  const char *step = "workspace";
+  int e = ws_bytes && !ws ? 2 /* cudaErrorMemoryAllocation */
+                          : ppx_cuda_linear_time (cw, n, F32 (x), F32 (y), M, ws, calls, reps, us, &step);
+  g_mutex_unlock (&PRIV (be)->linear_lock);
+  g_free (cw);
+  if (e) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): timing linear layers failed (%s): %s",
+                 PRIV (be)->device, step, ppx_cuda_error_string (e));
+    return FALSE;
+  }
+  return TRUE;
 }
 
 const char *

@@ -59,8 +59,23 @@ int ppx_cuda_force_tokens (int32_t *tokens, int off, int stride, const int32_t *
                            void *stream);
 
 /* ---- linear algebra (cuda-linear.cu) ---- */
+/* Device workspace a linear call needs (split-K sums and their counters; 0 when none). It depends on the
+ * weight's shape and grows with M up to 64 rows. Its first PPX_CUDA_LINEAR_COUNTER_BYTES must be zero before
+ * the first call; every call leaves them zero again. */
+#define PPX_CUDA_LINEAR_COUNTER_BYTES (65536 * 4)
+size_t ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M);
 int ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
-                     void *stream);
+                     void *workspace, void *stream);
+/* Benchmarks: GPU time of one linear call (x [M, cols], y [M, rows], dense) in microseconds, the median of
+ * `reps` replays of a CUDA graph of `calls` calls cycling over the n weights (one shape), on a stream of
+ * its own. workspace as for ppx_cuda_linear. *step names the stage that failed. */
+int ppx_cuda_linear_time (const PpxCudaWeight *w, int n, const float *x, float *y, int M, void *workspace, int calls,
+                          int reps, double *us, const char **step);
+/* TRUE when int4 weights of this group size are repacked at load for the tensor-core kernels. */
+int ppx_cuda_int4_repacked (int group_size);
+/* Repacks int4 weights (quant.h layout, already on the device) in place: a permutation inside each full
+ * 128-column block of every row (docs/cuda.md). Waits for the stream. */
+int ppx_cuda_int4_repack (void *data, int64_t rows, int64_t cols, void *stream);
 int ppx_cuda_embed (const PpxCudaWeight *w, const int32_t *ids, int id_index, int id_stride, float *out, int M,
                     int accumulate, void *stream);
 

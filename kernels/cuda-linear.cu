@@ -1,45 +1,840 @@
 /* CUDA backend: linear layers (y = x W^T) and embedding gathers for f32, bf16, int8 and int4 weights.
  *
- * Linear: one warp per weight row, so each weight byte is read once per m-tile of up to 8 rows of x
- * (M = 1, the batch-1 decode, has its own kernel below that stages x in shared memory).
- * The fast path reads the weight row in 16-byte vectors (4 f32, 8 bf16, 16 int8 or 32 int4 weights),
- * several vectors in flight per lane, dequantizes in registers (int8/int4 codes become floats through
- * byte permutes into 0x4B0000xx, no conversion instructions; scales are applied per row for int8 and per
- * 8-weight group for int4) and accumulates in f32; the warp's lanes are then summed with shuffles.
- * It needs 16-byte aligned rows and x (cols a multiple of the vector width); anything else takes the
- * generic path (one weight per lane per step). The summation order differs from the CPU's, so results
- * agree to f32 rounding, not bit for bit. */
+ * Two kernel families (docs/cuda.md, "Linear layers"):
+ *
+ * Tensor cores (bf16, int8, int4 with group 32, 64 or a multiple of 128): mma.sync m16n8k16 (sm_80 and
+ * later, so one code path for sm_80..sm_90). The weight rows are the A operand (16 rows a tile), up to 64
+ * rows of x the B operand (8 rows a tile). Weights are exact in bf16 (bf16 values; int8 and int4 codes),
+ * converted in registers; x is split into two bf16 parts, x = hi + lo (hi = bf16(x), lo = bf16(x - hi)),
+ * and each k-step does two mma, so x keeps 16 significant bits (relative error ~2e-6 against the CPU's
+ * f32, where bf16 x alone gives ~1e-3). Sums run in f32: the tensor cores add up one chunk of k-steps
+ * (an int4 group, or 128 columns) from zero, and the chunk is added to a running f32 sum (times the
+ * group's scale for int4) on the CUDA cores; int8 row scales are applied at the end.
+ *
+ * A block owns 128 weight rows (64 for bf16 at M > 16) and one "leaf" of K: K is split into S leaves
+ * when the matrix has too few row blocks to fill the GPU; each block then writes its leaf's sums to a
+ * workspace and the last block of a row block to finish adds the leaves up in leaf order. S depends on the
+ * weight's shape only, never on M, and every output element is computed by the same sequence of operations
+ * whatever M is and wherever its x row sits in the batch: a batched call reproduces one-row calls bit for
+ * bit (tests/test-backend-cuda.c checks this).
+ *
+ * Within a leaf the block streams stages of 128 columns: x (as hi/lo bf16 records already in mma
+ * B-fragment order) and int4 scales arrive by cp.async in a ring of shared-memory slots, while each warp
+ * keeps its weight rows' next stages in flight in registers (16-byte loads straight from global memory);
+ * PPX_CUDA_LINEAR_SMEM_WEIGHTS=1 selects a variant that brings the weights through the cp.async ring too
+ * (docs/cuda.md: the register pipeline measured as one stage in flight; the variant is not yet measured).
+ * A thread's 16 bytes of a weight row hold its A-fragment values for 2 (bf16), 4 (int8) or 8 (int4)
+ * k-steps; the k order inside a k-step is free as long as x is staged in the same order. For int4 that order
+ * must keep each k-step inside one scale group, so int4 rows are repacked at load (ppx_cuda_int4_repack:
+ * a permutation inside each full 128-column block of a row; rows stay whole, so row slices and the
+ * weight's byte count are unchanged). A tail of K % 128 columns keeps the quant.h layout and is read with
+ * scalar loads.
+ *
+ * CUDA cores (f32 weights, int4 with other group sizes): one warp per weight row for up to 8 rows of x,
+ * f32 fused multiply-adds in a fixed order (also independent of M and of the row's position). */
 #include "cuda-common.cuh"
 
 #include <cuda_bf16.h>
+#include <stdlib.h>
+
+/* ======================================================================================================
+ * Tensor-core path
+ * ====================================================================================================== */
+
+#define TC_THREADS 256
+#define TC_WARPS 8
+#define TC_STAGE 128         /* columns per stage: 8 k-steps of 16 */
+#define TC_MMAX 64           /* x rows per launch (8 n-tiles of 8) */
+#define TC_SPLIT_ROWS 128    /* the row-block size the leaf count is planned with */
+#define TC_BLOCKS_PER_SM 2   /* resident blocks per SM of the M <= 16 kernels (registers) */
+#define TC_MAX_COUNTERS (PPX_CUDA_LINEAR_COUNTER_BYTES / 4)
+
+/* 32-bit words of one weight row per thread per stage (16 bytes cover 2, 4 or 8 k-steps). */
+template <int FMT> struct TcWords;
+template <> struct TcWords<PPX_CUDA_W_BF16> { static constexpr int N = 16; };
+template <> struct TcWords<PPX_CUDA_W_INT8> { static constexpr int N = 8; };
+template <> struct TcWords<PPX_CUDA_W_INT4> { static constexpr int N = 4; };
+
+/* Warp layout for NT n-tiles of x (NT * 8 >= M): WM warps along x rows (NTW n-tiles each) times
+ * TC_WARPS / WM warps along weight rows (RTW tiles of 16 each). Two warps sharing weight rows (WM = 2)
+ * halve the shared-memory reads of x per mma.
+ * x and the int4 scales go through a ring of XD shared-memory slots filled by cp.async. The weights, in
+ * the default variant, are loaded into registers PD stages ahead (ldg); in the SW variant
+ * (PPX_CUDA_LINEAR_SMEM_WEIGHTS=1, not yet measured: docs/cuda.md) they go through the same cp.async ring,
+ * every slot set fitting 96 KB so that sm_86/sm_89 (99 KB per block) run it too. */
+template <int FMT, int NT, bool SW> struct TcCfg {
+  static constexpr int WM = NT >= 4 ? 2 : 1;
+  static constexpr int NTW = NT / WM;
+  static constexpr int RTW = (NT >= 4 && FMT != PPX_CUDA_W_BF16) ? 2 : 1;
+  static constexpr int WR = TC_WARPS / WM;
+  static constexpr int ROWS = WR * RTW * 16;
+  static constexpr int PD = RTW == 2 ? (FMT == PPX_CUDA_W_INT4 ? 2 : 1)
+                                     : (FMT == PPX_CUDA_W_BF16 ? 1 : FMT == PPX_CUDA_W_INT8 ? 2 : 4);
+  static constexpr int XD = !SW ? (NT <= 2 ? 4 : 3)
+                            : NT >= 8 ? 2
+                            : NT == 4 ? 3
+                                      : (FMT == PPX_CUDA_W_BF16 ? 2 : FMT == PPX_CUDA_W_INT8 ? 4 : (NT == 1 ? 6 : 5));
+  static constexpr int MINB = NT <= 4 ? 2 : 1;
+};
+
+struct TcArgs {
+  const uint8_t *w;
+  const float *scales;
+  int64_t rows;
+  int K, row_bytes, n_groups, group_size;
+  const float *x;
+  size_t ldx;
+  float *y;
+  size_t ldy;
+  int M, accumulate;
+  int n_stages, leaf_stages, S;
+  int vec_x;
+  float *partials;     /* [S][TC_MMAX][rows] when S > 1 */
+  unsigned *counters;  /* one per row block, zero between launches */
+};
+
+__device__ __forceinline__ uint32_t
+bf16x2_bits (__nv_bfloat162 v)
+{
+  return *reinterpret_cast<uint32_t *> (&v);
+}
+
+/* The int4 codes in bits 0-3 and 16-19 of v as bf16x2 (code - 8): 0x43000000|n is 128 + n exactly, and
+ * one bf16x2 fma (x * 1 - 136) removes the offset, exactly. */
+__device__ __forceinline__ uint32_t
+int4_pair (uint32_t v)
+{
+  const uint32_t h = (v & 0x000F000Fu) | 0x43004300u;
+  uint32_t r;
+  asm ("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(h), "r"(0x3F803F80u), "r"(0xC308C308u));
+  return r;
+}
+
+/* The four int8 codes of u as two bf16x2 (bytes 0,1 and bytes 2,3): a byte permute makes 2^23 + (q + 128)
+ * in f32, a subtraction gives q exactly, and since |q| <= 128 the upper 16 bits are its exact bf16. */
+__device__ __forceinline__ void
+int8_pairs (uint32_t u, uint32_t &lo, uint32_t &hi)
+{
+  const uint32_t b = u ^ 0x80808080u;
+  float f[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++)
+    f[k] = __uint_as_float (__byte_perm (b, 0x4B000000u, 0x7540u | k)) - 8388736.0f;
+  lo = __byte_perm (__float_as_uint (f[0]), __float_as_uint (f[1]), 0x7632u);
+  hi = __byte_perm (__float_as_uint (f[2]), __float_as_uint (f[3]), 0x7632u);
+}
+
+__device__ __forceinline__ void
+mma_bf16 (float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+  asm ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+       "{%0,%1,%2,%3};"
+       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 16 bytes of weights through the read-only path, the L2 asked for the whole 256-byte block (default
+ * variant; measured the same as a plain 16-byte load on an H100) */
+__device__ __forceinline__ uint4
+ldg_weights (const void *p)
+{
+  uint4 v;
+  asm ("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+/* cp.async of `bytes` (4 or 16) from global to shared memory; only the first src_bytes are read, the rest
+ * are zero-filled (src_bytes 0: zeros, nothing read). Scales (4 bytes) ask the L2 for 256-byte blocks, for
+ * the same reason as the weights. */
+template <int BYTES>
+__device__ __forceinline__ void
+cp_async (void *smem, const void *gmem, int src_bytes)
+{
+  const unsigned s = (unsigned) __cvta_generic_to_shared (smem);
+  if (BYTES == 16)
+    asm volatile ("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+  else
+    asm volatile ("cp.async.ca.shared.global.L2::256B [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+
+/* cp.async of 16 bytes of weights, asking the L2 for the whole 256-byte block */
+__device__ __forceinline__ void
+cp_async_w (void *smem, const void *gmem)
+{
+  const unsigned s = (unsigned) __cvta_generic_to_shared (smem);
+  asm volatile ("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+
+__device__ __forceinline__ void
+cp_async_commit (void)
+{
+  asm volatile ("cp.async.commit_group;");
+}
+
+template <int N>
+__device__ __forceinline__ void
+cp_async_wait (void)
+{
+  asm volatile ("cp.async.wait_group %0;" ::"n"(N));
+}
+
+/* The int4 word a thread holds for k-steps 2w, 2w+1 of a 128-column block, from the natural (quant.h)
+ * nibbles: for k-step q the thread's columns are c = 16q + 4t .. c+3, and their nibbles go to bit
+ * positions s, s+16, s+4, s+20 with s = 8 (q & 1), so that int4_pair(word >> s) gives the bf16x2 of
+ * (c, c+1) and int4_pair(word >> (s + 4)) that of (c+2, c+3). `nib(col)` reads one natural nibble. */
+template <typename Nib>
+__device__ __forceinline__ uint32_t
+int4_word (int64_t c0, int t, int w, Nib nib)
+{
+  uint32_t word = 0;
+#pragma unroll
+  for (int qq = 0; qq < 2; qq++) {
+    const int64_t c = c0 + 16 * (2 * w + qq) + 4 * t;
+    const int s = 8 * qq;
+    word |= nib (c) << s | nib (c + 1) << (s + 16) | nib (c + 2) << (s + 4) | nib (c + 3) << (s + 20);
+  }
+  return word;
+}
+
+/* Column of the first of the 4 x values (and weights) a thread (t = lane & 3) uses in k-step q of the stage
+ * starting at col0. Full stages: where the thread's 16-byte weight load puts them; the tail stage (and
+ * int4, repacked): 16 consecutive columns per k-step. */
+template <int FMT>
+__device__ __forceinline__ int
+tc_col (int col0, bool full, int q, int t)
+{
+  if (!full || FMT == PPX_CUDA_W_INT4)
+    return col0 + 16 * q + 4 * t;
+  if (FMT == PPX_CUDA_W_BF16)
+    return col0 + 32 * (q >> 1) + 8 * t + 4 * (q & 1);
+  return col0 + 64 * (q >> 2) + 16 * t + 4 * (q & 3);
+}
+
+template <int FMT, int CK, int NT, bool SW>
+__global__ void __launch_bounds__ (TC_THREADS, (TcCfg<FMT, NT, SW>::MINB))
+tc_linear_kernel (TcArgs a)
+{
+  using C = TcCfg<FMT, NT, SW>;
+  constexpr int WORDS = TcWords<FMT>::N, CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0;
+  constexpr int RTW = C::RTW, NTW = C::NTW, XD = C::XD;
+  /* XD slots, each: x records [NT][8 k-steps][32 lanes] {hi01, hi23, lo01, lo23} (raw f32 until converted),
+   * the weights [WORDS / 4 vectors][ROWS][64 bytes], then (int4) the scales [ROWS][CPS] */
+  constexpr int SLOT_X = NT * 256, SLOT_W = SLOT_X + (SW ? C::ROWS * WORDS : 0);
+  constexpr int SLOT = SLOT_W + (C::ROWS * CPS + 3) / 4; /* in uint4 */
+  extern __shared__ uint4 smem[];
+  __shared__ unsigned ticket;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int wm = warp % C::WM, wr = warp / C::WM;
+  const int64_t block_row = (int64_t) blockIdx.x * C::ROWS;
+  const int row_in_block = wr * RTW * 16;
+  const int64_t row_base = block_row + row_in_block;
+  const int leaf = blockIdx.y;
+  const int st0 = leaf * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
+  const int KS = (a.K + 15) >> 4; /* k-steps in K */
+
+  /* this thread's weight rows: row_base + 16 rt + g + 8 h */
+  const uint8_t *rowp[RTW][2];
+#pragma unroll
+  for (int rt = 0; rt < RTW; rt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int64_t r = row_base + 16 * rt + g + 8 * h;
+      rowp[rt][h] = r < a.rows ? a.w + r * a.row_bytes : nullptr;
+    }
+
+  /* The tail stage (past the last full 128 columns; the quant.h layout): this thread's words straight
+   * from global memory, zeros past K (int4: code 8). */
+  auto gather_tail = [&] (uint32_t (&rw)[RTW][2][WORDS], int st) {
+    const int col0 = st * TC_STAGE;
+#pragma unroll
+    for (int rt = 0; rt < RTW; rt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const uint8_t *rp = rowp[rt][h];
+        uint32_t *wd = rw[rt][h];
+        if (!rp) {
+#pragma unroll
+          for (int i = 0; i < WORDS; i++)
+            wd[i] = 0;
+        } else if (FMT == PPX_CUDA_W_BF16) {
+          const uint16_t *e = reinterpret_cast<const uint16_t *> (rp);
+#pragma unroll
+          for (int q = 0; q < 8; q++) {
+            const int c = col0 + 16 * q + 4 * t;
+            uint32_t v[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+              v[i] = c + i < a.K ? __ldg (e + c + i) : 0u;
+            wd[2 * q] = v[0] | v[1] << 16;
+            wd[2 * q + 1] = v[2] | v[3] << 16;
+          }
+        } else if (FMT == PPX_CUDA_W_INT8) {
+#pragma unroll
+          for (int q = 0; q < 8; q++) {
+            const int c = col0 + 16 * q + 4 * t;
+            uint32_t v = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+              v |= (c + i < a.K ? (uint32_t) __ldg (rp + c + i) : 0u) << (8 * i);
+            wd[q] = v;
+          }
+        } else {
+          const int K = a.K;
+          auto nib = [rp, K] (int64_t c) -> uint32_t {
+            return c < K ? (__ldg (rp + (c >> 1)) >> (4 * (c & 1))) & 15u : 8u;
+          };
+#pragma unroll
+          for (int w = 0; w < 4; w++)
+            wd[w] = int4_word (col0, t, w, nib);
+        }
+      }
+  };
+  /* A full stage: this thread's words from the slot (16 bytes per row and 64-byte vector) */
+  auto read_stage = [&] (uint32_t (&rw)[RTW][2][WORDS], const uint4 *slot) {
+    const uint4 *wsm = slot + SLOT_X;
+#pragma unroll
+    for (int rt = 0; rt < RTW; rt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int v = 0; v < WORDS / 4; v++) {
+          const uint4 q = wsm[(v * C::ROWS + row_in_block + 16 * rt + g + 8 * h) * 4 + t];
+          rw[rt][h][4 * v] = q.x;
+          rw[rt][h][4 * v + 1] = q.y;
+          rw[rt][h][4 * v + 2] = q.z;
+          rw[rt][h][4 * v + 3] = q.w;
+        }
+  };
+
+  /* Default variant: this thread's words of stage st straight into registers (16-byte loads; the tail
+   * stage gathered) */
+  auto load_stage = [&] (uint32_t (&rw)[RTW][2][WORDS], int st) {
+    const int col0 = st * TC_STAGE;
+    if (col0 + TC_STAGE > a.K) {
+      gather_tail (rw, st);
+      return;
+    }
+    const int64_t off0 = (int64_t) col0 * WORDS / 8 + 16 * t;
+#pragma unroll
+    for (int rt = 0; rt < RTW; rt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int v = 0; v < WORDS / 4; v++) {
+          const uint4 q = rowp[rt][h] ? ldg_weights (rowp[rt][h] + off0 + 64 * v) : make_uint4 (0, 0, 0, 0);
+          rw[rt][h][4 * v] = q.x;
+          rw[rt][h][4 * v + 1] = q.y;
+          rw[rt][h][4 * v + 2] = q.z;
+          rw[rt][h][4 * v + 3] = q.w;
+        }
+  };
+
+  /* Stage st into a slot by cp.async: x (thread (warp q, lane) copies k-step q of every n-tile; rows past
+   * M and columns past K are zero-filled), the block's weight rows (full stages only; rows past the end
+   * zero-filled) and the int4 scales. */
+  auto issue_stage = [&] (uint4 *slot, int st) {
+    const int col0 = st * TC_STAGE;
+    const bool full = col0 + TC_STAGE <= a.K;
+    const int c = tc_col<FMT> (col0, full, warp, t);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      const int m = 8 * nt + g;
+      uint4 *dst = slot + (nt * 8 + warp) * 32 + lane;
+      const float *xp = a.x + (size_t) (m < a.M ? m : 0) * a.ldx + c;
+      if (m >= a.M) {
+        cp_async<16> (dst, a.x, 0);
+      } else if (a.vec_x && c + 3 < a.K) {
+        cp_async<16> (dst, xp, 16);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          cp_async<4> (reinterpret_cast<float *> (dst) + i, c + i < a.K ? xp + i : a.x, c + i < a.K ? 4 : 0);
+      }
+    }
+    if (SW && full) {
+      /* chunk k of the stage: row k / CPR, 16 bytes at (k % CPR) * 16 of the row's piece of the stage;
+       * stored by 64-byte vector, then row, so a warp's fragment reads are 512 contiguous bytes */
+      constexpr int CPR = WORDS; /* 16-byte chunks per row per stage: bf16 16, int8 8, int4 4 */
+      uint4 *wsm = slot + SLOT_X;
+      const int64_t off0 = (int64_t) col0 * WORDS / 8;
+#pragma unroll
+      for (int k = tid; k < C::ROWS * CPR; k += TC_THREADS) {
+        const int row = k / CPR, o = k % CPR;
+        const int64_t r = block_row + row;
+        uint4 *dst = wsm + ((o >> 2) * C::ROWS + row) * 4 + (o & 3);
+        if (r < a.rows)
+          cp_async_w (dst, a.w + r * a.row_bytes + off0 + 16 * o);
+        else
+          cp_async<16> (dst, a.w, 0);
+      }
+    }
+    if (FMT == PPX_CUDA_W_INT4) {
+      float *sdst = reinterpret_cast<float *> (slot + SLOT_W);
+      for (int e = tid; e < C::ROWS * CPS; e += TC_THREADS) {
+        const int64_t r = block_row + e / (CPS > 0 ? CPS : 1);
+        const int col = col0 + (e % (CPS > 0 ? CPS : 1)) * 16 * CK;
+        const bool ok = r < a.rows && col < a.K;
+        cp_async<4> (sdst + e, ok ? a.scales + r * a.n_groups + col / a.group_size : a.scales, ok ? 4 : 0);
+      }
+    }
+  };
+  /* this thread's x records of a slot, from f32 to the hi/lo bf16 split, in place */
+  auto convert_x = [&] (uint4 *slot) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      uint4 *p = slot + (nt * 8 + warp) * 32 + lane;
+      const uint4 u = *p;
+      const float4 v = make_float4 (__uint_as_float (u.x), __uint_as_float (u.y), __uint_as_float (u.z),
+                                    __uint_as_float (u.w));
+      const __nv_bfloat162 h01 = __floats2bfloat162_rn (v.x, v.y), h23 = __floats2bfloat162_rn (v.z, v.w);
+      const float2 f01 = __bfloat1622float2 (h01), f23 = __bfloat1622float2 (h23);
+      const __nv_bfloat162 l01 = __floats2bfloat162_rn (v.x - f01.x, v.y - f01.y);
+      const __nv_bfloat162 l23 = __floats2bfloat162_rn (v.z - f23.x, v.w - f23.y);
+      *p = make_uint4 (bf16x2_bits (h01), bf16x2_bits (h23), bf16x2_bits (l01), bf16x2_bits (l23));
+    }
+  };
+
+  float acc[RTW][NTW][4], part[RTW][NTW][4];
+#pragma unroll
+  for (int rt = 0; rt < RTW; rt++)
+#pragma unroll
+    for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        acc[rt][nt][i] = part[rt][nt][i] = 0.0f;
+
+  /* One stage: 8 k-steps (those past K skipped); a chunk of CK k-steps ends with its sum added to acc. */
+  auto compute = [&] (const uint32_t (&rw)[RTW][2][WORDS], const uint4 *slot, int st) {
+    const int kvalid = KS - st * 8;
+    const float *ssc = reinterpret_cast<const float *> (slot + SLOT_W);
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+      if (q < kvalid) {
+        uint32_t af[RTW][4];
+#pragma unroll
+        for (int rt = 0; rt < RTW; rt++) {
+          if (FMT == PPX_CUDA_W_BF16) {
+            af[rt][0] = rw[rt][0][2 * q];
+            af[rt][1] = rw[rt][1][2 * q];
+            af[rt][2] = rw[rt][0][2 * q + 1];
+            af[rt][3] = rw[rt][1][2 * q + 1];
+          } else if (FMT == PPX_CUDA_W_INT8) {
+            int8_pairs (rw[rt][0][q], af[rt][0], af[rt][2]);
+            int8_pairs (rw[rt][1][q], af[rt][1], af[rt][3]);
+          } else {
+            const int s = 8 * (q & 1);
+            const uint32_t v0 = rw[rt][0][q >> 1] >> s, v1 = rw[rt][1][q >> 1] >> s;
+            af[rt][0] = int4_pair (v0);
+            af[rt][1] = int4_pair (v1);
+            af[rt][2] = int4_pair (v0 >> 4);
+            af[rt][3] = int4_pair (v1 >> 4);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NTW; nt++) {
+          const uint4 b = slot[((wm * NTW + nt) * 8 + q) * 32 + lane];
+#pragma unroll
+          for (int rt = 0; rt < RTW; rt++) {
+            mma_bf16 (part[rt][nt], af[rt], b.x, b.y);
+            mma_bf16 (part[rt][nt], af[rt], b.z, b.w);
+          }
+        }
+      }
+      if ((q + 1) % CK == 0 && q + 1 - CK < kvalid) {
+#pragma unroll
+        for (int rt = 0; rt < RTW; rt++) {
+          float s0 = 1.0f, s1 = 1.0f;
+          if (FMT == PPX_CUDA_W_INT4) {
+            const int lr = row_in_block + 16 * rt + g;
+            s0 = ssc[lr * (CPS > 0 ? CPS : 1) + q / CK];
+            s1 = ssc[(lr + 8) * (CPS > 0 ? CPS : 1) + q / CK];
+          }
+#pragma unroll
+          for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+              if (FMT == PPX_CUDA_W_INT4)
+                acc[rt][nt][i] = fmaf (i < 2 ? s0 : s1, part[rt][nt][i], acc[rt][nt][i]);
+              else
+                acc[rt][nt][i] += part[rt][nt][i];
+              part[rt][nt][i] = 0.0f;
+            }
+        }
+      }
+    }
+  };
+
+  if constexpr (SW) {
+    /* prologue: the first XD - 1 stages in flight */
+#pragma unroll
+    for (int d = 0; d < XD - 1; d++) {
+      if (d < nstg)
+        issue_stage (smem + d * SLOT, st0 + d);
+      cp_async_commit ();
+    }
+    for (int jj = 0; jj < nstg; jj++) {
+      uint4 *slot = smem + (jj % XD) * SLOT;
+      cp_async_wait<XD - 2> ();
+      convert_x (slot);
+      __syncthreads ();
+      if (jj + XD - 1 < nstg)
+        issue_stage (smem + ((jj + XD - 1) % XD) * SLOT, st0 + jj + XD - 1);
+      cp_async_commit ();
+      const int st = st0 + jj;
+      uint32_t rw[RTW][2][WORDS];
+      if ((st + 1) * TC_STAGE <= a.K)
+        read_stage (rw, slot);
+      else
+        gather_tail (rw, st);
+      compute (rw, slot, st);
+    }
+  } else {
+    /* prologue: the first PD stages of weights, the first XD - 1 stages of x */
+    constexpr int PD = C::PD;
+    uint32_t raw[PD][RTW][2][WORDS];
+#pragma unroll
+    for (int p = 0; p < PD; p++)
+      if (p < nstg)
+        load_stage (raw[p], st0 + p);
+#pragma unroll
+    for (int d = 0; d < XD - 1; d++) {
+      if (d < nstg)
+        issue_stage (smem + d * SLOT, st0 + d);
+      cp_async_commit ();
+    }
+    for (int j = 0; j < nstg; j += PD) {
+#pragma unroll
+      for (int p = 0; p < PD; p++) {
+        const int jj = j + p;
+        if (jj < nstg) {
+          uint4 *slot = smem + (jj % XD) * SLOT;
+          cp_async_wait<XD - 2> ();
+          convert_x (slot);
+          __syncthreads ();
+          if (jj + XD - 1 < nstg)
+            issue_stage (smem + ((jj + XD - 1) % XD) * SLOT, st0 + jj + XD - 1);
+          cp_async_commit ();
+          compute (raw[p], slot, st0 + jj);
+          if (jj + PD < nstg)
+            load_stage (raw[p], st0 + jj + PD);
+        }
+      }
+    }
+  }
+  cp_async_wait<0> ();
+
+  /* acc[rt][nt][i]: weight row row_base + 16 rt + g + 8 (i >> 1), x row 8 (wm NTW + nt) + 2 t + (i & 1) */
+  if (a.S == 1) {
+#pragma unroll
+    for (int rt = 0; rt < RTW; rt++)
+#pragma unroll
+      for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const int64_t r = row_base + 16 * rt + g + 8 * (i >> 1);
+          const int m = 8 * (wm * NTW + nt) + 2 * t + (i & 1);
+          if (r < a.rows && m < a.M) {
+            float v = acc[rt][nt][i];
+            if (FMT == PPX_CUDA_W_INT8)
+              v *= __ldg (a.scales + r);
+            float *yp = a.y + (size_t) m * a.ldy + r;
+            *yp = a.accumulate ? *yp + v : v;
+          }
+        }
+    return;
+  }
+#pragma unroll
+  for (int rt = 0; rt < RTW; rt++)
+#pragma unroll
+    for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int64_t r = row_base + 16 * rt + g + 8 * (i >> 1);
+        const int m = 8 * (wm * NTW + nt) + 2 * t + (i & 1);
+        if (r < a.rows && m < a.M)
+          a.partials[((size_t) leaf * TC_MMAX + m) * a.rows + r] = acc[rt][nt][i];
+      }
+  __threadfence ();
+  __syncthreads ();
+  if (tid == 0) {
+    ticket = atomicAdd (a.counters + blockIdx.x, 1u);
+    __threadfence ();
+  }
+  __syncthreads ();
+  if (ticket != (unsigned) a.S - 1)
+    return;
+  /* the last leaf of this row block to finish: y = leaf 0 + leaf 1 + ... in leaf order */
+  for (int idx = tid; idx < a.M * C::ROWS; idx += TC_THREADS) {
+    const int m = idx / C::ROWS;
+    const int64_t r = block_row + idx % C::ROWS;
+    if (r >= a.rows)
+      continue;
+    const float *pp = a.partials + (size_t) m * a.rows + r;
+    const size_t leaf_stride = (size_t) TC_MMAX * a.rows;
+    float v = 0.0f;
+    /* eight leaves' loads in flight at once, then added in leaf order (v starts as leaf 0 exactly) */
+    for (int s0 = 0; s0 < a.S; s0 += 8) {
+      float p[8];
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        p[k] = s0 + k < a.S ? __ldcg (pp + (size_t) (s0 + k) * leaf_stride) : 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        if (s0 + k < a.S)
+          v = s0 + k == 0 ? p[k] : v + p[k];
+    }
+    if (FMT == PPX_CUDA_W_INT8)
+      v *= __ldg (a.scales + r);
+    float *yp = a.y + (size_t) m * a.ldy + r;
+    *yp = a.accumulate ? *yp + v : v;
+  }
+  if (tid == 0)
+    a.counters[blockIdx.x] = 0u;
+}
+
+/* Chunk length in k-steps for the tensor-core path, or 0 when the weight takes the CUDA-core path. */
+static int
+tc_chunk (const PpxCudaWeight *w)
+{
+  switch (w->format) {
+    case PPX_CUDA_W_BF16:
+    case PPX_CUDA_W_INT8:
+      return 8;
+    case PPX_CUDA_W_INT4:
+      return w->group_size == 32 ? 2 : w->group_size == 64 ? 4 : w->group_size % 128 == 0 ? 8 : 0;
+    default:
+      return 0;
+  }
+}
+
+/* Chunk length when the tensor-core path takes this weight: a supported format and group size, rows that
+ * start on 16 bytes (cp.async), K below 2^30; else 0 (the CUDA-core path). */
+static int
+tc_eligible (const PpxCudaWeight *w)
+{
+  const int ck = tc_chunk (w);
+  if (!ck || w->cols <= 0 || w->cols >= ((int64_t) 1 << 30) || ((uintptr_t) w->data & 15) != 0)
+    return 0;
+  const int64_t row_bytes = w->format == PPX_CUDA_W_BF16 ? 2 * w->cols
+                            : w->format == PPX_CUDA_W_INT8 ? w->cols
+                                                           : (w->cols + 1) / 2;
+  return row_bytes % 16 == 0 ? ck : 0;
+}
+
+extern "C" int
+ppx_cuda_int4_repacked (int group_size)
+{
+  PpxCudaWeight w = {PPX_CUDA_W_INT4, 1, 1, group_size, NULL, NULL};
+  return tc_chunk (&w) != 0;
+}
+
+/* Streaming multiprocessors of the current device (cached per device). */
+static int
+sm_count (void)
+{
+  static int cached[64];
+  int dev = 0;
+  if (cudaGetDevice (&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    cudaGetLastError ();
+    return 132;
+  }
+  if (!cached[dev]) {
+    int n = 0;
+    if (cudaDeviceGetAttribute (&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+      cudaGetLastError ();
+      n = 132;
+    }
+    cached[dev] = n;
+  }
+  return cached[dev];
+}
+
+/* K split into S leaves of leaf_stages stages each: as many leaves as keep every block of the one-row
+ * kernel resident at once (more would start a second, mostly empty wave), at least one. It depends on the
+ * shape and the device, never on M. */
+static void
+tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
+{
+  const int nst = (int) ((w->cols + TC_STAGE - 1) / TC_STAGE);
+  const int64_t row_blocks = (w->rows + TC_SPLIT_ROWS - 1) / TC_SPLIT_ROWS;
+  int64_t s = (int64_t) sm_count () * TC_BLOCKS_PER_SM / row_blocks;
+  s = s < 1 ? 1 : s > nst ? nst : s;
+  const int leaf = (int) ((nst + s - 1) / s);
+  *n_stages = nst;
+  *leaf_stages = leaf;
+  *S = (nst + leaf - 1) / leaf;
+}
+
+template <int FMT, int CK, int NT, bool SW>
+static int
+tc_launch (const TcArgs &a, cudaStream_t s)
+{
+  using C = TcCfg<FMT, NT, SW>;
+  constexpr int CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0;
+  const size_t smem = (size_t) C::XD *
+                      (NT * 256 + (SW ? C::ROWS * TcWords<FMT>::N : 0) + (C::ROWS * CPS + 3) / 4) * sizeof (uint4);
+  /* set once per instantiation and device: static shared memory counts too, so dynamic sizes just under
+   * 48 KB also need it (int8/bf16 at M = 17..32 use exactly 48 KB). Setting it twice is harmless. */
+  static unsigned long long attr_set; /* bit d: done on device d */
+  int dev = 0;
+  cudaGetDevice (&dev);
+  if (dev < 0 || dev >= 64 || !(attr_set >> dev & 1)) {
+    cudaError_t e = cudaFuncSetAttribute (tc_linear_kernel<FMT, CK, NT, SW>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+    if (e != cudaSuccess)
+      return (int) e;
+    if (dev >= 0 && dev < 64)
+      __atomic_or_fetch (&attr_set, 1ull << dev, __ATOMIC_RELAXED);
+  }
+  dim3 grid (ppx_cdiv ((size_t) a.rows, C::ROWS), (unsigned) a.S);
+  tc_linear_kernel<FMT, CK, NT, SW><<<grid, TC_THREADS, smem, s>>> (a);
+  return ppx_cuda_launched ();
+}
+
+/* PPX_CUDA_LINEAR_SMEM_WEIGHTS=1 selects the weights-through-shared-memory variant (read once). */
+static bool
+smem_weights (void)
+{
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv ("PPX_CUDA_LINEAR_SMEM_WEIGHTS");
+    v = e && e[0] == '1';
+  }
+  return v == 1;
+}
+
+template <int FMT, int CK, bool SW>
+static int
+tc_launch_sw (const TcArgs &a, cudaStream_t s)
+{
+  if (a.M <= 8)
+    return tc_launch<FMT, CK, 1, SW> (a, s);
+  if (a.M <= 16)
+    return tc_launch<FMT, CK, 2, SW> (a, s);
+  if (a.M <= 32)
+    return tc_launch<FMT, CK, 4, SW> (a, s);
+  return tc_launch<FMT, CK, 8, SW> (a, s);
+}
+
+template <int FMT, int CK>
+static int
+tc_launch_nt (const TcArgs &a, cudaStream_t s)
+{
+  return smem_weights () ? tc_launch_sw<FMT, CK, true> (a, s) : tc_launch_sw<FMT, CK, false> (a, s);
+}
+
+static int
+tc_linear (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
+           void *workspace, cudaStream_t s)
+{
+  TcArgs a = {};
+  a.w = (const uint8_t *) w->data;
+  a.scales = w->scales;
+  a.rows = w->rows;
+  a.K = (int) w->cols;
+  a.row_bytes = (int) (w->format == PPX_CUDA_W_BF16 ? 2 * w->cols
+                       : w->format == PPX_CUDA_W_INT8 ? w->cols
+                                                      : (w->cols + 1) / 2);
+  a.group_size = w->group_size;
+  a.n_groups = w->format == PPX_CUDA_W_INT4 ? (int) ((w->cols + w->group_size - 1) / w->group_size) : 0;
+  a.accumulate = accumulate;
+  a.ldx = ldx;
+  a.ldy = ldy;
+  tc_plan (w, &a.n_stages, &a.leaf_stages, &a.S);
+  a.vec_x = (ldx % 4) == 0 && ((uintptr_t) x & 15) == 0;
+  a.counters = (unsigned *) workspace;
+  a.partials = (float *) ((char *) workspace + TC_MAX_COUNTERS * sizeof (unsigned));
+  if (a.S > 1 && (!workspace || (w->rows + 63) / 64 > TC_MAX_COUNTERS))
+    return (int) cudaErrorInvalidValue;
+  for (int m0 = 0; m0 < M; m0 += TC_MMAX) {
+    a.M = M - m0 < TC_MMAX ? M - m0 : TC_MMAX;
+    a.x = x + (size_t) m0 * ldx;
+    a.y = y + (size_t) m0 * ldy;
+    int e;
+    switch (w->format) {
+      case PPX_CUDA_W_BF16:
+        e = tc_launch_nt<PPX_CUDA_W_BF16, 8> (a, s);
+        break;
+      case PPX_CUDA_W_INT8:
+        e = tc_launch_nt<PPX_CUDA_W_INT8, 8> (a, s);
+        break;
+      default:
+        e = ck == 2 ? tc_launch_nt<PPX_CUDA_W_INT4, 2> (a, s)
+            : ck == 4 ? tc_launch_nt<PPX_CUDA_W_INT4, 4> (a, s)
+                      : tc_launch_nt<PPX_CUDA_W_INT4, 8> (a, s);
+        break;
+    }
+    if (e)
+      return e;
+  }
+  return 0;
+}
+
+/* ---- int4 repacking at load ---- */
+
+__global__ void
+int4_repack_kernel (const uint8_t *src, uint8_t *dst, int64_t rows, int64_t cols)
+{
+  const int64_t row_bytes = (cols + 1) / 2, blocks = cols / TC_STAGE, per_row = blocks * 16;
+  for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < rows * per_row;
+       i += (int64_t) gridDim.x * blockDim.x) {
+    const int64_t r = i / per_row, rem = i % per_row, b = rem / 16;
+    const int t = (int) (rem / 4) % 4, w = (int) rem % 4;
+    const uint8_t *row = src + r * row_bytes;
+    auto nib = [row] (int64_t c) -> uint32_t { return (row[c >> 1] >> (4 * (c & 1))) & 15u; };
+    const uint32_t word = int4_word (b * TC_STAGE, t, w, nib);
+    uint8_t *d = dst + r * row_bytes + b * 64 + 16 * t + 4 * w;
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+      d[k] = (uint8_t) (word >> (8 * k));
+  }
+}
+
+extern "C" int
+ppx_cuda_int4_repack (void *data, int64_t rows, int64_t cols, void *stream)
+{
+  if (rows <= 0 || cols < TC_STAGE)
+    return 0;
+  cudaStream_t s = PPX_CUDA_STREAM (stream);
+  const size_t bytes = (size_t) rows * (size_t) ((cols + 1) / 2);
+  void *tmp = NULL;
+  cudaError_t e = cudaMalloc (&tmp, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError ();
+    return (int) e;
+  }
+  if ((e = cudaMemcpyAsync (tmp, data, bytes, cudaMemcpyDeviceToDevice, s)) == cudaSuccess) {
+    int4_repack_kernel<<<ppx_grid_for ((size_t) rows * (cols / TC_STAGE) * 16, 256), 256, 0, s>>> (
+        (const uint8_t *) tmp, (uint8_t *) data, rows, cols);
+    e = cudaGetLastError ();
+  }
+  cudaError_t e2 = cudaStreamSynchronize (s);
+  cudaFree (tmp);
+  return (int) (e != cudaSuccess ? e : e2);
+}
+
+/* ======================================================================================================
+ * CUDA-core path (f32 weights; int4 with group sizes the tensor-core path does not take)
+ * ====================================================================================================== */
 
 #define LIN_WARPS 8 /* rows per block */
 #define LIN_MT 8    /* x rows per block at most (gridDim.y tiles M); fewer for M < 8 saves registers */
 
 /* Weights per 16-byte vector, vectors in flight per lane, and scale groups per vector (int4 scales
- * change at most every 8 weights; the other formats have one scale per row, applied at the end). */
+ * change at most every 8 weights; f32 has none). */
 template <int FMT> struct Vec;
 template <> struct Vec<PPX_CUDA_W_F32> { static constexpr int N = 4, UNROLL = 4, GROUPS = 1; };
-template <> struct Vec<PPX_CUDA_W_BF16> { static constexpr int N = 8, UNROLL = 4, GROUPS = 1; };
-template <> struct Vec<PPX_CUDA_W_INT8> { static constexpr int N = 16, UNROLL = 4, GROUPS = 1; };
 template <> struct Vec<PPX_CUDA_W_INT4> { static constexpr int N = 32, UNROLL = 4, GROUPS = 4; };
 
-__device__ __forceinline__ float
-bf16_bits_to_f32 (uint32_t h)
-{
-  return __uint_as_float (h << 16);
-}
-
-/* Byte k of `bytes` (0..255) plus 2^23, as a float: 0x4B0000bb is exactly 8388608 + bb. Two integer-pipe
- * instructions and no int-to-float conversion (a quarter-rate instruction). */
+/* Byte k of `bytes` (0..255) plus 2^23, as a float: 0x4B0000bb is exactly 8388608 + bb. */
 __device__ __forceinline__ float
 byte_plus_2p23 (uint32_t bytes, int k)
 {
   return __uint_as_float (__byte_perm (bytes, 0x4B000000u, 0x7540u | k));
 }
 
-/* The 16-byte vector v as floats, without scales: f32 and bf16 exactly; int8 the code q; int4 the code
- * minus 8 (all exact in f32). */
+/* The 16-byte vector v as floats, without scales: f32 exactly; int4 the code minus 8. */
 template <int FMT>
 __device__ __forceinline__ void
 dequant_vec (uint4 v, float *w)
@@ -49,14 +844,6 @@ dequant_vec (uint4 v, float *w)
   for (int i = 0; i < 4; i++) {
     if (FMT == PPX_CUDA_W_F32) {
       w[i] = __uint_as_float (u[i]);
-    } else if (FMT == PPX_CUDA_W_BF16) {
-      w[2 * i] = bf16_bits_to_f32 (u[i] & 0xffffu);
-      w[2 * i + 1] = bf16_bits_to_f32 (u[i] >> 16);
-    } else if (FMT == PPX_CUDA_W_INT8) {
-      const uint32_t biased = u[i] ^ 0x80808080u; /* q + 128 in each byte */
-#pragma unroll
-      for (int k = 0; k < 4; k++)
-        w[4 * i + k] = byte_plus_2p23 (biased, k) - 8388736.0f; /* - (2^23 + 128) */
     } else {
       /* byte k holds column 2k in its low nibble and 2k+1 in its high nibble */
       const uint32_t lo = u[i] & 0x0F0F0F0Fu, hi = (u[i] >> 4) & 0x0F0F0F0Fu;
@@ -85,10 +872,20 @@ int4_scales (const float *row_scales, int group_size, int vshift, uint32_t j, fl
   }
 }
 
-/* acc[m] += sum over the vector's weights of w * x[m] (int4: per 8-weight group, times its scale). */
+__device__ __forceinline__ float4
+load_x4 (const float *p, bool vec)
+{
+  if (vec)
+    return __ldg (reinterpret_cast<const float4 *> (p));
+  return make_float4 (__ldg (p), __ldg (p + 1), __ldg (p + 2), __ldg (p + 3));
+}
+
+/* acc[m] += sum over the vector's weights of w * x[m] (int4: per 8-weight group, times its scale), as a
+ * fixed chain of fused multiply-adds: the same operations for every m and every MT. */
 template <int FMT, int MT>
 __device__ __forceinline__ void
-accumulate_vec (uint4 v, const float *sc, const float *__restrict__ xm, size_t ldx, uint32_t c0, int mt, float *acc)
+accumulate_vec (uint4 v, const float *sc, const float *__restrict__ xm, size_t ldx, bool xvec, uint32_t c0, int mt,
+                float *acc)
 {
   constexpr int N = Vec<FMT>::N, G = Vec<FMT>::GROUPS, PER = N / G;
   float wf[N];
@@ -96,16 +893,16 @@ accumulate_vec (uint4 v, const float *sc, const float *__restrict__ xm, size_t l
 #pragma unroll
   for (int m = 0; m < MT; m++) {
     if (m < mt) {
-      const float4 *xv = (const float4 *) (xm + (size_t) m * ldx + c0);
+      const float *xp = xm + (size_t) m * ldx + c0;
       float total = 0.0f;
 #pragma unroll
       for (int g = 0; g < G; g++) {
         float part = 0.0f;
 #pragma unroll
         for (int q = 0; q < PER / 4; q++) {
-          const float4 a = __ldg (xv + g * (PER / 4) + q);
+          const float4 a = load_x4 (xp + g * PER + 4 * q, xvec);
           const float *wq = wf + g * PER + 4 * q;
-          part += wq[0] * a.x + wq[1] * a.y + wq[2] * a.z + wq[3] * a.w;
+          part = fmaf (wq[3], a.w, fmaf (wq[2], a.z, fmaf (wq[1], a.y, fmaf (wq[0], a.x, part))));
         }
         total = FMT == PPX_CUDA_W_INT4 ? fmaf (sc[g], part, total) : total + part;
       }
@@ -116,11 +913,10 @@ accumulate_vec (uint4 v, const float *sc, const float *__restrict__ xm, size_t l
 
 template <int FMT, int MT>
 __global__ void __launch_bounds__ (LIN_WARPS * 32)
-linear_vec_kernel (PpxCudaWeight w, int vshift, const float *__restrict__ x, size_t ldx, float *__restrict__ y,
-                   size_t ldy, int M, int accumulate)
+linear_vec_kernel (PpxCudaWeight w, int vshift, const float *__restrict__ x, size_t ldx, int xvec,
+                   float *__restrict__ y, size_t ldy, int M, int accumulate)
 {
-  /* with several x rows the work per vector is larger: fewer vectors in flight keep registers in check */
-  constexpr int N = Vec<FMT>::N, U = (MT >= 4 && N >= 16) ? 1 : Vec<FMT>::UNROLL;
+  constexpr int N = Vec<FMT>::N, U = Vec<FMT>::UNROLL;
   const int lane = threadIdx.x & 31;
   const int64_t r = (int64_t) blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);
   const int m0 = blockIdx.y * MT;
@@ -146,19 +942,18 @@ linear_vec_kernel (PpxCudaWeight w, int vshift, const float *__restrict__ x, siz
     for (int u = 0; u < U; u++) {
       if (FMT == PPX_CUDA_W_INT4)
         int4_scales (row_scales, w.group_size, vshift, j + 32 * u, sc);
-      accumulate_vec<FMT, MT> (v[u], sc, xm, ldx, (j + 32 * u) * N, mt, acc);
+      accumulate_vec<FMT, MT> (v[u], sc, xm, ldx, xvec, (j + 32 * u) * N, mt, acc);
     }
   }
   for (; j < nvec; j += 32) {
     if (FMT == PPX_CUDA_W_INT4)
       int4_scales (row_scales, w.group_size, vshift, j, sc);
-    accumulate_vec<FMT, MT> (__ldg (wr + j), sc, xm, ldx, j * N, mt, acc);
+    accumulate_vec<FMT, MT> (__ldg (wr + j), sc, xm, ldx, xvec, j * N, mt, acc);
   }
-  const float row_scale = FMT == PPX_CUDA_W_INT8 ? w.scales[r] : 1.0f;
 #pragma unroll
   for (int m = 0; m < MT; m++) {
     if (m < mt) {
-      float s = ppx_warp_sum (acc[m]) * row_scale;
+      float s = ppx_warp_sum (acc[m]);
       if (lane == 0) {
         float *yp = y + (size_t) (m0 + m) * ldy + r;
         *yp = accumulate ? *yp + s : s;
@@ -167,95 +962,7 @@ linear_vec_kernel (PpxCudaWeight w, int vshift, const float *__restrict__ x, siz
   }
 }
 
-/* ---- M = 1: x staged in shared memory ----
- * In the kernel above lane l reads x[(j+l)*N .. +N) straight from global memory: one 16-byte load
- * instruction touches 32 different 128-byte lines for int4 (16 for int8), so the L1 wavefronts for x,
- * not the weight bytes, bound the kernel (measured: int4 ~0.5 TB/s). Here the block first copies x into
- * shared memory with coalesced loads, in float4 slots swizzled by f ^ ((f >> 3) & 7), which makes the
- * lanes' strided float4 reads conflict-free for every vector width. */
-#define SMEM_WARPS 16 /* rows per block: x is staged once per 16 rows */
-#define SMEM_MAX_BYTES (96 * 1024)
-
-__device__ __forceinline__ uint32_t
-x_slot (uint32_t f)
-{
-  return f ^ ((f >> 3) & 7u);
-}
-
-template <int FMT>
-__device__ __forceinline__ float
-dot_vec_shared (uint4 v, const float *sc, const float4 *xs, uint32_t f0)
-{
-  constexpr int N = Vec<FMT>::N, G = Vec<FMT>::GROUPS, PER = N / G;
-  float wf[N];
-  dequant_vec<FMT> (v, wf);
-  float total = 0.0f;
-#pragma unroll
-  for (int g = 0; g < G; g++) {
-    float part = 0.0f;
-#pragma unroll
-    for (int q = 0; q < PER / 4; q++) {
-      const float4 a = xs[x_slot (f0 + g * (PER / 4) + q)];
-      const float *wq = wf + g * PER + 4 * q;
-      part += wq[0] * a.x + wq[1] * a.y + wq[2] * a.z + wq[3] * a.w;
-    }
-    total = FMT == PPX_CUDA_W_INT4 ? fmaf (sc[g], part, total) : total + part;
-  }
-  return total;
-}
-
-template <int FMT>
-__global__ void __launch_bounds__ (SMEM_WARPS * 32)
-linear_m1_kernel (PpxCudaWeight w, int vshift, const float *__restrict__ x, float *__restrict__ y, int accumulate)
-{
-  extern __shared__ float4 xs[];
-  constexpr int N = Vec<FMT>::N, U = Vec<FMT>::UNROLL;
-  const int lane = threadIdx.x & 31;
-  const int64_t r = (int64_t) blockIdx.x * SMEM_WARPS + (threadIdx.x >> 5);
-  const uint32_t nvec = (uint32_t) (w.cols / N), nx4 = (uint32_t) (w.cols / 4);
-  const uint4 *wr = (const uint4 *) w.data + (size_t) (r < w.rows ? r : 0) * nvec;
-  /* the first weights are requested before waiting for x */
-  uint4 v[U];
-  uint32_t j = lane;
-#pragma unroll
-  for (int u = 0; u < U; u++)
-    if (j + 32 * u < nvec)
-      v[u] = __ldg (wr + j + 32 * u);
-  for (uint32_t f = threadIdx.x; f < nx4; f += blockDim.x)
-    xs[x_slot (f)] = __ldg ((const float4 *) x + f);
-  __syncthreads ();
-  if (r >= w.rows)
-    return;
-  const float *row_scales = FMT == PPX_CUDA_W_INT4 ? w.scales + r * ((w.cols + w.group_size - 1) / w.group_size) : NULL;
-  float acc = 0.0f, sc[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-  while (j + 32 * (U - 1) < nvec) {
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      if (FMT == PPX_CUDA_W_INT4)
-        int4_scales (row_scales, w.group_size, vshift, j + 32 * u, sc);
-      acc += dot_vec_shared<FMT> (v[u], sc, xs, (j + 32 * u) * (N / 4));
-    }
-    j += 32 * U;
-#pragma unroll
-    for (int u = 0; u < U; u++)
-      if (j + 32 * u < nvec)
-        v[u] = __ldg (wr + j + 32 * u);
-  }
-  /* fewer than U vectors left for this lane: they are already in v */
-#pragma unroll
-  for (int u = 0; u < U; u++) {
-    if (j + 32 * u < nvec) {
-      if (FMT == PPX_CUDA_W_INT4)
-        int4_scales (row_scales, w.group_size, vshift, j + 32 * u, sc);
-      acc += dot_vec_shared<FMT> (v[u], sc, xs, (j + 32 * u) * (N / 4));
-    }
-  }
-  float s = ppx_warp_sum (acc) * (FMT == PPX_CUDA_W_INT8 ? w.scales[r] : 1.0f);
-  if (lane == 0)
-    y[r] = accumulate ? y[r] + s : s;
-}
-
-/* W[r, c] in f32, exactly as the CPU backend dequantizes it. */
+/* W[r, c] in f32, exactly as the CPU backend dequantizes it (int4 rows repacked at load included). */
 __device__ __forceinline__ float
 weight_elem (const PpxCudaWeight &w, int64_t r, int64_t c)
 {
@@ -263,12 +970,23 @@ weight_elem (const PpxCudaWeight &w, int64_t r, int64_t c)
     case PPX_CUDA_W_F32:
       return ((const float *) w.data)[r * w.cols + c];
     case PPX_CUDA_W_BF16:
-      return bf16_bits_to_f32 (((const uint16_t *) w.data)[r * w.cols + c]);
+      return __uint_as_float ((uint32_t) ((const uint16_t *) w.data)[r * w.cols + c] << 16);
     case PPX_CUDA_W_INT8:
       return (float) ((const int8_t *) w.data)[r * w.cols + c] * w.scales[r];
     default: {
-      const uint8_t b = ((const uint8_t *) w.data)[r * ((w.cols + 1) / 2) + c / 2];
-      const int code = (c & 1) ? b >> 4 : b & 0x0f;
+      const uint8_t *row = (const uint8_t *) w.data + r * ((w.cols + 1) / 2);
+      int code;
+      const bool repacked = w.group_size == 32 || w.group_size == 64 || w.group_size % 128 == 0;
+      if (repacked && c < w.cols / TC_STAGE * TC_STAGE) {
+        /* the inverse of int4_word: block, k-step q, thread t, column offset o */
+        const int cb = (int) (c % TC_STAGE), q = cb / 16, t = (cb % 16) / 4, o = cb % 4;
+        const int bit = 8 * (q & 1) + (o & 1) * 16 + (o >> 1) * 4;
+        const uint8_t b = row[(c / TC_STAGE) * 64 + 16 * t + 4 * (q >> 1) + bit / 8];
+        code = (b >> (bit & 4)) & 15;
+      } else {
+        const uint8_t b = row[c / 2];
+        code = (c & 1) ? b >> 4 : b & 0x0f;
+      }
       const int64_t ng = (w.cols + w.group_size - 1) / w.group_size;
       return (float) (code - 8) * w.scales[r * ng + c / w.group_size];
     }
@@ -294,7 +1012,7 @@ linear_generic_kernel (PpxCudaWeight w, const float *__restrict__ x, size_t ldx,
 #pragma unroll
     for (int m = 0; m < LIN_MT; m++)
       if (m < mt)
-        acc[m] += wc * x[(size_t) (m0 + m) * ldx + c];
+        acc[m] = fmaf (wc, x[(size_t) (m0 + m) * ldx + c], acc[m]);
   }
 #pragma unroll
   for (int m = 0; m < LIN_MT; m++) {
@@ -305,21 +1023,6 @@ linear_generic_kernel (PpxCudaWeight w, const float *__restrict__ x, size_t ldx,
         *yp = accumulate ? *yp + s : s;
       }
     }
-  }
-}
-
-static int
-vec_width (int format)
-{
-  switch (format) {
-    case PPX_CUDA_W_F32:
-      return 4;
-    case PPX_CUDA_W_BF16:
-      return 8;
-    case PPX_CUDA_W_INT8:
-      return 16;
-    default:
-      return 32;
   }
 }
 
@@ -339,90 +1042,134 @@ int4_vector_shift (int group_size)
 template <int MT>
 static void
 launch_vec (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
-            void *stream)
+            cudaStream_t s)
 {
   dim3 grid (ppx_cdiv ((size_t) w->rows, LIN_WARPS), ppx_cdiv ((size_t) M, MT));
-  cudaStream_t s = PPX_CUDA_STREAM (stream);
-  const int vshift = w->format == PPX_CUDA_W_INT4 ? int4_vector_shift (w->group_size) : 0;
-  switch (w->format) {
-    case PPX_CUDA_W_F32:
-      linear_vec_kernel<PPX_CUDA_W_F32, MT><<<grid, LIN_WARPS * 32, 0, s>>> (*w, vshift, x, ldx, y, ldy, M, accumulate);
-      break;
-    case PPX_CUDA_W_BF16:
-      linear_vec_kernel<PPX_CUDA_W_BF16, MT><<<grid, LIN_WARPS * 32, 0, s>>> (*w, vshift, x, ldx, y, ldy, M, accumulate);
-      break;
-    case PPX_CUDA_W_INT8:
-      linear_vec_kernel<PPX_CUDA_W_INT8, MT><<<grid, LIN_WARPS * 32, 0, s>>> (*w, vshift, x, ldx, y, ldy, M, accumulate);
-      break;
-    default:
-      linear_vec_kernel<PPX_CUDA_W_INT4, MT><<<grid, LIN_WARPS * 32, 0, s>>> (*w, vshift, x, ldx, y, ldy, M, accumulate);
-      break;
-  }
+  const int xvec = (ldx % 4) == 0 && ((uintptr_t) x & 15) == 0;
+  if (w->format == PPX_CUDA_W_F32)
+    linear_vec_kernel<PPX_CUDA_W_F32, MT><<<grid, LIN_WARPS * 32, 0, s>>> (*w, 0, x, ldx, xvec, y, ldy, M, accumulate);
+  else
+    linear_vec_kernel<PPX_CUDA_W_INT4, MT><<<grid, LIN_WARPS * 32, 0, s>>> (*w, int4_vector_shift (w->group_size), x,
+                                                                          ldx, xvec, y, ldy, M, accumulate);
 }
 
-/* Shared memory for x in linear_m1_kernel: whole groups of 8 float4 slots (the swizzle stays inside one). */
-static size_t
-m1_smem_bytes (const PpxCudaWeight *w)
-{
-  return (size_t) ((w->cols / 4 + 7) / 8) * 8 * 16;
-}
-
-template <int FMT>
+/* The CUDA-core path. The choice between its two kernels depends on the weight only, so a row's
+ * arithmetic never depends on M or on x's alignment. */
 static int
-launch_m1_fmt (const PpxCudaWeight *w, int vshift, const float *x, float *y, int accumulate, cudaStream_t s)
+simt_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
+             cudaStream_t s)
 {
-  const size_t smem = m1_smem_bytes (w);
-  if (smem > 48 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute (linear_m1_kernel<FMT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          SMEM_MAX_BYTES);
-    if (e != cudaSuccess)
-      return (int) e;
+  const int N = w->format == PPX_CUDA_W_F32 ? 4 : 32;
+  const bool vec = (w->format == PPX_CUDA_W_F32 || w->format == PPX_CUDA_W_INT4) && w->cols % N == 0 &&
+                   w->cols < ((int64_t) 1 << 31) && ((uintptr_t) w->data & 15) == 0;
+  if (!vec) {
+    dim3 grid (ppx_cdiv ((size_t) w->rows, LIN_WARPS), ppx_cdiv ((size_t) M, LIN_MT));
+    linear_generic_kernel<<<grid, LIN_WARPS * 32, 0, s>>> (*w, x, ldx, y, ldy, M, accumulate);
+  } else if (M == 1) {
+    launch_vec<1> (w, x, ldx, y, ldy, M, accumulate, s);
+  } else if (M == 2) {
+    launch_vec<2> (w, x, ldx, y, ldy, M, accumulate, s);
+  } else if (M <= 4) {
+    launch_vec<4> (w, x, ldx, y, ldy, M, accumulate, s);
+  } else {
+    launch_vec<LIN_MT> (w, x, ldx, y, ldy, M, accumulate, s);
   }
-  linear_m1_kernel<FMT><<<ppx_cdiv ((size_t) w->rows, SMEM_WARPS), SMEM_WARPS * 32, smem, s>>> (*w, vshift, x, y,
-                                                                                              accumulate);
   return ppx_cuda_launched ();
 }
 
-static int
-launch_m1 (const PpxCudaWeight *w, const float *x, float *y, int accumulate, void *stream)
+/* ======================================================================================================
+ * Entry points
+ * ====================================================================================================== */
+
+extern "C" size_t
+ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M)
 {
-  cudaStream_t s = PPX_CUDA_STREAM (stream);
-  switch (w->format) {
-    case PPX_CUDA_W_F32:
-      return launch_m1_fmt<PPX_CUDA_W_F32> (w, 0, x, y, accumulate, s);
-    case PPX_CUDA_W_BF16:
-      return launch_m1_fmt<PPX_CUDA_W_BF16> (w, 0, x, y, accumulate, s);
-    case PPX_CUDA_W_INT8:
-      return launch_m1_fmt<PPX_CUDA_W_INT8> (w, 0, x, y, accumulate, s);
-    default:
-      return launch_m1_fmt<PPX_CUDA_W_INT4> (w, int4_vector_shift (w->group_size), x, y, accumulate, s);
-  }
+  if (M <= 0 || w->rows <= 0 || !tc_eligible (w))
+    return 0;
+  int nst, leaf, S;
+  tc_plan (w, &nst, &leaf, &S);
+  if (S <= 1)
+    return 0;
+  return TC_MAX_COUNTERS * sizeof (unsigned) + (size_t) S * TC_MMAX * (size_t) w->rows * sizeof (float);
 }
 
 extern "C" int
 ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
-                 void *stream)
+                 void *workspace, void *stream)
 {
   if (M <= 0 || w->rows <= 0)
     return 0;
-  const int N = vec_width (w->format);
-  const bool fast = w->cols % N == 0 && w->cols < ((int64_t) 1 << 31) && ((uintptr_t) w->data & 15) == 0 &&
-                    ((uintptr_t) x & 15) == 0 && (M == 1 || ldx % 4 == 0);
-  if (!fast) {
-    dim3 grid (ppx_cdiv ((size_t) w->rows, LIN_WARPS), ppx_cdiv ((size_t) M, LIN_MT));
-    linear_generic_kernel<<<grid, LIN_WARPS * 32, 0, PPX_CUDA_STREAM (stream)>>> (*w, x, ldx, y, ldy, M, accumulate);
-  } else if (M == 1 && m1_smem_bytes (w) <= SMEM_MAX_BYTES) {
-    return launch_m1 (w, x, y, accumulate, stream);
-  } else if (M == 1) {
-    launch_vec<1> (w, x, ldx, y, ldy, M, accumulate, stream);
-  } else if (M == 2) {
-    launch_vec<2> (w, x, ldx, y, ldy, M, accumulate, stream);
-  } else if (M <= 4) {
-    launch_vec<4> (w, x, ldx, y, ldy, M, accumulate, stream);
-  } else {
-    launch_vec<LIN_MT> (w, x, ldx, y, ldy, M, accumulate, stream);
+  cudaStream_t s = PPX_CUDA_STREAM (stream);
+  const int ck = tc_eligible (w);
+  if (ck)
+    return tc_linear (w, ck, x, ldx, y, ldy, M, accumulate, workspace, s);
+  return simt_linear (w, x, ldx, y, ldy, M, accumulate, s);
+}
+
+extern "C" int
+ppx_cuda_linear_time (const PpxCudaWeight *w, int n, const float *x, float *y, int M, void *workspace, int calls,
+                      int reps, double *us, const char **step)
+{
+  *step = "warm-up";
+  cudaStream_t s = NULL;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  cudaEvent_t ev[2] = {NULL, NULL};
+  double *times = new double[reps > 0 ? reps : 1];
+  cudaGetLastError (); /* nothing earlier is blamed on this */
+  int e = (int) cudaStreamCreateWithFlags (&s, cudaStreamNonBlocking);
+  for (int i = 0; !e && i < n; i++) /* warm-up: module load, shared-memory attributes */
+    e = ppx_cuda_linear (&w[i], x, (size_t) w[i].cols, y, (size_t) w[i].rows, M, 0, workspace, s);
+  if (!e)
+    e = (int) cudaStreamSynchronize (s);
+  if (!e)
+    *step = "capture";
+  if (!e)
+    e = (int) cudaStreamBeginCapture (s, cudaStreamCaptureModeThreadLocal);
+  if (!e) {
+    for (int i = 0; !e && i < calls; i++)
+      e = ppx_cuda_linear (&w[i % n], x, (size_t) w[0].cols, y, (size_t) w[0].rows, M, 0, workspace, s);
+    const int e2 = (int) cudaStreamEndCapture (s, &graph);
+    e = e ? e : e2;
   }
-  return ppx_cuda_launched ();
+  if (!e)
+    *step = "replay";
+  if (!e)
+    e = (int) cudaGraphInstantiate (&exec, graph, 0);
+  if (!e)
+    e = (int) cudaEventCreate (&ev[0]);
+  if (!e)
+    e = (int) cudaEventCreate (&ev[1]);
+  if (!e)
+    e = (int) cudaGraphLaunch (exec, s);
+  for (int r = 0; !e && r < reps; r++) {
+    float ms = 0.0f;
+    if (!(e = (int) cudaEventRecord (ev[0], s)) && !(e = (int) cudaGraphLaunch (exec, s)) &&
+        !(e = (int) cudaEventRecord (ev[1], s)) && !(e = (int) cudaEventSynchronize (ev[1])) &&
+        !(e = (int) cudaEventElapsedTime (&ms, ev[0], ev[1])))
+      times[r] = 1000.0 * ms / calls;
+  }
+  if (!e) {
+    for (int i = 1; i < reps; i++) /* insertion sort for the median */
+      for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
+        const double tmp = times[j];
+        times[j] = times[j - 1];
+        times[j - 1] = tmp;
+      }
+    *us = times[reps / 2];
+  }
+  delete[] times;
+  for (int i = 0; i < 2; i++)
+    if (ev[i])
+      cudaEventDestroy (ev[i]);
+  if (exec)
+    cudaGraphExecDestroy (exec);
+  if (graph)
+    cudaGraphDestroy (graph);
+  if (s)
+    cudaStreamDestroy (s);
+  cudaGetLastError ();
+  return e;
 }
 
 /* out[m, :] (+)= W[ids[m * id_stride + id_index], :]; an id outside [0, rows) gives zeros. */

@@ -9,10 +9,12 @@
  *
  * Attention runs over f32, bf16 and fp8 caches; each format is compared with the CPU backend using the same
  * format (the stored values decode exactly on both, so TOL applies), and the caches must be the same bytes.
+ * The tensor-core linear layers keep x in 16 bits (hi/lo bf16), ~2e-6 relative: within the same TOL. They must
+ * also give every row of a batched call bit for bit as a one-row call (/cuda/linear-batch).
  *
- * `test-backend-cuda --bench` instead times M = 1 linear layers (weights 4096 x 11264 and 11264 x 4096 in
- * bf16, int8 and int4) and prints the achieved weight bandwidth, then the attention benchmark;
- * `--bench-attention` runs only that: T = 1 attention at cap = context = 3000 with 32 heads of 128 for
+ * `test-backend-cuda --bench [int4|int8|bf16|f32 [ROWSxCOLS]]` instead times linear layers of the temporal
+ * transformer's shapes at M = 1, 8, 32, 64 (CUDA graphs, GPU time) and prints weight bandwidth and TFLOP/s,
+ * then (without a format) the attention benchmark; `--bench-attention` runs only that: T = 1 attention at cap = context = 3000 with 32 heads of 128 for
  * M = 1, 8, 32, 64 sessions per KV format, time per layer and GB/s of KV read. */
 #include <math.h>
 
@@ -132,8 +134,9 @@ typedef struct {
   int group_size;
 } Fmt;
 
-static const Fmt formats[] = {{PPX_WFMT_F32, 0},  {PPX_WFMT_BF16, 0}, {PPX_WFMT_INT8, 0},
-                              {PPX_WFMT_INT4, 8}, {PPX_WFMT_INT4, 32}, {PPX_WFMT_INT4, 64}};
+/* bf16, int8 and int4 g32/g64/g128 take the tensor-core kernels; f32 and int4 g8/g48 the CUDA-core ones */
+static const Fmt formats[] = {{PPX_WFMT_F32, 0},  {PPX_WFMT_BF16, 0},  {PPX_WFMT_INT8, 0},  {PPX_WFMT_INT4, 8},
+                              {PPX_WFMT_INT4, 32}, {PPX_WFMT_INT4, 64}, {PPX_WFMT_INT4, 128}, {PPX_WFMT_INT4, 48}};
 
 /* Random weights in `f` (quantized from f32 with the library's quantizers). */
 static WPair
@@ -268,6 +271,9 @@ test_memory (void)
 
 /* ---- linear and embedding ---- */
 
+/* Outputs that a call must overwrite start as this (finite, so untouched strided gaps compare equal). */
+#define POISON -7.7e33f
+
 static void
 check_linear (Fmt f, int64_t rows, int64_t cols, int M, gsize ldx, gsize ldy, gboolean accumulate, int64_t slice0,
               int64_t slice_rows)
@@ -280,14 +286,38 @@ check_linear (Fmt f, int64_t rows, int64_t cols, int M, gsize ldx, gsize ldy, gb
     g_assert_cmpuint (ppx_weight_bytes (wc), ==, ppx_weight_bytes (wg));
   }
   const int64_t out = slice_rows > 0 ? slice_rows : rows;
+  const gsize ny = (gsize) (M - 1) * ldy + out;
   Pair x = pair_random ((gsize) (M - 1) * ldx + cols);
-  Pair y = pair_random ((gsize) (M - 1) * ldy + out);
+  g_autofree float *yv = random_floats (ny, -1.0, 1.0);
+  if (!accumulate)
+    for (gsize i = 0; i < ny; i++)
+      yv[i] = POISON;
+  Pair y = pair_new (PPX_TENSOR_F32, ny, yv);
   ppx_op_linear (cpu, wc, x.c, ldx, y.c, ldy, M, accumulate);
   ppx_op_linear (gpu, wg, x.g, ldx, y.g, ldy, M, accumulate);
   g_autofree char *what = g_strdup_printf ("linear %s [%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT "] M=%d ldx=%" G_GSIZE_FORMAT
                                            " ldy=%" G_GSIZE_FORMAT "%s%s", fmt_name (f), out, cols, M, ldx, ldy,
                                            accumulate ? " acc" : "", slice_rows > 0 ? " slice" : "");
-  assert_close (&y, TOL, what);
+  /* outputs against the CPU; the gaps between strided rows (still POISON on the CPU) must be untouched */
+  g_autofree float *yc = g_new (float, ny), *yg = g_new (float, ny);
+  ppx_tensor_download (y.c, 0, yc, ny);
+  ppx_tensor_download (y.g, 0, yg, ny);
+  double err = 0.0, scale = 0.0;
+  for (gsize i = 0; i < ny; i++) {
+    const gboolean gap = i % ldy >= (gsize) out;
+    if (gap) {
+      if (yg[i] != yc[i])
+        g_error ("%s: element %" G_GSIZE_FORMAT " between rows was written (%g, was %g)", what, i, yg[i], yc[i]);
+      continue;
+    }
+    double d = fabs ((double) yc[i] - (double) yg[i]);
+    err = MAX (err, isnan (d) ? INFINITY : d);
+    scale = MAX (scale, fabs ((double) yc[i]));
+  }
+  if (g_test_verbose ())
+    g_printerr ("  %-58s max abs err %.3g (scale %.3g, rel %.2g)\n", what, err, scale, err / MAX (scale, 1e-30));
+  if (!(err <= TOL * MAX (1.0, scale)))
+    g_error ("%s: max abs err %.3g > %.3g (scale %.3g)", what, err, TOL * MAX (1.0, scale), scale);
   if (slice_rows > 0) {
     ppx_weight_free (wc);
     ppx_weight_free (wg);
@@ -297,30 +327,84 @@ check_linear (Fmt f, int64_t rows, int64_t cols, int M, gsize ldx, gsize ldy, gb
   wpair_free (&w);
 }
 
+/* (rows, cols): K tails (cols % 128), rows that do not fill a tile, K split into many leaves (few rows, many
+ * columns) and into one (34000 rows), x rows over 96 KB */
+static const int64_t lin_shapes[][2] = {{37, 53},    {129, 256},  {67, 1000},  {300, 4128},
+                                        {2049, 88},  {33, 24640}, {34000, 136}, {1024, 1024}};
+/* one kernel configuration per 8, 16, 32 and 64 rows; 70: two launches of up to 64 rows */
+static const int lin_ms[] = {1, 2, 3, 7, 8, 9, 16, 24, 32, 33, 64, 70};
+
 static void
 test_linear (void)
 {
   for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
     Fmt f = formats[i];
-    /* odd shapes: the generic path */
-    check_linear (f, 37, 53, 1, 53, 37, FALSE, 0, 0);
-    check_linear (f, 37, 53, 3, 60, 41, TRUE, 0, 0);
+    /* every M on a shape that rotates with the format; odd strides (x rows not 16-byte aligned) on every
+     * other call, accumulation on every third */
+    for (guint j = 0; j < G_N_ELEMENTS (lin_ms); j++) {
+      const int64_t *sh = lin_shapes[(i + j) % G_N_ELEMENTS (lin_shapes)];
+      const gboolean strided = j % 2 == 1;
+      check_linear (f, sh[0], sh[1], lin_ms[j], (gsize) sh[1] + (strided ? 3 : 0), (gsize) sh[0] + (strided ? 5 : 0),
+                    j % 3 == 0, 0, 0);
+    }
     check_linear (f, 5, 7, 11, 7, 5, FALSE, 0, 0);
-    /* vector-friendly shapes: the fast path, M = 1, 2, 3, 8, 11; strided x and y */
-    check_linear (f, 129, 256, 1, 256, 129, FALSE, 0, 0);
-    check_linear (f, 129, 256, 1, 256, 129, TRUE, 0, 0);
-    check_linear (f, 67, 512, 2, 512, 67, FALSE, 0, 0);
-    check_linear (f, 67, 512, 3, 516, 70, TRUE, 0, 0);
-    check_linear (f, 33, 4128, 8, 4128, 33, FALSE, 0, 0);
-    check_linear (f, 33, 4128, 1, 4128, 33, TRUE, 0, 0);
-    check_linear (f, 9, 12800, 1, 12800, 9, FALSE, 0, 0);  /* x over 48 KB of shared memory */
-    check_linear (f, 5, 24640, 1, 24640, 5, FALSE, 0, 0);  /* x over 96 KB: the M > 1 kernel */
-    check_linear (f, 33, 1024, 11, 1028, 40, TRUE, 0, 0);
-    /* misaligned x rows (ldx not a multiple of 4): generic path */
-    check_linear (f, 31, 96, 3, 99, 31, FALSE, 0, 0);
-    /* a row slice (per-step depformer weights) */
+    check_linear (f, 129, 256, 3, 260, 133, TRUE, 0, 0); /* aligned strides */
+    check_linear (f, 9, 12800, 1, 12800, 9, FALSE, 0, 0);
+    /* row slices (per-step depformer weights) */
     check_linear (f, 96, 128, 3, 128, 32, FALSE, 32, 32);
     check_linear (f, 30, 53, 1, 53, 7, FALSE, 11, 7);
+    check_linear (f, 300, 1000, 9, 1000, 100, TRUE, 137, 100);
+  }
+}
+
+/* Row m of an M-row call is bit for bit the row computed alone (M = 1), for every m: the batched engine's
+ * sessions must not depend on who else is in the batch. */
+static void
+check_linear_rows_exact (Fmt f, int64_t rows, int64_t cols, int M, gboolean accumulate)
+{
+  WPair w = wpair_random (f, rows, cols);
+  g_autoptr (GError) err = NULL;
+  g_autofree float *xv = random_floats ((gsize) M * cols, -2.0, 2.0), *y0 = random_floats ((gsize) M * rows, -1, 1);
+  g_autofree float *yb = g_new (float, (gsize) M * rows), *y1 = g_new (float, rows);
+  PpxTensor *X = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * cols, &err);
+  PpxTensor *Y = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * rows, &err);
+  PpxTensor *x1 = ppx_tensor_new (gpu, PPX_TENSOR_F32, cols, &err);
+  PpxTensor *t1 = ppx_tensor_new (gpu, PPX_TENSOR_F32, rows, &err);
+  g_assert_no_error (err);
+  ppx_tensor_upload (X, 0, xv, (gsize) M * cols);
+  ppx_tensor_upload (Y, 0, y0, (gsize) M * rows);
+  ppx_op_linear (gpu, w.g, X, cols, Y, rows, M, accumulate);
+  ppx_tensor_download (Y, 0, yb, (gsize) M * rows);
+  for (int m = 0; m < M; m++) {
+    ppx_tensor_upload (x1, 0, xv + (gsize) m * cols, cols);
+    ppx_tensor_upload (t1, 0, y0 + (gsize) m * rows, rows);
+    ppx_op_linear (gpu, w.g, x1, cols, t1, rows, 1, accumulate);
+    ppx_tensor_download (t1, 0, y1, rows);
+    for (int64_t r = 0; r < rows; r++)
+      if (memcmp (&y1[r], &yb[(gsize) m * rows + r], sizeof (float)) != 0)
+        g_error ("linear %s [%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT "]%s: row %d of an M=%d call differs from M=1 at "
+                 "output %" G_GINT64_FORMAT ": %.9g vs %.9g", fmt_name (f), rows, cols, accumulate ? " acc" : "", m, M,
+                 r, yb[(gsize) m * rows + r], y1[r]);
+  }
+  if (g_test_verbose ())
+    g_printerr ("  linear %-8s [%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT "] M=%d%s: every row equals M=1 bit for bit\n",
+                fmt_name (f), rows, cols, M, accumulate ? " acc" : "");
+  ppx_tensor_free (X);
+  ppx_tensor_free (Y);
+  ppx_tensor_free (x1);
+  ppx_tensor_free (t1);
+  wpair_free (&w);
+}
+
+static void
+test_linear_batch (void)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
+    check_linear_rows_exact (formats[i], 129, 1000, 70, FALSE); /* K split into 8 leaves, a K tail */
+    check_linear_rows_exact (formats[i], 300, 4128, 33, TRUE);
+    check_linear_rows_exact (formats[i], 2049, 88, 9, FALSE);   /* one leaf, tail only */
+    check_linear_rows_exact (formats[i], 1024, 1024, 32, TRUE); /* the 17..32-row kernels */
+    check_linear_rows_exact (formats[i], 34000, 256, 64, TRUE); /* one leaf of two full stages */
   }
 }
 
@@ -329,7 +413,8 @@ test_embed (void)
 {
   for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
     Fmt f = formats[i];
-    const int64_t rows = 41, cols = f.format == PPX_WFMT_INT4 ? 72 : 57;
+    /* int4: a repacked 128-column block (the tensor-core layout) and a tail */
+    const int64_t rows = 41, cols = f.format == PPX_WFMT_INT4 ? 200 : 57;
     WPair w = wpair_random (f, rows, cols);
     const int M = 5, stride = 3;
     int32_t ids[15] = {4, 40, -1, 0, 7, 3, -1, 9, 41, 2, 1, 40, 1000, 5, 6};
@@ -966,45 +1051,91 @@ test_golden (void)
   golden_model_teardown (&G);
 }
 
-/* ---- GEMV bandwidth ---- */
+/* ---- linear layer speed ---- */
 
+/* xorshift floats in [-1, 1): the bench's matrices are too large for GRand to fill quickly */
 static void
-bench_linear (Fmt f, int64_t rows, int64_t cols)
+fast_random (float *v, gsize n, guint64 seed)
 {
-  /* enough copies of the matrix that the set is well over the 50-60 MB L2, so weights come from HBM */
-  WPair first = wpair_random (f, rows, cols);
-  const guint64 bytes = ppx_weight_bytes (first.g);
-  const int copies = (int) MIN (16, 1 + (512ull << 20) / bytes);
-  PpxWeight **w = g_new (PpxWeight *, copies);
-  w[0] = first.g;
-  ppx_weight_free (first.c);
-  for (int i = 1; i < copies; i++) {
-    WPair p = wpair_random (f, rows, cols);
-    ppx_weight_free (p.c);
-    w[i] = p.g;
+  guint64 s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (gsize i = 0; i < n; i++) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    v[i] = (float) ((double) (s >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+  }
+}
+
+/* One format and shape: copies of the matrix (enough that they do not fit in L2) cycled through in a CUDA
+ * graph; the GPU time per call and, from it, the weight bytes per second and the multiply-adds per second
+ * at each M. */
+static void
+bench_linear (Fmt f, int64_t rows, int64_t cols, const int *Ms, int n_ms)
+{
+  const gsize n = (gsize) rows * cols;
+  g_autofree float *w = g_new (float, n);
+  fast_random (w, n, (guint64) rows * 31 + cols);
+  g_autofree void *data = NULL;
+  g_autofree float *scales = NULL;
+  PpxWeightDesc d = {.format = f.format, .rows = rows, .cols = cols, .group_size = f.group_size};
+  if (f.format == PPX_WFMT_F32) {
+    d.data = w;
+  } else if (f.format == PPX_WFMT_BF16) {
+    uint16_t *b = g_new (uint16_t, n);
+    for (gsize i = 0; i < n; i++)
+      b[i] = ppx_f32_to_bf16 (w[i]);
+    d.data = data = b;
+  } else if (f.format == PPX_WFMT_INT8) {
+    data = g_new (int8_t, n);
+    scales = g_new (float, rows);
+    ppx_q8_quantize (w, rows, cols, data, scales);
+    d.data = data;
+    d.scales = scales;
+  } else {
+    data = g_malloc (ppx_q4_packed_bytes (rows, cols));
+    scales = g_new (float, rows * ppx_q4_n_groups (cols, f.group_size));
+    ppx_q4_quantize (w, rows, cols, f.group_size, data, scales);
+    d.data = data;
+    d.scales = scales;
   }
   g_autoptr (GError) err = NULL;
-  PpxTensor *x = ppx_tensor_new (gpu, PPX_TENSOR_F32, cols, &err), *y = ppx_tensor_new (gpu, PPX_TENSOR_F32, rows, &err);
-  g_autofree float *xv = random_floats (cols, -1, 1);
-  ppx_tensor_upload (x, 0, xv, cols);
-  for (int i = 0; i < copies * 3; i++)
-    ppx_op_linear (gpu, w[i % copies], x, cols, y, rows, 1, FALSE);
-  ppx_backend_sync (gpu);
-  double best = INFINITY;
-  for (int rep = 0; rep < 5; rep++) {
-    const int iters = copies * MAX (1, 200 / copies);
-    gint64 t0 = g_get_monotonic_time ();
-    for (int i = 0; i < iters; i++)
-      ppx_op_linear (gpu, w[i % copies], x, cols, y, rows, 1, FALSE);
-    ppx_backend_sync (gpu);
-    double us = (double) (g_get_monotonic_time () - t0) / iters;
-    best = MIN (best, us);
+  PpxWeight *first = ppx_weight_new (gpu, &d, &err);
+  g_assert_no_error (err);
+  const guint64 bytes = ppx_weight_bytes (first);
+  const int copies = (int) MIN (16, 1 + (512ull << 20) / bytes);
+  PpxWeight **ws = g_new (PpxWeight *, copies);
+  ws[0] = first;
+  for (int i = 1; i < copies; i++) {
+    ws[i] = ppx_weight_new (gpu, &d, &err);
+    g_assert_no_error (err);
   }
-  printf ("%-8s %6" G_GINT64_FORMAT " x %-6" G_GINT64_FORMAT " %8.1f MB %8.2f us %8.0f GB/s  (%d copies)\n", fmt_name (f),
-          rows, cols, bytes / 1e6, best, bytes / best / 1e3, copies);
+  const int Mmax = Ms[n_ms - 1];
+  PpxTensor *x = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) Mmax * cols, &err);
+  PpxTensor *y = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) Mmax * rows, &err);
+  g_assert_no_error (err);
+  g_autofree float *xv = g_new (float, (gsize) Mmax * cols);
+  fast_random (xv, (gsize) Mmax * cols, 7);
+  ppx_tensor_upload (x, 0, xv, (gsize) Mmax * cols);
+  double us1 = 0;
+  for (int i = 0; i < n_ms; i++) {
+    double us = 0;
+    const int calls = copies * MAX (1, 120 / copies);
+    if (!ppx_backend_cuda_time_linear (gpu, ws, copies, x, y, Ms[i], calls, 9, &us, &err)) {
+      printf ("%-8s %6" G_GINT64_FORMAT " x %-6" G_GINT64_FORMAT " M=%d: %s\n", fmt_name (f), rows, cols, Ms[i],
+              err->message);
+      g_clear_error (&err);
+      continue;
+    }
+    if (i == 0)
+      us1 = us;
+    printf ("%-8s %6" G_GINT64_FORMAT " x %-6" G_GINT64_FORMAT " %7.1f MB  M=%-2d %8.2f us %6.0f GB/s %7.1f TFLOP/s  "
+            "%5.2fx M=%d\n",
+            fmt_name (f), rows, cols, bytes / 1e6, Ms[i], us, bytes / us / 1e3, 2.0 * Ms[i] * n / us / 1e6, us / us1, Ms[0]);
+  }
+  fflush (stdout);
   for (int i = 0; i < copies; i++)
-    ppx_weight_free (w[i]);
-  g_free (w);
+    ppx_weight_free (ws[i]);
+  g_free (ws);
   ppx_tensor_free (x);
   ppx_tensor_free (y);
 }
@@ -1127,17 +1258,36 @@ run_bench_attention (void)
   return 0;
 }
 
+/* test-backend-cuda --bench [FORMAT [ROWSxCOLS]]: the temporal transformer's shapes (rows x cols: QKV, O,
+ * gate+up, down, text head) at M = 1, 8, 32, 64; FORMAT (bf16, int8, int4, f32) limits it to one format,
+ * ROWSxCOLS to one shape. */
 static int
-run_bench (void)
+run_bench (const char *only, const char *shape)
 {
-  printf ("M = 1 linear on %s: best of 5 runs of >= 200 back-to-back launches, weight bytes / time\n",
-          ppx_backend_cuda_device_name (gpu));
-  const Fmt f[] = {{PPX_WFMT_BF16, 0}, {PPX_WFMT_INT8, 0}, {PPX_WFMT_INT4, 64}, {PPX_WFMT_F32, 0}};
-  for (guint i = 0; i < G_N_ELEMENTS (f); i++) {
-    bench_linear (f[i], 4096, 11264);
-    bench_linear (f[i], 11264, 4096);
+  int64_t only_rows = 0, only_cols = 0;
+  if (shape && sscanf (shape, "%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT, &only_rows, &only_cols) != 2) {
+    g_printerr ("--bench: shape '%s' is not ROWSxCOLS\n", shape);
+    return 2;
   }
-  return run_bench_attention ();
+  printf ("linear layers on %s: GPU time per call (median of 9 replays of a CUDA graph of >= 120 calls cycling over\n"
+          "copies of the matrix that do not fit in L2); GB/s = weight bytes (data + scales) / time\n",
+          ppx_backend_cuda_device_name (gpu));
+  const Fmt f[] = {{PPX_WFMT_INT4, 64}, {PPX_WFMT_INT8, 0}, {PPX_WFMT_BF16, 0}, {PPX_WFMT_F32, 0}};
+  const char *names[] = {"int4", "int8", "bf16", "f32"};
+  static const int64_t shapes[][2] = {{12288, 4096}, {4096, 4096}, {22528, 4096}, {4096, 11264}, {32000, 4096}};
+  const int Ms[] = {1, 8, 32, 64};
+  for (guint i = 0; i < G_N_ELEMENTS (f); i++) {
+    if (only ? strcmp (only, names[i]) != 0 : f[i].format == PPX_WFMT_F32)
+      continue;
+    if (shape) {
+      bench_linear (f[i], only_rows, only_cols, Ms, G_N_ELEMENTS (Ms));
+      continue;
+    }
+    for (guint j = 0; j < G_N_ELEMENTS (shapes); j++)
+      if (f[i].format != PPX_WFMT_F32 || j == 1)
+        bench_linear (f[i], shapes[j][0], shapes[j][1], Ms, G_N_ELEMENTS (Ms));
+  }
+  return only ? 0 : run_bench_attention ();
 }
 
 int
@@ -1166,13 +1316,14 @@ main (int argc, char **argv)
   rng = g_rand_new_with_seed (20260101);
   int rc;
   if (bench) {
-    rc = run_bench ();
+    rc = run_bench (argc > 2 ? argv[2] : NULL, argc > 3 ? argv[3] : NULL);
   } else if (bench_att) {
     rc = run_bench_attention ();
   } else {
     g_test_init (&argc, &argv, NULL);
     g_test_add_func ("/cuda/memory", test_memory);
     g_test_add_func ("/cuda/linear", test_linear);
+    g_test_add_func ("/cuda/linear-batch", test_linear_batch);
     g_test_add_func ("/cuda/embed", test_embed);
     g_test_add_func ("/cuda/elementwise", test_elementwise);
     g_test_add_func ("/cuda/rope", test_rope);

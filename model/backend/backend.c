@@ -427,6 +427,102 @@ ppx_op_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, con
   be->ops->force_tokens (be, tokens, off, stride, forced, foff, fstride, M);
 }
 
+static inline gboolean
+i32 (const PpxTensor *t)
+{
+  return t != NULL && t->type == PPX_TENSOR_I32;
+}
+
+void
+ppx_op_lmgen_prepare (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                      const PpxTensor *codes, int code_off, int code_stride, PpxTensor *ids, PpxTensor *forced,
+                      PpxTensor *pos, PpxTensor *params, int M)
+{
+  const gsize W = PPX_LMGEN_MAX_STREAMS;
+  if (M <= 0)
+    return;
+  g_return_if_fail (i32 (state) && i32 (slot) && i32 (codes) && i32 (ids) && i32 (forced) && i32 (pos) &&
+                    i32 (params));
+  g_return_if_fail (d->n_streams <= (int) W && d->n_streams >= 1 + 2 * d->n_user && d->dep_q < d->n_streams);
+  g_return_if_fail (slot->n >= (gsize) M && ids->n >= M * W && forced->n >= M * W && pos->n >= (gsize) M &&
+                    params->n >= (gsize) M * PPX_SAMPLE_PARAMS && state->n % PPX_LMGEN_STATE == 0);
+  g_return_if_fail (code_off >= 0 && code_stride >= 0 &&
+                    (gsize) (M - 1) * code_stride + code_off + d->n_user <= codes->n);
+  be->ops->lmgen_prepare (be, d, state, slot, codes, code_off, code_stride, ids, forced, pos, params, M);
+}
+
+void
+ppx_op_lmgen_finish (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                     const PpxTensor *sampled, PpxTensor *out, int out_stride, int M)
+{
+  const gsize W = PPX_LMGEN_MAX_STREAMS;
+  if (M <= 0)
+    return;
+  g_return_if_fail (i32 (state) && i32 (slot) && i32 (sampled) && i32 (out));
+  g_return_if_fail (d->n_streams <= (int) W && d->dep_q < d->n_streams);
+  g_return_if_fail (out_stride >= (int) (W + PPX_LMGEN_STATE) && out->n >= (gsize) M * out_stride &&
+                    sampled->n >= M * W && slot->n >= (gsize) M && state->n % PPX_LMGEN_STATE == 0);
+  be->ops->lmgen_finish (be, d, state, slot, sampled, out, out_stride, M);
+}
+
+void
+ppx_op_positions (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M, int T)
+{
+  if (M <= 0 || T <= 0)
+    return;
+  g_return_if_fail (i32 (offsets) && i32 (pos) && offsets->n >= (gsize) M && pos->n >= (gsize) M * T);
+  be->ops->positions (be, offsets, pos, M, T);
+}
+
+/* ---- graphs ---- */
+
+gboolean
+ppx_backend_supports_graphs (const PpxBackend *be)
+{
+  return be->ops->graph_begin != NULL && (!be->ops->graphs_enabled || be->ops->graphs_enabled (be));
+}
+
+gboolean
+ppx_backend_graph_begin (PpxBackend *be, GError **error)
+{
+  if (!ppx_backend_supports_graphs (be)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "the %s backend does not record graphs%s", be->ops->name,
+                 be->ops->graph_begin ? " (turned off by PPX_CUDA_GRAPHS=0)" : "");
+    return FALSE;
+  }
+  return be->ops->graph_begin (be, error);
+}
+
+PpxGraph *
+ppx_backend_graph_end (PpxBackend *be, GError **error)
+{
+  if (!be->ops->graph_end) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "the %s backend does not record graphs", be->ops->name);
+    return NULL;
+  }
+  return be->ops->graph_end (be, error);
+}
+
+gboolean
+ppx_backend_graph_launch (PpxBackend *be, PpxGraph *g)
+{
+  g_return_val_if_fail (g != NULL && g->be == be && be->ops->graph_launch, FALSE);
+  return be->ops->graph_launch (be, g);
+}
+
+gsize
+ppx_graph_nodes (const PpxGraph *g)
+{
+  return g ? g->nodes : 0;
+}
+
+void
+ppx_graph_free (PpxGraph *g)
+{
+  if (g)
+    g->be->ops->graph_free (g);
+}
+
 static PpxTensorType
 kv_tensor_type (PpxKvFormat fmt)
 {

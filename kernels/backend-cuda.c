@@ -13,7 +13,7 @@
  * scratch memory or a RoPE table the backend has not allocated yet gets none inside a recording (nothing
  * may allocate there): graph_end allocates it and fails, and the caller records again. A graph remembers
  * the scratch buffer it was recorded with (scratch_epoch); one recorded before the buffer moved is stale
- * and not launched. PPX_CUDA_GRAPHS=0 in the environment when the backend is made turns graphs off.
+ * and not launched.
  *
  * Ops cannot fail through the interface (backend.h): a CUDA error inside one is a programming error or a
  * lost device, reported with g_critical() naming the op and the CUDA error. */
@@ -36,7 +36,6 @@ typedef struct {
   GMutex rope_lock;
   GArray *rope_tables; /* RopeTable: device frequency tables by (Dh, max_period) */
   /* graphs: one recording at a time per backend, on a stream of its own (capture_lock held throughout) */
-  gboolean graphs;       /* FALSE when PPX_CUDA_GRAPHS=0 */
   GMutex capture_lock;
   void *capture_stream;
   guint64 capture_epoch; /* scratch_epoch when the recording began */
@@ -540,12 +539,6 @@ cuda_positions (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M, int T
 /* ---- graphs: stream capture on the capture stream, replay on the backend's stream ---- */
 
 static gboolean
-cuda_graphs_enabled (const PpxBackend *be)
-{
-  return PRIV (be)->graphs;
-}
-
-static gboolean
 cuda_graph_begin (PpxBackend *be, GError **error)
 {
   CudaPriv *p = PRIV (be);
@@ -680,7 +673,6 @@ static const PpxBackendOps cuda_ops = {
   .lmgen_prepare = cuda_lmgen_prepare,
   .lmgen_finish = cuda_lmgen_finish,
   .positions = cuda_positions,
-  .graphs_enabled = cuda_graphs_enabled,
   .graph_begin = cuda_graph_begin,
   .graph_end = cuda_graph_end,
   .graph_launch = cuda_graph_launch,
@@ -719,7 +711,6 @@ ppx_backend_cuda_new (int device, GError **error)
   g_mutex_init (&p->capture_lock);
   p->rope_tables = g_array_new (FALSE, FALSE, sizeof (RopeTable));
   p->capture_rope = g_array_new (FALSE, FALSE, sizeof (RopeTable));
-  p->graphs = g_strcmp0 (g_getenv ("PPX_CUDA_GRAPHS"), "0") != 0;
   if ((e = ppx_cuda_set_device (device)) || (e = ppx_cuda_device_name (device, p->device_name, sizeof p->device_name,
                                                                         NULL)) ||
       (e = ppx_cuda_stream_create (&p->stream))) {

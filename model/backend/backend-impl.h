@@ -59,7 +59,6 @@ typedef struct {
                         const PpxTensor *sampled, PpxTensor *out, int out_stride, int M);
   void (*positions) (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M, int T);
   /* graphs (backend.h); NULL where not supported */
-  gboolean (*graphs_enabled) (const PpxBackend *be);
   gboolean (*graph_begin) (PpxBackend *be, GError **error);
   PpxGraph *(*graph_end) (PpxBackend *be, GError **error);
   gboolean (*graph_launch) (PpxBackend *be, PpxGraph *g);

@@ -479,15 +479,14 @@ ppx_op_positions (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M, int
 gboolean
 ppx_backend_supports_graphs (const PpxBackend *be)
 {
-  return be->ops->graph_begin != NULL && (!be->ops->graphs_enabled || be->ops->graphs_enabled (be));
+  return be->ops->graph_begin != NULL;
 }
 
 gboolean
 ppx_backend_graph_begin (PpxBackend *be, GError **error)
 {
   if (!ppx_backend_supports_graphs (be)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "the %s backend does not record graphs%s", be->ops->name,
-                 be->ops->graph_begin ? " (turned off by PPX_CUDA_GRAPHS=0)" : "");
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "the %s backend does not record graphs", be->ops->name);
     return FALSE;
   }
   return be->ops->graph_begin (be, error);

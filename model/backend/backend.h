@@ -211,7 +211,7 @@ void ppx_op_positions (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M
  * sizes are fixed: per-call values come from device tensors written before the launch. A replay runs
  * the recorded ops on the same tensors, in order with everything else queued on the backend. */
 typedef struct PpxGraph PpxGraph;
-/* Whether this backend records graphs (CUDA: yes, unless PPX_CUDA_GRAPHS=0; the CPU backend: no). */
+/* Whether this backend records graphs (CUDA: yes; the CPU backend: no). */
 gboolean ppx_backend_supports_graphs (const PpxBackend *be);
 /* PPX_ERROR_UNSUPPORTED where graphs are not supported; PPX_ERROR_INVALID when this thread records already. */
 gboolean ppx_backend_graph_begin (PpxBackend *be, GError **error);

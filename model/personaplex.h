@@ -169,6 +169,10 @@ typedef struct {
   int graphs;           /* graphs held: one per bucket used */
   guint64 graph_nodes;  /* operations (kernels and copies) in the last graph recorded */
   int last_rows;        /* rows of the last tick, padding included */
+  /* what the last tick asked of the backend: ops enqueued one by one (on a GPU about one kernel launch or
+   * copy each; 0 for a graph replay), uploads and downloads (each download waits for the device); other
+   * engines working on the same model at the same time are counted too */
+  guint64 last_ops, last_uploads, last_downloads;
 } PpxEngineTickStats;
 void ppx_engine_tick_stats (PpxEngine *engine, PpxEngineTickStats *stats);
 

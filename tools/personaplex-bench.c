@@ -3,7 +3,7 @@
  *   personaplex-bench (--model-dir DIR | --random-weights tiny|mid|full)
  *                     [--component all|mimi|lm|session] [--quantization auto|bf16|int8|int4]
  *                     [--backend auto|cpu|cuda] [--device N] [--batch N] [--sequential] [--frames N] [--warmup N]
- *                     [--threads N] [--seed N] [--json]
+ *                     [--threads N] [--seed N] [--cuda-graphs on|off|both] [--json]
  *   personaplex-bench ... --measure-load [--load-repeats N] [--prequantized-dir DIR ...]
  *
  * Prints the machine and build, the load times, per component the mean/p50/p95/p99/max time of one frame
@@ -12,7 +12,9 @@
  * state bytes per session and the resident memory (docs/performance.md).
  * --random-weights makes the checkpoints in memory (memfd), only those the components need; with
  * --quantization int8|int4 the LM is made pre-quantized, so a full-size LM fits (int4 about 5 GB).
- * --measure-load times LM loads instead: bf16 as stored, quantized at load, and pre-quantized. */
+ * --measure-load times LM loads instead: bf16 as stored, quantized at load, and pre-quantized.
+ * --cuda-graphs both measures the batched session phase with the engine's CUDA graphs (session-step) and
+ * without them (session-step-no-graphs); the notes say how many ticks replayed a graph of how many ops. */
 #include "bench-measure.h"
 #include "random-model.h"
 #include "bench-report.h"
@@ -29,12 +31,12 @@
 #define LM_FILE "model.safetensors"
 
 typedef struct {
-  char *model_dir, *random_size, *component, *quantization, *backend;
+  char *model_dir, *random_size, *component, *quantization, *backend, *cuda_graphs;
   char **prequantized_dirs;
   int batch, frames, warmup, threads, device, load_repeats;
   gint64 seed;
   gboolean json, measure_load, sequential;
-  int component_id, quant_id, backend_id; /* the parsed names */
+  int component_id, quant_id, backend_id, graphs_id; /* the parsed names */
 } Options;
 
 typedef struct {
@@ -49,6 +51,8 @@ static const Choice backend_choices[] = {
 enum { COMP_ALL, COMP_MIMI, COMP_LM, COMP_SESSION };
 static const Choice component_choices[] = {
   {"all", COMP_ALL}, {"mimi", COMP_MIMI}, {"lm", COMP_LM}, {"session", COMP_SESSION}, {NULL, 0}};
+static const Choice graphs_choices[] = {
+  {"on", BENCH_GRAPHS_ON}, {"off", BENCH_GRAPHS_OFF}, {"both", BENCH_GRAPHS_BOTH}, {NULL, 0}};
 static const Choice size_choices[] = {{"tiny", 0}, {"mid", 1}, {"full", 2}, {NULL, 0}};
 
 static gboolean
@@ -88,6 +92,8 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     {"device", 'd', 0, G_OPTION_ARG_INT, &o->device, "GPU index for the CUDA backend (default 0)", "N"},
     {"seed", 's', 0, G_OPTION_ARG_INT64, &o->seed, "Seed of the random weights and of sampling (default 0)", "N"},
     {"json", 'j', 0, G_OPTION_ARG_NONE, &o->json, "Machine-readable output (JSON on stdout)", NULL},
+    {"cuda-graphs", 0, 0, G_OPTION_ARG_STRING, &o->cuda_graphs,
+     "Batched ticks replayed as CUDA graphs: on (default), off, or both (measured one after the other)", "MODE"},
     {"measure-load", 0, 0, G_OPTION_ARG_NONE, &o->measure_load,
      "Time LM loads (bf16, quantized at load, pre-quantized) instead of frames", NULL},
     {"load-repeats", 0, 0, G_OPTION_ARG_INT, &o->load_repeats, "Loads per variant with --measure-load (default 3)", "N"},
@@ -126,6 +132,7 @@ parse_options (int argc, char **argv, Options *o, GError **error)
   return pick (component_choices, "component", o->component ? o->component : "all", &o->component_id, error) &&
          pick (quant_choices, "quantization", o->quantization ? o->quantization : "auto", &o->quant_id, error) &&
          pick (backend_choices, "backend", o->backend ? o->backend : "auto", &o->backend_id, error) &&
+         pick (graphs_choices, "cuda-graphs", o->cuda_graphs ? o->cuda_graphs : "on", &o->graphs_id, error) &&
          (!o->random_size || pick (size_choices, "random-weights", o->random_size, &size_id, error));
 }
 
@@ -292,7 +299,8 @@ run (const Options *o, BenchReport *r, GError **error)
 #endif
 
   BenchSetup s = {.backend = backend, .quantization = quant, .threads = o->threads, .device = o->device, .batch = o->batch,
-                  .frames = o->frames, .warmup = o->warmup, .seed = (guint64) o->seed, .sequential = o->sequential};
+                  .frames = o->frames, .warmup = o->warmup, .seed = (guint64) o->seed, .sequential = o->sequential,
+                  .cuda_graphs = o->graphs_id};
   r->cpu = bench_cpu_model ();
   r->cores = bench_cpu_cores ();
   r->load_average = bench_load_average ();
@@ -385,6 +393,7 @@ main (int argc, char **argv)
   g_free (o.component);
   g_free (o.quantization);
   g_free (o.backend);
+  g_free (o.cuda_graphs);
   g_strfreev (o.prequantized_dirs);
   return ok ? 0 : 1;
 }

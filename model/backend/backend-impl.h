@@ -68,6 +68,7 @@ typedef struct {
 struct PpxBackend {
   const PpxBackendOps *ops;
   guint64 allocated;
+  PpxBackendCounters counters; /* backend.c counts what goes through the vtable */
   int n_threads;
   void *priv;
 };

@@ -63,6 +63,13 @@ guint64 ppx_backend_allocated_bytes (const PpxBackend *be);
 /* Device memory this backend could still allocate now (CPU: the host's available memory; CUDA: the
  * GPU's free memory); 0 when unknown. */
 guint64 ppx_backend_free_bytes (PpxBackend *be);
+/* What was asked of the backend so far (for reports): ops enqueued (ppx_op_*, fill, copy2d: on the GPU,
+ * kernel launches or copies, about one each), uploads, downloads (each waits for the queue), graph replays.
+ * Recording a graph counts its ops too. */
+typedef struct {
+  guint64 n_ops, n_uploads, n_downloads, n_graph_launches;
+} PpxBackendCounters;
+void ppx_backend_counters (const PpxBackend *be, PpxBackendCounters *c);
 /* Whether weights made with desc->borrow keep pointing at the host data (then it must stay mapped). */
 gboolean ppx_backend_borrows_host_memory (const PpxBackend *be);
 

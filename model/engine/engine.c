@@ -534,6 +534,9 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
     return TRUE;
   }
   sort_by_row (e, sessions, n);
+  PpxBackend *be = e->model->be;
+  PpxBackendCounters c0, c1;
+  ppx_backend_counters (be, &c0);
 
   /* LMGen state to the device where the host changed it; the depformer steps the rows need */
   int n_steps = -1;
@@ -587,6 +590,7 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
     enqueue_tick (e, sessions, n, B, full, full ? e->graph_steps : n_steps);
   ppx_tensor_download (e->pcm_out, 0, e->host_pcm, (gsize) n * fs);
   ppx_tensor_download (e->tick_out, 0, e->host_out, (gsize) n * PPX_ENGINE_OUTW);
+  ppx_backend_counters (be, &c1);
 
   const double ms = (g_get_monotonic_time () - t0) / 1000.0;
   for (int b = 0; b < n; b++) {
@@ -612,6 +616,9 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   e->stats.graph_ticks += graphed;
   e->stats.padded_ticks += full;
   e->stats.last_rows = B;
+  e->stats.last_ops = c1.n_ops - c0.n_ops;
+  e->stats.last_uploads = c1.n_uploads - c0.n_uploads;
+  e->stats.last_downloads = c1.n_downloads - c0.n_downloads;
   g_atomic_int_set (&e->last_tick_us, (gint) MIN ((g_get_monotonic_time () - t0), G_MAXINT));
   g_atomic_int_set (&e->last_batch, n);
   unlock_after_tick (e);

@@ -98,6 +98,9 @@ void ppx_engine_release (PpxEngine *e, PpxSession *s);
  * Returns TRUE and fills out when the call yields a frame. */
 gboolean ppx_engine_lm_call (PpxEngine *e, PpxSession *s, const int *user, const int *agent, int text,
                              const float *embedding, int *out);
+/* Tests: pad ticks to buckets as on a GPU, also on a backend without graphs (the CPU: there the padded and
+ * unpadded ticks must agree bit for bit). Call before the first tick. */
+void ppx_engine_force_buckets (PpxEngine *e, gboolean on);
 /* Resolves PPX_KV_AUTO. */
 PpxKvFormat ppx_engine_resolve_kv (PpxKvFormat f);
 

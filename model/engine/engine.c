@@ -206,6 +206,15 @@ ppx_engine_last_batch_size (const PpxEngine *e)
 }
 
 void
+ppx_engine_force_buckets (PpxEngine *e, gboolean on)
+{
+  g_mutex_lock (&e->lock);
+  e->bucketed = on;
+  e->graphs = on && e->graphs;
+  g_mutex_unlock (&e->lock);
+}
+
+void
 ppx_engine_tick_stats (PpxEngine *e, PpxEngineTickStats *st)
 {
   g_mutex_lock (&e->lock);

@@ -172,6 +172,7 @@ test_graph_api (void)
   GThread *th = g_thread_new ("other", other_thread, &o);
   while (!g && attempts < 3) {
     attempts++;
+    g_clear_error (&err);
     g_assert_true (ppx_backend_graph_begin (gpu, &err));
     g_assert_false (ppx_backend_graph_begin (gpu, &err)); /* one recording per thread */
     g_assert_error (err, PPX_ERROR, PPX_ERROR_INVALID);
@@ -183,9 +184,9 @@ test_graph_api (void)
       while (!g_atomic_int_get (&o.done))
         g_usleep (100);
     }
-    g_clear_error (&err);
     g = ppx_backend_graph_end (gpu, &err);
   }
+  g_clear_error (&err);
   g_thread_join (th);
   g_assert_cmpfloat (o.got, ==, 8.0f);
   g_assert_nonnull (g);

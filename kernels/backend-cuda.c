@@ -8,6 +8,14 @@
  * grows on demand; a mutex keeps its growth and use together when several threads enqueue on the same
  * backend. The linear kernels' split-K workspace is a buffer of its own (linear_lock).
  *
+ * Graphs (backend.h): ppx_backend_graph_begin captures the calling thread's ops on a second stream
+ * (cudaStreamCaptureModeThreadLocal, so other threads' ops and allocations on the backend are unaffected);
+ * graph_end instantiates the capture, and a launch replays it on the backend's stream. An op that needs
+ * scratch memory or a RoPE table the backend has not allocated yet gets none inside a recording (nothing
+ * may allocate there): graph_end allocates it and fails, and the caller records again. A graph remembers
+ * the scratch buffer it was recorded with (scratch_epoch); one recorded before the buffer moved is stale
+ * and not launched.
+ *
  * Ops cannot fail through the interface (backend.h): a CUDA error inside one is a programming error or a
  * lost device, reported with g_critical() naming the op and the CUDA error. */
 #include "backend-cuda.h"
@@ -25,12 +33,29 @@ typedef struct {
   GMutex scratch_lock;
   void *scratch;
   gsize scratch_bytes;
+  guint64 scratch_epoch; /* +1 whenever the scratch buffer moves: graphs recorded before are stale */
   GMutex rope_lock;
   GArray *rope_tables; /* RopeTable: device frequency tables by (Dh, max_period) */
   GMutex linear_lock;
   void *linear_ws; /* split-K workspace of the linear kernels (cuda-kernels.h), grown on demand */
   gsize linear_ws_bytes;
+  /* graphs: one recording at a time per backend, on a stream of its own (capture_lock held throughout) */
+  GMutex capture_lock;
+  void *capture_stream;
+  guint64 capture_epoch; /* scratch_epoch when the recording began */
+  gsize capture_need;    /* scratch bytes an op asked for during the recording */
+  GArray *capture_rope;  /* RopeTable keys (freqs NULL) an op asked for during the recording */
 } CudaPriv;
+
+typedef struct {
+  PpxGraph g;
+  void *exec;     /* cudaGraphExec_t */
+  guint64 epoch;  /* the scratch_epoch it was recorded with */
+} CudaGraph;
+
+/* The backend the calling thread records a graph on (ppx_backend_graph_begin .. _end), or NULL. Its ops
+ * then go to that backend's capture stream; other threads keep using the backend's stream. */
+static _Thread_local PpxBackend *tls_recording;
 
 typedef struct {
   int Dh;
@@ -39,6 +64,8 @@ typedef struct {
 } RopeTable;
 
 #define PRIV(be) ((CudaPriv *) (be)->priv)
+/* The stream an op of this thread goes to: the capture stream while this thread records a graph. */
+#define STREAM(be) (tls_recording == (be) ? PRIV (be)->capture_stream : PRIV (be)->stream)
 #define F32(t) ((float *) (t)->data)
 #define I32(t) ((int32_t *) (t)->data)
 
@@ -66,12 +93,17 @@ scratch_get (PpxBackend *be, gsize bytes)
   CudaPriv *p = PRIV (be);
   if (bytes <= p->scratch_bytes)
     return p->scratch;
+  if (tls_recording == be) { /* no allocation inside a recording: ppx_backend_graph_end grows it */
+    p->capture_need = MAX (p->capture_need, bytes);
+    return NULL;
+  }
   gsize want = MAX (bytes, p->scratch_bytes * 2);
   check (be, ppx_cuda_stream_sync (p->stream), "scratch sync");
   if (p->scratch)
     check (be, ppx_cuda_free (p->scratch), "scratch free");
   p->scratch = NULL;
   p->scratch_bytes = 0;
+  p->scratch_epoch++;
   int e = ppx_cuda_malloc (&p->scratch, want);
   if (e) {
     g_critical ("CUDA backend (GPU %d): out of memory for %" G_GSIZE_FORMAT " scratch bytes: %s", p->device, want,
@@ -95,10 +127,14 @@ cuda_free (PpxBackend *be)
   g_array_free (p->rope_tables, TRUE);
   if (p->linear_ws)
     ppx_cuda_free (p->linear_ws);
+  g_array_free (p->capture_rope, TRUE);
+  if (p->capture_stream)
+    ppx_cuda_stream_destroy (p->capture_stream);
   ppx_cuda_stream_destroy (p->stream);
   g_mutex_clear (&p->scratch_lock);
   g_mutex_clear (&p->rope_lock);
   g_mutex_clear (&p->linear_lock);
+  g_mutex_clear (&p->capture_lock);
   g_free (p);
   g_free (be);
 }
@@ -107,7 +143,7 @@ static void
 cuda_sync (PpxBackend *be)
 {
   enter (be);
-  check (be, ppx_cuda_stream_sync (PRIV (be)->stream), "sync");
+  check (be, ppx_cuda_stream_sync (STREAM (be)), "sync");
 }
 
 static guint64
@@ -147,14 +183,14 @@ static void
 cuda_upload (PpxBackend *be, void *dst, const void *src, gsize bytes)
 {
   enter (be);
-  check (be, ppx_cuda_upload (dst, src, bytes, PRIV (be)->stream), "upload");
+  check (be, ppx_cuda_upload (dst, src, bytes, STREAM (be)), "upload");
 }
 
 static void
 cuda_download (PpxBackend *be, void *dst, const void *src, gsize bytes)
 {
   enter (be);
-  check (be, ppx_cuda_download (dst, src, bytes, PRIV (be)->stream), "download");
+  check (be, ppx_cuda_download (dst, src, bytes, STREAM (be)), "download");
 }
 
 static void
@@ -162,9 +198,9 @@ cuda_fill (PpxBackend *be, PpxTensor *t, float value)
 {
   enter (be);
   if (t->type == PPX_TENSOR_F32)
-    check (be, ppx_cuda_fill_f32 (F32 (t), t->n, value, PRIV (be)->stream), "fill");
+    check (be, ppx_cuda_fill_f32 (F32 (t), t->n, value, STREAM (be)), "fill");
   else
-    check (be, ppx_cuda_fill_i32 (I32 (t), t->n, (int32_t) value, PRIV (be)->stream), "fill");
+    check (be, ppx_cuda_fill_i32 (I32 (t), t->n, (int32_t) value, STREAM (be)), "fill");
 }
 
 /* Overlapping source and destination (one buffer shifted in place) go through the scratch buffer, which
@@ -177,7 +213,7 @@ cuda_copy2d (PpxBackend *be, PpxTensor *dst, gsize doff, gsize dld, const PpxTen
   uint32_t *d = (uint32_t *) dst->data + doff;
   const uint32_t *s = (const uint32_t *) src->data + soff;
   const uint32_t *d_end = d + (rows - 1) * dld + cols, *s_end = s + (rows - 1) * sld + cols;
-  void *stream = PRIV (be)->stream;
+  void *stream = STREAM (be);
   if ((const uint32_t *) d < s_end && s < d_end) {
     g_mutex_lock (&PRIV (be)->scratch_lock);
     uint32_t *tmp = scratch_get (be, rows * cols * 4);
@@ -309,13 +345,13 @@ cuda_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, 
   PpxCudaWeight cw = device_weight (w);
   const gsize ws_bytes = ppx_cuda_linear_workspace_bytes (&cw, M);
   if (ws_bytes == 0) {
-    check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, NULL, PRIV (be)->stream), "linear");
+    check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, NULL, STREAM (be)), "linear");
     return;
   }
   g_mutex_lock (&PRIV (be)->linear_lock);
   void *ws = linear_workspace (be, ws_bytes);
   if (ws)
-    check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, ws, PRIV (be)->stream), "linear");
+    check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, ws, STREAM (be)), "linear");
   g_mutex_unlock (&PRIV (be)->linear_lock);
 }
 
@@ -325,7 +361,7 @@ cuda_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int id
 {
   enter (be);
   PpxCudaWeight cw = device_weight (table);
-  check (be, ppx_cuda_embed (&cw, I32 (ids), id_index, id_stride, F32 (out), M, accumulate, PRIV (be)->stream),
+  check (be, ppx_cuda_embed (&cw, I32 (ids), id_index, id_stride, F32 (out), M, accumulate, STREAM (be)),
          "embed");
 }
 
@@ -333,35 +369,35 @@ static void
 cuda_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n)
 {
   enter (be);
-  check (be, ppx_cuda_act ((int) act, F32 (x), F32 (y), n, PRIV (be)->stream), "activation");
+  check (be, ppx_cuda_act ((int) act, F32 (x), F32 (y), n, STREAM (be)), "activation");
 }
 
 static void
 cuda_add (PpxBackend *be, const PpxTensor *a, const PpxTensor *b, PpxTensor *y, gsize n)
 {
   enter (be);
-  check (be, ppx_cuda_add (F32 (a), F32 (b), F32 (y), n, PRIV (be)->stream), "add");
+  check (be, ppx_cuda_add (F32 (a), F32 (b), F32 (y), n, STREAM (be)), "add");
 }
 
 static void
 cuda_add_scaled (PpxBackend *be, const PpxTensor *x, const PpxTensor *gamma, PpxTensor *y, gsize rows, gsize D)
 {
   enter (be);
-  check (be, ppx_cuda_add_scaled (F32 (x), F32 (gamma), F32 (y), rows, D, PRIV (be)->stream), "add_scaled");
+  check (be, ppx_cuda_add_scaled (F32 (x), F32 (gamma), F32 (y), rows, D, STREAM (be)), "add_scaled");
 }
 
 static void
 cuda_silu_gate (PpxBackend *be, const PpxTensor *h, PpxTensor *u, gsize rows, gsize H)
 {
   enter (be);
-  check (be, ppx_cuda_silu_gate (F32 (h), F32 (u), rows, H, PRIV (be)->stream), "silu_gate");
+  check (be, ppx_cuda_silu_gate (F32 (h), F32 (u), rows, H, STREAM (be)), "silu_gate");
 }
 
 static void
 cuda_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D, float eps)
 {
   enter (be);
-  check (be, ppx_cuda_rmsnorm (F32 (x), F32 (alpha), F32 (y), rows, D, eps, PRIV (be)->stream), "rmsnorm");
+  check (be, ppx_cuda_rmsnorm (F32 (x), F32 (alpha), F32 (y), rows, D, eps, STREAM (be)), "rmsnorm");
 }
 
 static void
@@ -369,14 +405,14 @@ cuda_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const Pp
                 gsize D, float eps)
 {
   enter (be);
-  check (be, ppx_cuda_layernorm (F32 (x), F32 (w), F32 (b), F32 (y), rows, D, eps, PRIV (be)->stream), "layernorm");
+  check (be, ppx_cuda_layernorm (F32 (x), F32 (w), F32 (b), F32 (y), rows, D, eps, STREAM (be)), "layernorm");
 }
 
 static void
 cuda_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize A, gsize B)
 {
   enter (be);
-  check (be, ppx_cuda_transpose (F32 (x), F32 (y), M, A, B, PRIV (be)->stream), "transpose");
+  check (be, ppx_cuda_transpose (F32 (x), F32 (y), M, A, B, STREAM (be)), "transpose");
 }
 
 /* The rotation frequencies for (Dh, max_period) in device memory, computed once on the host exactly as
@@ -393,7 +429,10 @@ rope_freqs (PpxBackend *be, int Dh, float max_period)
     if (t->Dh == Dh && t->max_period == max_period)
       found = t->freqs;
   }
-  if (!found) {
+  if (!found && tls_recording == be) { /* no allocation inside a recording: made by ppx_backend_graph_end */
+    RopeTable t = {Dh, max_period, NULL};
+    g_array_append_val (p->capture_rope, t);
+  } else if (!found) {
     const int half = Dh / 2;
     const float c = (float) (-log ((double) max_period) * 2.0 / (double) Dh);
     g_autofree float *host = g_new (float, MAX (half, 1));
@@ -419,7 +458,7 @@ cuda_rope (PpxBackend *be, PpxTensor *qkv, const PpxTensor *pos, gsize rows, int
   enter (be);
   const float *freqs = rope_freqs (be, Dh, max_period);
   if (freqs)
-    check (be, ppx_cuda_rope (F32 (qkv), I32 (pos), rows, H, Dh, freqs, PRIV (be)->stream), "rope");
+    check (be, ppx_cuda_rope (F32 (qkv), I32 (pos), rows, H, Dh, freqs, STREAM (be)), "rope");
 }
 
 static void
@@ -442,7 +481,7 @@ cuda_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, cons
   if (!floats || part)
     check (be,
            ppx_cuda_attention (kv, F32 (qkv), I32 (pos), I32 (kv_slot), kcache->data, vcache->data, ks, vs, F32 (out),
-                               M, T, H, Dh, cap, context, part, PRIV (be)->stream),
+                               M, T, H, Dh, cap, context, part, STREAM (be)),
            "attention");
   g_mutex_unlock (&PRIV (be)->scratch_lock);
 }
@@ -454,7 +493,7 @@ cuda_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const Pp
   enter (be);
   check (be,
          ppx_cuda_conv1d (F32 (w), bias ? F32 (bias) : NULL, F32 (x), prev ? F32 (prev) : NULL, F32 (y), M, Cin, Cout,
-                          K, Lin, stride, dilation, groups, PRIV (be)->stream),
+                          K, Lin, stride, dilation, groups, STREAM (be)),
          "conv1d");
 }
 
@@ -469,7 +508,7 @@ cuda_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias
   if (!partial || !tail || next)
     check (be,
            ppx_cuda_conv_transpose1d (F32 (w), bias ? F32 (bias) : NULL, F32 (x), partial ? F32 (partial) : NULL,
-                                      F32 (y), M, Cin, Cout, K, T, stride, groups, next, PRIV (be)->stream),
+                                      F32 (y), M, Cin, Cout, K, T, stride, groups, next, STREAM (be)),
            "conv_transpose1d");
   g_mutex_unlock (&PRIV (be)->scratch_lock);
 }
@@ -481,7 +520,7 @@ cuda_vq_encode (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTen
   enter (be);
   check (be,
          ppx_cuda_vq_encode (F32 (codebooks), F32 (r), I32 (codes), code_off, code_stride, M, ncb, bins, dim,
-                             PRIV (be)->stream),
+                             STREAM (be)),
          "vq_encode");
 }
 
@@ -492,7 +531,7 @@ cuda_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *cod
   enter (be);
   check (be,
          ppx_cuda_vq_decode (F32 (codebooks), I32 (codes), code_off, code_stride, F32 (y), M, ncb, bins, dim,
-                             PRIV (be)->stream),
+                             STREAM (be)),
          "vq_decode");
 }
 
@@ -506,7 +545,7 @@ cuda_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, 
   if (scratch)
     check (be,
            ppx_cuda_sample (F32 (logits), V, I32 (tokens), tok_off, tok_stride, (const uint32_t *) params->data,
-                            stream, M, scratch, PRIV (be)->stream),
+                            stream, M, scratch, STREAM (be)),
            "sample");
   g_mutex_unlock (&PRIV (be)->scratch_lock);
 }
@@ -516,8 +555,141 @@ cuda_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const
                    int fstride, int M)
 {
   enter (be);
-  check (be, ppx_cuda_force_tokens (I32 (tokens), off, stride, I32 (forced), foff, fstride, M, PRIV (be)->stream),
+  check (be, ppx_cuda_force_tokens (I32 (tokens), off, stride, I32 (forced), foff, fstride, M, STREAM (be)),
          "force_tokens");
+}
+
+static void
+cuda_lmgen_prepare (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                    const PpxTensor *codes, int code_off, int code_stride, PpxTensor *ids, PpxTensor *forced,
+                    PpxTensor *pos, PpxTensor *params, int M)
+{
+  enter (be);
+  check (be,
+         ppx_cuda_lmgen_prepare (d, I32 (state), (int) (state->n / PPX_LMGEN_STATE), I32 (slot), I32 (codes), code_off,
+                                 code_stride, I32 (ids), I32 (forced), I32 (pos), I32 (params), M, STREAM (be)),
+         "lmgen_prepare");
+}
+
+static void
+cuda_lmgen_finish (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                   const PpxTensor *sampled, PpxTensor *out, int out_stride, int M)
+{
+  enter (be);
+  check (be,
+         ppx_cuda_lmgen_finish (d, I32 (state), (int) (state->n / PPX_LMGEN_STATE), I32 (slot), I32 (sampled),
+                                I32 (out), out_stride, M, STREAM (be)),
+         "lmgen_finish");
+}
+
+static void
+cuda_positions (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M, int T)
+{
+  enter (be);
+  check (be, ppx_cuda_positions (I32 (offsets), I32 (pos), M, T, STREAM (be)), "positions");
+}
+
+/* ---- graphs: stream capture on the capture stream, replay on the backend's stream ---- */
+
+static gboolean
+cuda_graph_begin (PpxBackend *be, GError **error)
+{
+  CudaPriv *p = PRIV (be);
+  if (tls_recording) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "CUDA backend: this thread records a graph already");
+    return FALSE;
+  }
+  enter (be);
+  g_mutex_lock (&p->capture_lock); /* one recording at a time: the capture stream and fields are shared */
+  int e = p->capture_stream ? 0 : ppx_cuda_stream_create (&p->capture_stream);
+  if (!e) {
+    g_mutex_lock (&p->scratch_lock);
+    p->capture_epoch = p->scratch_epoch;
+    p->capture_need = 0;
+    g_mutex_unlock (&p->scratch_lock);
+    g_array_set_size (p->capture_rope, 0);
+    e = ppx_cuda_capture_begin (p->capture_stream);
+  }
+  if (e) {
+    g_mutex_unlock (&p->capture_lock);
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): cannot record a graph: %s",
+                 p->device, ppx_cuda_error_string (e));
+    return FALSE;
+  }
+  tls_recording = be;
+  return TRUE;
+}
+
+static PpxGraph *
+cuda_graph_end (PpxBackend *be, GError **error)
+{
+  CudaPriv *p = PRIV (be);
+  if (tls_recording != be) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "CUDA backend: this thread records no graph on this backend");
+    return NULL;
+  }
+  enter (be);
+  void *exec = NULL;
+  size_t nodes = 0;
+  const int e = ppx_cuda_capture_end (p->capture_stream, &exec, &nodes);
+  tls_recording = NULL;
+  /* what the recorded ops could not allocate is allocated now, so the next recording succeeds */
+  for (guint i = 0; i < p->capture_rope->len; i++) {
+    const RopeTable *t = &g_array_index (p->capture_rope, RopeTable, i);
+    rope_freqs (be, t->Dh, t->max_period);
+  }
+  const gboolean rope_missing = p->capture_rope->len > 0;
+  g_array_set_size (p->capture_rope, 0);
+  g_mutex_lock (&p->scratch_lock);
+  const gsize need = p->capture_need;
+  const gboolean moved = p->scratch_epoch != p->capture_epoch;
+  if (need > p->scratch_bytes)
+    scratch_get (be, need);
+  const guint64 epoch = p->scratch_epoch;
+  g_mutex_unlock (&p->scratch_lock);
+  g_mutex_unlock (&p->capture_lock);
+  if (e) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): recording a graph failed: %s",
+                 p->device, ppx_cuda_error_string (e));
+    return NULL;
+  }
+  if (need > 0 || rope_missing || moved) {
+    ppx_cuda_graph_destroy (exec);
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
+                 "CUDA backend (GPU %d): the graph's ops needed %s; allocated now, record again", p->device,
+                 moved ? "scratch memory that moved during the recording" : rope_missing ? "RoPE tables" : "more scratch memory");
+    return NULL;
+  }
+  CudaGraph *g = g_new0 (CudaGraph, 1);
+  g->g.be = be;
+  g->g.nodes = nodes;
+  g->g.priv = g;
+  g->exec = exec;
+  g->epoch = epoch;
+  return &g->g;
+}
+
+static gboolean
+cuda_graph_launch (PpxBackend *be, PpxGraph *graph)
+{
+  CudaPriv *p = PRIV (be);
+  CudaGraph *g = graph->priv;
+  enter (be);
+  g_mutex_lock (&p->scratch_lock); /* the scratch buffer cannot move between the check and the launch */
+  const gboolean fresh = g->epoch == p->scratch_epoch;
+  if (fresh)
+    check (be, ppx_cuda_graph_launch (g->exec, STREAM (be)), "graph launch");
+  g_mutex_unlock (&p->scratch_lock);
+  return fresh;
+}
+
+static void
+cuda_graph_free (PpxGraph *graph)
+{
+  CudaGraph *g = graph->priv;
+  enter (graph->be);
+  check (graph->be, ppx_cuda_graph_destroy (g->exec), "graph free");
+  g_free (g);
 }
 
 static const PpxBackendOps cuda_ops = {
@@ -551,6 +723,13 @@ static const PpxBackendOps cuda_ops = {
   .vq_decode = cuda_vq_decode,
   .sample = cuda_sample,
   .force_tokens = cuda_force_tokens,
+  .lmgen_prepare = cuda_lmgen_prepare,
+  .lmgen_finish = cuda_lmgen_finish,
+  .positions = cuda_positions,
+  .graph_begin = cuda_graph_begin,
+  .graph_end = cuda_graph_end,
+  .graph_launch = cuda_graph_launch,
+  .graph_free = cuda_graph_free,
 };
 
 gboolean
@@ -583,7 +762,9 @@ ppx_backend_cuda_new (int device, GError **error)
   g_mutex_init (&p->scratch_lock);
   g_mutex_init (&p->rope_lock);
   g_mutex_init (&p->linear_lock);
+  g_mutex_init (&p->capture_lock);
   p->rope_tables = g_array_new (FALSE, FALSE, sizeof (RopeTable));
+  p->capture_rope = g_array_new (FALSE, FALSE, sizeof (RopeTable));
   if ((e = ppx_cuda_set_device (device)) || (e = ppx_cuda_device_name (device, p->device_name, sizeof p->device_name,
                                                                         NULL)) ||
       (e = ppx_cuda_stream_create (&p->stream))) {
@@ -592,7 +773,9 @@ ppx_backend_cuda_new (int device, GError **error)
     g_mutex_clear (&p->scratch_lock);
     g_mutex_clear (&p->rope_lock);
     g_mutex_clear (&p->linear_lock);
+    g_mutex_clear (&p->capture_lock);
     g_array_free (p->rope_tables, TRUE);
+    g_array_free (p->capture_rope, TRUE);
     g_free (p);
     return NULL;
   }

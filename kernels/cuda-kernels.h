@@ -10,6 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lmgen-state.h"
+#include "sample-params.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -108,6 +111,24 @@ int ppx_cuda_vq_decode (const float *codebooks, const int32_t *codes, int code_o
 size_t ppx_cuda_sample_scratch_bytes (int M, int V);
 int ppx_cuda_sample (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *params,
                      int stream_index, int M, void *scratch, void *stream);
+
+/* ---- LMGen on the device and streaming positions (cuda-lmgen.cu) ---- */
+/* state: [n_slots, PPX_LMGEN_STATE]; one thread per row (ppx_op_lmgen_prepare/finish). */
+int ppx_cuda_lmgen_prepare (const PpxLmgenDims *d, int32_t *state, int n_slots, const int32_t *slot,
+                            const int32_t *codes, int code_off, int code_stride, int32_t *ids, int32_t *forced,
+                            int32_t *pos, int32_t *params, int M, void *stream);
+int ppx_cuda_lmgen_finish (const PpxLmgenDims *d, int32_t *state, int n_slots, const int32_t *slot,
+                           const int32_t *sampled, int32_t *out, int out_stride, int M, void *stream);
+int ppx_cuda_positions (int32_t *offsets, int32_t *pos, int M, int T, void *stream);
+
+/* ---- graphs (cuda-runtime.cu) ---- */
+/* Starts capturing `stream` (thread-local mode: other threads' CUDA calls are not affected). */
+int ppx_cuda_capture_begin (void *stream);
+/* Ends the capture and instantiates it: *exec (a cudaGraphExec_t) and its node count. On failure *exec is
+ * NULL and the error is returned (a capture invalidated by a forbidden call included). */
+int ppx_cuda_capture_end (void *stream, void **exec, size_t *nodes);
+int ppx_cuda_graph_launch (void *exec, void *stream);
+int ppx_cuda_graph_destroy (void *exec);
 
 #ifdef __cplusplus
 }

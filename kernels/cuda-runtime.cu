@@ -116,3 +116,50 @@ ppx_cuda_copy_d2d (void *dst, const void *src, size_t bytes, void *stream)
 {
   return (int) cudaMemcpyAsync (dst, src, bytes, cudaMemcpyDeviceToDevice, PPX_CUDA_STREAM (stream));
 }
+
+/* ---- graphs ---- */
+
+extern "C" int
+ppx_cuda_capture_begin (void *stream)
+{
+  return (int) cudaStreamBeginCapture (PPX_CUDA_STREAM (stream), cudaStreamCaptureModeThreadLocal);
+}
+
+extern "C" int
+ppx_cuda_capture_end (void *stream, void **exec, size_t *nodes)
+{
+  cudaGraph_t graph = NULL;
+  *exec = NULL;
+  *nodes = 0;
+  cudaError_t e = cudaStreamEndCapture (PPX_CUDA_STREAM (stream), &graph);
+  if (e != cudaSuccess) {
+    if (graph)
+      cudaGraphDestroy (graph);
+    cudaGetLastError (); /* an invalidated capture is not sticky */
+    return (int) e;
+  }
+  size_t n = 0;
+  cudaGraphGetNodes (graph, NULL, &n);
+  cudaGraphExec_t x = NULL;
+  e = cudaGraphInstantiate (&x, graph, 0);
+  cudaGraphDestroy (graph);
+  if (e != cudaSuccess) {
+    cudaGetLastError ();
+    return (int) e;
+  }
+  *exec = (void *) x;
+  *nodes = n;
+  return 0;
+}
+
+extern "C" int
+ppx_cuda_graph_launch (void *exec, void *stream)
+{
+  return (int) cudaGraphLaunch ((cudaGraphExec_t) exec, PPX_CUDA_STREAM (stream));
+}
+
+extern "C" int
+ppx_cuda_graph_destroy (void *exec)
+{
+  return (int) cudaGraphExecDestroy ((cudaGraphExec_t) exec);
+}

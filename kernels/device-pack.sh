@@ -1,8 +1,8 @@
 #!/bin/sh
 # Packs what the CUDA tests need on a GPU machine that has the NVIDIA driver but none of this project's
-# build dependencies: the test binaries (test-backend-cuda and, when built, test-engine; built here with
-# nvcc), the shared libraries they load (all but the C library itself), the golden tiny model and the
-# speech clips. Usage: kernels/device-pack.sh BUILD_DIR OUT_DIR
+# build dependencies: the test binaries (test-backend-cuda, test-gpu-tick and, when built, test-engine;
+# built here with nvcc), the shared libraries they load (all but the C library itself), the golden tiny model
+# and the speech clips. Usage: kernels/device-pack.sh BUILD_DIR OUT_DIR
 # (OUT_DIR must match an ignored pattern, e.g. build-cudarun). Then on the GPU machine:
 #   sh OUT_DIR/device-check.sh OUT_DIR
 set -eu
@@ -12,8 +12,8 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 golden=${PPX_GOLDEN_DIR:-$src/../shared/golden/tiny}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/golden"
-# the op tests, and the batched engine's test when it is built
-for test in test-backend-cuda test-engine; do
+# the op tests, the GPU tick's test, and the batched engine's test when they are built
+for test in test-backend-cuda test-gpu-tick test-engine; do
   [ -x "$build/tests/$test" ] || continue
   cp "$build/tests/$test" "$out/bin/"
   ldd "$build/tests/$test" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do

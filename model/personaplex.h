@@ -133,6 +133,8 @@ typedef struct {
   int max_sessions;       /* slots; <= 0: as many as fit in 90 % of the memory free at creation (at most 1024 on
                            * a GPU, 64 on the CPU; docs/engine.md) */
   PpxKvFormat kv_format;
+  gboolean no_cuda_graphs; /* TRUE: never replay ticks as CUDA graphs (for comparisons; the environment
+                            * variable PPX_CUDA_GRAPHS=0 does the same for every engine) */
 } PpxEngineParams;
 
 void ppx_engine_params_init (PpxEngineParams *p);
@@ -164,6 +166,20 @@ gboolean ppx_engine_step (PpxEngine *engine, PpxSession *const *sessions, int n,
 /* Wall time of the last tick in ms and how many sessions it stepped. */
 double ppx_engine_last_tick_ms (const PpxEngine *engine);
 int ppx_engine_last_batch_size (const PpxEngine *engine);
+/* How the ticks ran (docs/engine.md, "The GPU tick"). */
+typedef struct {
+  guint64 ticks;        /* ticks run */
+  guint64 graph_ticks;  /* ticks replayed as one CUDA graph */
+  guint64 padded_ticks; /* ticks padded to a batch-size bucket (with or without a graph) */
+  int graphs;           /* graphs held: one per bucket used */
+  guint64 graph_nodes;  /* operations (kernels and copies) in the last graph recorded */
+  int last_rows;        /* rows of the last tick, padding included */
+  /* what the last tick asked of the backend: ops enqueued one by one (on a GPU about one kernel launch or
+   * copy each; 0 for a graph replay), uploads and downloads (each download waits for the device); other
+   * engines working on the same model at the same time are counted too */
+  guint64 last_ops, last_uploads, last_downloads;
+} PpxEngineTickStats;
+void ppx_engine_tick_stats (PpxEngine *engine, PpxEngineTickStats *stats);
 
 /* The Mimi checkpoint of a model directory: DIR/tokenizer-e351c8d8-checkpoint125.safetensors, else another
  * DIR/tokenizer-*.safetensors, else DIR/mimi.safetensors; the published name when none exists (for the

@@ -331,31 +331,13 @@ bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error)
 
 /* ---- the whole session ---- */
 
-gboolean
-bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
+/* B sessions stepped `warmup + frames` ticks (batched: one engine of B slots, one tick per frame, CUDA graphs
+ * unless no_graphs; sequential: B sessions with engines of their own, stepped one after another). */
+static gboolean
+session_ticks (const BenchSetup *s, PpxModel *model, gboolean no_graphs, const char *name, BenchReport *r,
+               BenchMemory *mem, GError **error)
 {
   const int B = s->batch;
-  phase_begin (r);
-  PpxModelParams mp;
-  ppx_model_params_init (&mp);
-  mp.model_dir = s->model_dir;
-  if (!s->model_dir) {
-    mp.lm_file = s->lm_path;
-    mp.mimi_file = s->mimi_path;
-    mp.config_json = s->config_path;
-  }
-  mp.quantization = s->quantization;
-  mp.backend = s->backend;
-  mp.n_threads = s->threads;
-  mp.device = s->device;
-  double t0 = bench_now_ms ();
-  PpxModel *model = ppx_model_load (&mp, error);
-  if (!model)
-    return FALSE;
-  bench_report_add_load (r, "model", "ppx_model_load: Mimi + LM (+ tokenizer)", bench_now_ms () - t0);
-  BenchMemory *mem = bench_report_add_memory (r, "session");
-  mem->weight_bytes = ppx_model_weight_bytes (model);
-
   /* batched: one engine of B slots, one tick per frame; sequential: B sessions with engines of their own,
    * stepped one after another */
   PpxEngine *engine = NULL;
@@ -365,6 +347,7 @@ bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
     ppx_engine_params_init (&ep);
     ep.max_sessions = B;
     ep.kv_format = s->kv_format;
+    ep.no_cuda_graphs = no_graphs;
     ok = (engine = ppx_engine_new (model, &ep, error)) != NULL;
   }
   PpxSession **sessions = g_new0 (PpxSession *, B);
@@ -382,8 +365,9 @@ bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
   if (ok) {
     mem->state_bytes = engine ? ppx_engine_session_bytes (engine) : ppx_engine_session_bytes (ppx_session_engine (sessions[0]));
     mem->state_known = TRUE;
-    bench_report_add_load (r, "session-new", "per session: state + the silence prompts (12 temporal-only steps)",
-                           new_ms / B);
+    if (!no_graphs || s->cuda_graphs == BENCH_GRAPHS_OFF) /* once */
+      bench_report_add_load (r, "session-new", "per session: state + the silence prompts (12 temporal-only steps)",
+                             new_ms / B);
     for (int i = 0; i < B; i++)
       bench_fill_context (ppx_session_lmgen (sessions[i]), s->context);
     const int fs = ppx_model_frame_size (model), sr = ppx_model_sample_rate (model);
@@ -409,11 +393,21 @@ bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
       if (f >= s->warmup)
         ms[f - s->warmup] = bench_now_ms () - a;
     }
-    if (ok)
-      bench_report_add_component (r, "session-step", "session",
-                                  engine ? "ppx_engine_step: encode + LM step + decode, all sessions as one batch"
-                                         : "ppx_session_step: encode + LM step + decode, one session after another",
-                                  B, ms, s->frames);
+    if (ok && engine) {
+      PpxEngineTickStats st;
+      ppx_engine_tick_stats (engine, &st);
+      g_autofree char *note = g_strdup_printf (
+        "ppx_engine_step: encode + LM step + decode, all sessions as one batch (%d rows a tick); %" G_GUINT64_FORMAT
+        " of %" G_GUINT64_FORMAT " ticks replayed as a CUDA graph (%" G_GUINT64_FORMAT " operations)%s; the last "
+        "tick: %" G_GUINT64_FORMAT " ops one by one, %" G_GUINT64_FORMAT " uploads, %" G_GUINT64_FORMAT " downloads",
+        st.last_rows, st.graph_ticks, st.ticks, st.graph_nodes, no_graphs ? "; graphs off" : "", st.last_ops,
+        st.last_uploads, st.last_downloads);
+      bench_report_add_component (r, name, "session", note, B, ms, s->frames);
+    } else if (ok) {
+      bench_report_add_component (r, name, "session",
+                                  "ppx_session_step: encode + LM step + decode, one session after another", B, ms,
+                                  s->frames);
+    }
     g_free (in);
     g_free (out);
     g_free (ins);
@@ -421,11 +415,44 @@ bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
     g_free (res);
     g_free (ms);
   }
-  phase_end (mem);
   for (int i = 0; i < B; i++)
     ppx_session_free (sessions[i]);
   g_free (sessions);
   ppx_engine_unref (engine);
+  return ok;
+}
+
+gboolean
+bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
+{
+  phase_begin (r);
+  PpxModelParams mp;
+  ppx_model_params_init (&mp);
+  mp.model_dir = s->model_dir;
+  if (!s->model_dir) {
+    mp.lm_file = s->lm_path;
+    mp.mimi_file = s->mimi_path;
+    mp.config_json = s->config_path;
+  }
+  mp.quantization = s->quantization;
+  mp.backend = s->backend;
+  mp.n_threads = s->threads;
+  mp.device = s->device;
+  double t0 = bench_now_ms ();
+  PpxModel *model = ppx_model_load (&mp, error);
+  if (!model)
+    return FALSE;
+  bench_report_add_load (r, "model", "ppx_model_load: Mimi + LM (+ tokenizer)", bench_now_ms () - t0);
+  BenchMemory *mem = bench_report_add_memory (r, "session");
+  mem->weight_bytes = ppx_model_weight_bytes (model);
+
+  gboolean ok = TRUE;
+  const int modes = s->sequential ? 1 : s->cuda_graphs == BENCH_GRAPHS_BOTH ? 2 : 1;
+  for (int mode = 0; ok && mode < modes; mode++) {
+    const gboolean no_graphs = s->cuda_graphs == BENCH_GRAPHS_OFF || mode == 1;
+    ok = session_ticks (s, model, no_graphs, mode == 1 ? "session-step-no-graphs" : "session-step", r, mem, error);
+  }
+  phase_end (mem);
   ppx_model_unref (model);
   return ok;
 }

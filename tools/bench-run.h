@@ -30,7 +30,10 @@ typedef struct {
   gboolean sequential;     /* step the sessions one after another (the cost before the batched engine) */
   PpxKvFormat kv_format;   /* the KV caches of the LM and session phases (resolved: not AUTO) */
   gint64 context;          /* LM position every session is put at before the warm-up (--context) */
+  int cuda_graphs;         /* BENCH_GRAPHS_*: the batched session phase with CUDA graphs, without, or both */
 } BenchSetup;
+
+enum { BENCH_GRAPHS_ON, BENCH_GRAPHS_OFF, BENCH_GRAPHS_BOTH };
 
 /* The backend of the given kind, chosen as ppx_model_load() does: CUDA when asked for (a clear error
  * without CUDA or a GPU), or for auto when a GPU is usable; the CPU otherwise. */

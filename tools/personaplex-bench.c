@@ -3,7 +3,8 @@
  *   personaplex-bench (--model-dir DIR | --random-weights tiny|mid|full)
  *                     [--component all|mimi|lm|session] [--quantization auto|bf16|int8|int4]
  *                     [--backend auto|cpu|cuda] [--device N] [--batch N] [--sequential] [--frames N] [--warmup N]
- *                     [--kv-cache-format auto|f32|bf16|fp8] [--context N] [--threads N] [--seed N] [--json]
+ *                     [--kv-cache-format auto|f32|bf16|fp8] [--context N] [--sweep LIST [--sweep-kv LIST]]
+ *                     [--threads N] [--seed N] [--cuda-graphs on|off|both] [--json]
  *   personaplex-bench ... --measure-load [--load-repeats N] [--prequantized-dir DIR ...]
  *
  * Prints the machine and build, the load times, per component the mean/p50/p95/p99/max time of one frame
@@ -14,7 +15,9 @@
  * figures of a long conversation; bench-run.h says how).
  * --random-weights makes the checkpoints in memory (memfd), only those the components need; with
  * --quantization int8|int4 the LM is made pre-quantized, so a full-size LM fits (int4 about 5 GB).
- * --measure-load times LM loads instead: bf16 as stored, quantized at load, and pre-quantized. */
+ * --measure-load times LM loads instead: bf16 as stored, quantized at load, and pre-quantized.
+ * --cuda-graphs both measures the batched session phase with the engine's CUDA graphs (session-step) and
+ * without them (session-step-no-graphs); the notes say how many ticks replayed a graph of how many ops. */
 #include "bench-measure.h"
 #include "engine-internal.h"
 #include "random-model.h"
@@ -33,14 +36,15 @@
 #define LM_FILE "model.safetensors"
 
 typedef struct {
-  char *model_dir, *random_size, *component, *quantization, *backend, *kv_cache_format, *sweep, *sweep_kv;
+  char *model_dir, *random_size, *component, *quantization, *backend, *kv_cache_format, *sweep, *sweep_kv,
+    *cuda_graphs;
   char **prequantized_dirs;
   int batch, frames, warmup, threads, device, load_repeats;
   gint64 seed, context;
   gboolean json, measure_load, sequential;
-  int component_id, quant_id, backend_id, kv_id; /* the parsed names */
-  int sweep_batches[64], n_sweep;                 /* --sweep, parsed */
-  PpxKvFormat sweep_kvs[8];                       /* --sweep-kv, parsed (resolved) */
+  int component_id, quant_id, backend_id, kv_id, graphs_id; /* the parsed names */
+  int sweep_batches[64], n_sweep;                            /* --sweep, parsed */
+  PpxKvFormat sweep_kvs[8];                                  /* --sweep-kv, parsed (resolved) */
   int n_sweep_kv;
 } Options;
 
@@ -56,6 +60,8 @@ static const Choice backend_choices[] = {
 enum { COMP_ALL, COMP_MIMI, COMP_LM, COMP_SESSION };
 static const Choice component_choices[] = {
   {"all", COMP_ALL}, {"mimi", COMP_MIMI}, {"lm", COMP_LM}, {"session", COMP_SESSION}, {NULL, 0}};
+static const Choice graphs_choices[] = {
+  {"on", BENCH_GRAPHS_ON}, {"off", BENCH_GRAPHS_OFF}, {"both", BENCH_GRAPHS_BOTH}, {NULL, 0}};
 static const Choice size_choices[] = {{"tiny", 0}, {"mid", 1}, {"full", 2}, {NULL, 0}};
 static const Choice kv_choices[] = {
   {"auto", PPX_KV_AUTO}, {"f32", PPX_KV_F32}, {"bf16", PPX_KV_BF16}, {"fp8", PPX_KV_FP8}, {NULL, 0}};
@@ -105,6 +111,8 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     {"device", 'd', 0, G_OPTION_ARG_INT, &o->device, "GPU index for the CUDA backend (default 0)", "N"},
     {"seed", 's', 0, G_OPTION_ARG_INT64, &o->seed, "Seed of the random weights and of sampling (default 0)", "N"},
     {"json", 'j', 0, G_OPTION_ARG_NONE, &o->json, "Machine-readable output (JSON on stdout)", NULL},
+    {"cuda-graphs", 0, 0, G_OPTION_ARG_STRING, &o->cuda_graphs,
+     "Batched ticks replayed as CUDA graphs: on (default), off, or both (measured one after the other)", "MODE"},
     {"measure-load", 0, 0, G_OPTION_ARG_NONE, &o->measure_load,
      "Time LM loads (bf16, quantized at load, pre-quantized) instead of frames", NULL},
     {"load-repeats", 0, 0, G_OPTION_ARG_INT, &o->load_repeats, "Loads per variant with --measure-load (default 3)", "N"},
@@ -150,6 +158,7 @@ parse_options (int argc, char **argv, Options *o, GError **error)
          pick (quant_choices, "quantization", o->quantization ? o->quantization : "auto", &o->quant_id, error) &&
          pick (backend_choices, "backend", o->backend ? o->backend : "auto", &o->backend_id, error) &&
          pick (kv_choices, "kv-cache-format", o->kv_cache_format ? o->kv_cache_format : "auto", &o->kv_id, error) &&
+         pick (graphs_choices, "cuda-graphs", o->cuda_graphs ? o->cuda_graphs : "on", &o->graphs_id, error) &&
          (!o->random_size || pick (size_choices, "random-weights", o->random_size, &size_id, error)) &&
          (!o->sweep || bench_parse_batches (o->sweep, o->sweep_batches, G_N_ELEMENTS (o->sweep_batches), &o->n_sweep,
                                             error)) &&
@@ -315,7 +324,8 @@ run (const Options *o, BenchReport *r, GError **error)
 
   BenchSetup s = {.backend = backend, .quantization = quant, .threads = o->threads, .device = o->device, .batch = o->batch,
                   .frames = o->frames, .warmup = o->warmup, .seed = (guint64) o->seed, .sequential = o->sequential,
-                  .kv_format = ppx_engine_resolve_kv ((PpxKvFormat) o->kv_id), .context = o->context};
+                  .kv_format = ppx_engine_resolve_kv ((PpxKvFormat) o->kv_id), .context = o->context,
+                  .cuda_graphs = o->graphs_id};
   r->cpu = bench_cpu_model ();
   r->cores = bench_cpu_cores ();
   r->load_average = bench_load_average ();
@@ -418,6 +428,7 @@ main (int argc, char **argv)
   g_free (o.kv_cache_format);
   g_free (o.sweep);
   g_free (o.sweep_kv);
+  g_free (o.cuda_graphs);
   g_strfreev (o.prequantized_dirs);
   return ok ? 0 : 1;
 }

@@ -218,6 +218,9 @@ static const PpxBackendOps cpu_ops = {
   .vq_decode = ppx_cpu_vq_decode,
   .sample = ppx_cpu_sample,
   .force_tokens = ppx_cpu_force_tokens,
+  .lmgen_prepare = ppx_cpu_lmgen_prepare,
+  .lmgen_finish = ppx_cpu_lmgen_finish,
+  .positions = ppx_cpu_positions,
 };
 
 PpxBackend *

@@ -26,6 +26,13 @@ void ppx_cpu_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *
                      const PpxTensor *params, int stream, int M);
 void ppx_cpu_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
                            int fstride, int M);
+/* backend-cpu-lmgen.c */
+void ppx_cpu_lmgen_prepare (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                            const PpxTensor *codes, int code_off, int code_stride, PpxTensor *ids, PpxTensor *forced,
+                            PpxTensor *pos, PpxTensor *params, int M);
+void ppx_cpu_lmgen_finish (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                           const PpxTensor *sampled, PpxTensor *out, int out_stride, int M);
+void ppx_cpu_positions (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M, int T);
 /* backend-cpu-linear.c */
 gboolean ppx_cpu_weight_init (PpxBackend *be, PpxWeight *w, const PpxWeightDesc *d, GError **error);
 void ppx_cpu_weight_release (PpxBackend *be, PpxWeight *w);

@@ -52,11 +52,23 @@ typedef struct {
                   const PpxTensor *params, int stream, int M);
   void (*force_tokens) (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
                         int fstride, int M);
+  void (*lmgen_prepare) (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                         const PpxTensor *codes, int code_off, int code_stride, PpxTensor *ids, PpxTensor *forced,
+                         PpxTensor *pos, PpxTensor *params, int M);
+  void (*lmgen_finish) (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                        const PpxTensor *sampled, PpxTensor *out, int out_stride, int M);
+  void (*positions) (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M, int T);
+  /* graphs (backend.h); NULL where not supported */
+  gboolean (*graph_begin) (PpxBackend *be, GError **error);
+  PpxGraph *(*graph_end) (PpxBackend *be, GError **error);
+  gboolean (*graph_launch) (PpxBackend *be, PpxGraph *g);
+  void (*graph_free) (PpxGraph *g);
 } PpxBackendOps;
 
 struct PpxBackend {
   const PpxBackendOps *ops;
   guint64 allocated;
+  PpxBackendCounters counters; /* backend.c counts what goes through the vtable */
   int n_threads;
   void *priv;
 };
@@ -83,6 +95,13 @@ ppx_kv_scale_offset (gsize n_values)
 {
   return (n_values + 15) & ~(gsize) 15;
 }
+
+/* A recorded graph: the backend that made it and its own data (CUDA: the executable graph). */
+struct PpxGraph {
+  PpxBackend *be;
+  gsize nodes;
+  void *priv;
+};
 
 struct PpxWeight {
   PpxBackend *be;

@@ -39,6 +39,18 @@ ppx_weight_desc_bytes (const PpxWeightDesc *d, gsize *scale_bytes)
   return 0;
 }
 
+/* The counters of ppx_backend_counters (relaxed atomics: ops may come from several threads). */
+#define COUNT(be, field) __atomic_add_fetch (&(be)->counters.field, 1, __ATOMIC_RELAXED)
+
+void
+ppx_backend_counters (const PpxBackend *be, PpxBackendCounters *c)
+{
+  c->n_ops = __atomic_load_n (&be->counters.n_ops, __ATOMIC_RELAXED);
+  c->n_uploads = __atomic_load_n (&be->counters.n_uploads, __ATOMIC_RELAXED);
+  c->n_downloads = __atomic_load_n (&be->counters.n_downloads, __ATOMIC_RELAXED);
+  c->n_graph_launches = __atomic_load_n (&be->counters.n_graph_launches, __ATOMIC_RELAXED);
+}
+
 void
 ppx_backend_free (PpxBackend *be)
 {
@@ -157,6 +169,7 @@ ppx_tensor_upload (PpxTensor *t, gsize off, const void *host, gsize n)
 {
   g_return_if_fail (off + n <= t->n);
   const gsize es = ppx_tensor_type_size (t->type);
+  COUNT (t->be, n_uploads);
   t->be->ops->upload (t->be, (char *) t->data + off * es, host, n * es);
 }
 
@@ -165,18 +178,21 @@ ppx_tensor_download (PpxTensor *t, gsize off, void *host, gsize n)
 {
   g_return_if_fail (off + n <= t->n);
   const gsize es = ppx_tensor_type_size (t->type);
+  COUNT (t->be, n_downloads);
   t->be->ops->download (t->be, host, (const char *) t->data + off * es, n * es);
 }
 
 void
 ppx_tensor_upload_raw (PpxTensor *t, const void *host)
 {
+  COUNT (t->be, n_uploads);
   t->be->ops->upload (t->be, t->data, host, ppx_tensor_bytes (t));
 }
 
 void
 ppx_tensor_download_raw (PpxTensor *t, void *host)
 {
+  COUNT (t->be, n_downloads);
   t->be->ops->download (t->be, host, t->data, ppx_tensor_bytes (t));
 }
 
@@ -191,6 +207,7 @@ void
 ppx_tensor_fill (PpxTensor *t, float value)
 {
   g_return_if_fail (plain (t));
+  COUNT (t->be, n_ops);
   t->be->ops->fill (t->be, t, value);
 }
 
@@ -202,6 +219,7 @@ ppx_tensor_copy2d (PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *src, 
     return;
   g_return_if_fail (plain (dst) && plain (src));
   g_return_if_fail (doff + (rows - 1) * dld + cols <= dst->n && soff + (rows - 1) * sld + cols <= src->n);
+  COUNT (dst->be, n_ops);
   dst->be->ops->copy2d (dst->be, dst, doff, dld, src, soff, sld, rows, cols);
 }
 
@@ -279,6 +297,7 @@ ppx_op_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx
                gboolean accumulate)
 {
   g_return_if_fail (plain (x) && plain (y));
+  COUNT (be, n_ops);
   be->ops->linear (be, w, x, ldx, y, ldy, M, accumulate);
 }
 
@@ -287,6 +306,7 @@ ppx_op_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int 
               PpxTensor *out, int M, gboolean accumulate)
 {
   g_return_if_fail (plain (ids) && plain (out));
+  COUNT (be, n_ops);
   be->ops->embed (be, table, ids, id_index, id_stride, out, M, accumulate);
 }
 
@@ -294,6 +314,7 @@ void
 ppx_op_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n)
 {
   g_return_if_fail (plain (x) && plain (y));
+  COUNT (be, n_ops);
   be->ops->act (be, act, x, y, n);
 }
 
@@ -301,6 +322,7 @@ void
 ppx_op_add (PpxBackend *be, const PpxTensor *a, const PpxTensor *b, PpxTensor *y, gsize n)
 {
   g_return_if_fail (plain (a) && plain (b) && plain (y));
+  COUNT (be, n_ops);
   be->ops->add (be, a, b, y, n);
 }
 
@@ -308,6 +330,7 @@ void
 ppx_op_add_scaled (PpxBackend *be, const PpxTensor *x, const PpxTensor *gamma, PpxTensor *y, gsize rows, gsize D)
 {
   g_return_if_fail (plain (x) && plain (gamma) && plain (y));
+  COUNT (be, n_ops);
   be->ops->add_scaled (be, x, gamma, y, rows, D);
 }
 
@@ -315,6 +338,7 @@ void
 ppx_op_silu_gate (PpxBackend *be, const PpxTensor *h, PpxTensor *u, gsize rows, gsize H)
 {
   g_return_if_fail (plain (h) && plain (u));
+  COUNT (be, n_ops);
   be->ops->silu_gate (be, h, u, rows, H);
 }
 
@@ -323,6 +347,7 @@ ppx_op_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxT
                 float eps)
 {
   g_return_if_fail (plain (x) && plain (alpha) && plain (y));
+  COUNT (be, n_ops);
   be->ops->rmsnorm (be, x, alpha, y, rows, D, eps);
 }
 
@@ -331,6 +356,7 @@ ppx_op_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const 
                   gsize rows, gsize D, float eps)
 {
   g_return_if_fail (plain (x) && plain (w) && plain (b) && plain (y));
+  COUNT (be, n_ops);
   be->ops->layernorm (be, x, w, b, y, rows, D, eps);
 }
 
@@ -338,6 +364,7 @@ void
 ppx_op_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize A, gsize B)
 {
   g_return_if_fail (plain (x) && plain (y));
+  COUNT (be, n_ops);
   be->ops->transpose (be, x, y, M, A, B);
 }
 
@@ -345,6 +372,7 @@ void
 ppx_op_rope (PpxBackend *be, PpxTensor *qkv, const PpxTensor *pos, gsize rows, int H, int Dh, float max_period)
 {
   g_return_if_fail (plain (qkv) && plain (pos));
+  COUNT (be, n_ops);
   be->ops->rope (be, qkv, pos, rows, H, Dh, max_period);
 }
 
@@ -375,6 +403,7 @@ ppx_op_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, co
   g_return_if_fail (plain (qkv) && plain (pos) && plain (kv_slot) && plain (out));
   g_return_if_fail (kv_cache_fits (kcache, cap, H, Dh) && kv_cache_fits (vcache, cap, H, Dh) &&
                     kcache->type == vcache->type);
+  COUNT (be, n_ops);
   be->ops->attention (be, qkv, pos, kv_slot, kcache, vcache, out, M, T, H, Dh, cap, context);
 }
 
@@ -383,6 +412,7 @@ ppx_op_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const 
                PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
 {
   g_return_if_fail (plain (w) && plain (bias) && plain (x) && plain (prev) && plain (y));
+  COUNT (be, n_ops);
   be->ops->conv1d (be, w, bias, x, prev, y, M, Cin, Cout, K, Lin, stride, dilation, groups);
 }
 
@@ -392,6 +422,7 @@ ppx_op_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bi
                          int groups)
 {
   g_return_if_fail (plain (w) && plain (bias) && plain (x) && plain (partial) && plain (y));
+  COUNT (be, n_ops);
   be->ops->conv_transpose1d (be, w, bias, x, partial, y, M, Cin, Cout, K, T, stride, groups);
 }
 
@@ -400,6 +431,7 @@ ppx_op_vq_encode (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxT
                   int code_stride, int M, int ncb, int bins, int dim)
 {
   g_return_if_fail (plain (codebooks) && plain (r) && plain (codes));
+  COUNT (be, n_ops);
   be->ops->vq_encode (be, codebooks, r, codes, code_off, code_stride, M, ncb, bins, dim);
 }
 
@@ -408,6 +440,7 @@ ppx_op_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *c
                   PpxTensor *y, int M, int ncb, int bins, int dim)
 {
   g_return_if_fail (plain (codebooks) && plain (codes) && plain (y));
+  COUNT (be, n_ops);
   be->ops->vq_decode (be, codebooks, codes, code_off, code_stride, y, M, ncb, bins, dim);
 }
 
@@ -416,6 +449,7 @@ ppx_op_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens
                const PpxTensor *params, int stream, int M)
 {
   g_return_if_fail (plain (logits) && plain (tokens) && plain (params));
+  COUNT (be, n_ops);
   be->ops->sample (be, logits, V, tokens, tok_off, tok_stride, params, stream, M);
 }
 
@@ -424,7 +458,107 @@ ppx_op_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, con
                      int fstride, int M)
 {
   g_return_if_fail (plain (tokens) && plain (forced));
+  COUNT (be, n_ops);
   be->ops->force_tokens (be, tokens, off, stride, forced, foff, fstride, M);
+}
+
+static inline gboolean
+i32 (const PpxTensor *t)
+{
+  return t != NULL && t->type == PPX_TENSOR_I32;
+}
+
+void
+ppx_op_lmgen_prepare (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                      const PpxTensor *codes, int code_off, int code_stride, PpxTensor *ids, PpxTensor *forced,
+                      PpxTensor *pos, PpxTensor *params, int M)
+{
+  const gsize W = PPX_LMGEN_MAX_STREAMS;
+  if (M <= 0)
+    return;
+  g_return_if_fail (i32 (state) && i32 (slot) && i32 (codes) && i32 (ids) && i32 (forced) && i32 (pos) &&
+                    i32 (params));
+  g_return_if_fail (d->n_streams <= (int) W && d->n_streams >= 1 + 2 * d->n_user && d->dep_q < d->n_streams);
+  g_return_if_fail (slot->n >= (gsize) M && ids->n >= M * W && forced->n >= M * W && pos->n >= (gsize) M &&
+                    params->n >= (gsize) M * PPX_SAMPLE_PARAMS && state->n % PPX_LMGEN_STATE == 0);
+  g_return_if_fail (code_off >= 0 && code_stride >= 0 &&
+                    (gsize) (M - 1) * code_stride + code_off + d->n_user <= codes->n);
+  COUNT (be, n_ops);
+  be->ops->lmgen_prepare (be, d, state, slot, codes, code_off, code_stride, ids, forced, pos, params, M);
+}
+
+void
+ppx_op_lmgen_finish (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                     const PpxTensor *sampled, PpxTensor *out, int out_stride, int M)
+{
+  const gsize W = PPX_LMGEN_MAX_STREAMS;
+  if (M <= 0)
+    return;
+  g_return_if_fail (i32 (state) && i32 (slot) && i32 (sampled) && i32 (out));
+  g_return_if_fail (d->n_streams <= (int) W && d->dep_q < d->n_streams);
+  g_return_if_fail (out_stride >= (int) (W + PPX_LMGEN_STATE) && out->n >= (gsize) M * out_stride &&
+                    sampled->n >= M * W && slot->n >= (gsize) M && state->n % PPX_LMGEN_STATE == 0);
+  COUNT (be, n_ops);
+  be->ops->lmgen_finish (be, d, state, slot, sampled, out, out_stride, M);
+}
+
+void
+ppx_op_positions (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M, int T)
+{
+  if (M <= 0 || T <= 0)
+    return;
+  g_return_if_fail (i32 (offsets) && i32 (pos) && offsets->n >= (gsize) M && pos->n >= (gsize) M * T);
+  COUNT (be, n_ops);
+  be->ops->positions (be, offsets, pos, M, T);
+}
+
+/* ---- graphs ---- */
+
+gboolean
+ppx_backend_supports_graphs (const PpxBackend *be)
+{
+  return be->ops->graph_begin != NULL;
+}
+
+gboolean
+ppx_backend_graph_begin (PpxBackend *be, GError **error)
+{
+  if (!ppx_backend_supports_graphs (be)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "the %s backend does not record graphs", be->ops->name);
+    return FALSE;
+  }
+  return be->ops->graph_begin (be, error);
+}
+
+PpxGraph *
+ppx_backend_graph_end (PpxBackend *be, GError **error)
+{
+  if (!be->ops->graph_end) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "the %s backend does not record graphs", be->ops->name);
+    return NULL;
+  }
+  return be->ops->graph_end (be, error);
+}
+
+gboolean
+ppx_backend_graph_launch (PpxBackend *be, PpxGraph *g)
+{
+  g_return_val_if_fail (g != NULL && g->be == be && be->ops->graph_launch, FALSE);
+  COUNT (be, n_graph_launches);
+  return be->ops->graph_launch (be, g);
+}
+
+gsize
+ppx_graph_nodes (const PpxGraph *g)
+{
+  return g ? g->nodes : 0;
+}
+
+void
+ppx_graph_free (PpxGraph *g)
+{
+  if (g)
+    g->be->ops->graph_free (g);
 }
 
 static PpxTensorType

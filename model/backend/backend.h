@@ -16,6 +16,7 @@
 #define PPX_BACKEND_H
 
 #include "ppx-common.h"
+#include "lmgen-state.h"
 #include "sample-params.h"
 
 G_BEGIN_DECLS
@@ -62,6 +63,13 @@ guint64 ppx_backend_allocated_bytes (const PpxBackend *be);
 /* Device memory this backend could still allocate now (CPU: the host's available memory; CUDA: the
  * GPU's free memory); 0 when unknown. */
 guint64 ppx_backend_free_bytes (PpxBackend *be);
+/* What was asked of the backend so far (for reports): ops enqueued (ppx_op_*, fill, copy2d: on the GPU,
+ * kernel launches or copies, about one each), uploads, downloads (each waits for the queue), graph replays.
+ * Recording a graph counts its ops too. */
+typedef struct {
+  guint64 n_ops, n_uploads, n_downloads, n_graph_launches;
+} PpxBackendCounters;
+void ppx_backend_counters (const PpxBackend *be, PpxBackendCounters *c);
 /* Whether weights made with desc->borrow keep pointing at the host data (then it must stay mapped). */
 gboolean ppx_backend_borrows_host_memory (const PpxBackend *be);
 
@@ -187,6 +195,42 @@ void ppx_op_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *t
 /* dst[m*stride + off] = forced[m*fstride + foff] >= 0 ? forced[...] : src[m*stride + off] (teacher forcing). */
 void ppx_op_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
                           int fstride, int M);
+
+/* ---- LMGen on the device (lmgen-state.h) ---- */
+/* One conversation call's first half for M rows. state: [n_slots, PPX_LMGEN_STATE] i32, row m uses the
+ * session state of slot[m] (distinct slots; offsets >= 1); its user codes are codes[m*code_stride +
+ * code_off + q]. Writes ids[m*W + k] and forced[m*W + k] (W = PPX_LMGEN_MAX_STREAMS), pos[m] and the frame
+ * words of params[m*PPX_SAMPLE_PARAMS ..] (the other words are left alone): ppx_lmgen_prepare_row. */
+void ppx_op_lmgen_prepare (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                           const PpxTensor *codes, int code_off, int code_stride, PpxTensor *ids, PpxTensor *forced,
+                           PpxTensor *pos, PpxTensor *params, int M);
+/* The second half, after the model step: sampled[m*W + k] are the step's tokens. Row m of out (stride
+ * out_stride >= W + PPX_LMGEN_STATE) gets the W output tokens (ppx_lmgen_finish_row) and then a copy of
+ * the session's state after the call, so one download brings the host both. */
+void ppx_op_lmgen_finish (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
+                          const PpxTensor *sampled, PpxTensor *out, int out_stride, int M);
+/* Streaming positions: pos[m*T + t] = offsets[m] + t, then offsets[m] += T (i32, m < M). */
+void ppx_op_positions (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M, int T);
+
+/* ---- graphs: a recorded sequence of ops replayed with one call ----
+ * Between graph_begin and graph_end the calling thread's ops on `be` are recorded instead of run (other
+ * threads' ops run as usual). What is recorded must not allocate, upload, download or sync, and its
+ * sizes are fixed: per-call values come from device tensors written before the launch. A replay runs
+ * the recorded ops on the same tensors, in order with everything else queued on the backend. */
+typedef struct PpxGraph PpxGraph;
+/* Whether this backend records graphs (CUDA: yes; the CPU backend: no). */
+gboolean ppx_backend_supports_graphs (const PpxBackend *be);
+/* PPX_ERROR_UNSUPPORTED where graphs are not supported; PPX_ERROR_INVALID when this thread records already. */
+gboolean ppx_backend_graph_begin (PpxBackend *be, GError **error);
+/* The graph, or NULL with an error when the recording failed. Scratch memory (or a table) an op asked
+ * for beyond what the backend had is allocated here, so recording the same ops again succeeds. */
+PpxGraph *ppx_backend_graph_end (PpxBackend *be, GError **error);
+/* Queues a replay. FALSE (nothing queued) when the graph is stale: the backend's scratch memory was
+ * reallocated since the recording; free it and record again. */
+gboolean ppx_backend_graph_launch (PpxBackend *be, PpxGraph *g);
+/* Operations in a graph (kernel launches and copies), for reports. */
+gsize ppx_graph_nodes (const PpxGraph *g);
+void ppx_graph_free (PpxGraph *g);
 
 G_END_DECLS
 #endif

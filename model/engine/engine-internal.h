@@ -30,9 +30,28 @@ struct PpxEngine {
   PpxMimiBatch *mimi; /* codec state of max_sessions rows: the active sessions, compact in rows 0.. */
   PpxTensor *pcm_in, *pcm_out, *codes; /* [max, frame_size], [max, frame_size], [max, num_codebooks] */
   float *host_pcm;   /* [max, frame_size] */
-  int *host_codes;   /* [max, num_codebooks] */
   PpxLmRow *rows;    /* [max] */
   int *order;        /* [max]: a tick's sessions sorted by row */
+
+  /* LMGen on the device (lmgen-state.h): the sessions' token machines live in gen_state by slot during
+   * the conversation; a tick writes its output tokens and each row's new state to tick_out, downloaded
+   * once, so the host copy (PpxSession.gen) is current after every tick. */
+  PpxLmgenDims dims;
+  PpxTensor *gen_state; /* [max, PPX_LMGEN_STATE] i32, by slot */
+  PpxTensor *tick_out;  /* [max, PPX_ENGINE_OUTW] i32, by row: tokens, then the state */
+  int32_t *host_out;    /* [max, PPX_ENGINE_OUTW] */
+  int32_t *row_slot;    /* [max]: the LM slot tensor's rows as last uploaded */
+  uint32_t *row_params; /* [max, PPX_SAMPLE_PARAMS]: the sampling parameter rows as last uploaded */
+  int rows_known;       /* how many of those rows are known to be on the device (0 after a prompt step) */
+
+  /* The GPU tick (docs/engine.md): a tick of every active session is padded to a batch-size bucket and,
+   * with graphs, replayed from one CUDA graph per bucket. */
+  gboolean bucketed;    /* the backend records graphs: pad full ticks to buckets */
+  gboolean graphs;      /* ... and replay them (not no_cuda_graphs, not PPX_CUDA_GRAPHS=0) */
+  int graph_steps;      /* depformer steps of a bucketed tick: enough for every conversation row */
+  PpxGraph **graph;     /* [max + 1]: by bucket rows, NULL until first needed */
+  int *graph_failures;  /* [max + 1]: recordings that failed; a bucket that fails 3 times runs eagerly */
+  PpxEngineTickStats stats;
 
   /* Everything below is guarded by lock. A tick holds it for the whole tick; session creation takes it
    * for one prompt frame at a time and lets a waiting tick go first (ticks_waiting, turn). */
@@ -45,6 +64,9 @@ struct PpxEngine {
   gint last_tick_us, last_batch; /* atomic */
 };
 
+/* Words of a row of tick_out: the output tokens, then the session's LMGen state. */
+#define PPX_ENGINE_OUTW (PPX_MAX_STREAMS + PPX_LMGEN_STATE)
+
 struct PpxSession {
   PpxEngine *engine; /* holds a reference */
   PpxModel *model;   /* the engine's */
@@ -55,7 +77,9 @@ struct PpxSession {
   int *text_tokens;
   int n_text_tokens;
   PpxVoicePrompt *voice;
-  PpxLmGen gen;
+  PpxLmGen gen;          /* the host copy, current after every tick; prompts run on it */
+  int32_t dev_gen[PPX_LMGEN_STATE]; /* what gen_state[slot] holds (STEPS word 0), when dev_gen_valid */
+  gboolean dev_gen_valid;
   guint64 frames;
   char *text;
 };
@@ -75,6 +99,9 @@ void ppx_engine_release (PpxEngine *e, PpxSession *s);
  * Returns TRUE and fills out when the call yields a frame. */
 gboolean ppx_engine_lm_call (PpxEngine *e, PpxSession *s, const int *user, const int *agent, int text,
                              const float *embedding, int *out);
+/* Tests: pad ticks to buckets as on a GPU, also on a backend without graphs (the CPU: there the padded and
+ * unpadded ticks must agree bit for bit). Call before the first tick. */
+void ppx_engine_force_buckets (PpxEngine *e, gboolean on);
 /* Resolves PPX_KV_AUTO. */
 PpxKvFormat ppx_engine_resolve_kv (PpxKvFormat f);
 

@@ -1,6 +1,9 @@
 /* The batched engine (personaplex.h, docs/engine.md): max_sessions slots of per-session state on the
  * model's backend, and the frame tick that steps many sessions as the rows of one batch: Mimi encode of
- * all rows, the LMGen bookkeeping per session, one LM pass, Mimi decode of all rows. */
+ * all rows, LMGen prepare on the device, one LM pass, LMGen finish on the device, Mimi decode of all rows,
+ * with no host round trip inside (one upload of PCM before, one download of PCM + tokens after). On a
+ * backend that records graphs a tick of every active session is padded to a batch-size bucket and
+ * replayed from one graph per bucket ("The GPU tick" in docs/engine.md). */
 #include "engine-internal.h"
 
 #include <math.h>
@@ -18,7 +21,8 @@ static guint64
 engine_bytes (const PpxModel *m, PpxKvFormat kv, int n)
 {
   const PpxMimiConfig *mc = &m->cfg.mimi;
-  const guint64 staging = (guint64) n * (2 * (guint64) mc->frame_size + mc->num_codebooks) * 4;
+  const guint64 staging =
+    (guint64) n * (2 * (guint64) mc->frame_size + mc->num_codebooks + PPX_ENGINE_OUTW + PPX_LMGEN_STATE) * 4;
   return ppx_lm_batch_bytes (&m->cfg.lm, n, n, kv) + ppx_mimi_batch_bytes (m->mimi, n) + staging;
 }
 
@@ -80,20 +84,45 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   e->active = g_new0 (PpxSession *, n);
   e->rows = g_new0 (PpxLmRow, n);
   e->order = g_new0 (int, n);
-  e->host_pcm = g_new (float, (gsize) n * cfg->mimi.frame_size);
-  e->host_codes = g_new (int, (gsize) n * cfg->mimi.num_codebooks);
+  e->host_pcm = g_new0 (float, (gsize) n * cfg->mimi.frame_size);
+  e->host_out = g_new0 (int32_t, (gsize) n * PPX_ENGINE_OUTW);
+  e->row_slot = g_new0 (int32_t, n);
+  e->row_params = g_new0 (uint32_t, (gsize) n * PPX_SAMPLE_PARAMS);
+  e->graph = g_new0 (PpxGraph *, n + 1);
+  e->graph_failures = g_new0 (int, n + 1);
+  ppx_lmgen_dims (&cfg->lm, &e->dims);
   const gsize fs = cfg->mimi.frame_size;
   gboolean ok = (e->lm = ppx_lm_batch_new (model->lm, n, n, e->kv, error)) &&
                 (e->mimi = ppx_mimi_batch_new (model->mimi, n, error)) &&
                 (e->pcm_in = ppx_tensor_new (model->be, PPX_TENSOR_F32, n * fs, error)) &&
                 (e->pcm_out = ppx_tensor_new (model->be, PPX_TENSOR_F32, n * fs, error)) &&
-                (e->codes = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * cfg->mimi.num_codebooks, error));
+                (e->codes = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * cfg->mimi.num_codebooks, error)) &&
+                (e->gen_state = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * PPX_LMGEN_STATE, error)) &&
+                (e->tick_out = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * PPX_ENGINE_OUTW, error));
   if (!ok) {
     g_prefix_error (error, "engine of %d sessions (%s KV cache, %.1f MB a session): ", n, ppx_kv_format_name (e->kv),
                     ppx_model_session_bytes (model, e->kv) / 1e6);
     ppx_engine_unref (e);
     return NULL;
   }
+  /* A free slot holds a harmless conversation state (valid tokens, past the output lag): a tick padded
+   * to a bucket steps free slots as its extra rows. */
+  PpxLmGen spare;
+  ppx_lmgen_init (&spare, &cfg->lm);
+  memset (spare.cache, 0, sizeof spare.cache);
+  spare.offset = PPX_LMGEN_COLS;
+  g_autofree int32_t *st = g_new (int32_t, (gsize) n * PPX_LMGEN_STATE);
+  for (int i = 0; i < n; i++)
+    ppx_lmgen_pack (&spare, st + (gsize) i * PPX_LMGEN_STATE);
+  ppx_tensor_upload (e->gen_state, 0, st, (gsize) n * PPX_LMGEN_STATE);
+  /* a bucketed tick runs the depformer up to the last stream the conversation samples (the user's
+   * streams are always provided) */
+  const int nq = cfg->lm.n_q / 2;
+  for (int k = 1; k <= cfg->lm.dep_q; k++)
+    if (k < 1 + nq || k > 2 * nq)
+      e->graph_steps = k;
+  e->bucketed = ppx_backend_supports_graphs (model->be);
+  e->graphs = e->bucketed && !params->no_cuda_graphs && g_strcmp0 (g_getenv ("PPX_CUDA_GRAPHS"), "0") != 0;
   return e;
 }
 
@@ -114,8 +143,16 @@ ppx_engine_unref (PpxEngine *e)
   ppx_tensor_free (e->pcm_in);
   ppx_tensor_free (e->pcm_out);
   ppx_tensor_free (e->codes);
+  ppx_tensor_free (e->gen_state);
+  ppx_tensor_free (e->tick_out);
+  for (int b = 0; e->graph && b <= e->max_sessions; b++)
+    ppx_graph_free (e->graph[b]);
+  g_free (e->graph);
+  g_free (e->graph_failures);
   g_free (e->host_pcm);
-  g_free (e->host_codes);
+  g_free (e->host_out);
+  g_free (e->row_slot);
+  g_free (e->row_params);
   g_free (e->rows);
   g_free (e->order);
   g_free (e->slots);
@@ -166,6 +203,26 @@ int
 ppx_engine_last_batch_size (const PpxEngine *e)
 {
   return g_atomic_int_get (&e->last_batch);
+}
+
+void
+ppx_engine_force_buckets (PpxEngine *e, gboolean on)
+{
+  g_mutex_lock (&e->lock);
+  e->bucketed = on;
+  e->graphs = on && e->graphs;
+  g_mutex_unlock (&e->lock);
+}
+
+void
+ppx_engine_tick_stats (PpxEngine *e, PpxEngineTickStats *st)
+{
+  g_mutex_lock (&e->lock);
+  *st = e->stats;
+  st->graphs = 0;
+  for (int b = 0; b <= e->max_sessions; b++)
+    st->graphs += e->graph[b] != NULL;
+  g_mutex_unlock (&e->lock);
 }
 
 /* ---- locking, slots and rows ---- */
@@ -270,6 +327,7 @@ ppx_engine_lm_call (PpxEngine *e, PpxSession *s, const int *user, const int *age
     return FALSE;
   row->slot = s->slot;
   ppx_lm_batch_step (e->lm, row, 1);
+  e->rows_known = 0; /* the step wrote row 0's slot and sampling parameters */
   s->lm_row = 0;
   return ppx_lmgen_finish (&s->gen, row, out);
 }
@@ -327,32 +385,142 @@ sort_by_row (PpxEngine *e, PpxSession *const *sessions, int n)
   }
 }
 
-/* Mimi encode (decode = FALSE) or decode of the tick's rows, one batched call per run of consecutive
- * Mimi rows (all of them when every active session is in the tick). */
+/* Mimi encode (decode = FALSE: pcm_in -> codes) or decode (tick_out's agent codes -> pcm_out) of the
+ * tick's rows, one batched call per run of consecutive Mimi rows (all of them when every active session
+ * is in the tick). */
 static void
 codec_runs (PpxEngine *e, PpxSession *const *sessions, int n, gboolean decode)
 {
   const int fs = e->model->cfg.mimi.frame_size, nq = e->model->cfg.mimi.num_codebooks;
+  const int stride = decode ? PPX_ENGINE_OUTW : nq;
   for (int b0 = 0; b0 < n;) {
     const int row0 = sessions[e->order[b0]]->row;
     int len = 1;
     while (b0 + len < n && sessions[e->order[b0 + len]]->row == row0 + len)
       len++;
     PpxTensor *pcm = ppx_tensor_view (decode ? e->pcm_out : e->pcm_in, (gsize) b0 * fs, (gsize) len * fs);
-    PpxTensor *codes = ppx_tensor_view (e->codes, (gsize) b0 * nq, (gsize) len * nq);
+    PpxTensor *codes = ppx_tensor_view (decode ? e->tick_out : e->codes, (gsize) b0 * stride, (gsize) len * stride);
     if (decode)
-      ppx_mimi_batch_decode (e->mimi, row0, len, codes, 0, nq, pcm);
+      ppx_mimi_batch_decode (e->mimi, row0, len, codes, 1, stride, pcm); /* agent codes: tokens 1..nq */
     else
-      ppx_mimi_batch_encode (e->mimi, row0, len, pcm, codes, 0, nq);
+      ppx_mimi_batch_encode (e->mimi, row0, len, pcm, codes, 0, stride);
     ppx_tensor_free (pcm);
     ppx_tensor_free (codes);
     b0 += len;
   }
 }
 
-/* Mimi codes of the reference's "zero" agent frame (spec §3.10): what a session that yields no frame
- * decodes (never in practice: the system prompts are longer than the output lag). */
-static const int silence_tokens[8] = {948, 243, 1178, 546, 1736, 1030, 1978, 2008};
+/* The host copy of a session's LMGen state goes to the device where it differs from what the device holds
+ * (after the prompts, a reset, or a caller's change to the host copy). */
+static void
+sync_gen_to_device (PpxEngine *e, PpxSession *s)
+{
+  int32_t st[PPX_LMGEN_STATE];
+  ppx_lmgen_pack (&s->gen, st);
+  if (s->dev_gen_valid && memcmp (st, s->dev_gen, sizeof st) == 0)
+    return;
+  ppx_tensor_upload (e->gen_state, (gsize) s->slot * PPX_LMGEN_STATE, st, PPX_LMGEN_STATE);
+  memcpy (s->dev_gen, st, sizeof st);
+  s->dev_gen_valid = TRUE;
+}
+
+/* Rows 0..n-1 are the tick's sessions in row order, rows n..B-1 padding on free slots (greedy): their
+ * LM slots and sampling parameters go to the device where they differ from what it holds. */
+static void
+set_rows (PpxEngine *e, PpxSession *const *sessions, int n, int B, const int *pad_slots)
+{
+  PpxLmBatchIo io;
+  ppx_lm_batch_io (e->lm, &io);
+  int lo = B, hi = 0; /* the rows that changed */
+  for (int b = 0; b < B; b++) {
+    const PpxSession *s = b < n ? sessions[e->order[b]] : NULL;
+    uint32_t prm[PPX_SAMPLE_PARAMS];
+    const PpxSampling greedy = {.greedy = TRUE};
+    ppx_lm_sample_params (s ? &s->smp : &greedy, 0, prm); /* the frame words come from lmgen_prepare */
+    const int32_t slot = s ? s->slot : pad_slots[b - n];
+    uint32_t *have = e->row_params + (gsize) b * PPX_SAMPLE_PARAMS;
+    have[PPX_SAMPLE_FRAME_LO] = have[PPX_SAMPLE_FRAME_HI] = 0;
+    if (b >= e->rows_known || e->row_slot[b] != slot || memcmp (have, prm, sizeof prm) != 0) {
+      e->row_slot[b] = slot;
+      memcpy (have, prm, sizeof prm);
+      lo = MIN (lo, b);
+      hi = MAX (hi, b + 1);
+    }
+  }
+  if (lo < hi) {
+    ppx_tensor_upload (io.slot, lo, e->row_slot + lo, hi - lo);
+    ppx_tensor_upload (io.params, (gsize) lo * PPX_SAMPLE_PARAMS, e->row_params + (gsize) lo * PPX_SAMPLE_PARAMS,
+                       (gsize) (hi - lo) * PPX_SAMPLE_PARAMS);
+  }
+  e->rows_known = MAX (e->rows_known, B);
+}
+
+/* The device work of a tick of M rows (n of them sessions): encode, LMGen prepare, the LM, LMGen finish,
+ * decode. `full`: rows 0..M-1 are Mimi rows 0..M-1 (a bucketed tick; graph-recordable). */
+static void
+enqueue_tick (PpxEngine *e, PpxSession *const *sessions, int n, int M, gboolean full, int n_steps)
+{
+  PpxBackend *be = e->model->be;
+  const int nq = e->model->cfg.mimi.num_codebooks;
+  PpxLmBatchIo io;
+  ppx_lm_batch_io (e->lm, &io);
+  if (full)
+    ppx_mimi_batch_encode (e->mimi, 0, M, e->pcm_in, e->codes, 0, nq);
+  else
+    codec_runs (e, sessions, n, FALSE);
+  ppx_op_lmgen_prepare (be, &e->dims, e->gen_state, io.slot, e->codes, 0, nq, io.ids, io.forced, io.pos, io.params,
+                        M);
+  ppx_lm_batch_step_device (e->lm, M, n_steps);
+  ppx_op_lmgen_finish (be, &e->dims, e->gen_state, io.slot, io.out, e->tick_out, PPX_ENGINE_OUTW, M);
+  if (full)
+    ppx_mimi_batch_decode (e->mimi, 0, M, e->tick_out, 1, PPX_ENGINE_OUTW, e->pcm_out);
+  else
+    codec_runs (e, sessions, n, TRUE);
+}
+
+/* The bucket of a full tick of n rows: the next power of two, at most max_sessions. */
+static int
+bucket_rows (const PpxEngine *e, int n)
+{
+  int B = 1;
+  while (B < n)
+    B *= 2;
+  return MIN (B, e->max_sessions);
+}
+
+/* Runs a bucketed tick from its graph, recording it first when needed. FALSE: it could not (the caller
+ * runs the tick eagerly). */
+static gboolean
+replay_tick (PpxEngine *e, PpxSession *const *sessions, int n, int B)
+{
+  PpxBackend *be = e->model->be;
+  if (e->graph_failures[B] >= 3)
+    return FALSE;
+  for (int attempt = 0; attempt < 3; attempt++) {
+    if (!e->graph[B]) {
+      g_autoptr (GError) err = NULL;
+      if (!ppx_backend_graph_begin (be, &err)) {
+        e->graph_failures[B]++;
+        g_debug ("engine: no graph for %d rows: %s", B, err->message);
+        return FALSE;
+      }
+      enqueue_tick (e, sessions, n, B, TRUE, e->graph_steps);
+      e->graph[B] = ppx_backend_graph_end (be, &err);
+      if (!e->graph[B]) { /* e.g. scratch memory allocated now: record again */
+        g_debug ("engine: recording the %d-row tick: %s", B, err->message);
+        continue;
+      }
+      e->stats.graph_nodes = ppx_graph_nodes (e->graph[B]);
+    }
+    if (ppx_backend_graph_launch (be, e->graph[B]))
+      return TRUE;
+    ppx_graph_free (e->graph[B]); /* stale: the backend's scratch moved */
+    e->graph[B] = NULL;
+  }
+  if (++e->graph_failures[B] >= 3)
+    g_warning ("engine: the %d-row tick could not be recorded as a graph; it runs op by op", B);
+  return FALSE;
+}
 
 gboolean
 ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *const *in, float *const *out,
@@ -363,7 +531,7 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
     return FALSE;
   }
   const PpxConfig *cfg = &e->model->cfg;
-  const int fs = cfg->mimi.frame_size, nq = cfg->mimi.num_codebooks, ns = cfg->lm.n_streams;
+  const int fs = cfg->mimi.frame_size, ns = cfg->lm.n_streams;
   gint64 t0 = g_get_monotonic_time ();
   lock_for_tick (e);
   if (!check_tick (e, sessions, n, in, out, error)) {
@@ -375,8 +543,50 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
     return TRUE;
   }
   sort_by_row (e, sessions, n);
+  PpxBackend *be = e->model->be;
+  PpxBackendCounters c0, c1;
+  ppx_backend_counters (be, &c0);
 
-  /* Mimi encode of every row */
+  /* LMGen state to the device where the host changed it; the depformer steps the rows need */
+  int n_steps = -1;
+  gboolean all_started = TRUE;
+  for (int b = 0; b < n; b++) {
+    PpxSession *s = sessions[e->order[b]];
+    int steps;
+    gboolean sample;
+    if (s->gen.offset <= cfg->lm.max_delay || !ppx_lmgen_peek_conversation (&s->gen, &steps, &sample)) {
+      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_engine_step: session %d is still inside the model's "
+                   "output lag (prompt phase too short)", e->order[b]);
+      unlock_after_tick (e);
+      return FALSE;
+    }
+    sync_gen_to_device (e, s);
+    if (sample)
+      n_steps = MAX (n_steps, CLAMP (steps, 0, cfg->lm.dep_q));
+    all_started &= ppx_mimi_batch_row_started (e->mimi, s->row);
+  }
+
+  /* a tick of every active session (then rows 0..n-1 are Mimi rows 0..n-1) is padded to its bucket, its
+   * extra rows on free slots and free Mimi rows, when the depformer steps it runs are enough */
+  int B = n;
+  gboolean full = FALSE;
+  g_autofree int *pad = NULL;
+  if (e->bucketed && n == e->n_active && all_started && n_steps <= e->graph_steps) {
+    const int want = bucket_rows (e, n);
+    pad = g_new (int, MAX (want - n, 1));
+    int got = 0;
+    for (int i = 0; i < e->max_sessions && got < want - n; i++)
+      if (!e->slots[i])
+        pad[got++] = i;
+    if (got == want - n) { /* else a session holds a slot for its prompts: this tick runs unpadded */
+      full = TRUE;
+      B = want;
+    }
+  }
+  for (int r = n; r < B; r++)
+    ppx_mimi_batch_mark_started (e->mimi, r); /* padding: no replicate padding step */
+  set_rows (e, sessions, n, B, pad);
+
   for (int b = 0; b < n; b++) {
     const float *src = in[e->order[b]];
     float *dst = e->host_pcm + (gsize) b * fs;
@@ -384,49 +594,22 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
       dst[i] = isfinite (src[i]) ? src[i] : 0.0f; /* NaN/Inf: silence, never poison the state */
   }
   ppx_tensor_upload (e->pcm_in, 0, e->host_pcm, (gsize) n * fs);
-  codec_runs (e, sessions, n, FALSE);
-  g_autofree int32_t *codes = g_new (int32_t, (gsize) n * nq);
-  ppx_tensor_download (e->codes, 0, codes, (gsize) n * nq);
-
-  /* LMGen bookkeeping per session, one LM pass for every row that runs the model */
-  g_autofree int *lm_of = g_new (int, n), *user = g_new (int, nq);
-  int n_lm = 0;
-  for (int b = 0; b < n; b++) {
-    PpxSession *s = sessions[e->order[b]];
-    for (int q = 0; q < nq; q++)
-      user[q] = codes[b * nq + q];
-    lm_of[b] = -1;
-    if (ppx_lmgen_prepare (&s->gen, user, NULL, -1, NULL, &s->smp, &e->rows[n_lm])) {
-      e->rows[n_lm].slot = s->slot;
-      s->lm_row = n_lm;
-      lm_of[b] = n_lm++;
-    }
-  }
-  if (n_lm > 0)
-    ppx_lm_batch_step (e->lm, e->rows, n_lm);
-  g_autofree int *tokens = g_new (int, (gsize) n * PPX_MAX_STREAMS);
-  gboolean all_framed = TRUE;
-  for (int b = 0; b < n; b++) {
-    PpxSession *s = sessions[e->order[b]];
-    int *t = tokens + (gsize) b * PPX_MAX_STREAMS;
-    if (lm_of[b] < 0 || !ppx_lmgen_finish (&s->gen, &e->rows[lm_of[b]], t)) {
-      all_framed = FALSE;
-      for (int k = 0; k < ns; k++)
-        t[k] = k >= 1 && k <= nq ? silence_tokens[(k - 1) % 8] : TEXT_PAD;
-    }
-    for (int q = 0; q < nq; q++)
-      e->host_codes[b * nq + q] = t[1 + q];
-  }
-
-  /* Mimi decode of every row's agent codes */
-  ppx_tensor_upload (e->codes, 0, e->host_codes, (gsize) n * nq);
-  codec_runs (e, sessions, n, TRUE);
+  gboolean graphed = full && e->graphs && replay_tick (e, sessions, n, B);
+  if (!graphed)
+    enqueue_tick (e, sessions, n, B, full, full ? e->graph_steps : n_steps);
   ppx_tensor_download (e->pcm_out, 0, e->host_pcm, (gsize) n * fs);
+  ppx_tensor_download (e->tick_out, 0, e->host_out, (gsize) n * PPX_ENGINE_OUTW);
+  ppx_backend_counters (be, &c1);
+
   const double ms = (g_get_monotonic_time () - t0) / 1000.0;
   for (int b = 0; b < n; b++) {
     const int i = e->order[b];
     PpxSession *s = sessions[i];
-    const int *t = tokens + (gsize) b * PPX_MAX_STREAMS;
+    const int32_t *t = e->host_out + (gsize) b * PPX_ENGINE_OUTW;
+    /* the host copy of the LMGen state, and what the device holds */
+    ppx_lmgen_unpack (&s->gen, t + PPX_MAX_STREAMS);
+    ppx_lmgen_pack (&s->gen, s->dev_gen);
+    s->lm_row = b;
     memcpy (out[i], e->host_pcm + (gsize) b * fs, fs * sizeof (float));
     g_free (s->text);
     s->text = ppx_model_token_text (e->model, t[0]);
@@ -438,12 +621,15 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
       res[i].step_ms = ms;
     }
   }
+  e->stats.ticks++;
+  e->stats.graph_ticks += graphed;
+  e->stats.padded_ticks += full;
+  e->stats.last_rows = B;
+  e->stats.last_ops = c1.n_ops - c0.n_ops;
+  e->stats.last_uploads = c1.n_uploads - c0.n_uploads;
+  e->stats.last_downloads = c1.n_downloads - c0.n_downloads;
   g_atomic_int_set (&e->last_tick_us, (gint) MIN ((g_get_monotonic_time () - t0), G_MAXINT));
   g_atomic_int_set (&e->last_batch, n);
   unlock_after_tick (e);
-  if (!all_framed) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "the model produced no frame (prompt phase too short)");
-    return FALSE;
-  }
   return TRUE;
 }

@@ -218,25 +218,14 @@ depformer_step (PpxLmBatch *b, int step, int M)
   ppx_op_linear (be, lm->linears[step], b->dx, dd, b->dlogit_step[step], c->card, M, FALSE);
 }
 
-/* Text logits and sampling, then `n_steps` depformer steps with teacher forcing, for all M rows. */
+/* Text logits and sampling, then `n_steps` depformer steps with teacher forcing, for all M rows: b->forced
+ * and b->params in place; the tokens stay in b->out. */
 static void
-sample_rows (PpxLmBatch *b, PpxLmRow *rows, int M, int n_steps)
+sample_device (PpxLmBatch *b, int M, int n_steps)
 {
   PpxLm *lm = b->lm;
   PpxBackend *be = lm->be;
   const PpxLmConfig *c = &lm->cfg;
-  g_autofree int32_t *f = g_new (int32_t, (gsize) M * W);
-  g_autofree uint32_t *prm = g_new (uint32_t, (gsize) M * PPX_SAMPLE_PARAMS);
-  for (int m = 0; m < M; m++) {
-    const PpxLmRow *r = &rows[m];
-    for (int k = 0; k < W; k++)
-      f[m * W + k] = k <= c->dep_q && r->sample ? r->forced[k] : -1;
-    const PpxSampling *s = &r->smp;
-    ppx_sample_params_set (prm + (gsize) m * PPX_SAMPLE_PARAMS, s->seed, r->frame, s->greedy ? 0.0f : s->temp_text,
-                           s->topk_text, s->greedy ? 0.0f : s->temp_audio, s->topk_audio);
-  }
-  ppx_tensor_upload (b->forced, 0, f, (gsize) M * W);
-  ppx_tensor_upload (b->params, 0, prm, (gsize) M * PPX_SAMPLE_PARAMS);
   ppx_op_linear (be, lm->text_linear, b->z, c->dim, b->text_logits, c->text_card, M, FALSE);
   ppx_op_sample (be, b->text_logits, c->text_card, b->out, 0, W, b->params, 0, M);
   for (int step = 0; step < n_steps; step++) {
@@ -246,11 +235,36 @@ sample_rows (PpxLmBatch *b, PpxLmRow *rows, int M, int n_steps)
     depformer_step (b, step, M);
     ppx_op_sample (be, b->dlogit_step[step], c->card, b->out, 1 + step, W, b->params, 1 + step, M);
   }
+}
+
+/* The rows' forcing and sampling parameters uploaded, the device part, the tokens downloaded. */
+static void
+sample_rows (PpxLmBatch *b, PpxLmRow *rows, int M, int n_steps)
+{
+  const PpxLmConfig *c = &b->lm->cfg;
+  g_autofree int32_t *f = g_new (int32_t, (gsize) M * W);
+  g_autofree uint32_t *prm = g_new (uint32_t, (gsize) M * PPX_SAMPLE_PARAMS);
+  for (int m = 0; m < M; m++) {
+    const PpxLmRow *r = &rows[m];
+    for (int k = 0; k < W; k++)
+      f[m * W + k] = k <= c->dep_q && r->sample ? r->forced[k] : -1;
+    ppx_lm_sample_params (&r->smp, r->frame, prm + (gsize) m * PPX_SAMPLE_PARAMS);
+  }
+  ppx_tensor_upload (b->forced, 0, f, (gsize) M * W);
+  ppx_tensor_upload (b->params, 0, prm, (gsize) M * PPX_SAMPLE_PARAMS);
+  sample_device (b, M, n_steps);
   g_autofree int32_t *o = g_new (int32_t, (gsize) M * W);
   ppx_tensor_download (b->out, 0, o, (gsize) M * W);
   for (int m = 0; m < M; m++)
     for (int k = 0; k <= n_steps; k++)
       rows[m].out[k] = o[m * W + k];
+}
+
+void
+ppx_lm_sample_params (const PpxSampling *s, guint64 frame, uint32_t *row)
+{
+  ppx_sample_params_set (row, s->seed, frame, s->greedy ? 0.0f : s->temp_text, s->topk_text,
+                         s->greedy ? 0.0f : s->temp_audio, s->topk_audio);
 }
 
 void
@@ -288,6 +302,27 @@ ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M)
   temporal_layers (b, M);
   if (any_sample)
     sample_rows (b, rows, M, n_steps);
+}
+
+void
+ppx_lm_batch_io (PpxLmBatch *b, PpxLmBatchIo *io)
+{
+  io->ids = b->ids;
+  io->forced = b->forced;
+  io->out = b->out;
+  io->pos = b->t_pos;
+  io->slot = b->slot;
+  io->params = b->params;
+}
+
+void
+ppx_lm_batch_step_device (PpxLmBatch *b, int M, int n_steps)
+{
+  g_return_if_fail (M > 0 && M <= b->R && n_steps <= b->lm->cfg.dep_q);
+  embed_rows (b, M);
+  temporal_layers (b, M);
+  if (n_steps >= 0)
+    sample_device (b, M, n_steps);
 }
 
 void

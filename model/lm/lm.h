@@ -55,6 +55,20 @@ int ppx_lm_batch_max_rows (const PpxLmBatch *b);
  * the text head, sampling and max(n_steps) depformer steps for all M rows. A row's results depend only on
  * its own inputs and its slot's cache. Fills rows[m].out for the sampling rows. */
 void ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M);
+/* The sampling parameter words of a row (sample-params.h; greedy: temperatures 0). */
+void ppx_lm_sample_params (const PpxSampling *s, guint64 frame, uint32_t *row);
+
+/* ---- device-driven steps (no host round trip; the engine's conversation ticks) ----
+ * The batch's row tensors, [max_rows, ...]: ids, forced and out [R, PPX_MAX_STREAMS] (out: the sampled
+ * tokens), pos and slot [R], params [R, PPX_SAMPLE_PARAMS]. */
+typedef struct {
+  PpxTensor *ids, *forced, *out, *pos, *slot, *params;
+} PpxLmBatchIo;
+void ppx_lm_batch_io (PpxLmBatch *b, PpxLmBatchIo *io);
+/* ppx_lm_batch_step for rows 0..M-1 whose inputs are in the io tensors already (written on the device,
+ * e.g. by ppx_op_lmgen_prepare): the temporal step, then, when n_steps >= 0, the text head, sampling and
+ * n_steps depformer steps for all rows. Only enqueues device work: nothing is uploaded or downloaded. */
+void ppx_lm_batch_step_device (PpxLmBatch *b, int M, int n_steps);
 /* Logits of row `row` of the last sampling step (text_card floats; card floats of depformer step `step`). */
 void ppx_lm_batch_text_logits (PpxLmBatch *b, int row, float *out);
 void ppx_lm_batch_audio_logits (PpxLmBatch *b, int row, int step, float *out);

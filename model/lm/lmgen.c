@@ -1,5 +1,8 @@
 #include "lmgen.h"
 
+G_STATIC_ASSERT (PPX_LMGEN_MAX_STREAMS == PPX_MAX_STREAMS);
+G_STATIC_ASSERT (PPX_LMGEN_NCOLS == PPX_LMGEN_COLS);
+
 void
 ppx_lmgen_init (PpxLmGen *g, const PpxLmConfig *cfg)
 {
@@ -118,5 +121,65 @@ ppx_lmgen_finish (PpxLmGen *g, const PpxLmRow *row, int *out)
   for (int k = 0; k < ns; k++)
     out[k] = g->cache[k][col (o - 1 + c->delays[k])];
   g->offset++;
+  return TRUE;
+}
+
+/* ---- the device layout ---- */
+
+void
+ppx_lmgen_dims (const PpxLmConfig *c, PpxLmgenDims *d)
+{
+  memset (d, 0, sizeof *d);
+  d->n_streams = c->n_streams;
+  d->n_user = c->n_q / 2;
+  d->dep_q = c->dep_q;
+  d->max_delay = c->max_delay;
+  d->text_start = start_token (c, 0);
+  d->audio_start = start_token (c, 1);
+  for (int k = 0; k < PPX_MAX_STREAMS; k++)
+    d->delays[k] = c->delays[k];
+}
+
+void
+ppx_lmgen_pack (const PpxLmGen *g, int32_t *st)
+{
+  memset (st, 0, PPX_LMGEN_STATE * sizeof (int32_t));
+  ppx_lmgen_set_offset (st, g->offset);
+  st[PPX_LMGEN_S_FLAGS] = g->full_depformer ? PPX_LMGEN_FLAG_FULL_DEPFORMER : 0;
+  for (int k = 0; k < PPX_MAX_STREAMS; k++) {
+    for (int c = 0; c < PPX_LMGEN_COLS; c++) {
+      st[PPX_LMGEN_S_CACHE + k * PPX_LMGEN_COLS + c] = g->cache[k][c];
+      if (g->provided[k][c])
+        st[PPX_LMGEN_S_PROVIDED + k] |= 1 << c;
+    }
+  }
+}
+
+void
+ppx_lmgen_unpack (PpxLmGen *g, const int32_t *st)
+{
+  g->offset = ppx_lmgen_offset (st);
+  g->full_depformer = (st[PPX_LMGEN_S_FLAGS] & PPX_LMGEN_FLAG_FULL_DEPFORMER) != 0;
+  g->last_dep_steps = MAX (st[PPX_LMGEN_S_STEPS], 0);
+  for (int k = 0; k < PPX_MAX_STREAMS; k++) {
+    for (int c = 0; c < PPX_LMGEN_COLS; c++) {
+      g->cache[k][c] = st[PPX_LMGEN_S_CACHE + k * PPX_LMGEN_COLS + c];
+      g->provided[k][c] = ppx_lmgen_is_provided (st, k, c);
+    }
+  }
+}
+
+gboolean
+ppx_lmgen_peek_conversation (const PpxLmGen *g, int *n_steps, gboolean *sample)
+{
+  PpxLmGen copy = *g;
+  copy.capture = NULL;
+  const int user[PPX_MAX_STREAMS] = {0}; /* the values do not change what is provided */
+  const PpxSampling smp = {0};
+  PpxLmRow row;
+  if (!ppx_lmgen_prepare (&copy, user, NULL, -1, NULL, &smp, &row))
+    return FALSE;
+  *n_steps = row.n_steps;
+  *sample = row.sample;
   return TRUE;
 }

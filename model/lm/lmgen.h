@@ -36,5 +36,18 @@ gboolean ppx_lmgen_prepare (PpxLmGen *g, const int *user, const int *agent, int 
                             const PpxSampling *smp, PpxLmRow *row);
 gboolean ppx_lmgen_finish (PpxLmGen *g, const PpxLmRow *row, int *out);
 
+/* ---- the same state on the device (lmgen-state.h) ----
+ * During the conversation the engine keeps each session's LMGen state in a device tensor and runs the
+ * calls there (ppx_op_lmgen_prepare/finish); prompts run here on the host. These convert between the two. */
+void ppx_lmgen_dims (const PpxLmConfig *c, PpxLmgenDims *d);
+/* g's offset, flags, provided columns and token cache as PPX_LMGEN_STATE words (the STEPS word 0). */
+void ppx_lmgen_pack (const PpxLmGen *g, int32_t *state);
+/* The reverse (cfg and capture are kept; last_dep_steps = the STEPS word, 0 when negative). */
+void ppx_lmgen_unpack (PpxLmGen *g, const int32_t *state);
+/* What ppx_lmgen_prepare would set for the next conversation call (user codes, no agent codes, no text, no
+ * embedding), g unchanged: FALSE when that call would not run the model (offset 0); else *n_steps and
+ * *sample as in the row. */
+gboolean ppx_lmgen_peek_conversation (const PpxLmGen *g, int *n_steps, gboolean *sample);
+
 G_END_DECLS
 #endif

@@ -71,9 +71,9 @@ void ppx_mimi_transformer_clear (PpxMimiTransformer *tf);
 void ppx_mimi_transformer_state_plan (PpxMimiTransformerState *st, const PpxMimiTransformer *tf, PpxTensorPlan *p,
                                       int n, int T);
 void ppx_mimi_transformer_state_clear (PpxMimiTransformerState *st);
-/* In place on io, conv layout [M, d, T]: row m at positions offsets[m] .. + T - 1 (advanced by T), with
- * KV cache slot slots[m] (i32 device tensor of M). */
+/* In place on io, conv layout [M, d, T]: row m at positions offsets[m] .. + T - 1 (advanced by T on the
+ * device), with KV cache slot slots[m] (offsets and slots: i32 device tensors of M). */
 void ppx_mimi_transformer_forward (const PpxMimiTransformer *tf, PpxMimiTransformerState *st, PpxBackend *be,
-                                   PpxTensor *io, int M, gint64 *offsets, const PpxTensor *slots);
+                                   PpxTensor *io, int M, PpxTensor *offsets, const PpxTensor *slots);
 
 #endif

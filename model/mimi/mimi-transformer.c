@@ -96,16 +96,10 @@ ppx_mimi_transformer_state_clear (PpxMimiTransformerState *st)
 
 void
 ppx_mimi_transformer_forward (const PpxMimiTransformer *tf, PpxMimiTransformerState *st, PpxBackend *be,
-                              PpxTensor *io, int M, gint64 *offsets, const PpxTensor *slots)
+                              PpxTensor *io, int M, PpxTensor *offsets, const PpxTensor *slots)
 {
   const int T = st->T, d = tf->d, H = tf->heads, Dh = d / H, rows = M * T;
-  g_autofree int32_t *pos = g_new (int32_t, rows);
-  for (int m = 0; m < M; m++) {
-    for (int t = 0; t < T; t++)
-      pos[m * T + t] = (int32_t) (offsets[m] + t);
-    offsets[m] += T;
-  }
-  ppx_tensor_upload (st->pos, 0, pos, rows);
+  ppx_op_positions (be, offsets, st->pos, M, T);
   ppx_op_transpose (be, io, st->x, M, d, T); /* [M, d, T] -> [M, T, d] */
   for (int i = 0; i < tf->n_layers; i++) {
     const PpxMimiLayer *L = &tf->layers[i];

@@ -23,8 +23,9 @@ struct PpxMimiBatch {
   PpxTensor *a, *b, *c;                   /* SEANet scratch [n, max_elems] */
   PpxTensor *lat, *lat2, *r;              /* [n, D], [n, D, 2], [n, qd] */
   PpxTensor *slots;                       /* [n] i32: the transformer cache slot of each row */
+  PpxTensor *enc_off, *dec_off;           /* [n] i32: each row's next transformer position (device-side,
+                                           * so a tick needs no upload: ppx_op_positions) */
   int *slot_of_row;                       /* host copy of slots */
-  gint64 *enc_off, *dec_off;              /* per row: transformer positions */
   gboolean *enc_started;                  /* per row: the downsample's replicate padding is done */
 };
 
@@ -147,6 +148,8 @@ batch_plan (PpxMimiBatch *b, const PpxMimi *mm, PpxTensorPlan *p, int n)
   b->lat2 = ppx_plan_tensor (p, PPX_TENSOR_F32, n * D * 2);
   b->r = ppx_plan_tensor (p, PPX_TENSOR_F32, (gsize) n * mm->cfg.q_dimension);
   b->slots = ppx_plan_tensor (p, PPX_TENSOR_I32, n);
+  b->enc_off = ppx_plan_tensor (p, PPX_TENSOR_I32, n);
+  b->dec_off = ppx_plan_tensor (p, PPX_TENSOR_I32, n);
 }
 
 static void
@@ -156,7 +159,8 @@ batch_clear (PpxMimiBatch *b)
   ppx_seanet_state_clear (&b->dec);
   ppx_mimi_transformer_state_clear (&b->enc_tf);
   ppx_mimi_transformer_state_clear (&b->dec_tf);
-  PpxTensor *ts[] = {b->down_prev, b->up_partial, b->a, b->b, b->c, b->lat, b->lat2, b->r, b->slots};
+  PpxTensor *ts[] = {b->down_prev, b->up_partial, b->a, b->b, b->c, b->lat, b->lat2, b->r, b->slots, b->enc_off,
+                     b->dec_off};
   for (guint i = 0; i < G_N_ELEMENTS (ts); i++)
     ppx_tensor_free (ts[i]);
 }
@@ -179,8 +183,6 @@ ppx_mimi_batch_new (PpxMimi *mm, int n, GError **error)
   b->mimi = mm;
   b->n = n;
   b->slot_of_row = g_new (int, n);
-  b->enc_off = g_new0 (gint64, n);
-  b->dec_off = g_new0 (gint64, n);
   b->enc_started = g_new0 (gboolean, n);
   PpxTensorPlan p = {.be = mm->be, .error = error};
   batch_plan (b, mm, &p, n);
@@ -203,8 +205,6 @@ ppx_mimi_batch_free (PpxMimiBatch *b)
     return;
   batch_clear (b);
   g_free (b->slot_of_row);
-  g_free (b->enc_off);
-  g_free (b->dec_off);
   g_free (b->enc_started);
   g_free (b);
 }
@@ -236,7 +236,8 @@ ppx_mimi_batch_reset_row (PpxMimiBatch *b, int row)
   ppx_seanet_state_reset_rows (&b->dec, row, 1);
   fill_row (b->down_prev, D * (DOWN_K - DOWN_S), row);
   fill_row (b->up_partial, D * (DOWN_K - DOWN_S), row);
-  b->enc_off[row] = b->dec_off[row] = 0;
+  fill_row (b->enc_off, 1, row);
+  fill_row (b->dec_off, 1, row);
   b->enc_started[row] = FALSE;
 }
 
@@ -255,9 +256,23 @@ ppx_mimi_batch_move_row (PpxMimiBatch *b, int from, int to)
   b->slot_of_row[to] = b->slot_of_row[from];
   b->slot_of_row[from] = freed;
   ppx_tensor_upload (b->slots, 0, b->slot_of_row, b->n);
-  b->enc_off[to] = b->enc_off[from];
-  b->dec_off[to] = b->dec_off[from];
+  ppx_tensor_copy2d (b->enc_off, to, 0, b->enc_off, from, 0, 1, 1);
+  ppx_tensor_copy2d (b->dec_off, to, 0, b->dec_off, from, 0, 1, 1);
   b->enc_started[to] = b->enc_started[from];
+}
+
+gboolean
+ppx_mimi_batch_row_started (const PpxMimiBatch *b, int row)
+{
+  g_return_val_if_fail (row >= 0 && row < b->n, FALSE);
+  return b->enc_started[row];
+}
+
+void
+ppx_mimi_batch_mark_started (PpxMimiBatch *b, int row)
+{
+  g_return_if_fail (row >= 0 && row < b->n);
+  b->enc_started[row] = TRUE;
 }
 
 void
@@ -271,13 +286,14 @@ ppx_mimi_batch_encode (PpxMimiBatch *b, int row0, int M, const PpxTensor *pcm, P
   PpxSeanetState enc = b->enc;
   if (row0 != 0)
     ppx_seanet_state_rows (&b->enc, row0, M, &enc);
-  gboolean v1, v2;
+  gboolean v1, v2, v3;
   PpxTensor *slots = rows_view (b->slots, 1, row0, M, &v1);
   PpxTensor *down_prev = rows_view (b->down_prev, (gsize) D * (DOWN_K - DOWN_S), row0, M, &v2);
+  PpxTensor *offsets = rows_view (b->enc_off, 1, row0, M, &v3);
   int C, L;
   PpxTensor *y = ppx_seanet_forward (&mm->encoder, &enc, be, (PpxTensor *) pcm, b->a, b->b, b->c, M, &C, &L);
   /* y: [M, D, 2] at 25 Hz */
-  ppx_mimi_transformer_forward (&mm->enc_tf, &b->enc_tf, be, y, M, b->enc_off + row0, slots);
+  ppx_mimi_transformer_forward (&mm->enc_tf, &b->enc_tf, be, y, M, offsets, slots);
   for (int m = 0; m < M; m++) {
     if (b->enc_started[row0 + m])
       continue;
@@ -299,6 +315,8 @@ ppx_mimi_batch_encode (PpxMimiBatch *b, int row0, int M, const PpxTensor *pcm, P
     ppx_tensor_free (slots);
   if (v2)
     ppx_tensor_free (down_prev);
+  if (v3)
+    ppx_tensor_free (offsets);
 }
 
 void
@@ -312,15 +330,16 @@ ppx_mimi_batch_decode (PpxMimiBatch *b, int row0, int M, const PpxTensor *codes,
   PpxSeanetState dec = b->dec;
   if (row0 != 0)
     ppx_seanet_state_rows (&b->dec, row0, M, &dec);
-  gboolean v1, v2;
+  gboolean v1, v2, v3;
   PpxTensor *slots = rows_view (b->slots, 1, row0, M, &v1);
   PpxTensor *up_partial = rows_view (b->up_partial, (gsize) D * (DOWN_K - DOWN_S), row0, M, &v2);
+  PpxTensor *offsets = rows_view (b->dec_off, 1, row0, M, &v3);
   ppx_op_vq_decode (be, mm->cb_first, codes, code_off, code_stride, b->r, M, 1, bins, qd);
   ppx_op_linear (be, mm->out_first, b->r, qd, b->lat, D, M, FALSE);
   ppx_op_vq_decode (be, mm->cb_rest, codes, code_off + 1, code_stride, b->r, M, mm->n_rest, bins, qd);
   ppx_op_linear (be, mm->out_rest, b->r, qd, b->lat, D, M, TRUE);
   ppx_op_conv_transpose1d (be, mm->upsample_w, NULL, b->lat, up_partial, b->lat2, M, D, D, DOWN_K, 1, DOWN_S, D);
-  ppx_mimi_transformer_forward (&mm->dec_tf, &b->dec_tf, be, b->lat2, M, b->dec_off + row0, slots);
+  ppx_mimi_transformer_forward (&mm->dec_tf, &b->dec_tf, be, b->lat2, M, offsets, slots);
   int C, L;
   PpxTensor *y = ppx_seanet_forward (&mm->decoder, &dec, be, b->lat2, b->a, b->b, b->c, M, &C, &L);
   ppx_tensor_copy2d (pcm, 0, 0, y, 0, 0, 1, (gsize) M * C * L);
@@ -330,6 +349,8 @@ ppx_mimi_batch_decode (PpxMimiBatch *b, int row0, int M, const PpxTensor *codes,
     ppx_tensor_free (slots);
   if (v2)
     ppx_tensor_free (up_partial);
+  if (v3)
+    ppx_tensor_free (offsets);
 }
 
 /* ---- one stream ---- */

@@ -30,6 +30,11 @@ guint64 ppx_mimi_batch_bytes (const PpxMimi *mimi, int n_rows);
 void ppx_mimi_batch_reset_row (PpxMimiBatch *b, int row);
 /* Row `to` takes over row `from`'s stream (from's old contents are lost; from is free afterwards). */
 void ppx_mimi_batch_move_row (PpxMimiBatch *b, int from, int to);
+/* Whether a row's encoder has had its first frame (its downsample history replicates that frame, a step
+ * that depends on the host: a graph-recorded encode must only see started rows). mark_started makes a
+ * row count as started without it (a row whose results are discarded). */
+gboolean ppx_mimi_batch_row_started (const PpxMimiBatch *b, int row);
+void ppx_mimi_batch_mark_started (PpxMimiBatch *b, int row);
 /* Device-side: encode pcm [M, frame_size] into codes[m*code_stride + code_off + j], j < num_codebooks. */
 void ppx_mimi_batch_encode (PpxMimiBatch *b, int row0, int M, const PpxTensor *pcm, PpxTensor *codes, int code_off,
                             int code_stride);

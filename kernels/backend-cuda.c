@@ -6,7 +6,9 @@
  * backend's; weights are always copied to the device (desc->borrow is ignored; int4 rows are permuted for
  * the tensor-core kernels, same bytes). Ops that need temporary device memory share one scratch buffer that
  * grows on demand; a mutex keeps its growth and use together when several threads enqueue on the same
- * backend. The linear kernels' split-K workspace is a buffer of its own (linear_lock).
+ * backend. The linear kernels' split-K workspace is a buffer of its own (linear_lock, then scratch_lock while it
+ * grows: its growth marks recorded graphs stale like the scratch buffer's, and a recording asks ppx_backend_graph_end
+ * to grow it instead of allocating).
  *
  * Graphs (backend.h): ppx_backend_graph_begin captures the calling thread's ops on a second stream
  * (cudaStreamCaptureModeThreadLocal, so other threads' ops and allocations on the backend are unaffected);
@@ -44,6 +46,7 @@ typedef struct {
   void *capture_stream;
   guint64 capture_epoch; /* scratch_epoch when the recording began */
   gsize capture_need;    /* scratch bytes an op asked for during the recording */
+  gsize capture_linear_need; /* linear workspace bytes an op asked for during the recording */
   GArray *capture_rope;  /* RopeTable keys (freqs NULL) an op asked for during the recording */
 } CudaPriv;
 
@@ -320,7 +323,15 @@ linear_workspace (PpxBackend *be, gsize bytes)
   CudaPriv *p = PRIV (be);
   if (bytes <= p->linear_ws_bytes)
     return p->linear_ws;
+  if (tls_recording == be) { /* no allocation inside a recording: ppx_backend_graph_end grows it */
+    p->capture_linear_need = MAX (p->capture_linear_need, bytes);
+    return NULL;
+  }
   gsize want = MAX (bytes, p->linear_ws_bytes * 2);
+  /* graphs recorded with the old workspace are stale (refused at launch and recorded again); scratch_lock
+   * is held until the new one exists, so no graph launch slips in between the sync and the free */
+  g_mutex_lock (&p->scratch_lock);
+  p->scratch_epoch++;
   check (be, ppx_cuda_stream_sync (p->stream), "linear workspace sync");
   if (p->linear_ws)
     check (be, ppx_cuda_free (p->linear_ws), "linear workspace free");
@@ -328,12 +339,14 @@ linear_workspace (PpxBackend *be, gsize bytes)
   p->linear_ws_bytes = 0;
   int e = ppx_cuda_malloc (&p->linear_ws, want);
   if (e) {
+    g_mutex_unlock (&p->scratch_lock);
     g_critical ("CUDA backend (GPU %d): out of memory for %" G_GSIZE_FORMAT " bytes of linear workspace: %s", p->device,
                 want, ppx_cuda_error_string (e));
     return NULL;
   }
   check (be, ppx_cuda_memset_async (p->linear_ws, 0, PPX_CUDA_LINEAR_COUNTER_BYTES, p->stream), "linear workspace zero");
   p->linear_ws_bytes = want;
+  g_mutex_unlock (&p->scratch_lock);
   return p->linear_ws;
 }
 
@@ -607,6 +620,9 @@ cuda_graph_begin (PpxBackend *be, GError **error)
     p->capture_epoch = p->scratch_epoch;
     p->capture_need = 0;
     g_mutex_unlock (&p->scratch_lock);
+    g_mutex_lock (&p->linear_lock);
+    p->capture_linear_need = 0;
+    g_mutex_unlock (&p->linear_lock);
     g_array_set_size (p->capture_rope, 0);
     e = ppx_cuda_capture_begin (p->capture_stream);
   }
@@ -640,6 +656,12 @@ cuda_graph_end (PpxBackend *be, GError **error)
   }
   const gboolean rope_missing = p->capture_rope->len > 0;
   g_array_set_size (p->capture_rope, 0);
+  g_mutex_lock (&p->linear_lock);
+  const gsize linear_need = p->capture_linear_need;
+  if (linear_need > p->linear_ws_bytes)
+    linear_workspace (be, linear_need); /* bumps scratch_epoch: checked below */
+  p->capture_linear_need = 0;
+  g_mutex_unlock (&p->linear_lock);
   g_mutex_lock (&p->scratch_lock);
   const gsize need = p->capture_need;
   const gboolean moved = p->scratch_epoch != p->capture_epoch;
@@ -653,11 +675,12 @@ cuda_graph_end (PpxBackend *be, GError **error)
                  p->device, ppx_cuda_error_string (e));
     return NULL;
   }
-  if (need > 0 || rope_missing || moved) {
+  if (need > 0 || linear_need > 0 || rope_missing || moved) {
     ppx_cuda_graph_destroy (exec);
     g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
                  "CUDA backend (GPU %d): the graph's ops needed %s; allocated now, record again", p->device,
-                 moved ? "scratch memory that moved during the recording" : rope_missing ? "RoPE tables" : "more scratch memory");
+                 moved ? "scratch memory that moved during the recording"
+                 : rope_missing ? "RoPE tables" : linear_need > 0 ? "a larger linear workspace" : "more scratch memory");
     return NULL;
   }
   CudaGraph *g = g_new0 (CudaGraph, 1);

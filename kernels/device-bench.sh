@@ -1,0 +1,71 @@
+#!/bin/sh
+# One device call that checks and measures the GPU path end to end (docs/performance.md quotes its output):
+#   1. test-backend-cuda: every op against the CPU backend, the golden conversation on the GPU;
+#   2. test-engine cuda: N = 1..8 sessions on one engine against their one-session runs;
+#   3. test-gpu-tick: device LMGen, graph API, the engine with graphs on/off;
+#   4. test-backend-cuda-sm80 (a -Dcuda-arch=80 build: on a newer GPU the driver must compile its compute_80
+#      PTX, i.e. the code path of A100/RTX 30xx): the batched-row linear test and the golden conversation;
+#   5. personaplex-bench --sweep at full context (--context 3000) on full-size random weights: int4 and int8
+#      weights with fp8 and bf16 KV caches, bf16 weights with bf16 KV; then one int4 session's components
+#      (Mimi encode/decode, LM step) with CUDA graphs on and off;
+#   6. with the time left, compute-sanitizer memcheck on the engine with sessions joining and leaving.
+# Each step gets a timeout that keeps the whole call under BUDGET seconds (default 560); a step that would
+# not fit is skipped and said so. Logs and a summary go to $OUT (or /tmp/ppx-device).
+# Usage: sh kernels/device-bench.sh PACK_DIR [BUDGET]
+#   PACK_DIR: made by kernels/device-pack.sh from a -Dcuda-arch=90 build, plus bin/test-backend-cuda-sm80 and
+#   bin/personaplex-bench (kernels/device-pack-bench.sh does all of it).
+set -u
+dir=$(cd "$1" && pwd)
+budget=${2:-560}
+out=${OUT:-/tmp/ppx-device}
+mkdir -p "$out"
+start=$(date +%s)
+export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PPX_GOLDEN_DIR="$dir/golden" PPX_DATA_DIR="$dir/data" G_DEBUG=fatal-criticals PATH="/usr/local/cuda/bin:$PATH"
+export OMP_WAIT_POLICY=passive
+summary="$out/summary.txt"
+: > "$summary"
+
+say () { echo "$*" | tee -a "$summary"; }
+
+# step NAME LIMIT CMD...: runs CMD with at most LIMIT seconds, never past the budget (20 s kept in reserve)
+step () {
+  name=$1 limit=$2
+  shift 2
+  left=$((budget - 20 - ($(date +%s) - start)))
+  if [ "$left" -lt 15 ]; then
+    say "== $name: skipped (budget spent)"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  t0=$(date +%s)
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  say "== $name: exit $rc in $(( $(date +%s) - t0 )) s (limit $limit s)"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$summary"
+step ops 150 "$dir/bin/test-backend-cuda" --verbose
+grep -E '^not ok|golden on|Bail' "$out/ops.log" | tee -a "$summary"
+grep -c '^ok' "$out/ops.log" | sed 's/^/ops ok: /' | tee -a "$summary"
+step engine 150 "$dir/bin/test-engine" cuda --verbose
+grep -E '^(ok|not ok)|Bail|differ' "$out/engine.log" | tail -14 | tee -a "$summary"
+step gpu-tick 90 "$dir/bin/test-gpu-tick" --verbose
+grep -E '^(ok|not ok)|Bail' "$out/gpu-tick.log" | tee -a "$summary"
+step jit-sm80 150 "$dir/bin/test-backend-cuda-sm80" --verbose -p /cuda/linear-batch -p /cuda/golden
+grep -E '^(ok|not ok)|golden on|Bail' "$out/jit-sm80.log" | tee -a "$summary"
+
+bench="$dir/bin/personaplex-bench"
+step sweep-int4 150 "$bench" -r full -q int4 -b cuda --sweep 1,8,32,64 --sweep-kv fp8,bf16 --context 3000 -n 20 -w 3
+grep -vE '^(personaplex-bench|machine|build|model|config|run):' "$out/sweep-int4.log" | tee -a "$summary"
+step sweep-int8 130 "$bench" -r full -q int8 -b cuda --sweep 1,8,32,64 --sweep-kv fp8,bf16 --context 3000 -n 20 -w 3
+grep -vE '^(personaplex-bench|machine|build|model|config|run):' "$out/sweep-int8.log" | tee -a "$summary"
+step sweep-bf16 90 "$bench" -r full -q bf16 -b cuda --sweep 1,8,16 --sweep-kv bf16 --context 3000 -n 20 -w 3
+grep -vE '^(personaplex-bench|machine|build|model|config|run):' "$out/sweep-bf16.log" | tee -a "$summary"
+step components-int4 100 "$bench" -r full -q int4 -b cuda --context 3000 --cuda-graphs both -n 30 -w 5
+grep -E 'mimi|lm-|session' "$out/components-int4.log" | tee -a "$summary"
+
+step memcheck-engine 200 env PPX_TEST_ENGINE_SHORT=1 compute-sanitizer --tool memcheck --leak-check full \
+  --error-exitcode 9 "$dir/bin/test-engine" cuda -p /engine/batch-equals-alone/4 -p /engine/limit
+grep -E '^(ok|not ok)|ERROR SUMMARY|LEAK SUMMARY' "$out/memcheck-engine.log" | tee -a "$summary"
+say "total $(( $(date +%s) - start )) s"

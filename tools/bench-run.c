@@ -422,22 +422,28 @@ session_ticks (const BenchSetup *s, PpxModel *model, gboolean no_graphs, const c
   return ok;
 }
 
+void
+bench_model_params (const BenchSetup *s, PpxModelParams *mp)
+{
+  ppx_model_params_init (mp);
+  mp->model_dir = s->model_dir;
+  if (!s->model_dir) {
+    mp->lm_file = s->lm_path;
+    mp->mimi_file = s->mimi_path;
+    mp->config_json = s->config_path;
+  }
+  mp->quantization = s->quantization;
+  mp->backend = s->backend;
+  mp->n_threads = s->threads;
+  mp->device = s->device;
+}
+
 gboolean
 bench_run_session (const BenchSetup *s, BenchReport *r, GError **error)
 {
   phase_begin (r);
   PpxModelParams mp;
-  ppx_model_params_init (&mp);
-  mp.model_dir = s->model_dir;
-  if (!s->model_dir) {
-    mp.lm_file = s->lm_path;
-    mp.mimi_file = s->mimi_path;
-    mp.config_json = s->config_path;
-  }
-  mp.quantization = s->quantization;
-  mp.backend = s->backend;
-  mp.n_threads = s->threads;
-  mp.device = s->device;
+  bench_model_params (s, &mp);
   double t0 = bench_now_ms ();
   PpxModel *model = ppx_model_load (&mp, error);
   if (!model)

@@ -41,6 +41,8 @@ PpxBackend *bench_backend_new (PpxBackendKind kind, int threads, int device, GEr
 /* The GPU's name for a CUDA backend (g_free), NULL otherwise. */
 char *bench_device_name (const PpxBackend *be);
 
+/* The ppx_model_load parameters of the setup's model (directory, or files given one by one). */
+void bench_model_params (const BenchSetup *s, PpxModelParams *mp);
 /* --context: puts a session's generator at LM position `context` (rounded down to the token cache's
  * columns) right after its prompts. */
 void bench_fill_context (PpxLmGen *g, gint64 context);

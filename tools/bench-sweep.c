@@ -146,17 +146,7 @@ bench_run_sweep (const BenchSetup *s, const int *batches, int n_batches, const P
                  const char *device_name, FILE *out, GError **error)
 {
   PpxModelParams mp;
-  ppx_model_params_init (&mp);
-  mp.model_dir = s->model_dir;
-  if (!s->model_dir) {
-    mp.lm_file = s->lm_path;
-    mp.mimi_file = s->mimi_path;
-    mp.config_json = s->config_path;
-  }
-  mp.quantization = s->quantization;
-  mp.backend = s->backend;
-  mp.n_threads = s->threads;
-  mp.device = s->device;
+  bench_model_params (s, &mp);
   const double t0 = bench_now_ms ();
   PpxModel *model = ppx_model_load (&mp, error);
   if (!model)

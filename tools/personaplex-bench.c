@@ -406,20 +406,20 @@ main (int argc, char **argv)
 {
   Options o = {.batch = 1, .frames = 20, .warmup = 2, .load_repeats = 3};
   g_autoptr (GError) error = NULL;
-  if (!parse_options (argc, argv, &o, &error)) {
-    g_printerr ("%s: %s\n", PROG, error->message);
-    return 2;
+  int status = 2;
+  if (parse_options (argc, argv, &o, &error)) {
+    g_autoptr (BenchReport) r = bench_report_new ();
+    const gboolean ok = run (&o, r, &error);
+    if (ok && o.json) {
+      g_autofree char *json = bench_report_to_json (r);
+      printf ("%s\n", json);
+    } else if (ok) {
+      bench_report_print_text (r, stdout);
+    }
+    status = ok ? 0 : 1;
   }
-  g_autoptr (BenchReport) r = bench_report_new ();
-  gboolean ok = run (&o, r, &error);
-  if (ok && o.json) {
-    g_autofree char *json = bench_report_to_json (r);
-    printf ("%s\n", json);
-  } else if (ok) {
-    bench_report_print_text (r, stdout);
-  } else {
+  if (error)
     g_printerr ("%s: %s\n", PROG, error->message);
-  }
   g_free (o.model_dir);
   g_free (o.random_size);
   g_free (o.component);
@@ -430,5 +430,5 @@ main (int argc, char **argv)
   g_free (o.sweep_kv);
   g_free (o.cuda_graphs);
   g_strfreev (o.prequantized_dirs);
-  return ok ? 0 : 1;
+  return status;
 }

@@ -32,7 +32,7 @@ setup_args=()
 if [ "$asan" = 1 ]; then
   build_dir="${build_dir:-build-asan}"
   setup_args+=(-Db_sanitize=address,undefined -Db_lundef=false)
-  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1}"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1:fast_unwind_on_malloc=0}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
   # GLib abandons its quark block on purpose once GStreamer registers many quarks.
   export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan-glib-quarks.supp}"

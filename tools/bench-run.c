@@ -331,6 +331,43 @@ bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error)
 
 /* ---- the whole session ---- */
 
+gboolean
+bench_tick_sessions (const BenchSetup *s, PpxModel *model, PpxEngine *engine, PpxSession **sessions, int B,
+                     double *ms, GError **error)
+{
+  for (int i = 0; i < B; i++)
+    bench_fill_context (ppx_session_lmgen (sessions[i]), s->context);
+  const int fs = ppx_model_frame_size (model), sr = ppx_model_sample_rate (model);
+  float *in = g_new (float, (gsize) B * fs), *out = g_new (float, (gsize) B * fs);
+  const float **ins = g_new (const float *, B);
+  float **outs = g_new (float *, B);
+  PpxFrameResult *res = g_new0 (PpxFrameResult, B);
+  for (int i = 0; i < B; i++) {
+    ins[i] = in + (gsize) i * fs;
+    outs[i] = out + (gsize) i * fs;
+  }
+  gboolean ok = TRUE;
+  for (int f = 0; ok && f < s->warmup + s->frames; f++) {
+    for (int i = 0; i < B; i++)
+      bench_test_signal (i, f, fs, sr, in + (gsize) i * fs);
+    double a = bench_now_ms ();
+    if (engine) {
+      ok = ppx_engine_step (engine, sessions, B, ins, outs, res, error);
+    } else {
+      for (int i = 0; ok && i < B; i++)
+        ok = ppx_session_step (sessions[i], ins[i], outs[i], &res[i], error);
+    }
+    if (f >= s->warmup)
+      ms[f - s->warmup] = bench_now_ms () - a;
+  }
+  g_free (in);
+  g_free (out);
+  g_free (ins);
+  g_free (outs);
+  g_free (res);
+  return ok;
+}
+
 /* B sessions stepped `warmup + frames` ticks (batched: one engine of B slots, one tick per frame, CUDA graphs
  * unless no_graphs; sequential: B sessions with engines of their own, stepped one after another). */
 static gboolean
@@ -368,31 +405,8 @@ session_ticks (const BenchSetup *s, PpxModel *model, gboolean no_graphs, const c
     if (!no_graphs || s->cuda_graphs == BENCH_GRAPHS_OFF) /* once */
       bench_report_add_load (r, "session-new", "per session: state + the silence prompts (12 temporal-only steps)",
                              new_ms / B);
-    for (int i = 0; i < B; i++)
-      bench_fill_context (ppx_session_lmgen (sessions[i]), s->context);
-    const int fs = ppx_model_frame_size (model), sr = ppx_model_sample_rate (model);
-    float *in = g_new (float, (gsize) B * fs), *out = g_new (float, (gsize) B * fs);
-    const float **ins = g_new (const float *, B);
-    float **outs = g_new (float *, B);
-    PpxFrameResult *res = g_new0 (PpxFrameResult, B);
-    for (int i = 0; i < B; i++) {
-      ins[i] = in + (gsize) i * fs;
-      outs[i] = out + (gsize) i * fs;
-    }
     double *ms = g_new (double, s->frames);
-    for (int f = 0; ok && f < s->warmup + s->frames; f++) {
-      for (int i = 0; i < B; i++)
-        bench_test_signal (i, f, fs, sr, in + (gsize) i * fs);
-      double a = bench_now_ms ();
-      if (engine) {
-        ok = ppx_engine_step (engine, sessions, B, ins, outs, res, error);
-      } else {
-        for (int i = 0; ok && i < B; i++)
-          ok = ppx_session_step (sessions[i], ins[i], outs[i], &res[i], error);
-      }
-      if (f >= s->warmup)
-        ms[f - s->warmup] = bench_now_ms () - a;
-    }
+    ok = bench_tick_sessions (s, model, engine, sessions, B, ms, error);
     if (ok && engine) {
       PpxEngineTickStats st;
       ppx_engine_tick_stats (engine, &st);
@@ -408,11 +422,6 @@ session_ticks (const BenchSetup *s, PpxModel *model, gboolean no_graphs, const c
                                   "ppx_session_step: encode + LM step + decode, one session after another", B, ms,
                                   s->frames);
     }
-    g_free (in);
-    g_free (out);
-    g_free (ins);
-    g_free (outs);
-    g_free (res);
     g_free (ms);
   }
   for (int i = 0; i < B; i++)

@@ -46,6 +46,10 @@ void bench_model_params (const BenchSetup *s, PpxModelParams *mp);
 /* --context: puts a session's generator at LM position `context` (rounded down to the token cache's
  * columns) right after its prompts. */
 void bench_fill_context (PpxLmGen *g, gint64 context);
+/* Puts the B sessions at --context, then steps them `warmup + frames` ticks of the test signal: on `engine`
+ * as one batch, or (engine NULL) one after another; ms[frames] gets the measured ticks' times. */
+gboolean bench_tick_sessions (const BenchSetup *s, PpxModel *model, PpxEngine *engine, PpxSession **sessions, int B,
+                              double *ms, GError **error);
 /* The speech-like test input of session `session`, frame `frame` (n samples). */
 void bench_test_signal (int session, gint64 frame, int n, int sample_rate, float *out);
 

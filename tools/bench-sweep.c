@@ -108,32 +108,11 @@ sweep_one (const BenchSetup *s, PpxModel *model, PpxKvFormat kv, int B, BenchSta
     *fits = !g_error_matches (err, PPX_ERROR, PPX_ERROR_NOMEM);
     g_propagate_error (error, err);
   }
-  const int fs = ppx_model_frame_size (model);
-  float *in = g_new0 (float, (gsize) B * fs), *out = g_new (float, (gsize) B * fs);
-  const float **ins = g_new (const float *, B);
-  float **outs = g_new (float *, B);
-  for (int i = 0; i < B; i++) {
-    ins[i] = in + (gsize) i * fs;
-    outs[i] = out + (gsize) i * fs;
-  }
   double *ms = g_new (double, s->frames);
-  for (int i = 0; ok && i < B; i++)
-    bench_fill_context (ppx_session_lmgen (sessions[i]), s->context);
-  for (int f = 0; ok && f < s->warmup + s->frames; f++) {
-    for (int i = 0; i < B; i++)
-      bench_test_signal (i, f, fs, ppx_model_sample_rate (model), in + (gsize) i * fs);
-    const double a = bench_now_ms ();
-    ok = ppx_engine_step (engine, sessions, B, ins, outs, NULL, error);
-    if (f >= s->warmup)
-      ms[f - s->warmup] = bench_now_ms () - a;
-  }
+  ok = ok && bench_tick_sessions (s, model, engine, sessions, B, ms, error);
   if (ok)
     bench_stats_compute (ms, s->frames, st);
   g_free (ms);
-  g_free (in);
-  g_free (out);
-  g_free (ins);
-  g_free (outs);
   for (int i = 0; i < B; i++)
     ppx_session_free (sessions[i]);
   g_free (sessions);

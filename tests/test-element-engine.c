@@ -38,28 +38,6 @@ new_harness_for (GstElement * el)
   return h;
 }
 
-static GstStructure *
-get_stats (GstElement * el)
-{
-  GstStructure *s = NULL;
-
-  g_object_get (el, "stats", &s, NULL);
-  fail_unless (s != NULL);
-  return s;
-}
-
-static guint
-stats_uint (GstElement * el, const char *field)
-{
-  GstStructure *s = get_stats (el);
-  guint v = 0;
-
-  fail_unless (gst_structure_get_uint (s, field, &v), "no %s in stats",
-      field);
-  gst_structure_free (s);
-  return v;
-}
-
 /* Brings a bare element (with its own bus) to PAUSED, expecting failure;
  * returns the error (g_error_free it). */
 static GError *
@@ -176,8 +154,8 @@ GST_START_TEST (test_session_limit)
   g_object_set (c, "max-sessions", 2, NULL);
   ha = new_harness_for (a);
   hb = new_harness_for (b);
-  fail_unless_equals_int (stats_uint (a, "max-sessions"), 2);
-  fail_unless_equals_int (stats_uint (b, "model-users"), 2);
+  fail_unless_equals_int (ppx_test_stats_uint (a, "max-sessions"), 2);
+  fail_unless_equals_int (ppx_test_stats_uint (b, "model-users"), 2);
 
   /* the third: refused with an error naming the id and the limit */
   err = expect_start_failure (c);
@@ -195,7 +173,7 @@ GST_START_TEST (test_session_limit)
   fail_unless_equals_int (outa->len, 3 * PPX_FRAME);
   fail_unless (outa->len == outb->len
       && memcmp (outa->data, outb->data, outa->len * sizeof (float)) == 0);
-  fail_unless_equals_int (stats_uint (a, "model-users"), 2);
+  fail_unless_equals_int (ppx_test_stats_uint (a, "model-users"), 2);
 
   /* other engine settings under the same id: refused, naming both */
   g_object_set (d, "max-sessions", 3, NULL);
@@ -217,7 +195,7 @@ GST_START_TEST (test_session_limit)
   /* a slot freed by a leaving element takes the next one */
   gst_harness_teardown (hb);
   hc = new_harness_for (c);
-  fail_unless_equals_int (stats_uint (c, "model-users"), 2);
+  fail_unless_equals_int (ppx_test_stats_uint (c, "model-users"), 2);
   g_array_unref (outb);
   outb = run_frames (hc, 0, 3);
   fail_unless (memcmp (outa->data, outb->data, outa->len * sizeof (float))
@@ -246,8 +224,8 @@ GST_START_TEST (test_latency_and_private_engine)
   g_object_set (a, "max-sessions", 7, NULL);    /* ignored without an id */
   ha = new_harness_for (a);
   hb = new_harness_for (b);
-  fail_unless_equals_int (stats_uint (a, "max-sessions"), 1);
-  fail_unless (stats_uint (b, "max-sessions") >= 1);
+  fail_unless_equals_int (ppx_test_stats_uint (a, "max-sessions"), 1);
+  fail_unless (ppx_test_stats_uint (b, "max-sessions") >= 1);
 
   gst_harness_set_upstream_latency (ha, 20 * GST_MSECOND);
   gst_harness_set_upstream_latency (hb, 20 * GST_MSECOND);
@@ -296,7 +274,7 @@ GST_START_TEST (test_wait_for_active_stream)
   fail_unless_equals_int (pusher_join (&p, 20), GST_FLOW_OK);
   buf = gst_harness_pull (ha);
   gst_buffer_unref (buf);
-  fail_unless_equals_int (stats_uint (a, "batch-size"), 1);
+  fail_unless_equals_int (ppx_test_stats_uint (a, "batch-size"), 1);
 
   /* b is at EOS: nothing to wait for */
   pusher_start (&p, ha, PPX_FRAME);

@@ -178,4 +178,27 @@ ppx_test_pop_element_message (GstBus * bus, const char *name, GstClockTime timeo
   return NULL;
 }
 
+/* The element's `stats` property (free with gst_structure_free). */
+static inline GstStructure *
+ppx_test_stats (GstElement * el)
+{
+  GstStructure *s = NULL;
+
+  g_object_get (el, "stats", &s, NULL);
+  fail_unless (s != NULL);
+  return s;
+}
+
+/* One guint field of the element's `stats`; fails the test when it is missing. */
+static inline guint
+ppx_test_stats_uint (GstElement * el, const char *field)
+{
+  GstStructure *s = ppx_test_stats (el);
+  guint v = 0;
+
+  fail_unless (gst_structure_get_uint (s, field, &v), "no %s in stats", field);
+  gst_structure_free (s);
+  return v;
+}
+
 #endif

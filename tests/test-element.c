@@ -126,27 +126,6 @@ has_energy (GArray * a)
   return e > 0;
 }
 
-static GstStructure *
-get_stats (GstElement * el)
-{
-  GstStructure *s = NULL;
-
-  g_object_get (el, "stats", &s, NULL);
-  fail_unless (s != NULL);
-  return s;
-}
-
-static guint
-stats_users (GstElement * el)
-{
-  GstStructure *s = get_stats (el);
-  guint users = 0;
-
-  fail_unless (gst_structure_get_uint (s, "model-users", &users));
-  gst_structure_free (s);
-  return users;
-}
-
 /* Captures g_warning()s of the plugin's log domain. */
 static gchar *last_warning;
 
@@ -996,7 +975,7 @@ GST_START_TEST (test_stats)
   gst_message_unref (msg);
 
   /* the property has the same structure */
-  prop = get_stats (el);
+  prop = ppx_test_stats (el);
   check_stats_fields (prop);
   fail_unless (gst_structure_get_uint64 (prop, "frames", &frames));
   fail_unless_equals_uint64 (frames, 5);
@@ -1285,14 +1264,14 @@ GST_START_TEST (test_shared_model)
   guint n;
 
   ha = new_harness_for (a, PPX_F32_CAPS);
-  fail_unless_equals_int (stats_users (a), 1);
+  fail_unless_equals_int (ppx_test_stats_uint (a, "model-users"), 1);
   hb = new_harness_for (b, PPX_F32_CAPS);
   /* one load, two users */
-  fail_unless_equals_int (stats_users (a), 2);
-  fail_unless_equals_int (stats_users (b), 2);
+  fail_unless_equals_int (ppx_test_stats_uint (a, "model-users"), 2);
+  fail_unless_equals_int (ppx_test_stats_uint (b, "model-users"), 2);
   /* another id is another model */
   hd = new_harness_for (d, PPX_F32_CAPS);
-  fail_unless_equals_int (stats_users (d), 1);
+  fail_unless_equals_int (ppx_test_stats_uint (d, "model-users"), 1);
 
   /* independent conversations: the same input gives the same output */
   push_signal (ha, 0, 3 * PPX_FRAME, sizes, 1);
@@ -1309,7 +1288,7 @@ GST_START_TEST (test_shared_model)
   g_free (msg);
 
   gst_harness_teardown (hb);
-  fail_unless_equals_int (stats_users (a), 1);
+  fail_unless_equals_int (ppx_test_stats_uint (a, "model-users"), 1);
 
   g_array_unref (outa);
   g_array_unref (outb);

@@ -46,36 +46,6 @@ bench_parse_batches (const char *list, int *out, int max_n, int *n, GError **err
   return TRUE;
 }
 
-gboolean
-bench_parse_kv_list (const char *list, PpxKvFormat *out, int max_n, int *n, GError **error)
-{
-  static const struct {
-    const char *name;
-    PpxKvFormat f;
-  } names[] = {{"auto", PPX_KV_AUTO}, {"f32", PPX_KV_F32}, {"bf16", PPX_KV_BF16}, {"fp8", PPX_KV_FP8}};
-  g_autoptr (GPtrArray) items = g_ptr_array_new_with_free_func (g_free);
-  if (!parse_list (list, "--sweep-kv", items, error))
-    return FALSE;
-  if ((int) items->len > max_n) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--sweep-kv: at most %d formats", max_n);
-    return FALSE;
-  }
-  for (guint i = 0; i < items->len; i++) {
-    const char *it = g_ptr_array_index (items, i);
-    guint k = 0;
-    while (k < G_N_ELEMENTS (names) && strcmp (names[k].name, it) != 0)
-      k++;
-    if (k == G_N_ELEMENTS (names)) {
-      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--sweep-kv: unknown format '%s' (expected auto, f32, bf16, fp8)",
-                   it);
-      return FALSE;
-    }
-    out[i] = ppx_engine_resolve_kv (names[k].f);
-  }
-  *n = (int) items->len;
-  return TRUE;
-}
-
 /* One row: B sessions on an engine of B slots, prompts, --context, warm-up, measured ticks. FALSE with
  * *fits = FALSE when the engine or its sessions do not fit the device; FALSE with an error otherwise. */
 static gboolean

@@ -12,8 +12,6 @@ G_BEGIN_DECLS
 
 /* Parses "1,8,32,64" into batch sizes in [1, 4096] (at most max_n of them). */
 gboolean bench_parse_batches (const char *list, int *out, int max_n, int *n, GError **error);
-/* Parses "bf16,fp8" (f32, bf16, fp8, auto) into KV formats (at most max_n). */
-gboolean bench_parse_kv_list (const char *list, PpxKvFormat *out, int max_n, int *n, GError **error);
 
 /* Loads the model of s once and prints one row per (KV format, batch) to out. A batch that does not fit
  * the device's memory is reported as such and ends that format's sweep (larger ones cannot fit either). */

@@ -84,6 +84,30 @@ pick (const Choice *choices, const char *option, const char *value, int *out, GE
   return FALSE;
 }
 
+/* --sweep-kv "bf16,fp8" (default: --kv-cache-format) into o->sweep_kvs, resolved as the engine does. */
+static gboolean
+parse_sweep_kv (Options *o, GError **error)
+{
+  g_auto (GStrv) items = g_strsplit (o->sweep_kv ? o->sweep_kv : ppx_kv_format_name ((PpxKvFormat) o->kv_id), ",", -1);
+  o->n_sweep_kv = 0;
+  for (int i = 0; items[i]; i++) {
+    int id;
+    if ((guint) o->n_sweep_kv == G_N_ELEMENTS (o->sweep_kvs)) {
+      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--sweep-kv: at most %u formats",
+                   (guint) G_N_ELEMENTS (o->sweep_kvs));
+      return FALSE;
+    }
+    if (!pick (kv_choices, "sweep-kv", g_strstrip (items[i]), &id, error))
+      return FALSE;
+    o->sweep_kvs[o->n_sweep_kv++] = ppx_engine_resolve_kv ((PpxKvFormat) id);
+  }
+  if (o->n_sweep_kv == 0) {
+    g_set_error_literal (error, PPX_ERROR, PPX_ERROR_INVALID, "--sweep-kv: empty list");
+    return FALSE;
+  }
+  return TRUE;
+}
+
 static gboolean
 parse_options (int argc, char **argv, Options *o, GError **error)
 {
@@ -162,8 +186,7 @@ parse_options (int argc, char **argv, Options *o, GError **error)
          (!o->random_size || pick (size_choices, "random-weights", o->random_size, &size_id, error)) &&
          (!o->sweep || bench_parse_batches (o->sweep, o->sweep_batches, G_N_ELEMENTS (o->sweep_batches), &o->n_sweep,
                                             error)) &&
-         (!o->sweep || bench_parse_kv_list (o->sweep_kv ? o->sweep_kv : ppx_kv_format_name ((PpxKvFormat) o->kv_id),
-                                            o->sweep_kvs, G_N_ELEMENTS (o->sweep_kvs), &o->n_sweep_kv, error));
+         (!o->sweep || parse_sweep_kv (o, error));
 }
 
 static char *

@@ -1,7 +1,5 @@
 #include "bench-sweep.h"
 
-#include "engine-internal.h"
-#include "personaplex-internal.h"
 
 static gboolean
 parse_list (const char *list, const char *what, GPtrArray *items, GError **error)

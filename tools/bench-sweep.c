@@ -1,6 +1,5 @@
 #include "bench-sweep.h"
 
-
 static gboolean
 parse_list (const char *list, const char *what, GPtrArray *items, GError **error)
 {

@@ -193,12 +193,6 @@ gst_pp_model_handle_get_ticker (const GstPpModelHandle * h)
   return h->ticker;
 }
 
-const char *
-gst_pp_model_handle_get_id (const GstPpModelHandle * h)
-{
-  return h->instance_id;
-}
-
 guint
 gst_pp_model_handle_get_users (const GstPpModelHandle * h)
 {

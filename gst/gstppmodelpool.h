@@ -38,9 +38,6 @@ PpxModel *gst_pp_model_handle_get_model (const GstPpModelHandle * handle);
 PpxEngine *gst_pp_model_handle_get_engine (const GstPpModelHandle * handle);
 GstPpTicker *gst_pp_model_handle_get_ticker (const GstPpModelHandle *
     handle);
-/* The id, or NULL for a private model. */
-const char *gst_pp_model_handle_get_id (const GstPpModelHandle * handle);
-
 /* Elements currently holding the model behind @handle (1 when not shared). */
 guint gst_pp_model_handle_get_users (const GstPpModelHandle * handle);
 

@@ -150,12 +150,6 @@ ppx_lm_batch_free (PpxLmBatch *b)
   g_free (b);
 }
 
-int
-ppx_lm_batch_max_rows (const PpxLmBatch *b)
-{
-  return b->R;
-}
-
 /* ---- temporal transformer ---- */
 
 /* x[m] = emb[0](c1) + ... + emb[15](c16) + text_emb(c0), in that order (spec pitfall 3). */

@@ -49,7 +49,6 @@ PpxLmBatch *ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxKvFormat 
 void ppx_lm_batch_free (PpxLmBatch *b);
 /* Device bytes ppx_lm_batch_new allocates for these sizes. */
 guint64 ppx_lm_batch_bytes (const PpxLmConfig *cfg, int n_slots, int max_rows, PpxKvFormat kv_format);
-int ppx_lm_batch_max_rows (const PpxLmBatch *b);
 
 /* One temporal step for rows[0..M) (M <= max_rows, distinct slots), then, when any row has `sample`,
  * the text head, sampling and max(n_steps) depformer steps for all M rows. A row's results depend only on

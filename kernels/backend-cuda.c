@@ -72,6 +72,16 @@ typedef struct {
 #define F32(t) ((float *) (t)->data)
 #define I32(t) ((int32_t *) (t)->data)
 
+/* PPX_CUDA_PROFILE=1 (cuda-profile.cu): enter() opens an event pair on the op's stream and check() closes it
+ * under the op's name plus prof_shape (set by ops whose cost depends on their shape), outside recordings. */
+static _Thread_local char prof_shape[160];
+#define PROFILING(be) (ppx_cuda_profile_enabled () && tls_recording != (be))
+#define PROF_SHAPE(be, ...) \
+  do { \
+    if (PROFILING (be)) \
+      g_snprintf (prof_shape, sizeof prof_shape, __VA_ARGS__); \
+  } while (0)
+
 /* Makes the backend's device current for this thread (ops may come from any thread). */
 static void
 enter (PpxBackend *be)
@@ -79,6 +89,10 @@ enter (PpxBackend *be)
   int e = ppx_cuda_set_device (PRIV (be)->device);
   if (e)
     g_critical ("CUDA backend: cannot select GPU %d: %s", PRIV (be)->device, ppx_cuda_error_string (e));
+  if (PROFILING (be)) {
+    prof_shape[0] = '\0';
+    ppx_cuda_profile_begin (PRIV (be)->stream);
+  }
 }
 
 static void
@@ -86,6 +100,11 @@ check (PpxBackend *be, int err, const char *what)
 {
   if (err)
     g_critical ("CUDA backend (GPU %d): %s failed: %s", PRIV (be)->device, what, ppx_cuda_error_string (err));
+  if (PROFILING (be)) {
+    char key[256];
+    g_snprintf (key, sizeof key, "%s%s%s", what, prof_shape[0] ? " " : "", prof_shape);
+    ppx_cuda_profile_end (PRIV (be)->stream, key);
+  }
 }
 
 /* The scratch buffer, at least `bytes` large; call with scratch_lock held. NULL (and a critical) if the
@@ -123,6 +142,8 @@ cuda_free (PpxBackend *be)
   CudaPriv *p = PRIV (be);
   enter (be);
   check (be, ppx_cuda_stream_sync (p->stream), "final sync");
+  if (ppx_cuda_profile_enabled ())
+    ppx_cuda_profile_dump (p->device_name);
   if (p->scratch)
     ppx_cuda_free (p->scratch);
   for (guint i = 0; i < p->rope_tables->len; i++)
@@ -356,6 +377,8 @@ cuda_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, 
 {
   enter (be);
   PpxCudaWeight cw = device_weight (w);
+  PROF_SHAPE (be, "%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format), cw.rows,
+              cw.cols, M);
   const gsize ws_bytes = ppx_cuda_linear_workspace_bytes (&cw, M);
   if (ws_bytes == 0) {
     check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, NULL, STREAM (be)), "linear");
@@ -483,6 +506,8 @@ cuda_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, cons
   const int kv = kcache->type == PPX_TENSOR_FP8 ? PPX_CUDA_KV_FP8
                  : kcache->type == PPX_TENSOR_BF16 ? PPX_CUDA_KV_BF16
                                                    : PPX_CUDA_KV_F32;
+  PROF_SHAPE (be, "%s M=%d T=%d H=%d Dh=%d cap=%d", kv == PPX_CUDA_KV_FP8 ? "fp8" : kv == PPX_CUDA_KV_BF16 ? "bf16" : "f32",
+              M, T, H, Dh, cap);
   float *ks = NULL, *vs = NULL;
   if (kv == PPX_CUDA_KV_FP8) {
     ks = (float *) ((char *) kcache->data + ppx_kv_scale_offset (kcache->n));
@@ -504,6 +529,7 @@ cuda_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const Pp
              PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
 {
   enter (be);
+  PROF_SHAPE (be, "%d->%d K=%d s=%d d=%d L=%d M=%d", Cin, Cout, K, stride, dilation, Lin, M);
   check (be,
          ppx_cuda_conv1d (F32 (w), bias ? F32 (bias) : NULL, F32 (x), prev ? F32 (prev) : NULL, F32 (y), M, Cin, Cout,
                           K, Lin, stride, dilation, groups, STREAM (be)),
@@ -515,6 +541,7 @@ cuda_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias
                        PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride, int groups)
 {
   enter (be);
+  PROF_SHAPE (be, "%d->%d K=%d s=%d T=%d M=%d", Cin, Cout, K, stride, T, M);
   g_mutex_lock (&PRIV (be)->scratch_lock);
   const gsize tail = K > stride ? (gsize) (K - stride) : 0;
   float *next = partial && tail ? scratch_get (be, (gsize) M * Cout * tail * sizeof (float)) : NULL;

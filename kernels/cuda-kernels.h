@@ -121,6 +121,12 @@ int ppx_cuda_lmgen_finish (const PpxLmgenDims *d, int32_t *state, int n_slots, c
                            const int32_t *sampled, int32_t *out, int out_stride, int M, void *stream);
 int ppx_cuda_positions (int32_t *offsets, int32_t *pos, int M, int T, void *stream);
 
+/* ---- per-op profile, PPX_CUDA_PROFILE=1 (cuda-profile.cu) ---- */
+int ppx_cuda_profile_enabled (void);
+void ppx_cuda_profile_begin (void *stream);
+void ppx_cuda_profile_end (void *stream, const char *key);
+void ppx_cuda_profile_dump (const char *title);
+
 /* ---- graphs (cuda-runtime.cu) ---- */
 /* Starts capturing `stream` (thread-local mode: other threads' CUDA calls are not affected). */
 int ppx_cuda_capture_begin (void *stream);

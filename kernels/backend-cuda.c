@@ -558,10 +558,15 @@ cuda_vq_encode (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTen
                 int code_stride, int M, int ncb, int bins, int dim)
 {
   enter (be);
-  check (be,
-         ppx_cuda_vq_encode (F32 (codebooks), F32 (r), I32 (codes), code_off, code_stride, M, ncb, bins, dim,
-                             STREAM (be)),
-         "vq_encode");
+  g_mutex_lock (&PRIV (be)->scratch_lock);
+  const gsize floats = ppx_cuda_vq_encode_scratch_floats (M, ncb, bins, dim);
+  float *scratch = floats ? scratch_get (be, floats * sizeof (float)) : NULL;
+  if (!floats || scratch)
+    check (be,
+           ppx_cuda_vq_encode (F32 (codebooks), F32 (r), I32 (codes), code_off, code_stride, M, ncb, bins, dim, scratch,
+                               STREAM (be)),
+           "vq_encode");
+  g_mutex_unlock (&PRIV (be)->scratch_lock);
 }
 
 static void

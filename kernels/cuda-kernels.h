@@ -100,8 +100,10 @@ int ppx_cuda_conv1d (const float *w, const float *bias, const float *x, float *p
 /* scratch: M*Cout*(K-stride) floats when partial is not NULL. */
 int ppx_cuda_conv_transpose1d (const float *w, const float *bias, const float *x, float *partial, float *y, int M,
                                int Cin, int Cout, int K, int T, int stride, int groups, float *scratch, void *stream);
+/* encode: scratch of ppx_cuda_vq_encode_scratch_floats floats (cuda-vq.cu) */
+size_t ppx_cuda_vq_encode_scratch_floats (int M, int ncb, int bins, int dim);
 int ppx_cuda_vq_encode (const float *codebooks, float *r, int32_t *codes, int code_off, int code_stride, int M,
-                        int ncb, int bins, int dim, void *stream);
+                        int ncb, int bins, int dim, float *scratch, void *stream);
 int ppx_cuda_vq_decode (const float *codebooks, const int32_t *codes, int code_off, int code_stride, float *y, int M,
                         int ncb, int bins, int dim, void *stream);
 

@@ -780,16 +780,18 @@ test_conv_transpose1d (void)
 
 /* ---- RVQ ---- */
 
+/* RVQ encode of M rows against the CPU: codebook 0's entries `a` and `b` are identical and nearest to row
+ * 0's residual (the first must win, across the GPU's chunks of 16 entries when they lie in different ones);
+ * then every row encoded alone (M = 1) must give the same codes and residual bits as in the batch. */
 static void
-test_vq (void)
+check_vq (int M, int ncb, int bins, int dim, int a, int b)
 {
-  const int M = 3, ncb = 4, bins = 37, dim = 24, stride = 6, off = 1;
+  const int stride = ncb + 2, off = 1;
   g_autofree float *cb = random_floats ((gsize) ncb * bins * dim, -1, 1);
-  /* codebook 0: entries 5 and 9 identical and nearest to row 0's residual: the first wins */
   g_autofree float *r0 = random_floats ((gsize) M * dim, -1, 1);
   for (int d = 0; d < dim; d++) {
-    cb[(gsize) 9 * dim + d] = cb[(gsize) 5 * dim + d];
-    r0[d] = cb[(gsize) 5 * dim + d] + 0.001f * (float) (d % 3);
+    cb[(gsize) b * dim + d] = cb[(gsize) a * dim + d];
+    r0[d] = cb[(gsize) a * dim + d] + 0.001f * (float) (d % 3);
   }
   Pair E = pair_new (PPX_TENSOR_F32, (gsize) ncb * bins * dim, cb);
   Pair r = pair_new (PPX_TENSOR_F32, (gsize) M * dim, r0);
@@ -803,7 +805,39 @@ test_vq (void)
   assert_close (&r, TOL, "vq_encode residual");
   int32_t first;
   ppx_tensor_download (codes.g, off, &first, 1);
-  g_assert_cmpint (first, ==, 5);
+  g_assert_cmpint (first, ==, a);
+  g_autofree float *rb = g_new (float, (gsize) M * dim);
+  g_autofree int32_t *cbat = g_new (int32_t, (gsize) M * stride);
+  ppx_tensor_download (r.g, 0, rb, (gsize) M * dim);
+  ppx_tensor_download (codes.g, 0, cbat, (gsize) M * stride);
+  for (int m = 0; m < M; m++) {
+    Pair r1 = pair_new (PPX_TENSOR_F32, dim, r0 + (gsize) m * dim);
+    Pair c1 = pair_i32 (stride, init);
+    ppx_op_vq_encode (gpu, E.g, r1.g, c1.g, off, stride, 1, ncb, bins, dim);
+    g_autofree float *ra = g_new (float, dim);
+    g_autofree int32_t *ca = g_new (int32_t, stride);
+    ppx_tensor_download (r1.g, 0, ra, dim);
+    ppx_tensor_download (c1.g, 0, ca, stride);
+    g_assert_cmpmem (ca, stride * sizeof (int32_t), cbat + (gsize) m * stride, stride * sizeof (int32_t));
+    g_assert_cmpmem (ra, dim * sizeof (float), rb + (gsize) m * dim, dim * sizeof (float));
+    pair_free (&r1);
+    pair_free (&c1);
+  }
+  pair_free (&E);
+  pair_free (&r);
+  pair_free (&codes);
+}
+
+static void
+test_vq (void)
+{
+  check_vq (3, 4, 37, 24, 5, 9);      /* both tied entries in the first chunk */
+  check_vq (2, 1, 37, 24, 3, 20);     /* one codebook; the tie across the first two chunks */
+  check_vq (4, 2, 40, 33, 17, 33);    /* the tie within a later chunk, odd dim */
+  check_vq (5, 7, 2048, 256, 600, 1900); /* Mimi's acoustic quantizer: 7 codebooks of 2048 x 256 */
+  const int M = 3, ncb = 4, bins = 37, dim = 24, stride = 6, off = 1;
+  g_autofree float *cb = random_floats ((gsize) ncb * bins * dim, -1, 1);
+  Pair E = pair_new (PPX_TENSOR_F32, (gsize) ncb * bins * dim, cb);
   /* decode, with out-of-range codes clamped */
   int32_t dc[18] = {0, 36, 5, 40, -3, 2, 1, 1, 1, 1, 1, 1, 36, 0, 12, 7, 9, 99};
   Pair dcodes = pair_i32 (18, dc);
@@ -812,8 +846,6 @@ test_vq (void)
   ppx_op_vq_decode (gpu, E.g, dcodes.g, off, stride, y.g, M, ncb, bins, dim);
   assert_same (&y, "vq_decode");
   pair_free (&E);
-  pair_free (&r);
-  pair_free (&codes);
   pair_free (&dcodes);
   pair_free (&y);
 }

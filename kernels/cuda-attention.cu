@@ -446,33 +446,16 @@ typedef struct {
   int chunk, n_chunks;
 } Plan;
 
-/* Blocks wanted in flight: enough chunks that M*H*chunks fills the GPU a few times over. */
-static int
-sm_count (void)
-{
-  static int cached[64];
-  int dev = 0;
-  cudaGetDevice (&dev);
-  if (dev < 0 || dev >= 64)
-    return 132;
-  if (!cached[dev]) {
-    int n = 0;
-    cudaDeviceGetAttribute (&n, cudaDevAttrMultiProcessorCount, dev);
-    cached[dev] = n > 0 ? n : 132;
-  }
-  return cached[dev];
-}
-
+/* The chunk plan depends on the cache's capacity only, never on M (or the GPU): every row's partial sums and
+ * their combination are then the same operations at any batch size, so a batched step gives each session the
+ * bits of its one-session step (the engine's requirement, docs/engine.md). 256 positions a chunk for the
+ * temporal transformer's long rings (12 chunks at cap 3000: 384 blocks of 32 heads at M = 1, a few per SM;
+ * 24576 at M = 64), 128 for rings under 1024 (Mimi's 250: two chunks), one chunk for rings of at most 128
+ * (the depformer's). */
 static Plan
-plan (int M, int H, int cap)
+plan (int cap)
 {
-  const long target = 8L * sm_count ();
-  const long items = (long) M * H;
-  long want = (target + items - 1) / items;
-  want = want < 1 ? 1 : want;
-  int chunk = (int) ((cap + want - 1) / want);
-  chunk = ((chunk + 31) / 32) * 32;
-  chunk = chunk < 32 ? 32 : chunk > ATT_MAX_CHUNK ? ATT_MAX_CHUNK : chunk;
+  int chunk = cap >= 1024 ? 256 : 128;
   if (chunk > cap)
     chunk = cap;
   Plan p = {chunk, (cap + chunk - 1) / chunk};
@@ -484,7 +467,7 @@ ppx_cuda_attention_scratch_floats (int M, int T, int H, int Dh, int cap)
 {
   if (M <= 0 || T <= 0 || H <= 0 || Dh <= 0 || cap <= 0)
     return 0;
-  const Plan p = plan (M, H, cap);
+  const Plan p = plan (cap);
   return p.n_chunks > 1 ? (size_t) M * T * H * p.n_chunks * (Dh + 2) : 0;
 }
 
@@ -529,7 +512,7 @@ ppx_cuda_attention (int kv_type, const float *qkv, const int32_t *pos, const int
   if (Dh > ATT_MAX_DH || cap <= 0 || M > 65535 || H > 65535)
     return (int) cudaErrorInvalidValue;
   cudaStream_t s = PPX_CUDA_STREAM (stream);
-  const Plan p = plan (M, H, cap);
+  const Plan p = plan (cap);
   AttnArgs a = {qkv, pos, kv_slot, kcache, vcache, kscales, vscales, out, scratch, T, H, Dh, cap, context,
                 p.chunk, p.n_chunks};
   switch (kv_type) {

@@ -55,6 +55,7 @@ GST_DEBUG_CATEGORY (gst_personaplex_duplex_debug);
 #define DEFAULT_MAX_SESSIONS 0
 #define DEFAULT_KV_CACHE_FORMAT PPX_KV_AUTO
 #define DEFAULT_BATCH_DEADLINE (20 * GST_MSECOND)
+#define DEFAULT_ALIGN_FRAMES TRUE
 #define DEFAULT_STATS_INTERVAL 25
 #define DEFAULT_PROCESSING_DEADLINE (80 * GST_MSECOND)
 #define DEFAULT_RESET_ON_DISCONT FALSE
@@ -82,6 +83,7 @@ enum
   PROP_MAX_SESSIONS,
   PROP_KV_CACHE_FORMAT,
   PROP_BATCH_DEADLINE,
+  PROP_ALIGN_FRAMES,
   PROP_STATS,
   PROP_STATS_INTERVAL,
   PROP_PROCESSING_DEADLINE,
@@ -269,6 +271,25 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
           G_MAXUINT64, DEFAULT_BATCH_DEADLINE, PLAYING_FLAGS));
 
   /**
+   * GstPersonaplexDuplex:align-frames:
+   *
+   * With a shared engine and a live source: when a stream starts (or
+   * resyncs) while other conversations tick on the engine, its first frame
+   * begins with up to 80 ms of silence so that its frames complete when
+   * theirs do, and every conversation is stepped in the same tick instead
+   * of calls at random phases splitting the 80 ms period into several
+   * smaller ticks. The first answer is shortened by the same amount (the
+   * output timeline stays that of the input); no latency is added. See
+   * docs/element.md, "Frame alignment".
+   */
+  g_object_class_install_property (gobject_class, PROP_ALIGN_FRAMES,
+      g_param_spec_boolean ("align-frames", "Align frames",
+          "With model-instance-id and a live source: lead a starting "
+          "stream's first frame with silence so that its frames complete "
+          "with those of the engine's other conversations (one tick for "
+          "all)", DEFAULT_ALIGN_FRAMES, PLAYING_FLAGS));
+
+  /**
    * GstPersonaplexDuplex:stats:
    *
    * A `personaplex-stats` structure with the same fields as the bus message
@@ -359,6 +380,7 @@ gst_personaplex_duplex_init (GstPersonaplexDuplex * self)
   s->max_sessions = DEFAULT_MAX_SESSIONS;
   s->kv_cache_format = DEFAULT_KV_CACHE_FORMAT;
   s->batch_deadline = DEFAULT_BATCH_DEADLINE;
+  s->align_frames = DEFAULT_ALIGN_FRAMES;
   s->stats_interval = DEFAULT_STATS_INTERVAL;
   s->processing_deadline = DEFAULT_PROCESSING_DEADLINE;
   s->reset_on_discont = DEFAULT_RESET_ON_DISCONT;
@@ -488,6 +510,9 @@ gst_personaplex_duplex_set_property (GObject * object, guint prop_id,
       s->batch_deadline = deadline;
       break;
     }
+    case PROP_ALIGN_FRAMES:
+      s->align_frames = g_value_get_boolean (value);
+      break;
     case PROP_STATS_INTERVAL:
       s->stats_interval = g_value_get_uint (value);
       break;
@@ -580,6 +605,9 @@ gst_personaplex_duplex_get_property (GObject * object, guint prop_id,
       break;
     case PROP_BATCH_DEADLINE:
       g_value_set_uint64 (value, s->batch_deadline);
+      break;
+    case PROP_ALIGN_FRAMES:
+      g_value_set_boolean (value, s->align_frames);
       break;
     case PROP_STATS:
       g_value_take_boxed (value,

@@ -44,6 +44,7 @@ typedef struct
   gint max_sessions;            /* of the shared engine; 0: as many as fit */
   PpxKvFormat kv_cache_format;
   GstClockTime batch_deadline;  /* longest wait for the other sessions' frames */
+  gboolean align_frames;        /* lead a live stream's frames into the others' cadence */
   guint stats_interval;         /* frames between personaplex-stats, 0: none */
   GstClockTime processing_deadline;
   gboolean reset_on_discont;
@@ -92,6 +93,7 @@ struct _GstPersonaplexDuplex
   GstAudioStreamAlign *align;
   GstClockTime resync_pts;      /* PTS of the first sample since a resync */
   guint64 samples_since_resync; /* samples already stepped since then */
+  guint lead_samples;           /* silence before the timeline's first frame (frame alignment) */
   gboolean next_is_discont;
   guint64 conversation_frame;   /* frames since the prompts (reset on flush) */
   guint frames_since_stats;

@@ -75,6 +75,7 @@ reset_timeline (GstPersonaplexDuplex * self)
     gst_audio_stream_align_mark_discont (self->align);
   self->resync_pts = GST_CLOCK_TIME_NONE;
   self->samples_since_resync = 0;
+  self->lead_samples = 0;
   self->next_is_discont = TRUE;
 }
 
@@ -264,8 +265,8 @@ post_stats (GstPersonaplexDuplex * self)
 }
 
 static GstFlowReturn
-push_audio (GstPersonaplexDuplex * self, guint n_samples,
-    const GstPpFramePosition * pos)
+push_audio (GstPersonaplexDuplex * self, const gfloat * samples,
+    guint n_samples, const GstPpFramePosition * pos)
 {
   GstAudioFormat format = GST_AUDIO_INFO_FORMAT (&self->info);
   GstBuffer *buf;
@@ -273,7 +274,7 @@ push_audio (GstPersonaplexDuplex * self, guint n_samples,
 
   buf = gst_buffer_new_allocate (NULL, n_samples * self->info.bpf, NULL);
   gst_buffer_map (buf, &map, GST_MAP_WRITE);
-  f32_to_samples (format, self->out_frame, n_samples, map.data);
+  f32_to_samples (format, samples, n_samples, map.data);
   gst_buffer_unmap (buf, &map);
   GST_BUFFER_PTS (buf) = pos->pts;
   GST_BUFFER_DURATION (buf) = pos->duration;
@@ -307,10 +308,11 @@ push_text (GstPersonaplexDuplex * self, const gchar * text,
   return gst_pp_text_pad_last_flow (self);
 }
 
-/* Steps the frame in self->in_frame (frame_size samples, of which the
- * first @n_samples are real input) and pushes the answer. */
+/* Steps the frame in self->in_frame (frame_size samples: @lead samples of
+ * silence, then @n_samples of real input, then silence) and pushes the
+ * answer to the real input: @n_samples from @lead on. */
 static GstFlowReturn
-step_and_push (GstPersonaplexDuplex * self, guint n_samples)
+step_and_push (GstPersonaplexDuplex * self, guint lead, guint n_samples)
 {
   PpxFrameResult res = { 0 };
   GstPpTickInfo tick = { 0 };
@@ -355,7 +357,7 @@ step_and_push (GstPersonaplexDuplex * self, guint n_samples)
    * queue does not block the audio during preroll. */
   ret = push_text (self, res.text, &pos);
   gst_flow_combiner_update_pad_flow (self->flow_combiner, self->textpad, ret);
-  ret = push_audio (self, n_samples, &pos);
+  ret = push_audio (self, self->out_frame + lead, n_samples, &pos);
   ret = gst_flow_combiner_update_pad_flow (self->flow_combiner,
       self->srcpad, ret);
 
@@ -368,33 +370,75 @@ step_and_push (GstPersonaplexDuplex * self, guint n_samples)
   return ret;
 }
 
-/* Takes @n_samples (<= frame_size) from the adapter, pads the frame with
- * silence, steps it and pushes an answer of @n_samples. */
+/* Takes @n_samples (<= frame_size - lead) from the adapter, after the
+ * timeline's lead of silence (frame alignment, first frame only) and padded
+ * with silence, steps the frame and pushes an answer of @n_samples. */
 static GstFlowReturn
 step_from_adapter (GstPersonaplexDuplex * self, guint n_samples)
 {
   gsize bytes = (gsize) n_samples * self->info.bpf;
+  guint lead = self->lead_samples;
 
+  self->lead_samples = 0;
   gst_adapter_copy (self->adapter, self->raw_frame, 0, bytes);
   gst_adapter_flush (self->adapter, bytes);
+  memset (self->in_frame, 0, lead * sizeof (gfloat));
   samples_to_f32 (GST_AUDIO_INFO_FORMAT (&self->info), self->raw_frame,
-      n_samples, self->in_frame);
-  if (n_samples < (guint) self->frame_size)
-    memset (self->in_frame + n_samples, 0,
-        (self->frame_size - n_samples) * sizeof (gfloat));
-  return step_and_push (self, n_samples);
+      n_samples, self->in_frame + lead);
+  if (lead + n_samples < (guint) self->frame_size)
+    memset (self->in_frame + lead + n_samples, 0,
+        (self->frame_size - lead - n_samples) * sizeof (gfloat));
+  return step_and_push (self, lead, n_samples);
 }
 
 static GstFlowReturn
 step_complete_frames (GstPersonaplexDuplex * self)
 {
-  gsize frame_bytes = (gsize) self->frame_size * self->info.bpf;
   GstFlowReturn ret = GST_FLOW_OK;
 
-  while (ret == GST_FLOW_OK
-      && gst_adapter_available (self->adapter) >= frame_bytes)
-    ret = step_from_adapter (self, self->frame_size);
+  while (ret == GST_FLOW_OK) {
+    guint need = self->frame_size - self->lead_samples;
+
+    if (gst_adapter_available (self->adapter) < (gsize) need * self->info.bpf)
+      break;
+    ret = step_from_adapter (self, need);
+  }
   return ret;
+}
+
+/* Frame alignment (docs/element.md): at the start of a timeline whose first
+ * buffer (@n_samples) has just arrived from a live source, the lead of
+ * silence that makes this stream's frames complete together with those of
+ * the other streams ticking on the shared engine. */
+static guint
+alignment_lead (GstPersonaplexDuplex * self, guint n_samples)
+{
+  gboolean align, shared, live = FALSE;
+  GstQuery *q;
+  gint64 now, period, granularity, lead;
+
+  GST_OBJECT_LOCK (self);
+  align = self->settings.align_frames;
+  shared = self->settings.model_instance_id != NULL
+      && self->settings.model_instance_id[0] != '\0';
+  GST_OBJECT_UNLOCK (self);
+  /* a buffer of half a frame or more leaves little to align */
+  if (!align || !shared || self->member == NULL
+      || n_samples >= (guint) self->frame_size / 2)
+    return 0;
+  q = gst_query_new_latency ();
+  if (gst_pad_peer_query (self->sinkpad, q))
+    gst_query_parse_latency (q, &live, NULL, NULL);
+  gst_query_unref (q);
+  if (!live)
+    return 0;
+  now = g_get_monotonic_time ();
+  period = (gint64) self->frame_size * G_USEC_PER_SEC / RATE;
+  granularity = (gint64) n_samples * G_USEC_PER_SEC / RATE;
+  lead = gst_pp_ticker_lead_in (self->member, now + period - granularity,
+      period, granularity);
+  return (guint) MIN (lead * RATE / G_USEC_PER_SEC,
+      (gint64) self->frame_size - 1);
 }
 
 /* The last partial frame of a timeline (EOS, discontinuity): stepped
@@ -482,8 +526,10 @@ handle_timeline (GstPersonaplexDuplex * self, GstBuffer * buffer,
     self->resync_pts = 0;
   self->samples_since_resync = 0;
   self->next_is_discont = TRUE;
-  GST_DEBUG_OBJECT (self, "timeline starts at %" GST_TIME_FORMAT,
-      GST_TIME_ARGS (self->resync_pts));
+  self->lead_samples = alignment_lead (self, n_samples);
+  GST_DEBUG_OBJECT (self, "timeline starts at %" GST_TIME_FORMAT
+      ", frames led by %u samples of silence",
+      GST_TIME_ARGS (self->resync_pts), self->lead_samples);
   return ret;
 }
 

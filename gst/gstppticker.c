@@ -14,6 +14,9 @@
 
 /* The longest batch deadline honoured (longer ones are clamped): an hour. */
 #define MAX_BATCH_DEADLINE_US ((gint64) 3600 * G_USEC_PER_SEC)
+/* Frame alignment: a frame complete this long after the others' hand-in is
+ * waited for rather than led by a buffer (gst_pp_ticker_lead_in). */
+#define LEAD_TOLERANCE_US 5000
 
 typedef enum
 {
@@ -50,6 +53,7 @@ struct _GstPpTicker
   guint n_waited;               /* members in the wait set */
   guint n_pending;              /* members with a frame waiting for a tick */
   gint64 deadline;              /* of the pending batch (monotonic us) */
+  gint64 last_tick;             /* start of the last tick (monotonic us), 0: none yet */
   gboolean running;
   /* the running tick's arrays, members->len long */
   guint capacity;
@@ -226,9 +230,10 @@ run_tick_locked (GstPpTicker * t)
   }
   t->n_pending = 0;
   t->running = TRUE;
+  start = g_get_monotonic_time ();
+  t->last_tick = start;
   g_mutex_unlock (&t->lock);
 
-  start = g_get_monotonic_time ();
   ok = ppx_engine_step (t->engine, t->sessions, (int) n, t->ins, t->outs,
       t->res, &err);
   end = g_get_monotonic_time ();
@@ -313,4 +318,44 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   m->state = MEMBER_IDLE;
   g_mutex_unlock (&t->lock);
   return ret;
+}
+
+gint64
+gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
+    gint64 period, gint64 granularity)
+{
+  GstPpTicker *t;
+  gint64 d, lead = 0;
+  guint others = 0, i;
+
+  g_return_val_if_fail (m != NULL && period > 0, 0);
+  t = m->ticker;
+  g_mutex_lock (&t->lock);
+  for (i = 0; i < t->members->len; i++) {
+    GstPpTickerMember *o = g_ptr_array_index (t->members, i);
+
+    others += o != m && o->waited;
+  }
+  /* the others' frames are handed in around last_tick + k * period (a tick
+   * starts when the last of them arrives); a cadence older than a few
+   * periods may have gone (the others paused, or left) */
+  if (others > 0 && t->last_tick > 0
+      && complete_at - t->last_tick < 4 * period + granularity) {
+    gint64 g = CLAMP (granularity, 1, period), tol = MIN (LEAD_TOLERANCE_US,
+        g / 2);
+
+    /* d: how long after the others' hand-in this member's frames would be
+     * complete. A frame is complete only when one of its buffers arrives,
+     * every g: a lead of whole buffers moves it to the last arrival at or
+     * before the others' hand-in, where it waits less than g for them;
+     * within tol after it, the others wait for it instead. */
+    d = (complete_at - t->last_tick) % period;
+    if (d < 0)
+      d += period;
+    lead = d > tol ? (d - tol + g - 1) / g * g : 0;
+    if (lead >= period)
+      lead = 0;
+  }
+  g_mutex_unlock (&t->lock);
+  return lead;
 }

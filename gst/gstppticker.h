@@ -75,6 +75,20 @@ GstPpTickResult gst_pp_ticker_step (GstPpTickerMember * member,
     const gfloat * in, gfloat * out, PpxFrameResult * res,
     GstClockTime batch_deadline, GstPpTickInfo * info, GError ** error);
 
+/* Frame alignment (docs/element.md "Frame alignment"): how much earlier
+ * (us, 0 <= lead < @period) a member starting a new stream should begin its
+ * frames, by stepping that much silence before its first samples, so that
+ * its frames are complete when the other members' frames are handed in and
+ * all of them tick together. @complete_at: when its first frame would be
+ * complete without a lead (monotonic us); @granularity: the duration of its
+ * input buffers (a frame is complete only when the buffer holding its last
+ * sample arrives): the lead is a whole number of buffers that makes the
+ * frame complete at the last arrival before the others' hand-in (or up to
+ * 5 ms after it). 0 when no other member of the ticker is active or the
+ * ticker has not ticked in the last few periods. */
+gint64 gst_pp_ticker_lead_in (GstPpTickerMember * member, gint64 complete_at,
+    gint64 period, gint64 granularity);
+
 G_END_DECLS
 
 #endif /* __GST_PP_TICKER_H__ */

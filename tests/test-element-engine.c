@@ -676,6 +676,162 @@ GST_START_TEST (test_join_leave_while_others_run)
 
 GST_END_TEST;
 
+/* ------------------------------------------------------------------------ */
+/* Frame alignment                                                          */
+
+/* Stream B starts (caps, then 20 ms buffers) @delay_ms after stream A's
+ * frame ticked on the shared engine; returns the samples of B's first
+ * answer (frame_size minus the lead of silence B's first frame began
+ * with) and checks that B's answers continue its input's timeline. */
+static guint
+first_answer_after (guint delay_ms, gboolean align, gboolean live)
+{
+  GstElement *a = new_element ("align-test");
+  GstElement *b = new_element ("align-test");
+  GstHarness *ha, *hb;
+  GstBuffer *buf;
+  guint64 offset = 0;
+  guint first, n = 0, i;
+
+  g_object_set (b, "batch-deadline", (guint64) 30 * GST_MSECOND,
+      "align-frames", align, NULL);
+  ha = new_harness_for (a);
+  hb = gst_harness_new_with_element (b, "sink", "src");   /* no caps yet */
+  gst_harness_set_live (hb, live);
+  /* A's frame ticks alone (B is not in the wait set before its caps) */
+  for (i = 0; i < 4; i++)
+    fail_unless_equals_int (gst_harness_push (ha,
+            ppx_test_signal_buffer (i * 480, 480)), GST_FLOW_OK);
+  gst_buffer_unref (gst_harness_pull (ha));
+  g_usleep (delay_ms * 1000);
+  gst_harness_set_src_caps_str (hb, PPX_F32_CAPS);
+  /* B: 20 ms buffers until two answers are out */
+  while (gst_harness_buffers_received (hb) < 2) {
+    fail_unless_equals_int (gst_harness_push (hb,
+            ppx_test_signal_buffer (offset, 480)), GST_FLOW_OK);
+    offset += 480;
+    fail_unless (offset < 10 * PPX_FRAME, "B answered too few frames");
+  }
+  for (i = 0; i < 2; i++) {
+    buf = gst_harness_pull (hb);
+    /* the answers' timeline is the input's: contiguous from PTS 0 */
+    fail_unless_equals_uint64 (GST_BUFFER_PTS (buf),
+        gst_util_uint64_scale_int (n, GST_SECOND, PPX_RATE));
+    if (i == 0)
+      first = gst_buffer_get_size (buf) / sizeof (float);
+    else
+      fail_unless_equals_int (gst_buffer_get_size (buf),
+          PPX_FRAME * sizeof (float));
+    n += gst_buffer_get_size (buf) / sizeof (float);
+    gst_buffer_unref (buf);
+  }
+  gst_harness_teardown (hb);
+  gst_harness_teardown (ha);
+  return first;
+}
+
+/* B starts 35 ms after A's tick with 20 ms buffers: its first frame would
+ * be complete 115 ms after that tick, 35 ms after A's next frame (one 80 ms
+ * period later), so it is led by the whole buffers that make it complete
+ * at the last arrival before A's: 20 ms (480 samples), its first answer
+ * 1440; one more buffer if the test ran more than 10 ms late. Without
+ * align-frames, or with a source that is not live, no lead. */
+GST_START_TEST (test_align_frames)
+{
+  guint first = first_answer_after (35, TRUE, TRUE);
+
+  GST_INFO ("first answer after a 35 ms start: %u samples", first);
+  fail_unless (first == PPX_FRAME - 480 || first == PPX_FRAME - 960,
+      "first answer %u samples: expected %d (a lead of one 20 ms buffer)",
+      first, PPX_FRAME - 480);
+  fail_unless_equals_int (first_answer_after (35, FALSE, TRUE), PPX_FRAME);
+  fail_unless_equals_int (first_answer_after (35, TRUE, FALSE), PPX_FRAME);
+}
+
+GST_END_TEST;
+
+/* A live call (20 ms buffers) on the shared engine "align-live", started
+ * @delay_ms after @first; returns the fraction of @samples stats readings
+ * of its last tick's batch size (every 100 ms, from 0.4 s after its start)
+ * that saw both calls in one tick. */
+static double
+fraction_ticked_together (GstElement * first, guint delay_ms,
+    gboolean align, guint samples)
+{
+  gchar *desc = g_strdup_printf ("audiotestsrc is-live=true wave=sine "
+      "freq=600 volume=0.4 samplesperbuffer=480 ! " PPX_F32_CAPS " ! "
+      "personaplexduplex name=pp model-dir=\"%s\" greedy=true "
+      "model-instance-id=align-live align-frames=%s ! fakesink "
+      "pp.text_src ! fakesink", model_dir, align ? "true" : "false");
+  GstElement *second = gst_parse_launch (desc, NULL), *pp;
+  guint together = 0, i;
+
+  fail_unless (second != NULL);
+  g_usleep (delay_ms * 1000);
+  fail_if (gst_element_set_state (second, GST_STATE_PLAYING) ==
+      GST_STATE_CHANGE_FAILURE);
+  pp = gst_bin_get_by_name (GST_BIN (second), "pp");
+  g_usleep (400 * 1000);
+  for (i = 0; i < samples; i++) {
+    together += ppx_test_stats_uint (pp, "batch-size") == 2;
+    g_usleep (100 * 1000);
+  }
+  assert_no_bus_error (second);
+  gst_object_unref (pp);
+  gst_element_set_state (second, GST_STATE_NULL);
+  gst_object_unref (second);
+  g_free (desc);
+  (void) first;
+  return (double) together / samples;
+}
+
+/* Two live calls whose frames complete about 40 ms apart (half a frame):
+ * with align-frames the second's first frame is led so that every tick
+ * steps both; without it (and the default 20 ms batch-deadline) neither
+ * frame waits long enough for the other and every tick steps one. */
+GST_START_TEST (test_align_live_calls)
+{
+  gchar *desc = g_strdup_printf ("audiotestsrc is-live=true wave=sine "
+      "freq=330 volume=0.4 samplesperbuffer=480 ! " PPX_F32_CAPS " ! "
+      "personaplexduplex model-dir=\"%s\" greedy=true "
+      "model-instance-id=align-live ! fakesink", model_dir);
+  GstElement *first = gst_parse_launch (desc, NULL);
+  GstClock *clock;
+  GstClockTime base;
+  double aligned, unaligned;
+  gint64 phase_us;
+
+  fail_unless (first != NULL);
+  fail_if (gst_element_set_state (first, GST_STATE_PLAYING) ==
+      GST_STATE_CHANGE_FAILURE);
+  fail_unless (gst_element_get_state (first, NULL, NULL, 10 * GST_SECOND)
+      == GST_STATE_CHANGE_SUCCESS);
+  /* start the second call half a frame off the first's frame phase */
+  clock = gst_element_get_clock (first);
+  base = gst_element_get_base_time (first);
+  phase_us = ((gst_clock_get_time (clock) - base) / GST_USECOND) % 80000;
+  gst_object_unref (clock);
+  aligned = fraction_ticked_together (first,
+      (guint) ((80000 + 40000 - phase_us) % 80000 / 1000) + 80, TRUE, 10);
+  clock = gst_element_get_clock (first);
+  phase_us = ((gst_clock_get_time (clock) - base) / GST_USECOND) % 80000;
+  gst_object_unref (clock);
+  unaligned = fraction_ticked_together (first,
+      (guint) ((80000 + 40000 - phase_us) % 80000 / 1000) + 80, FALSE, 10);
+  GST_INFO ("ticks with both calls: %.0f %% aligned, %.0f %% not aligned",
+      100 * aligned, 100 * unaligned);
+  fail_unless (aligned >= 0.9, "aligned calls ticked together in %.0f %% "
+      "of the readings", 100 * aligned);
+  fail_unless (unaligned <= 0.5, "calls half a frame apart ticked together "
+      "in %.0f %% of the readings without alignment", 100 * unaligned);
+  assert_no_bus_error (first);
+  gst_element_set_state (first, GST_STATE_NULL);
+  gst_object_unref (first);
+  g_free (desc);
+}
+
+GST_END_TEST;
+
 static Suite *
 engine_suite (void)
 {
@@ -695,6 +851,8 @@ engine_suite (void)
   suite_add_tcase (s, rt);
   tcase_add_test (rt, test_paused_pipeline_does_not_stall_others);
   tcase_add_test (rt, test_join_leave_while_others_run);
+  tcase_add_test (rt, test_align_frames);
+  tcase_add_test (rt, test_align_live_calls);
   return s;
 }
 

@@ -8,10 +8,13 @@
 #   5. personaplex-bench --sweep at full context (--context 3000) on full-size random weights: int4 and int8
 #      weights with fp8 and bf16 KV caches, bf16 weights with bf16 KV; then one int4 session's components
 #      (Mimi encode/decode, LM step) with CUDA graphs on and off;
-#   6. with the time left, compute-sanitizer memcheck on the engine with sessions joining and leaving.
+#   6. a per-op GPU time profile of one int4 session at full context (PPX_CUDA_PROFILE=1, graphs off);
+#   7. with the time left, compute-sanitizer racecheck over the kernels with shared memory, memcheck over
+#      every op test, and memcheck on the engine with sessions joining and leaving.
 # Each step gets a timeout that keeps the whole call under BUDGET seconds (default 560); a step that would
 # not fit is skipped and said so. Logs and a summary go to $OUT (or /tmp/ppx-device).
-# Usage: sh kernels/device-bench.sh PACK_DIR [BUDGET]
+# Usage: [PPX_DEVICE_STEPS="ops sweep-int4 ..."] sh kernels/device-bench.sh PACK_DIR [BUDGET]
+#   (PPX_DEVICE_STEPS: run only the steps named; the step names are the log names below)
 #   PACK_DIR: made by kernels/device-pack.sh from a -Dcuda-arch=90 build, plus bin/test-backend-cuda-sm80 and
 #   bin/personaplex-bench (kernels/device-pack-bench.sh does all of it).
 set -u
@@ -32,6 +35,7 @@ say () { echo "$*" | tee -a "$summary"; }
 step () {
   name=$1 limit=$2
   shift 2
+  case " ${PPX_DEVICE_STEPS:-$name} " in *" $name "*) ;; *) return ;; esac
   left=$((budget - 20 - ($(date +%s) - start)))
   if [ "$left" -lt 15 ]; then
     say "== $name: skipped (budget spent)"
@@ -64,6 +68,21 @@ step sweep-bf16 90 "$bench" -r full -q bf16 -b cuda --sweep 1,8,16 --sweep-kv bf
 grep -vE '^(personaplex-bench|machine|build|model|config|run):' "$out/sweep-bf16.log" | tee -a "$summary"
 step components-int4 100 "$bench" -r full -q int4 -b cuda --context 3000 --cuda-graphs both -n 30 -w 5
 grep -E 'mimi|lm-|session' "$out/components-int4.log" | tee -a "$summary"
+
+step profile-int4 80 env PPX_CUDA_PROFILE=1 "$bench" -r full -q int4 -b cuda -c session --context 3000 \
+  --cuda-graphs off -n 10 -w 2
+sed -n '/op kinds/,$p' "$out/profile-int4.log" | sed -n '1,32p' | tee -a "$summary"
+
+# sanitizers: shared-memory races in the kernels that use it, then memory errors over every op test
+step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$dir/bin/test-backend-cuda" \
+  -p /cuda/vq -p /cuda/conv1d -p /cuda/conv-transpose1d -p /cuda/linear-batch -p /cuda/sample -p /cuda/elementwise
+grep -E '^(ok|not ok)|RACECHECK SUMMARY' "$out/racecheck.log" | tee -a "$summary"
+step racecheck-attention 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$dir/bin/test-backend-cuda" \
+  -p /cuda/attention
+grep -E '^(ok|not ok)|RACECHECK SUMMARY' "$out/racecheck-attention.log" | tee -a "$summary"
+step memcheck-ops 150 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
+  "$dir/bin/test-backend-cuda" -s /cuda/golden
+grep -E '^(ok|not ok)|ERROR SUMMARY|LEAK SUMMARY' "$out/memcheck-ops.log" | tee -a "$summary"
 
 step memcheck-engine 200 env PPX_TEST_ENGINE_SHORT=1 compute-sanitizer --tool memcheck --leak-check full \
   --error-exitcode 9 "$dir/bin/test-engine" cuda -p /engine/batch-equals-alone/4 -p /engine/limit

@@ -1102,7 +1102,9 @@ bench_linear (Fmt f, int64_t rows, int64_t cols, const int *Ms, int n_ms)
   PpxWeight *first = ppx_weight_new (gpu, &d, &err);
   g_assert_no_error (err);
   const guint64 bytes = ppx_weight_bytes (first);
-  const int copies = (int) MIN (16, 1 + (512ull << 20) / bytes);
+  /* PPX_BENCH_COPIES=1 keeps one copy (L2-resident when it fits: the kernel's speed without HBM) */
+  const char *copies_env = g_getenv ("PPX_BENCH_COPIES");
+  const int copies = copies_env ? (int) CLAMP (g_ascii_strtoll (copies_env, NULL, 10), 1, 16) : (int) MIN (16, 1 + (512ull << 20) / bytes);
   PpxWeight **ws = g_new (PpxWeight *, copies);
   ws[0] = first;
   for (int i = 1; i < copies; i++) {

@@ -11,18 +11,19 @@
  * (an int4 group, or 128 columns) from zero, and the chunk is added to a running f32 sum (times the
  * group's scale for int4) on the CUDA cores; int8 row scales are applied at the end.
  *
- * A block owns 128 weight rows (64 for bf16 at M > 16) and one "leaf" of K: K is split into S leaves
- * when the matrix has too few row blocks to fill the GPU; each block then writes its leaf's sums to a
+ * A block owns 128 weight rows (64 for bf16 at M > 16) and one "leaf" of K: K is split into S leaves so
+ * that every SM gets the same share of the weights (tc_plan); each block then writes its leaf's sums to a
  * workspace and the last block of a row block to finish adds the leaves up in leaf order. S depends on the
- * weight's shape only, never on M, and every output element is computed by the same sequence of operations
- * whatever M is and wherever its x row sits in the batch: a batched call reproduces one-row calls bit for
- * bit (tests/test-backend-cuda.c checks this).
+ * weight's shape and the device only, never on M, and every output element is computed by the same
+ * sequence of operations whatever M is and wherever its x row sits in the batch: a batched call reproduces
+ * one-row calls bit for bit (tests/test-backend-cuda.c checks this).
  *
- * Within a leaf the block streams stages of 128 columns: x (as hi/lo bf16 records already in mma
- * B-fragment order) and int4 scales arrive by cp.async in a ring of shared-memory slots, while each warp
- * keeps its weight rows' next stages in flight in registers (16-byte loads straight from global memory);
- * PPX_CUDA_LINEAR_SMEM_WEIGHTS=1 selects a variant that brings the weights through the cp.async ring too
- * (docs/cuda.md: the register pipeline measured as one stage in flight; the variant is not yet measured).
+ * Within a leaf the block streams stages of 128 columns through a ring of up to 4 shared-memory slots
+ * filled by cp.async, one commit group per stage: x (as raw f32, converted in place into hi/lo bf16
+ * records already in mma B-fragment order), the block's weights (laid out as the warps' A fragments) and
+ * the int4 scales. The wait is explicit (cp.async.wait_group), so D - 1 stages are really in flight; the
+ * earlier version kept the weights' next stages in registers, which the compiler tracked on one
+ * dependency scoreboard, so every stage waited for all of them (docs/cuda.md, "Linear layers").
  * A thread's 16 bytes of a weight row hold its A-fragment values for 2 (bf16), 4 (int8) or 8 (int4)
  * k-steps; the k order inside a k-step is free as long as x is staged in the same order. For int4 that order
  * must keep each k-step inside one scale group, so int4 rows are repacked at load (ppx_cuda_int4_repack:
@@ -43,10 +44,12 @@
 
 #define TC_THREADS 256
 #define TC_WARPS 8
-#define TC_STAGE 128         /* columns per stage: 8 k-steps of 16 */
-#define TC_MMAX 64           /* x rows per launch (8 n-tiles of 8) */
-#define TC_SPLIT_ROWS 128    /* the row-block size the leaf count is planned with */
-#define TC_BLOCKS_PER_SM 2   /* resident blocks per SM of the M <= 16 kernels (registers) */
+#define TC_STAGE 128          /* columns per stage: 8 k-steps of 16 */
+#define TC_MMAX 64            /* x rows per launch (8 n-tiles of 8) */
+#define TC_SPLIT_ROWS 128     /* the row-block size the leaf count is planned with */
+#define TC_PLAN_BLOCKS_PER_SM 3 /* resident blocks per SM the K split plans for (the M <= 8 kernel's occupancy) */
+#define TC_SMEM_MAX (96 * 1024) /* shared-memory ring per block: within the 99 KB that sm_86/sm_89 allow */
+#define TC_SMEM_SM (224 * 1024) /* ... and MINB of them within an sm_90 SM's 227 KB */
 #define TC_MAX_COUNTERS (PPX_CUDA_LINEAR_COUNTER_BYTES / 4)
 
 /* 32-bit words of one weight row per thread per stage (16 bytes cover 2, 4 or 8 k-steps). */
@@ -58,23 +61,36 @@ template <> struct TcWords<PPX_CUDA_W_INT4> { static constexpr int N = 4; };
 /* Warp layout for NT n-tiles of x (NT * 8 >= M): WM warps along x rows (NTW n-tiles each) times
  * TC_WARPS / WM warps along weight rows (RTW tiles of 16 each). Two warps sharing weight rows (WM = 2)
  * halve the shared-memory reads of x per mma.
- * x and the int4 scales go through a ring of XD shared-memory slots filled by cp.async. The weights, in
- * the default variant, are loaded into registers PD stages ahead (ldg); in the SW variant
- * (PPX_CUDA_LINEAR_SMEM_WEIGHTS=1, not yet measured: docs/cuda.md) they go through the same cp.async ring,
- * every slot set fitting 96 KB so that sm_86/sm_89 (99 KB per block) run it too. */
-template <int FMT, int NT, bool SW> struct TcCfg {
+ * Everything a stage needs goes through a ring of D shared-memory slots filled by cp.async (one commit
+ * group per stage): x [NT][8 k-steps][32 lanes] records (raw f32, converted in place to hi/lo bf16), the
+ * block's weights [row tile][row half][16-byte vector][32 lanes] (exactly the A fragments the warps read,
+ * so every 16-byte read is conflict-free), then the int4 scales [ROWS][CPS]. D stages are in flight per
+ * block, waited for with cp.async.wait_group: no register scoreboard decides how many loads are
+ * outstanding (docs/cuda.md, "Linear layers"). D is as deep as 96 KB allows, at most 4.
+ * NCH independent partial sums let the chunks of one stage run as separate mma chains when a warp has
+ * few (RTW x NTW) accumulator tiles; each chunk still starts from zero and is added to the running sum in
+ * chunk order, so the arithmetic is the same for every NT. */
+template <int FMT, int CK, int NT> struct TcCfg {
   static constexpr int WM = NT >= 4 ? 2 : 1;
   static constexpr int NTW = NT / WM;
   static constexpr int RTW = (NT >= 4 && FMT != PPX_CUDA_W_BF16) ? 2 : 1;
   static constexpr int WR = TC_WARPS / WM;
   static constexpr int ROWS = WR * RTW * 16;
-  static constexpr int PD = RTW == 2 ? (FMT == PPX_CUDA_W_INT4 ? 2 : 1)
-                                     : (FMT == PPX_CUDA_W_BF16 ? 1 : FMT == PPX_CUDA_W_INT8 ? 2 : 4);
-  static constexpr int XD = !SW ? (NT <= 2 ? 4 : 3)
-                            : NT >= 8 ? 2
-                            : NT == 4 ? 3
-                                      : (FMT == PPX_CUDA_W_BF16 ? 2 : FMT == PPX_CUDA_W_INT8 ? 4 : (NT == 1 ? 6 : 5));
-  static constexpr int MINB = NT <= 4 ? 2 : 1;
+  static constexpr int WORDS = TcWords<FMT>::N;
+  static constexpr int WV = WORDS / 4;                          /* 16-byte vectors per row per thread */
+  static constexpr int CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0; /* int4 scales per row per stage */
+  static constexpr int SX = NT * 256;                            /* slot parts, in uint4 */
+  static constexpr int SW = ROWS * WV * 4;
+  static constexpr int SS = (ROWS * CPS + 3) / 4;
+  static constexpr int SLOT = SX + SW + SS;
+  static constexpr int MINB = NT == 1 ? 3 : NT <= 4 ? 2 : 1; /* blocks per SM (registers, shared memory) */
+  static constexpr int D0 = TC_SMEM_MAX / (SLOT * 16), D1 = TC_SMEM_SM / MINB / (SLOT * 16);
+  static constexpr int D = D0 < D1 ? (D0 < 4 ? D0 : 4) : (D1 < 4 ? D1 : 4);
+  static constexpr int NCHUNK = 8 / CK;
+  static constexpr int NCH0 = 2 / (RTW * NTW) > 0 ? 2 / (RTW * NTW) : 1;
+  static constexpr int NCH = NCH0 < NCHUNK ? NCH0 : NCHUNK;
+  static_assert (D >= 2, "a stage slot must fit twice in TC_SMEM_MAX");
+  static_assert (SW % TC_THREADS == 0, "weight copies are spread evenly over the threads");
 };
 
 struct TcArgs {
@@ -99,13 +115,13 @@ bf16x2_bits (__nv_bfloat162 v)
   return *reinterpret_cast<uint32_t *> (&v);
 }
 
-/* The int4 codes in bits 0-3 and 16-19 of v as bf16x2 (code - 8): 0x43000000|n is 128 + n exactly, and
- * one bf16x2 fma (x * 1 - 136) removes the offset, exactly. */
+/* The int4 codes in bits 0-3 and 16-19 of v as bf16x2 (code - 8): 0x43000000|n is 128 + n exactly (one
+ * lop3: (v & 0x000F000F) | 0x43004300), and one bf16x2 fma (x * 1 - 136) removes the offset, exactly. */
 __device__ __forceinline__ uint32_t
 int4_pair (uint32_t v)
 {
-  const uint32_t h = (v & 0x000F000Fu) | 0x43004300u;
-  uint32_t r;
+  uint32_t h, r;
+  asm ("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(h) : "r"(v), "r"(0x000F000Fu), "r"(0x43004300u));
   asm ("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(h), "r"(0x3F803F80u), "r"(0xC308C308u));
   return r;
 }
@@ -133,19 +149,9 @@ mma_bf16 (float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* 16 bytes of weights through the read-only path, the L2 asked for the whole 256-byte block (default
- * variant; measured the same as a plain 16-byte load on an H100) */
-__device__ __forceinline__ uint4
-ldg_weights (const void *p)
-{
-  uint4 v;
-  asm ("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
 /* cp.async of `bytes` (4 or 16) from global to shared memory; only the first src_bytes are read, the rest
- * are zero-filled (src_bytes 0: zeros, nothing read). Scales (4 bytes) ask the L2 for 256-byte blocks, for
- * the same reason as the weights. */
+ * are zero-filled (src_bytes 0: zeros, nothing read). Scales (4 bytes) ask the L2 for 256-byte blocks: a
+ * row's scales are read over several stages. */
 template <int BYTES>
 __device__ __forceinline__ void
 cp_async (void *smem, const void *gmem, int src_bytes)
@@ -157,7 +163,8 @@ cp_async (void *smem, const void *gmem, int src_bytes)
     asm volatile ("cp.async.ca.shared.global.L2::256B [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
 
-/* cp.async of 16 bytes of weights, asking the L2 for the whole 256-byte block */
+/* cp.async of 16 bytes of weights, asking the L2 for the whole 256-byte block: a row's next stages are in
+ * it (measured on an H100 with the kernel's access pattern alone: 2.3 TB/s with the hint, 1.6 without) */
 __device__ __forceinline__ void
 cp_async_w (void *smem, const void *gmem)
 {
@@ -197,7 +204,7 @@ int4_word (int64_t c0, int t, int w, Nib nib)
 }
 
 /* Column of the first of the 4 x values (and weights) a thread (t = lane & 3) uses in k-step q of the stage
- * starting at col0. Full stages: where the thread's 16-byte weight load puts them; the tail stage (and
+ * starting at col0. Full stages: where the thread's 16-byte weight vectors put them; the tail stage (and
  * int4, repacked): 16 consecutive columns per k-step. */
 template <int FMT>
 __device__ __forceinline__ int
@@ -210,17 +217,15 @@ tc_col (int col0, bool full, int q, int t)
   return col0 + 64 * (q >> 2) + 16 * t + 4 * (q & 3);
 }
 
-template <int FMT, int CK, int NT, bool SW>
-__global__ void __launch_bounds__ (TC_THREADS, (TcCfg<FMT, NT, SW>::MINB))
+template <int FMT, int CK, int NT>
+__global__ void __launch_bounds__ (TC_THREADS, (TcCfg<FMT, CK, NT>::MINB))
 tc_linear_kernel (TcArgs a)
 {
-  using C = TcCfg<FMT, NT, SW>;
-  constexpr int WORDS = TcWords<FMT>::N, CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0;
-  constexpr int RTW = C::RTW, NTW = C::NTW, XD = C::XD;
-  /* XD slots, each: x records [NT][8 k-steps][32 lanes] {hi01, hi23, lo01, lo23} (raw f32 until converted),
-   * the weights [WORDS / 4 vectors][ROWS][64 bytes], then (int4) the scales [ROWS][CPS] */
-  constexpr int SLOT_X = NT * 256, SLOT_W = SLOT_X + (SW ? C::ROWS * WORDS : 0);
-  constexpr int SLOT = SLOT_W + (C::ROWS * CPS + 3) / 4; /* in uint4 */
+  using C = TcCfg<FMT, CK, NT>;
+  constexpr int WORDS = C::WORDS, WV = C::WV, CPS = C::CPS, RTW = C::RTW, NTW = C::NTW, D = C::D;
+  constexpr int NCH = C::NCH, NCHUNK = C::NCHUNK;
+  constexpr int WE = C::SW / TC_THREADS;                              /* weight copies per thread */
+  constexpr int SE = (C::ROWS * CPS + TC_THREADS - 1) / TC_THREADS;   /* scale copies per thread */
   extern __shared__ uint4 smem[];
   __shared__ unsigned ticket;
 
@@ -233,25 +238,41 @@ tc_linear_kernel (TcArgs a)
   const int st0 = leaf * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
   const int KS = (a.K + 15) >> 4; /* k-steps in K */
 
-  /* this thread's weight rows: row_base + 16 rt + g + 8 h */
-  const uint8_t *rowp[RTW][2];
+  /* ---- what this thread copies each stage, set up once ---- */
+  /* x: k-step `warp` of every n-tile (x row 8 nt + g; the first x_tiles n-tiles have one, rows past M are
+   * zero-filled) */
+  const float *xrow0 = a.x + (size_t) g * a.ldx;
+  const size_t xstride = (size_t) 8 * a.ldx;
+  const int x_tiles = (a.M - g + 7) / 8;
+  const int xoff = tc_col<FMT> (0, true, warp, t); /* column offset in a full stage */
+  /* weights: slot entries e = tid + 256 k, e = ((row tile * 2 + half) * WV + vector) * 32 + lane; for
+   * WV <= 4 the vector and the half are the same for every k, and the row moves by 64 / WV per k */
+  static_assert (WV == 1 || WV == 2 || WV == 4, "16-byte vectors per row and thread");
+  const int64_t wrow0 = block_row + warp / (2 * WV) * 16 + g + 8 * ((warp / WV) & 1);
+  const uint8_t *wp0 = a.w + (wrow0 < a.rows ? wrow0 : 0) * a.row_bytes + 64 * (warp % WV) + 16 * t;
+  const int64_t wstep = (int64_t) (64 / WV) * a.row_bytes;
+  const int w_valid = wrow0 < a.rows ? (int) min ((int64_t) WE, (a.rows - wrow0 + 64 / WV - 1) / (64 / WV)) : 0;
+  /* int4 scales: entries e = tid + 256 k of [ROWS][CPS]: row tid / CPS + k 256 / CPS, chunk tid % CPS */
+  constexpr int CPS1 = CPS > 0 ? CPS : 1;
+  const int64_t srow0 = block_row + tid / CPS1;
+  const float *sp0 = a.scales + (srow0 < a.rows ? srow0 : 0) * a.n_groups;
+  const int64_t sstep = (int64_t) (TC_THREADS / CPS1) * a.n_groups;
+  int s_valid = 0;
 #pragma unroll
-  for (int rt = 0; rt < RTW; rt++)
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int64_t r = row_base + 16 * rt + g + 8 * h;
-      rowp[rt][h] = r < a.rows ? a.w + r * a.row_bytes : nullptr;
-    }
+  for (int k = 0; k < SE; k++)
+    if (tid / CPS1 + k * (TC_THREADS / CPS1) < C::ROWS && srow0 + k * (TC_THREADS / CPS1) < a.rows)
+      s_valid = k + 1;
 
-  /* The tail stage (past the last full 128 columns; the quant.h layout): this thread's words straight
-   * from global memory, zeros past K (int4: code 8). */
+  /* The tail stage (past the last full 128 columns; the quant.h layout): this thread's words (rows
+   * row_base + 16 rt + g + 8 h) straight from global memory, zeros past K (int4: code 8). */
   auto gather_tail = [&] (uint32_t (&rw)[RTW][2][WORDS], int st) {
     const int col0 = st * TC_STAGE;
 #pragma unroll
     for (int rt = 0; rt < RTW; rt++)
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        const uint8_t *rp = rowp[rt][h];
+        const int64_t r = row_base + 16 * rt + g + 8 * h;
+        const uint8_t *rp = r < a.rows ? a.w + r * a.row_bytes : nullptr;
         uint32_t *wd = rw[rt][h];
         if (!rp) {
 #pragma unroll
@@ -290,92 +311,55 @@ tc_linear_kernel (TcArgs a)
         }
       }
   };
-  /* A full stage: this thread's words from the slot (16 bytes per row and 64-byte vector) */
-  auto read_stage = [&] (uint32_t (&rw)[RTW][2][WORDS], const uint4 *slot) {
-    const uint4 *wsm = slot + SLOT_X;
-#pragma unroll
-    for (int rt = 0; rt < RTW; rt++)
-#pragma unroll
-      for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int v = 0; v < WORDS / 4; v++) {
-          const uint4 q = wsm[(v * C::ROWS + row_in_block + 16 * rt + g + 8 * h) * 4 + t];
-          rw[rt][h][4 * v] = q.x;
-          rw[rt][h][4 * v + 1] = q.y;
-          rw[rt][h][4 * v + 2] = q.z;
-          rw[rt][h][4 * v + 3] = q.w;
-        }
-  };
 
-  /* Default variant: this thread's words of stage st straight into registers (16-byte loads; the tail
-   * stage gathered) */
-  auto load_stage = [&] (uint32_t (&rw)[RTW][2][WORDS], int st) {
-    const int col0 = st * TC_STAGE;
-    if (col0 + TC_STAGE > a.K) {
-      gather_tail (rw, st);
-      return;
-    }
-    const int64_t off0 = (int64_t) col0 * WORDS / 8 + 16 * t;
-#pragma unroll
-    for (int rt = 0; rt < RTW; rt++)
-#pragma unroll
-      for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int v = 0; v < WORDS / 4; v++) {
-          const uint4 q = rowp[rt][h] ? ldg_weights (rowp[rt][h] + off0 + 64 * v) : make_uint4 (0, 0, 0, 0);
-          rw[rt][h][4 * v] = q.x;
-          rw[rt][h][4 * v + 1] = q.y;
-          rw[rt][h][4 * v + 2] = q.z;
-          rw[rt][h][4 * v + 3] = q.w;
-        }
-  };
-
-  /* Stage st into a slot by cp.async: x (thread (warp q, lane) copies k-step q of every n-tile; rows past
-   * M and columns past K are zero-filled), the block's weight rows (full stages only; rows past the end
-   * zero-filled) and the int4 scales. */
+  /* Stage st into a slot by cp.async: x (rows past M and columns past K zero-filled), the block's weights
+   * (full stages; rows past the end zero-filled) and the int4 scales. */
   auto issue_stage = [&] (uint4 *slot, int st) {
     const int col0 = st * TC_STAGE;
     const bool full = col0 + TC_STAGE <= a.K;
-    const int c = tc_col<FMT> (col0, full, warp, t);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-      const int m = 8 * nt + g;
       uint4 *dst = slot + (nt * 8 + warp) * 32 + lane;
-      const float *xp = a.x + (size_t) (m < a.M ? m : 0) * a.ldx + c;
-      if (m >= a.M) {
-        cp_async<16> (dst, a.x, 0);
-      } else if (a.vec_x && c + 3 < a.K) {
-        cp_async<16> (dst, xp, 16);
+      const float *xp = nt < x_tiles ? xrow0 + nt * xstride : nullptr;
+      if (full && a.vec_x) {
+        cp_async<16> (dst, xp ? xp + col0 + xoff : a.x, xp ? 16 : 0);
       } else {
+        const int c = tc_col<FMT> (col0, full, warp, t);
+        if (!xp) {
+          cp_async<16> (dst, a.x, 0);
+        } else if (a.vec_x && c + 3 < a.K) {
+          cp_async<16> (dst, xp + c, 16);
+        } else {
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-          cp_async<4> (reinterpret_cast<float *> (dst) + i, c + i < a.K ? xp + i : a.x, c + i < a.K ? 4 : 0);
+          for (int i = 0; i < 4; i++)
+            cp_async<4> (reinterpret_cast<float *> (dst) + i, c + i < a.K ? xp + c + i : a.x, c + i < a.K ? 4 : 0);
+        }
       }
     }
-    if (SW && full) {
-      /* chunk k of the stage: row k / CPR, 16 bytes at (k % CPR) * 16 of the row's piece of the stage;
-       * stored by 64-byte vector, then row, so a warp's fragment reads are 512 contiguous bytes */
-      constexpr int CPR = WORDS; /* 16-byte chunks per row per stage: bf16 16, int8 8, int4 4 */
-      uint4 *wsm = slot + SLOT_X;
-      const int64_t off0 = (int64_t) col0 * WORDS / 8;
+    if (full) {
+      const int64_t off = (int64_t) col0 * WORDS / 8;
+      uint4 *wdst = slot + C::SX + tid;
 #pragma unroll
-      for (int k = tid; k < C::ROWS * CPR; k += TC_THREADS) {
-        const int row = k / CPR, o = k % CPR;
-        const int64_t r = block_row + row;
-        uint4 *dst = wsm + ((o >> 2) * C::ROWS + row) * 4 + (o & 3);
-        if (r < a.rows)
-          cp_async_w (dst, a.w + r * a.row_bytes + off0 + 16 * o);
+      for (int k = 0; k < WE; k++) {
+        if (k < w_valid)
+          cp_async_w (wdst + TC_THREADS * k, wp0 + k * wstep + off);
         else
-          cp_async<16> (dst, a.w, 0);
+          cp_async<16> (wdst + TC_THREADS * k, a.w, 0);
       }
     }
     if (FMT == PPX_CUDA_W_INT4) {
-      float *sdst = reinterpret_cast<float *> (slot + SLOT_W);
-      for (int e = tid; e < C::ROWS * CPS; e += TC_THREADS) {
-        const int64_t r = block_row + e / (CPS > 0 ? CPS : 1);
-        const int col = col0 + (e % (CPS > 0 ? CPS : 1)) * 16 * CK;
-        const bool ok = r < a.rows && col < a.K;
-        cp_async<4> (sdst + e, ok ? a.scales + r * a.n_groups + col / a.group_size : a.scales, ok ? 4 : 0);
+      float *sdst = reinterpret_cast<float *> (slot + C::SX + C::SW);
+#pragma unroll
+      for (int k = 0; k < SE; k++) {
+        const int e = tid + TC_THREADS * k;
+        if ((C::ROWS * CPS) % TC_THREADS == 0 || e < C::ROWS * CPS) {
+          const int c = tid % CPS1;
+          const int col = col0 + c * 16 * CK;
+          const bool ok = k < s_valid && col < a.K;
+          /* group of column col: a stage holds CPS whole groups (g32, g64), or lies in one (g128k) */
+          const int gi = CK < 8 ? st * CPS + c : col0 / a.group_size;
+          cp_async<4> (sdst + e, ok ? sp0 + k * sstep + gi : a.scales, ok ? 4 : 0);
+        }
       }
     }
   };
@@ -395,132 +379,143 @@ tc_linear_kernel (TcArgs a)
     }
   };
 
-  float acc[RTW][NTW][4], part[RTW][NTW][4];
+  float acc[RTW][NTW][4];
 #pragma unroll
   for (int rt = 0; rt < RTW; rt++)
 #pragma unroll
     for (int nt = 0; nt < NTW; nt++)
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        acc[rt][nt][i] = part[rt][nt][i] = 0.0f;
+        acc[rt][nt][i] = 0.0f;
 
-  /* One stage: 8 k-steps (those past K skipped); a chunk of CK k-steps ends with its sum added to acc. */
-  auto compute = [&] (const uint32_t (&rw)[RTW][2][WORDS], const uint4 *slot, int st) {
-    const int kvalid = KS - st * 8;
-    const float *ssc = reinterpret_cast<const float *> (slot + SLOT_W);
+  /* The A fragments of k-step q from this thread's words */
+  auto dequant = [&] (const uint32_t (&rw)[RTW][2][WORDS], int q, uint32_t (&af)[RTW][4]) {
 #pragma unroll
-    for (int q = 0; q < 8; q++) {
-      if (q < kvalid) {
-        uint32_t af[RTW][4];
-#pragma unroll
-        for (int rt = 0; rt < RTW; rt++) {
-          if (FMT == PPX_CUDA_W_BF16) {
-            af[rt][0] = rw[rt][0][2 * q];
-            af[rt][1] = rw[rt][1][2 * q];
-            af[rt][2] = rw[rt][0][2 * q + 1];
-            af[rt][3] = rw[rt][1][2 * q + 1];
-          } else if (FMT == PPX_CUDA_W_INT8) {
-            int8_pairs (rw[rt][0][q], af[rt][0], af[rt][2]);
-            int8_pairs (rw[rt][1][q], af[rt][1], af[rt][3]);
-          } else {
-            const int s = 8 * (q & 1);
-            const uint32_t v0 = rw[rt][0][q >> 1] >> s, v1 = rw[rt][1][q >> 1] >> s;
-            af[rt][0] = int4_pair (v0);
-            af[rt][1] = int4_pair (v1);
-            af[rt][2] = int4_pair (v0 >> 4);
-            af[rt][3] = int4_pair (v1 >> 4);
-          }
-        }
-#pragma unroll
-        for (int nt = 0; nt < NTW; nt++) {
-          const uint4 b = slot[((wm * NTW + nt) * 8 + q) * 32 + lane];
-#pragma unroll
-          for (int rt = 0; rt < RTW; rt++) {
-            mma_bf16 (part[rt][nt], af[rt], b.x, b.y);
-            mma_bf16 (part[rt][nt], af[rt], b.z, b.w);
-          }
-        }
+    for (int rt = 0; rt < RTW; rt++) {
+      if (FMT == PPX_CUDA_W_BF16) {
+        af[rt][0] = rw[rt][0][2 * q];
+        af[rt][1] = rw[rt][1][2 * q];
+        af[rt][2] = rw[rt][0][2 * q + 1];
+        af[rt][3] = rw[rt][1][2 * q + 1];
+      } else if (FMT == PPX_CUDA_W_INT8) {
+        int8_pairs (rw[rt][0][q], af[rt][0], af[rt][2]);
+        int8_pairs (rw[rt][1][q], af[rt][1], af[rt][3]);
+      } else {
+        const int s = 8 * (q & 1);
+        const uint32_t v0 = rw[rt][0][q >> 1] >> s, v1 = rw[rt][1][q >> 1] >> s;
+        af[rt][0] = int4_pair (v0);
+        af[rt][1] = int4_pair (v1);
+        af[rt][2] = int4_pair (v0 >> 4);
+        af[rt][3] = int4_pair (v1 >> 4);
       }
-      if ((q + 1) % CK == 0 && q + 1 - CK < kvalid) {
+    }
+  };
+
+  /* One stage: 8 k-steps (those at or past kvalid skipped: the tail stage). Chunk ch (CK k-steps) is summed
+   * by the tensor cores from zero, k-step by k-step (hi, then lo), and then added to acc (times its int4
+   * scale), chunks in order. NCH chunks at a time run as independent mma chains. */
+  auto mma_stage = [&] (const uint32_t (&rw)[RTW][2][WORDS], const uint4 *slot, int kvalid) {
+    const float *ssc = reinterpret_cast<const float *> (slot + C::SX + C::SW);
 #pragma unroll
-        for (int rt = 0; rt < RTW; rt++) {
-          float s0 = 1.0f, s1 = 1.0f;
-          if (FMT == PPX_CUDA_W_INT4) {
-            const int lr = row_in_block + 16 * rt + g;
-            s0 = ssc[lr * (CPS > 0 ? CPS : 1) + q / CK];
-            s1 = ssc[(lr + 8) * (CPS > 0 ? CPS : 1) + q / CK];
-          }
+    for (int cg = 0; cg < NCHUNK / NCH; cg++) {
+      float part[NCH][RTW][NTW][4];
+#pragma unroll
+      for (int c = 0; c < NCH; c++)
+#pragma unroll
+        for (int rt = 0; rt < RTW; rt++)
 #pragma unroll
           for (int nt = 0; nt < NTW; nt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-              if (FMT == PPX_CUDA_W_INT4)
-                acc[rt][nt][i] = fmaf (i < 2 ? s0 : s1, part[rt][nt][i], acc[rt][nt][i]);
-              else
-                acc[rt][nt][i] += part[rt][nt][i];
-              part[rt][nt][i] = 0.0f;
+            for (int i = 0; i < 4; i++)
+              part[c][rt][nt][i] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < CK; i++)
+#pragma unroll
+        for (int c = 0; c < NCH; c++) {
+          const int q = (cg * NCH + c) * CK + i;
+          if (q < kvalid) {
+            uint32_t af[RTW][4];
+            dequant (rw, q, af);
+#pragma unroll
+            for (int nt = 0; nt < NTW; nt++) {
+              const uint4 b = slot[((wm * NTW + nt) * 8 + q) * 32 + lane];
+#pragma unroll
+              for (int rt = 0; rt < RTW; rt++) {
+                mma_bf16 (part[c][rt][nt], af[rt], b.x, b.y);
+                mma_bf16 (part[c][rt][nt], af[rt], b.z, b.w);
+              }
             }
+          }
+        }
+#pragma unroll
+      for (int c = 0; c < NCH; c++) {
+        const int ch = cg * NCH + c;
+        if (ch * CK < kvalid) {
+#pragma unroll
+          for (int rt = 0; rt < RTW; rt++) {
+            float s0 = 1.0f, s1 = 1.0f;
+            if (FMT == PPX_CUDA_W_INT4) {
+              const int lr = row_in_block + 16 * rt + g;
+              s0 = ssc[lr * (CPS > 0 ? CPS : 1) + ch];
+              s1 = ssc[(lr + 8) * (CPS > 0 ? CPS : 1) + ch];
+            }
+#pragma unroll
+            for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+              for (int i = 0; i < 4; i++) {
+                if (FMT == PPX_CUDA_W_INT4)
+                  acc[rt][nt][i] = fmaf (i < 2 ? s0 : s1, part[c][rt][nt][i], acc[rt][nt][i]);
+                else
+                  acc[rt][nt][i] += part[c][rt][nt][i];
+              }
+          }
         }
       }
     }
   };
 
-  if constexpr (SW) {
-    /* prologue: the first XD - 1 stages in flight */
+  auto compute = [&] (const uint4 *slot, int st) {
+    uint32_t rw[RTW][2][WORDS];
+    if ((st + 1) * TC_STAGE <= a.K) {
+      const uint4 *wsm = slot + C::SX;
 #pragma unroll
-    for (int d = 0; d < XD - 1; d++) {
-      if (d < nstg)
-        issue_stage (smem + d * SLOT, st0 + d);
-      cp_async_commit ();
-    }
-    for (int jj = 0; jj < nstg; jj++) {
-      uint4 *slot = smem + (jj % XD) * SLOT;
-      cp_async_wait<XD - 2> ();
-      convert_x (slot);
-      __syncthreads ();
-      if (jj + XD - 1 < nstg)
-        issue_stage (smem + ((jj + XD - 1) % XD) * SLOT, st0 + jj + XD - 1);
-      cp_async_commit ();
-      const int st = st0 + jj;
-      uint32_t rw[RTW][2][WORDS];
-      if ((st + 1) * TC_STAGE <= a.K)
-        read_stage (rw, slot);
-      else
-        gather_tail (rw, st);
-      compute (rw, slot, st);
-    }
-  } else {
-    /* prologue: the first PD stages of weights, the first XD - 1 stages of x */
-    constexpr int PD = C::PD;
-    uint32_t raw[PD][RTW][2][WORDS];
+      for (int rt = 0; rt < RTW; rt++)
 #pragma unroll
-    for (int p = 0; p < PD; p++)
-      if (p < nstg)
-        load_stage (raw[p], st0 + p);
+        for (int h = 0; h < 2; h++)
 #pragma unroll
-    for (int d = 0; d < XD - 1; d++) {
-      if (d < nstg)
-        issue_stage (smem + d * SLOT, st0 + d);
-      cp_async_commit ();
+          for (int v = 0; v < WV; v++) {
+            const uint4 q = wsm[(((wr * RTW + rt) * 2 + h) * WV + v) * 32 + lane];
+            rw[rt][h][4 * v] = q.x;
+            rw[rt][h][4 * v + 1] = q.y;
+            rw[rt][h][4 * v + 2] = q.z;
+            rw[rt][h][4 * v + 3] = q.w;
+          }
+      mma_stage (rw, slot, 8);
+    } else {
+      gather_tail (rw, st);
+      mma_stage (rw, slot, KS - st * 8);
     }
-    for (int j = 0; j < nstg; j += PD) {
+  };
+
+  /* prologue: the first D - 1 stages in flight */
 #pragma unroll
-      for (int p = 0; p < PD; p++) {
-        const int jj = j + p;
-        if (jj < nstg) {
-          uint4 *slot = smem + (jj % XD) * SLOT;
-          cp_async_wait<XD - 2> ();
-          convert_x (slot);
-          __syncthreads ();
-          if (jj + XD - 1 < nstg)
-            issue_stage (smem + ((jj + XD - 1) % XD) * SLOT, st0 + jj + XD - 1);
-          cp_async_commit ();
-          compute (raw[p], slot, st0 + jj);
-          if (jj + PD < nstg)
-            load_stage (raw[p], st0 + jj + PD);
-        }
-      }
-    }
+  for (int d = 0; d < D - 1; d++) {
+    if (d < nstg)
+      issue_stage (smem + d * C::SLOT, st0 + d);
+    cp_async_commit ();
+  }
+  int rd = 0, wr_slot = D - 1; /* the slots read and written this step */
+  for (int jj = 0; jj < nstg; jj++) {
+    uint4 *slot = smem + rd * C::SLOT;
+    cp_async_wait<D - 2> (); /* this thread's copies of stage jj are done */
+    convert_x (slot);
+    __syncthreads (); /* everyone's copies of stage jj are visible; slot wr_slot (stage jj - 1) is read */
+    if (jj + D - 1 < nstg)
+      issue_stage (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
+    cp_async_commit ();
+    compute (slot, st0 + jj);
+    rd = rd + 1 == D ? 0 : rd + 1;
+    wr_slot = wr_slot + 1 == D ? 0 : wr_slot + 1;
   }
   cp_async_wait<0> ();
 
@@ -650,78 +645,84 @@ sm_count (void)
   return cached[dev];
 }
 
-/* K split into S leaves of leaf_stages stages each: as many leaves as keep every block of the one-row
- * kernel resident at once (more would start a second, mostly empty wave), at least one. It depends on the
- * shape and the device, never on M. */
+/* Planned resident blocks per SM: TC_PLAN_BLOCKS_PER_SM, or PPX_CUDA_LINEAR_PLAN_BLOCKS (1..16, read once;
+ * for measuring other plans: it changes the K split, hence the summation order, for every M alike). */
+static int
+plan_blocks_per_sm (void)
+{
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv ("PPX_CUDA_LINEAR_PLAN_BLOCKS");
+    const int n = e ? atoi (e) : 0;
+    v = n >= 1 && n <= 16 ? n : TC_PLAN_BLOCKS_PER_SM;
+  }
+  return v;
+}
+
+/* K split into S leaves of leaf_stages stages each. Every SM should get the same amount of weights: with
+ * B = row blocks x S blocks spread over the SMs, the busiest SM streams ceil(B / SMs) leaves of
+ * leaf_stages stages; S minimizes that, among the S whose blocks are all resident at once (B <= planned
+ * blocks per SM x SMs, or S = 1), the smaller S on a tie (fewer partial sums). It depends on the shape and
+ * the device, never on M. */
 static void
 tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
 {
   const int nst = (int) ((w->cols + TC_STAGE - 1) / TC_STAGE);
   const int64_t row_blocks = (w->rows + TC_SPLIT_ROWS - 1) / TC_SPLIT_ROWS;
-  int64_t s = (int64_t) sm_count () * TC_BLOCKS_PER_SM / row_blocks;
-  s = s < 1 ? 1 : s > nst ? nst : s;
-  const int leaf = (int) ((nst + s - 1) / s);
+  const int64_t sms = sm_count (), slots = sms * plan_blocks_per_sm ();
+  int best_leaf = nst;
+  int64_t best_cost = -1;
+  for (int s = 1; s <= nst && s <= 64; s++) {
+    const int leaf = (nst + s - 1) / s;
+    const int64_t blocks = row_blocks * ((nst + leaf - 1) / leaf);
+    if (s > 1 && blocks > slots)
+      break;
+    const int64_t cost = (blocks + sms - 1) / sms * leaf;
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best_leaf = leaf;
+    }
+  }
   *n_stages = nst;
-  *leaf_stages = leaf;
-  *S = (nst + leaf - 1) / leaf;
+  *leaf_stages = best_leaf;
+  *S = (nst + best_leaf - 1) / best_leaf;
 }
 
-template <int FMT, int CK, int NT, bool SW>
+template <int FMT, int CK, int NT>
 static int
 tc_launch (const TcArgs &a, cudaStream_t s)
 {
-  using C = TcCfg<FMT, NT, SW>;
-  constexpr int CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0;
-  const size_t smem = (size_t) C::XD *
-                      (NT * 256 + (SW ? C::ROWS * TcWords<FMT>::N : 0) + (C::ROWS * CPS + 3) / 4) * sizeof (uint4);
+  using C = TcCfg<FMT, CK, NT>;
+  const size_t smem = (size_t) C::D * C::SLOT * sizeof (uint4);
   /* set once per instantiation and device: static shared memory counts too, so dynamic sizes just under
-   * 48 KB also need it (int8/bf16 at M = 17..32 use exactly 48 KB). Setting it twice is harmless. */
+   * 48 KB also need it. Setting it twice is harmless. */
   static unsigned long long attr_set; /* bit d: done on device d */
   int dev = 0;
   cudaGetDevice (&dev);
   if (dev < 0 || dev >= 64 || !(attr_set >> dev & 1)) {
-    cudaError_t e = cudaFuncSetAttribute (tc_linear_kernel<FMT, CK, NT, SW>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+    cudaError_t e = cudaFuncSetAttribute (tc_linear_kernel<FMT, CK, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int) smem);
     if (e != cudaSuccess)
       return (int) e;
     if (dev >= 0 && dev < 64)
       __atomic_or_fetch (&attr_set, 1ull << dev, __ATOMIC_RELAXED);
   }
   dim3 grid (ppx_cdiv ((size_t) a.rows, C::ROWS), (unsigned) a.S);
-  tc_linear_kernel<FMT, CK, NT, SW><<<grid, TC_THREADS, smem, s>>> (a);
+  tc_linear_kernel<FMT, CK, NT><<<grid, TC_THREADS, smem, s>>> (a);
   return ppx_cuda_launched ();
-}
-
-/* PPX_CUDA_LINEAR_SMEM_WEIGHTS=1 selects the weights-through-shared-memory variant (read once). */
-static bool
-smem_weights (void)
-{
-  static int v = -1;
-  if (v < 0) {
-    const char *e = getenv ("PPX_CUDA_LINEAR_SMEM_WEIGHTS");
-    v = e && e[0] == '1';
-  }
-  return v == 1;
-}
-
-template <int FMT, int CK, bool SW>
-static int
-tc_launch_sw (const TcArgs &a, cudaStream_t s)
-{
-  if (a.M <= 8)
-    return tc_launch<FMT, CK, 1, SW> (a, s);
-  if (a.M <= 16)
-    return tc_launch<FMT, CK, 2, SW> (a, s);
-  if (a.M <= 32)
-    return tc_launch<FMT, CK, 4, SW> (a, s);
-  return tc_launch<FMT, CK, 8, SW> (a, s);
 }
 
 template <int FMT, int CK>
 static int
 tc_launch_nt (const TcArgs &a, cudaStream_t s)
 {
-  return smem_weights () ? tc_launch_sw<FMT, CK, true> (a, s) : tc_launch_sw<FMT, CK, false> (a, s);
+  if (a.M <= 8)
+    return tc_launch<FMT, CK, 1> (a, s);
+  if (a.M <= 16)
+    return tc_launch<FMT, CK, 2> (a, s);
+  if (a.M <= 32)
+    return tc_launch<FMT, CK, 4> (a, s);
+  return tc_launch<FMT, CK, 8> (a, s);
 }
 
 static int

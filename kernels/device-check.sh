@@ -2,9 +2,8 @@
 # Runs on the GPU machine over a folder made by device-pack.sh: the op-by-op test (verbose); the batched
 # engine's test (when packed); the batched-row linear test and the golden conversation again through PTX JIT
 # (CUDA_FORCE_PTX_JIT=1: the driver compiles the embedded compute_XX PTX, the lowest architecture of the
-# build, instead of loading the sm_XX machine code, which exercises the code older GPUs run); the linear
-# tests with the shared-memory weight variant of the tensor-core kernels; the linear-layer benchmark (both
-# variants); then the op tests once more under compute-sanitizer memcheck (the golden run is skipped there:
+# build, instead of loading the sm_XX machine code, which exercises the code older GPUs run); the linear-layer
+# benchmark; then the op tests once more under compute-sanitizer memcheck (the golden run is skipped there:
 # it is thousands of launches) and the engine with sessions joining and leaving under memcheck.
 # Logs go to $OUT when set.
 # Usage: [PPX_TEST_TIMEOUT=s] sh device-check.sh DIR [quick|all] [BENCH_FORMAT]   (quick: no memcheck;
@@ -41,17 +40,9 @@ CUDA_FORCE_PTX_JIT=1 timeout "${PPX_TEST_TIMEOUT:-300}" "$bin" --verbose -p /cud
 rc_jit=$?
 grep -E '^(ok|not ok)|golden on|Bail|ERROR' "$log/jit.log" | tail -20
 echo "PTX JIT exit $rc_jit"
-echo "== linear kernels with the weights through shared memory (PPX_CUDA_LINEAR_SMEM_WEIGHTS=1): tests + golden"
-PPX_CUDA_LINEAR_SMEM_WEIGHTS=1 timeout "${PPX_TEST_TIMEOUT:-300}" "$bin" --verbose -p /cuda/linear -p /cuda/linear-batch \
-  -p /cuda/golden > "$log/smemw.log" 2>&1
-rc_sw=$?
-grep -E '^(ok|not ok)|golden on|Bail|ERROR' "$log/smemw.log" | tail -20
-echo "shared-memory weights exit $rc_sw"
 if [ "$bench" != none ]; then
   echo "== linear layers"
   "$bin" --bench $bench 2>&1 | tee "$log/bench.log"
-  echo "== linear layers, weights through shared memory"
-  PPX_CUDA_LINEAR_SMEM_WEIGHTS=1 "$bin" --bench $bench 2>&1 | tee "$log/bench-smemw.log"
 fi
 [ "$mode" = quick ] && exit 0
 echo "== compute-sanitizer memcheck"

@@ -350,6 +350,10 @@ test_linear (void)
     check_linear (f, 5, 7, 11, 7, 5, FALSE, 0, 0);
     check_linear (f, 129, 256, 3, 260, 133, TRUE, 0, 0); /* aligned strides */
     check_linear (f, 9, 12800, 1, 12800, 9, FALSE, 0, 0);
+    /* leaves longer than the shared-memory ring (the ring wraps; 17 stages, a K tail, two leaves on an
+     * H100), at the 8- and 64-row kernels */
+    check_linear (f, 20000, 2080, 5, 2080, 20000, TRUE, 0, 0);
+    check_linear (f, 20000, 2080, 40, 2083, 20001, FALSE, 0, 0);
     /* row slices (per-step depformer weights) */
     check_linear (f, 96, 128, 3, 128, 32, FALSE, 32, 32);
     check_linear (f, 30, 53, 1, 53, 7, FALSE, 11, 7);
@@ -405,6 +409,7 @@ test_linear_batch (void)
     check_linear_rows_exact (formats[i], 2049, 88, 9, FALSE);   /* one leaf, tail only */
     check_linear_rows_exact (formats[i], 1024, 1024, 32, TRUE); /* the 17..32-row kernels */
     check_linear_rows_exact (formats[i], 34000, 256, 64, TRUE); /* one leaf of two full stages */
+    check_linear_rows_exact (formats[i], 20000, 2080, 64, FALSE); /* leaves longer than the ring */
   }
 }
 
@@ -1134,7 +1139,9 @@ bench_linear (Fmt f, int64_t rows, int64_t cols, const int *Ms, int n_ms)
   PpxWeight *first = ppx_weight_new (gpu, &d, &err);
   g_assert_no_error (err);
   const guint64 bytes = ppx_weight_bytes (first);
-  const int copies = (int) MIN (16, 1 + (512ull << 20) / bytes);
+  /* PPX_BENCH_COPIES=1 keeps one copy (L2-resident when it fits: the kernel's speed without HBM) */
+  const char *copies_env = g_getenv ("PPX_BENCH_COPIES");
+  const int copies = copies_env ? (int) CLAMP (g_ascii_strtoll (copies_env, NULL, 10), 1, 16) : (int) MIN (16, 1 + (512ull << 20) / bytes);
   PpxWeight **ws = g_new (PpxWeight *, copies);
   ws[0] = first;
   for (int i = 1; i < copies; i++) {

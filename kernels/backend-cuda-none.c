@@ -52,7 +52,8 @@ ppx_backend_cuda_conv_plan (PpxBackend *be, gboolean transposed, int M, int Cin,
 }
 
 gboolean
-ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L, int stride,
+ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxActivation act, gboolean residual, int M,
+                                     int Cin, int Cout, int K, int L, int stride,
                             int dilation, int groups, gboolean streaming, int n_plans, const int *cfgs,
                             const int *splits, int calls, int reps, double *us, GError **error)
 {

@@ -500,8 +500,9 @@ cuda_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, cons
 }
 
 static void
-cuda_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *prev,
-             PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
+cuda_conv1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+             PpxTensor *prev, const PpxTensor *res, PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride,
+             int dilation, int groups)
 {
   enter (be);
   g_mutex_lock (&PRIV (be)->scratch_lock);
@@ -509,15 +510,17 @@ cuda_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const Pp
   float *ws = bytes ? scratch_get (be, bytes) : NULL;
   if (!bytes || ws)
     check (be,
-           ppx_cuda_conv1d (F32 (w), bias ? F32 (bias) : NULL, F32 (x), prev ? F32 (prev) : NULL, F32 (y), M, Cin, Cout,
-                            K, Lin, stride, dilation, groups, ws, STREAM (be)),
+           ppx_cuda_conv1d ((int) act, F32 (w), bias ? F32 (bias) : NULL, F32 (x), prev ? F32 (prev) : NULL,
+                            res ? F32 (res) : NULL, F32 (y), M, Cin, Cout, K, Lin, stride, dilation, groups, ws,
+                            STREAM (be)),
            "conv1d");
   g_mutex_unlock (&PRIV (be)->scratch_lock);
 }
 
 static void
-cuda_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
-                       PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride, int groups)
+cuda_conv_transpose1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias,
+                       const PpxTensor *x, PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T,
+                       int stride, int groups)
 {
   enter (be);
   g_mutex_lock (&PRIV (be)->scratch_lock);
@@ -525,8 +528,9 @@ cuda_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias
   float *ws = bytes ? scratch_get (be, bytes) : NULL;
   if (!bytes || ws)
     check (be,
-           ppx_cuda_conv_transpose1d (F32 (w), bias ? F32 (bias) : NULL, F32 (x), partial ? F32 (partial) : NULL,
-                                      F32 (y), M, Cin, Cout, K, T, stride, groups, ws, STREAM (be)),
+           ppx_cuda_conv_transpose1d ((int) act, F32 (w), bias ? F32 (bias) : NULL, F32 (x),
+                                      partial ? F32 (partial) : NULL, F32 (y), M, Cin, Cout, K, T, stride, groups, ws,
+                                      STREAM (be)),
            "conv_transpose1d");
   g_mutex_unlock (&PRIV (be)->scratch_lock);
 }
@@ -869,7 +873,8 @@ ppx_backend_cuda_conv_plan (PpxBackend *be, gboolean transposed, int M, int Cin,
 }
 
 gboolean
-ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L, int stride,
+ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxActivation act, gboolean residual, int M, int Cin,
+                            int Cout, int K, int L, int stride,
                             int dilation, int groups, gboolean streaming, int n_plans, const int *cfgs,
                             const int *splits, int calls, int reps, double *us, GError **error)
 {
@@ -880,8 +885,8 @@ ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, int M, int Cin,
   enter (be);
   check (be, ppx_cuda_stream_sync (PRIV (be)->stream), "sync before timing");
   const char *step = "setup";
-  const int e = ppx_cuda_conv_time (transposed, M, Cin, Cout, K, L, stride, dilation, groups, streaming, n_plans, cfgs,
-                                    splits, calls, reps, us, &step);
+  const int e = ppx_cuda_conv_time (transposed, (int) act, residual, M, Cin, Cout, K, L, stride, dilation, groups,
+                                    streaming, n_plans, cfgs, splits, calls, reps, us, &step);
   if (e) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): timing a conv failed (%s): %s",
                  PRIV (be)->device, step, ppx_cuda_error_string (e));

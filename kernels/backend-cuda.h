@@ -28,7 +28,8 @@ gboolean ppx_backend_cuda_conv_plan (PpxBackend *be, gboolean transposed, int M,
                                      int *cfg, int *split, int *tile_rows, int *tile_cols);
 /* GPU time of one conv call in microseconds (median of `reps` replays of a CUDA graph of `calls` calls over
  * copies of the weights that exceed the L2; its own buffers); cfg/split as ppx_backend_cuda_conv_force. */
-gboolean ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L,
+gboolean ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxActivation act, gboolean residual, int M,
+                                     int Cin, int Cout, int K, int L,
                                      int stride, int dilation, int groups, gboolean streaming, int n_plans,
                                      const int *cfgs, const int *splits, int calls, int reps, double *us,
                                      GError **error);

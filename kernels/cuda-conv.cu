@@ -13,8 +13,8 @@
 /* y[m, co, t] over the virtual input concat(prev[m, :, :P], x[m, :, :Lin]) of length L = P + Lin. */
 __global__ void
 conv1d_kernel (const float *__restrict__ w, const float *__restrict__ bias, const float *__restrict__ x,
-               const float *__restrict__ prev, float *__restrict__ y, int M, int Cin, int Cout, int K, int Lin, int P,
-               int Lout, int stride, int dilation, int groups)
+               const float *__restrict__ prev, const float *res, float *y, int M, int Cin, int Cout, int K, int Lin,
+               int P, int Lout, int stride, int dilation, int groups, int act)
 {
   const int cig = Cin / groups, cog = Cout / groups;
   const size_t n = (size_t) M * Cout * Lout;
@@ -31,18 +31,18 @@ conv1d_kernel (const float *__restrict__ w, const float *__restrict__ bias, cons
       const float *wr = w + ((size_t) co * cig + ci) * K;
       for (int k = 0; k < K; k++) {
         const int i = t * stride + k * dilation; /* index into the virtual input */
-        const float xv = i < P ? pr[i] : xr[i - P];
+        const float xv = i < P ? pr[i] : ppx_act_apply (act, xr[i - P]);
         acc += wr[k] * xv;
       }
     }
-    y[idx] = acc;
+    y[idx] = res ? res[idx] + acc : acc;
   }
 }
 
-/* prev[m, c, :] = the last P columns of concat(prev, x): one thread per (m, c), in increasing order, so
+/* prev[m, c, :] = the last P columns of concat(prev, act(x)): one thread per (m, c), in increasing order, so
  * a column is read before it is overwritten (it moves left by Lin). */
 __global__ void
-conv1d_history_kernel (const float *x, float *prev, int M, int Cin, int Lin, int P)
+conv1d_history_kernel (const float *x, float *prev, int M, int Cin, int Lin, int P, int act)
 {
   const size_t n = (size_t) M * Cin;
   for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
@@ -50,7 +50,7 @@ conv1d_history_kernel (const float *x, float *prev, int M, int Cin, int Lin, int
     const float *xr = x + idx * Lin;
     for (int i = 0; i < P; i++) {
       const int src = Lin + i; /* index into the virtual input of length P + Lin */
-      pr[i] = src < P ? pr[src] : xr[src - P];
+      pr[i] = src < P ? pr[src] : ppx_act_apply (act, xr[src - P]);
     }
   }
 }
@@ -61,7 +61,7 @@ conv1d_history_kernel (const float *x, float *prev, int M, int Cin, int Lin, int
 __global__ void
 conv_transpose1d_kernel (const float *__restrict__ w, const float *__restrict__ bias, const float *__restrict__ x,
                          const float *__restrict__ partial, float *__restrict__ next, float *__restrict__ y, int M,
-                         int Cin, int Cout, int K, int T, int S, int groups, int Lz, int Ly, int tail)
+                         int Cin, int Cout, int K, int T, int S, int groups, int Lz, int Ly, int tail, int act)
 {
   const int cig = Cin / groups, cog = Cout / groups;
   const size_t n = (size_t) M * Cout * Lz;
@@ -79,7 +79,7 @@ conv_transpose1d_kernel (const float *__restrict__ w, const float *__restrict__ 
       const float *xr = x + ((size_t) m * Cin + cin) * T;
       const float *wr = w + ((size_t) cin * cog + cl) * K;
       for (int t = t_lo; t <= t_hi; t++)
-        z += xr[t] * wr[j - t * S];
+        z += ppx_act_apply (act, xr[t]) * wr[j - t * S];
     }
     const size_t mc = (size_t) m * Cout + co;
     if (partial && j < tail)
@@ -115,8 +115,9 @@ conv_transpose1d_kernel (const float *__restrict__ w, const float *__restrict__ 
  * (l0 + l1 + ...) (+ partial) (+ bias) (transposed). No atomics. */
 
 struct ConvArgs {
-  const float *w, *bias, *x, *prev, *partial;
+  const float *w, *bias, *x, *prev, *partial, *res; /* res: conv1d's residual (may be y) */
   float *y, *ws, *next;
+  int act; /* applied to x as it is staged (PPX_ACT_NONE = -1: none) */
   int M, Cin, Cout, K, stride, dil; /* transposed: stride = S */
   int Lin, P;                       /* conv1d: input length and history; transposed: Lin = T */
   int Lcols, rows, KR, CK, cpl, split;
@@ -207,11 +208,11 @@ conv_gemm_kernel (const ConvArgs a)
         const int ci = ci0 + ch;
         if constexpr (!TR) {
           const int vi = b_v0 + tap * a.dil;
-          v = vi < a.P ? pm[(size_t) ci * a.P + vi] : xm[(size_t) ci * a.Lin + (vi - a.P)];
+          v = vi < a.P ? pm[(size_t) ci * a.P + vi] : ppx_act_apply (a.act, xm[(size_t) ci * a.Lin + (vi - a.P)]);
         } else {
           const int t = b_v0 - tap;
           if (t >= 0 && t < a.Lin)
-            v = xm[(size_t) ci * a.Lin + t];
+            v = ppx_act_apply (a.act, xm[(size_t) ci * a.Lin + t]);
         }
       }
       rb[j] = v;
@@ -320,8 +321,10 @@ conv_gemm_kernel (const ConvArgs a)
         const size_t idx = ((size_t) m * a.Cout + row) * a.Lcols + c;
         if (a.split > 1)
           a.ws[(size_t) leaf * a.N * a.Cout + idx] = acc[i][j];
-        else
-          a.y[idx] = (a.bias ? a.bias[row] : 0.0f) + acc[i][j];
+        else {
+          const float v = (a.bias ? a.bias[row] : 0.0f) + acc[i][j];
+          a.y[idx] = a.res ? a.res[idx] + v : v;
+        }
       } else {
         const int co = row / a.stride, jz = c * a.stride + row % a.stride;
         if (jz >= a.Lz)
@@ -343,13 +346,13 @@ conv_gemm_kernel (const ConvArgs a)
   }
 }
 
-/* conv1d with several leaves: y = bias + leaf 0 + leaf 1 + ... (one thread per output, leaves in order);
- * the same launch moves the history (threads < M*Cin, one channel each, as conv1d_history_kernel): the main
- * kernel that read it has finished. */
+/* conv1d with several leaves: y = (res +) (bias + leaf 0 + leaf 1 + ...) (one thread per output, leaves in
+ * order); the same launch moves the history (threads < M*Cin, one channel each, as conv1d_history_kernel): the
+ * main kernel that read it has finished. */
 __global__ void
-conv1d_combine_kernel (const float *__restrict__ ws, const float *__restrict__ bias, float *__restrict__ y,
+conv1d_combine_kernel (const float *__restrict__ ws, const float *__restrict__ bias, const float *res, float *y,
                        const float *__restrict__ x, float *__restrict__ prev, int Cout, int Lout, size_t nout,
-                       int split, size_t nch, int Lin, int P)
+                       int split, size_t nch, int Lin, int P, int act)
 {
   const size_t n = nout > nch ? nout : nch;
   for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
@@ -358,14 +361,14 @@ conv1d_combine_kernel (const float *__restrict__ ws, const float *__restrict__ b
       float s = bias ? bias[co] : 0.0f;
       for (int l = 0; l < split; l++)
         s += ws[(size_t) l * nout + idx];
-      y[idx] = s;
+      y[idx] = res ? res[idx] + s : s;
     }
     if (idx < nch) {
       float *pr = prev + idx * P;
       const float *xr = x + idx * Lin;
       for (int i = 0; i < P; i++) {
         const int src = Lin + i;
-        pr[i] = src < P ? pr[src] : xr[src - P];
+        pr[i] = src < P ? pr[src] : ppx_act_apply (act, xr[src - P]);
       }
     }
   }
@@ -665,33 +668,34 @@ conv_args (const ConvGeom &g, const ConvPlan &pl)
 /* ---- entry points ---- */
 
 static int
-conv1d_run (const float *w, const float *bias, const float *x, float *prev, float *y, const ConvGeom &g, int groups,
-            const ConvPlan &pl, float *scratch, cudaStream_t s)
+conv1d_run (int act, const float *w, const float *bias, const float *x, float *prev, const float *res, float *y,
+            const ConvGeom &g, int groups, const ConvPlan &pl, float *scratch, cudaStream_t s)
 {
   const size_t n = (size_t) g.M * g.Cout * g.Lout;
   const size_t nch = g.P > 0 ? (size_t) g.M * g.Cin : 0;
   if (pl.cfg < 0) {
     if (n > 0) {
-      conv1d_kernel<<<ppx_grid_for (n, CONV_THREADS), CONV_THREADS, 0, s>>> (w, bias, x, prev, y, g.M, g.Cin, g.Cout, g.K,
-                                                                          g.Lin, g.P, g.Lout, g.stride, g.dil, groups);
+      conv1d_kernel<<<ppx_grid_for (n, CONV_THREADS), CONV_THREADS, 0, s>>> (
+          w, bias, x, prev, res, y, g.M, g.Cin, g.Cout, g.K, g.Lin, g.P, g.Lout, g.stride, g.dil, groups, act);
       int e = ppx_cuda_launched ();
       if (e)
         return e;
     }
   } else {
     ConvArgs a = conv_args (g, pl);
-    a.w = w, a.bias = bias, a.x = x, a.prev = prev, a.y = y, a.ws = scratch;
+    a.w = w, a.bias = bias, a.x = x, a.prev = prev, a.res = res, a.y = y, a.ws = scratch, a.act = act;
     int e = g.tr ? (int) cudaErrorInvalidValue : conv_launch<false> (pl.cfg, a, s);
     if (e)
       return e;
     if (pl.split > 1) {
       conv1d_combine_kernel<<<ppx_grid_for (n > nch ? n : nch, CONV_THREADS), CONV_THREADS, 0, s>>> (
-          scratch, bias, y, x, prev, g.Cout, g.Lout, n, pl.split, nch, g.Lin, g.P);
+          scratch, bias, res, y, x, prev, g.Cout, g.Lout, n, pl.split, nch, g.Lin, g.P, act);
       return ppx_cuda_launched ();
     }
   }
   if (nch > 0) {
-    conv1d_history_kernel<<<ppx_grid_for (nch, CONV_THREADS), CONV_THREADS, 0, s>>> (x, prev, g.M, g.Cin, g.Lin, g.P);
+    conv1d_history_kernel<<<ppx_grid_for (nch, CONV_THREADS), CONV_THREADS, 0, s>>> (x, prev, g.M, g.Cin, g.Lin, g.P,
+                                                                                    act);
     return ppx_cuda_launched ();
   }
   return 0;
@@ -707,8 +711,9 @@ ppx_cuda_conv1d_scratch_bytes (int M, int Cin, int Cout, int K, int Lin, int str
 }
 
 extern "C" int
-ppx_cuda_conv1d (const float *w, const float *bias, const float *x, float *prev, float *y, int M, int Cin, int Cout,
-                 int K, int Lin, int stride, int dilation, int groups, float *scratch, void *stream)
+ppx_cuda_conv1d (int act, const float *w, const float *bias, const float *x, float *prev, const float *res, float *y,
+                 int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups, float *scratch,
+                 void *stream)
 {
   if (M <= 0)
     return 0;
@@ -716,11 +721,11 @@ ppx_cuda_conv1d (const float *w, const float *bias, const float *x, float *prev,
   const ConvPlan pl = conv_plan (g, groups, conv_force_cfg, conv_force_split);
   if (conv_ws_floats (g, pl) > 0 && !scratch)
     return (int) cudaErrorInvalidValue;
-  return conv1d_run (w, bias, x, prev, y, g, groups, pl, scratch, PPX_CUDA_STREAM (stream));
+  return conv1d_run (act, w, bias, x, prev, res, y, g, groups, pl, scratch, PPX_CUDA_STREAM (stream));
 }
 
 static int
-convtr_run (const float *w, const float *bias, const float *x, float *partial, float *y, const ConvGeom &g,
+convtr_run (int act, const float *w, const float *bias, const float *x, float *partial, float *y, const ConvGeom &g,
             int groups, const ConvPlan &pl, float *scratch, cudaStream_t s)
 {
   const size_t nmc = (size_t) g.M * g.Cout;
@@ -733,11 +738,11 @@ convtr_run (const float *w, const float *bias, const float *x, float *partial, f
   if (pl.cfg < 0) {
     const size_t n = nmc * g.Lz;
     conv_transpose1d_kernel<<<ppx_grid_for (n, CONV_THREADS), CONV_THREADS, 0, s>>> (
-        w, bias, x, partial, next, y, g.M, g.Cin, g.Cout, g.K, g.Lin, g.stride, groups, g.Lz, g.Ly, g.tail);
+        w, bias, x, partial, next, y, g.M, g.Cin, g.Cout, g.K, g.Lin, g.stride, groups, g.Lz, g.Ly, g.tail, act);
     e = ppx_cuda_launched ();
   } else {
     ConvArgs a = conv_args (g, pl);
-    a.w = w, a.bias = bias, a.x = x, a.partial = partial, a.y = y, a.ws = ws, a.next = next;
+    a.w = w, a.bias = bias, a.x = x, a.partial = partial, a.y = y, a.ws = ws, a.next = next, a.act = act;
     e = conv_launch<true> (pl.cfg, a, s);
     if (!e && pl.split > 1) {
       convtr_combine_kernel<<<ppx_grid_for (nmc * (g.tail > g.Ly ? g.tail : g.Ly), CONV_THREADS), CONV_THREADS, 0, s>>> (
@@ -761,8 +766,8 @@ ppx_cuda_conv_transpose1d_scratch_bytes (int M, int Cin, int Cout, int K, int T,
 }
 
 extern "C" int
-ppx_cuda_conv_transpose1d (const float *w, const float *bias, const float *x, float *partial, float *y, int M, int Cin,
-                           int Cout, int K, int T, int stride, int groups, float *scratch, void *stream)
+ppx_cuda_conv_transpose1d (int act, const float *w, const float *bias, const float *x, float *partial, float *y, int M,
+                           int Cin, int Cout, int K, int T, int stride, int groups, float *scratch, void *stream)
 {
   if (M <= 0 || T <= 0)
     return 0;
@@ -770,7 +775,7 @@ ppx_cuda_conv_transpose1d (const float *w, const float *bias, const float *x, fl
   const ConvPlan pl = conv_plan (g, groups, conv_force_cfg, conv_force_split);
   if ((conv_ws_floats (g, pl) > 0 || convtr_next_floats (g, pl, partial != NULL) > 0) && !scratch)
     return (int) cudaErrorInvalidValue;
-  return convtr_run (w, bias, x, partial, y, g, groups, pl, scratch, PPX_CUDA_STREAM (stream));
+  return convtr_run (act, w, bias, x, partial, y, g, groups, pl, scratch, PPX_CUDA_STREAM (stream));
 }
 
 extern "C" void
@@ -814,9 +819,9 @@ conv_fill_kernel (float *v, size_t n, unsigned seed)
 }
 
 extern "C" int
-ppx_cuda_conv_time (int transposed, int M, int Cin, int Cout, int K, int L, int stride, int dilation, int groups,
-                    int streaming, int n_plans, const int *cfgs, const int *splits, int calls, int reps, double *us,
-                    const char **step)
+ppx_cuda_conv_time (int transposed, int act, int residual, int M, int Cin, int Cout, int K, int L, int stride,
+                    int dilation, int groups, int streaming, int n_plans, const int *cfgs, const int *splits,
+                    int calls, int reps, double *us, const char **step)
 {
   *step = "allocate";
   const ConvGeom g = transposed ? convtr_geom (M, Cin, Cout, K, L, stride, streaming)
@@ -860,8 +865,8 @@ ppx_cuda_conv_time (int transposed, int M, int Cin, int Cout, int K, int L, int 
   struct {
     float *p;
     size_t n;
-  } fills[] = {{wbuf, wn * copies}, {bias, (size_t) Cout}, {x, xn}, {st, sn}};
-  for (int i = 0; !e && i < 4; i++) {
+  } fills[] = {{wbuf, wn * copies}, {bias, (size_t) Cout}, {x, xn}, {st, sn}, {y, yn}};
+  for (int i = 0; !e && i < 5; i++) {
     conv_fill_kernel<<<ppx_grid_for (fills[i].n, 256), 256, 0, s>>> (fills[i].p, fills[i].n, 17u + i);
     e = ppx_cuda_launched ();
   }
@@ -869,8 +874,9 @@ ppx_cuda_conv_time (int transposed, int M, int Cin, int Cout, int K, int L, int 
     const ConvPlan pl = conv_plan (g, groups, cfgs[p], splits[p]);
     auto call = [&] (int i) {
       const float *w = wbuf + (size_t) (i % copies) * wn;
-      return transposed ? convtr_run (w, bias, x, streaming ? st : NULL, y, g, groups, pl, scratch, s)
-                        : conv1d_run (w, bias, x, streaming ? st : NULL, y, g, groups, pl, scratch, s);
+      return transposed ? convtr_run (act, w, bias, x, streaming ? st : NULL, y, g, groups, pl, scratch, s)
+                        : conv1d_run (act, w, bias, x, streaming ? st : NULL, residual ? y : NULL, y, g, groups, pl,
+                                      scratch, s);
     };
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;

@@ -788,11 +788,14 @@ typedef struct {
   char name[48];
   gboolean tr, streaming, bias;
   int Cin, Cout, K, stride, dil, L, groups; /* L: input length (conv1d) or frames T (transposed) per call */
+  PpxActivation act;                        /* the ELU fused into the conv (ppx_seanet_forward) */
+  gboolean res;                             /* residual added in place (y = y + conv) */
 } MimiConv;
 
 /* The conv calls of one 80 ms frame of the default (PersonaPlex) Mimi, in the order ppx_seanet_forward and
- * ppx_mimi_batch_encode/decode make them: the SEANet layers (a residual block is two convs), then the
- * encoder's downsampling conv or, first in the decoder, the depthwise upsampling transposed conv. */
+ * ppx_mimi_batch_encode/decode make them: the SEANet layers (a residual block is two convs; the ELUs are fused
+ * into the convs after them, the residual add into the block's second conv), then the encoder's downsampling
+ * conv or, first in the decoder, the depthwise upsampling transposed conv. */
 static int
 mimi_convs (gboolean decoder, MimiConv *out, int max)
 {
@@ -805,6 +808,7 @@ mimi_convs (gboolean decoder, MimiConv *out, int max)
   const int n = decoder ? ppx_seanet_decoder_layers (m, layers, PPX_SEANET_MAX_LAYERS)
                         : ppx_seanet_encoder_layers (m, layers, PPX_SEANET_MAX_LAYERS);
   int k = 0, L = decoder ? 2 : m->frame_size;
+  PpxActivation pending = PPX_ACT_NONE;
 #define ADD(...)                                                                                                     \
   do {                                                                                                               \
     g_assert_cmpint (k, <, max);                                                                                     \
@@ -812,38 +816,43 @@ mimi_convs (gboolean decoder, MimiConv *out, int max)
   } while (0)
   if (decoder)
     ADD (.name = "dec upsample (depthwise)", .tr = TRUE, .streaming = TRUE, .bias = FALSE, .Cin = m->dimension,
-         .Cout = m->dimension, .K = 4, .stride = 2, .dil = 1, .L = 1, .groups = m->dimension);
+         .Cout = m->dimension, .K = 4, .stride = 2, .dil = 1, .L = 1, .groups = m->dimension, .act = PPX_ACT_NONE);
   for (int i = 0; i < n; i++) {
     const PpxSeanetLayer *l = &layers[i];
     const char *p = decoder ? "dec" : "enc";
     switch (l->kind) {
       case PPX_SEANET_CONV:
         ADD (.tr = FALSE, .streaming = (l->kernel - 1) * l->dilation + 1 - l->stride > 0, .bias = TRUE, .Cin = l->c_in,
-             .Cout = l->c_out, .K = l->kernel, .stride = l->stride, .dil = l->dilation, .L = L, .groups = 1);
+             .Cout = l->c_out, .K = l->kernel, .stride = l->stride, .dil = l->dilation, .L = L, .groups = 1,
+             .act = pending);
+        pending = PPX_ACT_NONE;
         g_snprintf (out[k - 1].name, sizeof out[k - 1].name, "%s.%d conv", p, l->index);
         L /= l->stride;
         break;
       case PPX_SEANET_CONVTR:
         ADD (.tr = TRUE, .streaming = l->kernel > l->stride, .bias = TRUE, .Cin = l->c_in, .Cout = l->c_out,
-             .K = l->kernel, .stride = l->stride, .dil = 1, .L = L, .groups = 1);
+             .K = l->kernel, .stride = l->stride, .dil = 1, .L = L, .groups = 1, .act = pending);
+        pending = PPX_ACT_NONE;
         g_snprintf (out[k - 1].name, sizeof out[k - 1].name, "%s.%d convtr", p, l->index);
         L *= l->stride;
         break;
       case PPX_SEANET_RESBLOCK:
         ADD (.tr = FALSE, .streaming = (l->kernel - 1) * l->dilation > 0, .bias = TRUE, .Cin = l->c_in,
-             .Cout = l->hidden, .K = l->kernel, .stride = 1, .dil = l->dilation, .L = L, .groups = 1);
+             .Cout = l->hidden, .K = l->kernel, .stride = 1, .dil = l->dilation, .L = L, .groups = 1,
+             .act = PPX_ACT_ELU);
         g_snprintf (out[k - 1].name, sizeof out[k - 1].name, "%s.%d res conv1", p, l->index);
         ADD (.tr = FALSE, .streaming = FALSE, .bias = TRUE, .Cin = l->hidden, .Cout = l->c_in, .K = 1, .stride = 1,
-             .dil = 1, .L = L, .groups = 1);
+             .dil = 1, .L = L, .groups = 1, .act = PPX_ACT_ELU, .res = TRUE);
         g_snprintf (out[k - 1].name, sizeof out[k - 1].name, "%s.%d res conv2", p, l->index);
         break;
       case PPX_SEANET_ELU:
+        pending = PPX_ACT_ELU;
         break;
     }
   }
   if (!decoder)
     ADD (.name = "enc downsample", .tr = FALSE, .streaming = TRUE, .bias = FALSE, .Cin = m->dimension,
-         .Cout = m->dimension, .K = 4, .stride = 2, .dil = 1, .L = L, .groups = 1);
+         .Cout = m->dimension, .K = 4, .stride = 2, .dil = 1, .L = L, .groups = 1, .act = PPX_ACT_NONE);
 #undef ADD
   return k;
 }
@@ -871,16 +880,17 @@ mc_w_elems (const MimiConv *c)
   return c->tr ? (gsize) c->Cin * (c->Cout / c->groups) * c->K : (gsize) c->Cout * (c->Cin / c->groups) * c->K;
 }
 
+/* One call as ppx_seanet_forward makes it (act on x; with a residual, y = y + conv). */
 static void
 mc_run (PpxBackend *be, const MimiConv *c, const PpxTensor *w, const PpxTensor *b, const PpxTensor *x, PpxTensor *st,
         PpxTensor *y, int M)
 {
   if (c->tr)
-    ppx_op_conv_transpose1d (be, w, c->bias ? b : NULL, x, c->streaming ? st : NULL, y, M, c->Cin, c->Cout, c->K, c->L,
-                             c->stride, c->groups);
+    ppx_op_conv_transpose1d_act (be, c->act, w, c->bias ? b : NULL, x, c->streaming ? st : NULL, y, M, c->Cin, c->Cout,
+                                 c->K, c->L, c->stride, c->groups);
   else
-    ppx_op_conv1d (be, w, c->bias ? b : NULL, x, c->streaming ? st : NULL, y, M, c->Cin, c->Cout, c->K, c->L,
-                   c->stride, c->dil, c->groups);
+    ppx_op_conv1d_fused (be, c->act, w, c->bias ? b : NULL, x, c->streaming ? st : NULL, c->res ? y : NULL, y, M,
+                         c->Cin, c->Cout, c->K, c->L, c->stride, c->dil, c->groups);
 }
 
 /* Weights like a trained layer's scale (1/sqrt(fan-in)), so outputs stay O(1) as in the model. */
@@ -896,9 +906,9 @@ mc_weights (const MimiConv *c)
 static void
 mc_describe (const MimiConv *c, int M, char *buf, gsize n)
 {
-  g_snprintf (buf, n, "%-24s %s %4d -> %-4d K%-2d s%d d%d %s %4d%s%s", c->name, c->tr ? "convtr" : "conv  ", c->Cin,
-              c->Cout, c->K, c->stride, c->dil, c->tr ? "T" : "L", c->L, c->groups > 1 ? " depthwise" : "",
-              M > 0 ? "" : "");
+  g_snprintf (buf, n, "%-24s %s %4d -> %-4d K%-2d s%d d%d %s %4d%s%s%s", c->name, c->tr ? "convtr" : "conv  ",
+              c->Cin, c->Cout, c->K, c->stride, c->dil, c->tr ? "T" : "L", c->L, c->act != PPX_ACT_NONE ? " elu" : "",
+              c->res ? " +res" : "", M > 0 ? "" : "");
 }
 
 /* Every Mimi shape at M = 1, 3, 8 against the CPU, streaming over 3 calls (outputs and state each call);
@@ -936,8 +946,9 @@ check_mimi_conv_variants (const MimiConv *c)
   const gsize sr = mc_state_row (c), orow = mc_out_row (c), irow = (gsize) c->Cin * c->L;
   Pair w = mc_weights (c), b = pair_random (c->Cout), x = pair_random ((gsize) M * irow);
   Pair st = pair_random ((gsize) M * MAX (sr, 1)), y = pair_random ((gsize) M * orow);
-  g_autofree float *st0 = g_new (float, (gsize) M * MAX (sr, 1));
+  g_autofree float *st0 = g_new (float, (gsize) M * MAX (sr, 1)), *y0 = g_new (float, (gsize) M * orow);
   ppx_tensor_download (st.c, 0, st0, (gsize) M * MAX (sr, 1));
+  ppx_tensor_download (y.c, 0, y0, (gsize) M * orow); /* the residual of a residual conv, else overwritten */
   mc_run (cpu, c, w.c, b.c, x.c, st.c, y.c, M);
   char desc[160];
   mc_describe (c, M, desc, sizeof desc);
@@ -954,7 +965,10 @@ check_mimi_conv_variants (const MimiConv *c)
       if (cfg >= 0 && pc != cfg)
         continue; /* not a configuration for this shape (or the direct kernels only) */
       ppx_tensor_upload (st.g, 0, st0, (gsize) M * MAX (sr, 1));
-      ppx_tensor_fill (y.g, -7.7e33f);
+      if (c->res)
+        ppx_tensor_upload (y.g, 0, y0, (gsize) M * orow);
+      else
+        ppx_tensor_fill (y.g, -7.7e33f);
       ppx_backend_cuda_conv_force (cfg, splits[s]);
       mc_run (gpu, c, w.g, b.g, x.g, st.g, y.g, M);
       ppx_backend_cuda_conv_force (-1, 0);
@@ -1009,6 +1023,7 @@ check_mimi_batch (const MimiConv *c, int M, int row0, int alt_cfg)
   g_autoptr (GError) err = NULL;
   Pair w = mc_weights (c), b = pair_random (c->Cout);
   g_autofree float *xs = random_floats ((gsize) calls * 8 * irow, -1, 1), *st = random_floats (8 * sr, -1, 1);
+  g_autofree float *rs = random_floats ((gsize) calls * 8 * orow, -1, 1); /* residuals (y before the call) */
   g_autofree float *yb = g_new (float, (gsize) calls * M * orow), *sb = g_new (float, (gsize) M * sr);
   g_autofree float *y1 = g_new (float, orow), *s1 = g_new (float, sr);
   PpxTensor *x = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * irow, &err);
@@ -1018,6 +1033,7 @@ check_mimi_batch (const MimiConv *c, int M, int row0, int alt_cfg)
   ppx_tensor_upload (s, 0, st + (gsize) row0 * sr, (gsize) M * sr);
   for (int k = 0; k < calls; k++) {
     ppx_tensor_upload (x, 0, xs + ((gsize) k * 8 + row0) * irow, (gsize) M * irow);
+    ppx_tensor_upload (y, 0, rs + ((gsize) k * 8 + row0) * orow, (gsize) M * orow);
     mc_run (gpu, c, w.g, b.g, x, s, y, M);
     ppx_tensor_download (y, 0, yb + (gsize) k * M * orow, (gsize) M * orow);
   }
@@ -1029,6 +1045,7 @@ check_mimi_batch (const MimiConv *c, int M, int row0, int alt_cfg)
     ppx_backend_cuda_conv_force (alt_cfg, 0);
     for (int k = 0; k < calls; k++) {
       ppx_tensor_upload (x, 0, xs + ((gsize) k * 8 + row0 + m) * irow, irow);
+      ppx_tensor_upload (y, 0, rs + ((gsize) k * 8 + row0 + m) * orow, orow);
       mc_run (gpu, c, w.g, b.g, x, s, y, 1);
       ppx_tensor_download (y, 0, y1, orow);
       if (memcmp (y1, yb + ((gsize) k * M + m) * orow, orow * sizeof (float)) != 0)
@@ -1550,8 +1567,8 @@ static gboolean
 time_conv (const MimiConv *c, int M, int n, const int *cfgs, const int *splits, int calls, int reps, double *us)
 {
   g_autoptr (GError) err = NULL;
-  if (!ppx_backend_cuda_time_conv (gpu, c->tr, M, c->Cin, c->Cout, c->K, c->L, c->stride, c->dil, c->groups,
-                                   c->streaming, n, cfgs, splits, calls, reps, us, &err)) {
+  if (!ppx_backend_cuda_time_conv (gpu, c->tr, c->act, c->res, M, c->Cin, c->Cout, c->K, c->L, c->stride, c->dil,
+                                   c->groups, c->streaming, n, cfgs, splits, calls, reps, us, &err)) {
     printf ("%s M=%d: %s\n", c->name, M, err->message);
     return FALSE;
   }
@@ -1585,14 +1602,17 @@ run_bench_conv (void)
   for (int dec = 0; dec < 2; dec++) {
     const int n = mimi_convs (dec, convs, G_N_ELEMENTS (convs));
     double sum_old[4] = {0}, sum_new[4] = {0};
-    printf ("\n%-52s", dec ? "decoder" : "encoder");
-    for (guint j = 0; j < G_N_ELEMENTS (Ms); j++)
-      printf ("  %-28s", g_strdup_printf ("M=%d old/new [plan]", Ms[j]));
+    printf ("\n%-64s", dec ? "decoder" : "encoder");
+    for (guint j = 0; j < G_N_ELEMENTS (Ms); j++) {
+      char h[32];
+      g_snprintf (h, sizeof h, "M=%d old/new [plan]", Ms[j]);
+      printf ("  %-28s", h);
+    }
     printf ("\n");
     for (int i = 0; i < n; i++) {
       char desc[160];
       mc_describe (&convs[i], 0, desc, sizeof desc);
-      printf ("%-52s", desc);
+      printf ("%-64s", desc);
       for (guint j = 0; j < G_N_ELEMENTS (Ms); j++) {
         const MimiConv *c = &convs[i];
         int pc, ps, tr, tc;
@@ -1607,9 +1627,12 @@ run_bench_conv (void)
       printf ("\n");
       fflush (stdout);
     }
-    printf ("%-52s", dec ? "decoder SEANet sum (+ upsample)" : "encoder SEANet sum (+ downsample)");
-    for (guint j = 0; j < G_N_ELEMENTS (Ms); j++)
-      printf ("  %8.1f %7.1f %-11s", sum_old[j], sum_new[j], g_strdup_printf ("%.1fx", sum_old[j] / sum_new[j]));
+    printf ("%-64s", dec ? "decoder sum (SEANet + upsample)" : "encoder sum (SEANet + downsample)");
+    for (guint j = 0; j < G_N_ELEMENTS (Ms); j++) {
+      char r[32];
+      g_snprintf (r, sizeof r, "%.1fx", sum_old[j] / sum_new[j]);
+      printf ("  %8.1f %7.1f %-11s", sum_old[j], sum_new[j], r);
+    }
     printf ("\n");
   }
   return 0;

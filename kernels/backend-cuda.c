@@ -540,10 +540,15 @@ cuda_vq_encode (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTen
                 int code_stride, int M, int ncb, int bins, int dim)
 {
   enter (be);
-  check (be,
-         ppx_cuda_vq_encode (F32 (codebooks), F32 (r), I32 (codes), code_off, code_stride, M, ncb, bins, dim,
-                             STREAM (be)),
-         "vq_encode");
+  g_mutex_lock (&PRIV (be)->scratch_lock);
+  const gsize bytes = ppx_cuda_vq_encode_scratch_bytes (M);
+  void *ws = bytes ? scratch_get (be, bytes) : NULL;
+  if (!bytes || ws)
+    check (be,
+           ppx_cuda_vq_encode (F32 (codebooks), F32 (r), I32 (codes), code_off, code_stride, M, ncb, bins, dim, ws,
+                               STREAM (be)),
+           "vq_encode");
+  g_mutex_unlock (&PRIV (be)->scratch_lock);
 }
 
 static void

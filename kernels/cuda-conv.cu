@@ -7,6 +7,7 @@
 #include "cuda-common.cuh"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define CONV_THREADS 256
 
@@ -127,24 +128,54 @@ struct ConvArgs {
 
 #define CONV_BK 32 /* reduction steps per stage, at most */
 
-static __host__ __device__ constexpr size_t
-conv_smem_bytes (int BM, int BN)
+/* A (weight) stages in shared memory: 2 (double buffer, loads through registers) or, with PIPE, a ring of
+ * 3-4 filled by cp.async, so 2-3 stages of weights are in flight while one is computed. */
+static __host__ __device__ constexpr int
+conv_a_stages (bool pipe, int BM)
 {
-  return (size_t) 2 * CONV_BK * ((BM + 4) + (BN + 4)) * sizeof (float);
+  return !pipe ? 2 : BM >= 256 ? 3 : 4;
 }
 
-template <bool TR, int TM, int TN, int RG, int CG>
+static __host__ __device__ constexpr size_t
+conv_smem_bytes (bool pipe, int BM, int BN)
+{
+  return (size_t) CONV_BK * (conv_a_stages (pipe, BM) * (BM + 4) + 2 * (BN + 4)) * sizeof (float);
+}
+
+/* 4-byte global -> shared copy that does not wait (sm_80+); ok = false fills a zero and reads nothing. */
+__device__ __forceinline__ void
+conv_cp_async4 (float *dst, const float *src, bool ok)
+{
+  const unsigned d = (unsigned) __cvta_generic_to_shared (dst);
+  asm volatile ("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+}
+
+__device__ __forceinline__ void
+conv_cp_commit (void)
+{
+  asm volatile ("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+__device__ __forceinline__ void
+conv_cp_wait (void)
+{
+  asm volatile ("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <bool TR, int TM, int TN, int RG, int CG, bool PIPE>
 __global__ void __launch_bounds__ (RG * CG, RG * CG >= 256 ? 2 : 4)
 conv_gemm_kernel (const ConvArgs a)
 {
   constexpr int NT = RG * CG, BM = RG * TM, BN = CG * TN;
   constexpr int BMP = BM + 4, BNP = BN + 4;
+  constexpr int NSA = conv_a_stages (PIPE, BM);
   constexpr int AJ = (CONV_BK * BM + NT - 1) / NT; /* A elements a thread loads per stage */
   constexpr int BJ = (CONV_BK * BN + NT - 1) / NT; /* B elements */
   static_assert (NT % 32 == 0 && NT % BM == 0 && NT % BN == 0, "tile shape");
   extern __shared__ float smem[];
-  float *const As = smem;                  /* [2][CONV_BK][BMP] */
-  float *const Bs = smem + 2 * CONV_BK * BMP; /* [2][CONV_BK][BNP] */
+  float *const As = smem;                       /* [NSA][CONV_BK][BMP] */
+  float *const Bs = smem + NSA * CONV_BK * BMP; /* [2][CONV_BK][BNP] */
   const int tid = threadIdx.x;
   const int row0 = blockIdx.y * BM;
   const long n0 = (long) blockIdx.x * BN;
@@ -174,21 +205,33 @@ conv_gemm_kernel (const ConvArgs a)
   const float *pm = a.prev ? a.prev + (size_t) bm * a.Cin * a.P : NULL;
   const int b_v0 = TR ? bc : bc * a.stride; /* transposed: input frame bc - tap; conv1d: index bc*stride + tap*dil */
 
-  float ra[AJ], rb[BJ];
-  auto load = [&] (int st) {
+  /* A of stage st: through registers (ra, then store_a) or, with PIPE, by cp.async straight into a slot */
+  float ra[PIPE ? 1 : AJ], rb[BJ];
+  auto fetch_a = [&] (int st, float *slot) {
     const int ci0 = ci_lo + st * a.CK, cnt = min (a.CK, ci_hi - ci0);
     int ch = a_ch0, tap = a_tap0;
 #pragma unroll
     for (int j = 0; j < AJ; j++) {
-      float v = 0.0f;
       if constexpr (!TR) {
         const int rowl = a_rowl + j * (NT / 32);
-        if (a_r0 < BK && a_ch0 < cnt && rowl < BM && row0 + rowl < a.rows)
-          v = __ldg (a_base + (size_t) j * (NT / 32) * a.Cin * a.K + (size_t) ci0 * a.K);
+        const bool ok = a_r0 < BK && a_ch0 < cnt && rowl < BM && row0 + rowl < a.rows;
+        const float *src = a_base + (size_t) j * (NT / 32) * a.Cin * a.K + (size_t) ci0 * a.K;
+        if constexpr (PIPE) {
+          if (rowl < BM)
+            conv_cp_async4 (slot + a_r0 * BMP + rowl, ok ? src : a.w, ok);
+        } else {
+          ra[j] = ok ? __ldg (src) : 0.0f;
+        }
       } else {
         const int r = a_r0 + j * a_rs, k = tap * a.stride;
-        if (r < BK && ch < cnt && a_row < a.rows && a_p + k < a.K)
-          v = __ldg (a_base + (size_t) (ci0 + ch) * a.Cout * a.K + k);
+        const bool ok = r < BK && ch < cnt && a_row < a.rows && a_p + k < a.K;
+        const float *src = a_base + (size_t) (ci0 + ch) * a.Cout * a.K + k;
+        if constexpr (PIPE) {
+          if (r < CONV_BK)
+            conv_cp_async4 (slot + r * BMP + a_rowl, ok ? src : a.w, ok);
+        } else {
+          ra[j] = ok ? __ldg (src) : 0.0f;
+        }
         ch += a_dch;
         tap += a_dtap;
         if (tap >= a.KR) {
@@ -196,10 +239,27 @@ conv_gemm_kernel (const ConvArgs a)
           ch++;
         }
       }
-      ra[j] = v;
     }
-    ch = b_ch0;
-    tap = b_tap0;
+  };
+  auto store_a = [&] (float *A) {
+    if constexpr (!PIPE) {
+#pragma unroll
+      for (int j = 0; j < AJ; j++) {
+        if constexpr (!TR) {
+          const int rowl = a_rowl + j * (NT / 32);
+          if (rowl < BM)
+            A[a_r0 * BMP + rowl] = ra[j];
+        } else {
+          const int r = a_r0 + j * a_rs;
+          if (r < CONV_BK)
+            A[r * BMP + a_rowl] = ra[j];
+        }
+      }
+    }
+  };
+  auto load_b = [&] (int st) {
+    const int ci0 = ci_lo + st * a.CK, cnt = min (a.CK, ci_hi - ci0);
+    int ch = b_ch0, tap = b_tap0;
 #pragma unroll
     for (int j = 0; j < BJ; j++) {
       const int r = b_r0 + j * b_rs;
@@ -224,20 +284,7 @@ conv_gemm_kernel (const ConvArgs a)
       }
     }
   };
-  auto store = [&] (int buf) {
-    float *A = As + buf * CONV_BK * BMP, *B = Bs + buf * CONV_BK * BNP;
-#pragma unroll
-    for (int j = 0; j < AJ; j++) {
-      if constexpr (!TR) {
-        const int rowl = a_rowl + j * (NT / 32);
-        if (rowl < BM)
-          A[a_r0 * BMP + rowl] = ra[j];
-      } else {
-        const int r = a_r0 + j * a_rs;
-        if (r < CONV_BK)
-          A[r * BMP + a_rowl] = ra[j];
-      }
-    }
+  auto store_b = [&] (float *B) {
 #pragma unroll
     for (int j = 0; j < BJ; j++) {
       const int r = b_r0 + j * b_rs;
@@ -253,15 +300,9 @@ conv_gemm_kernel (const ConvArgs a)
 #pragma unroll
     for (int j = 0; j < TN; j++)
       acc[i][j] = 0.0f;
-
-  load (0);
-  store (0);
-  __syncthreads ();
-  for (int st = 0; st < nst; st++) {
-    const int buf = st & 1;
-    if (st + 1 < nst)
-      load (st + 1);
-    const float *A = As + buf * CONV_BK * BMP + rg * TM, *B = Bs + buf * CONV_BK * BNP + cg * TN;
+  /* one stage: acc += A^T B over its BK reduction steps, in order */
+  auto compute = [&] (const float *Ab, const float *Bb) {
+    const float *A = Ab + rg * TM, *B = Bb + cg * TN;
 #pragma unroll 2
     for (int r = 0; r < BK; r++) {
       float av[TM], bv[TN];
@@ -300,9 +341,53 @@ conv_gemm_kernel (const ConvArgs a)
         for (int j = 0; j < TN; j++)
           acc[i][j] = fmaf (av[i], bv[j], acc[i][j]);
     }
-    if (st + 1 < nst)
-      store (buf ^ 1);
+  };
+
+  if constexpr (PIPE) {
+    /* A ring of NSA slots: stages st+1 .. st+NSA-2 in flight while st is computed; every iteration commits one
+     * cp.async group (empty past the last stage), so waiting until NSA-2 groups are pending means stage st
+     * has landed. One barrier per stage: after it, stage st is visible to all and everyone has finished
+     * stage st-1, whose A slot ((st-1) % NSA) and B buffer ((st+1) & 1) are then refilled. */
+#pragma unroll
+    for (int s = 0; s < NSA - 1; s++) {
+      if (s < nst)
+        fetch_a (s, As + s * CONV_BK * BMP);
+      conv_cp_commit ();
+    }
+    load_b (0);
+    store_b (Bs);
+    for (int st = 0; st < nst; st++) {
+      conv_cp_wait<NSA - 2> ();
+      __syncthreads ();
+      const int sn = st + NSA - 1;
+      if (sn < nst)
+        fetch_a (sn, As + (sn % NSA) * CONV_BK * BMP);
+      conv_cp_commit ();
+      if (st + 1 < nst)
+        load_b (st + 1);
+      compute (As + (st % NSA) * CONV_BK * BMP, Bs + (st & 1) * CONV_BK * BNP);
+      if (st + 1 < nst)
+        store_b (Bs + ((st + 1) & 1) * CONV_BK * BNP);
+    }
+  } else {
+    fetch_a (0, NULL);
+    load_b (0);
+    store_a (As);
+    store_b (Bs);
     __syncthreads ();
+    for (int st = 0; st < nst; st++) {
+      const int buf = st & 1;
+      if (st + 1 < nst) {
+        fetch_a (st + 1, NULL);
+        load_b (st + 1);
+      }
+      compute (As + buf * CONV_BK * BMP, Bs + buf * CONV_BK * BNP);
+      if (st + 1 < nst) {
+        store_a (As + (buf ^ 1) * CONV_BK * BMP);
+        store_b (Bs + (buf ^ 1) * CONV_BK * BNP);
+      }
+      __syncthreads ();
+    }
   }
 
   /* ---- epilogue ---- */
@@ -608,19 +693,31 @@ conv_align (size_t floats)
   return (floats + 63) & ~(size_t) 63;
 }
 
-template <bool TR, int TM, int TN, int RG, int CG>
+/* PPX_CUDA_CONV_PIPE=0 selects the register double buffer for the weights instead of the cp.async ring. */
+static bool
+conv_pipe (void)
+{
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv ("PPX_CUDA_CONV_PIPE");
+    v = !(e && e[0] == '0');
+  }
+  return v != 0;
+}
+
+template <bool TR, int TM, int TN, int RG, int CG, bool PIPE>
 static int
-conv_launch_cfg (const ConvArgs &a, cudaStream_t s)
+conv_launch_variant (const ConvArgs &a, cudaStream_t s)
 {
   constexpr int BM = RG * TM, BN = CG * TN;
-  constexpr size_t smem = conv_smem_bytes (BM, BN);
+  constexpr size_t smem = conv_smem_bytes (PIPE, BM, BN);
   if (smem > 48 * 1024) {
     static unsigned long long attr_set; /* bit d: done on device d */
     int dev = 0;
     cudaGetDevice (&dev);
     if (dev < 0 || dev >= 64 || !(attr_set >> dev & 1)) {
-      cudaError_t e =
-        cudaFuncSetAttribute (conv_gemm_kernel<TR, TM, TN, RG, CG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+      cudaError_t e = cudaFuncSetAttribute (conv_gemm_kernel<TR, TM, TN, RG, CG, PIPE>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
       if (e != cudaSuccess)
         return (int) e;
       if (dev >= 0 && dev < 64)
@@ -628,8 +725,16 @@ conv_launch_cfg (const ConvArgs &a, cudaStream_t s)
     }
   }
   dim3 grid ((unsigned) conv_cdiv (a.N, BN), (unsigned) conv_cdiv (a.rows, BM), (unsigned) a.split);
-  conv_gemm_kernel<TR, TM, TN, RG, CG><<<grid, RG * CG, smem, s>>> (a);
+  conv_gemm_kernel<TR, TM, TN, RG, CG, PIPE><<<grid, RG * CG, smem, s>>> (a);
   return ppx_cuda_launched ();
+}
+
+template <bool TR, int TM, int TN, int RG, int CG>
+static int
+conv_launch_cfg (const ConvArgs &a, cudaStream_t s)
+{
+  return conv_pipe () ? conv_launch_variant<TR, TM, TN, RG, CG, true> (a, s)
+                      : conv_launch_variant<TR, TM, TN, RG, CG, false> (a, s);
 }
 
 template <bool TR>
@@ -1014,15 +1119,152 @@ vq_encode_kernel (const float *__restrict__ E, float *__restrict__ R, int32_t *_
     r[d] = x[d];
 }
 
+/* One codebook step for M rows, the 2048 entries of a codebook spread over VQ_SPLIT blocks per row (one
+ * block per row leaves all but M SMs idle and each warp walking 256 entries one memory latency at a time).
+ * Every block computes |r|^2 with the same 256-thread block sum and each entry's distance with the same warp
+ * sums as vq_encode_kernel, so the distances, and the codes, are the same bits. Each block writes its first
+ * minimum (smaller index on ties); the last block of the row to finish (an atomic ticket; counters start at
+ * zero and are left at zero) picks the first minimum over the blocks in block order, writes the code and
+ * the new residual r - e. */
+#define VQ_SPLIT 32
+
+__global__ void __launch_bounds__ (VQ_THREADS)
+vq_step_kernel (const float *__restrict__ cb, float *__restrict__ R, int32_t *__restrict__ C, int code_idx,
+                int code_stride, int bins, int dim, float *cand_d, int *cand_i, unsigned *count)
+{
+  __shared__ float red[32];
+  __shared__ float best_d[32];
+  __shared__ int best_i[32];
+  __shared__ int is_last;
+  extern __shared__ float x[]; /* dim floats */
+  const int m = blockIdx.y, b = blockIdx.x, nb = gridDim.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  float *r = R + (size_t) m * dim;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x)
+    x[d] = r[d];
+  __syncthreads ();
+  float xx = 0.0f;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x)
+    xx += x[d] * x[d];
+  xx = ppx_block_sum (xx, red);
+  const int per = (bins + nb - 1) / nb, i0 = b * per, i1 = min (bins, i0 + per);
+  float wd = INFINITY;
+  int wi = 0x7fffffff;
+  for (int i = i0 + warp; i < i1; i += nwarps) {
+    const float *e = cb + (size_t) i * dim;
+    float xe = 0.0f, ee = 0.0f;
+    for (int d = lane; d < dim; d += 32) {
+      xe += x[d] * e[d];
+      ee += e[d] * e[d];
+    }
+    xe = ppx_warp_sum (xe);
+    ee = ppx_warp_sum (ee);
+    const float d2 = fmaxf (xx - 2.0f * xe + ee, 0.0f);
+    if (d2 < wd) {
+      wd = d2;
+      wi = i;
+    }
+  }
+  if (lane == 0) {
+    best_d[warp] = wd;
+    best_i[warp] = wi;
+  }
+  __syncthreads ();
+  if (warp == 0) {
+    float bd = lane < nwarps ? best_d[lane] : INFINITY;
+    int bi = lane < nwarps ? best_i[lane] : 0x7fffffff;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float od = __shfl_xor_sync (0xffffffffu, bd, o);
+      const int oi = __shfl_xor_sync (0xffffffffu, bi, o);
+      if (od < bd || (od == bd && oi < bi)) {
+        bd = od;
+        bi = oi;
+      }
+    }
+    if (lane == 0) {
+      cand_d[(size_t) m * nb + b] = bd;
+      cand_i[(size_t) m * nb + b] = bi;
+      __threadfence ();
+      is_last = atomicAdd (&count[m], 1u) == (unsigned) nb - 1;
+    }
+  }
+  __syncthreads ();
+  if (!is_last)
+    return;
+  __threadfence ();
+  if (warp == 0) {
+    float bd = INFINITY;
+    int bi = 0x7fffffff;
+    for (int k = lane; k < nb; k += 32) { /* blocks own increasing index ranges: the first minimum is order-free */
+      const float od = __ldcg (&cand_d[(size_t) m * nb + k]);
+      const int oi = __ldcg (&cand_i[(size_t) m * nb + k]);
+      if (od < bd || (od == bd && oi < bi)) {
+        bd = od;
+        bi = oi;
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float od = __shfl_xor_sync (0xffffffffu, bd, o);
+      const int oi = __shfl_xor_sync (0xffffffffu, bi, o);
+      if (od < bd || (od == bd && oi < bi)) {
+        bd = od;
+        bi = oi;
+      }
+    }
+    if (lane == 0) {
+      best_i[0] = bi == 0x7fffffff ? 0 : bi; /* all distances NaN: entry 0, as on the CPU */
+      count[m] = 0;
+    }
+  }
+  __syncthreads ();
+  const int best = best_i[0];
+  if (threadIdx.x == 0)
+    C[(size_t) m * code_stride + code_idx] = best;
+  const float *e = cb + (size_t) best * dim;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x)
+    r[d] = x[d] - e[d];
+}
+
+/* PPX_CUDA_VQ_SINGLE=1: the one-block-per-row kernel (all codebooks in one launch) instead of the split steps. */
+static bool
+vq_single (void)
+{
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv ("PPX_CUDA_VQ_SINGLE");
+    v = e && e[0] == '1';
+  }
+  return v != 0;
+}
+
+extern "C" size_t
+ppx_cuda_vq_encode_scratch_bytes (int M)
+{
+  return vq_single () || M <= 0 ? 0 : (size_t) M * (VQ_SPLIT * 8 + 4) + 256;
+}
+
 extern "C" int
 ppx_cuda_vq_encode (const float *codebooks, float *r, int32_t *codes, int code_off, int code_stride, int M, int ncb,
-                    int bins, int dim, void *stream)
+                    int bins, int dim, void *scratch, void *stream)
 {
   if (M <= 0 || ncb <= 0)
     return 0;
-  vq_encode_kernel<<<(unsigned) M, VQ_THREADS, dim * sizeof (float), PPX_CUDA_STREAM (stream)>>> (
-      codebooks, r, codes, code_off, code_stride, ncb, bins, dim);
-  return ppx_cuda_launched ();
+  cudaStream_t s = PPX_CUDA_STREAM (stream);
+  if (vq_single () || !scratch || M > 65535) {
+    vq_encode_kernel<<<(unsigned) M, VQ_THREADS, dim * sizeof (float), s>>> (codebooks, r, codes, code_off,
+                                                                            code_stride, ncb, bins, dim);
+    return ppx_cuda_launched ();
+  }
+  unsigned *count = (unsigned *) scratch;
+  float *cand_d = (float *) ((char *) scratch + (((size_t) M * 4 + 255) & ~(size_t) 255));
+  int *cand_i = (int *) (cand_d + (size_t) M * VQ_SPLIT);
+  int e = (int) cudaMemsetAsync (count, 0, (size_t) M * 4, s);
+  for (int j = 0; !e && j < ncb; j++) {
+    vq_step_kernel<<<dim3 (VQ_SPLIT, (unsigned) M), VQ_THREADS, dim * sizeof (float), s>>> (
+        codebooks + (size_t) j * bins * dim, r, codes, code_off + j, code_stride, bins, dim, cand_d, cand_i, count);
+    e = ppx_cuda_launched ();
+  }
+  return e;
 }
 
 /* y[m, d] = sum_j E_j[code_j][d] from j = 0, exactly the CPU's order. */

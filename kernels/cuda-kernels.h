@@ -126,8 +126,11 @@ int ppx_cuda_conv_time (int transposed, int act, int residual, int M, int Cin, i
                         int dilation, int groups, int streaming, int n_plans, const int *cfgs, const int *splits,
                         int calls, int reps, double *us, const char **step);
 
+/* scratch: ppx_cuda_vq_encode_scratch_bytes(M) bytes (device; 0: none needed), or NULL for the one-block-per-row
+ * kernel. */
+size_t ppx_cuda_vq_encode_scratch_bytes (int M);
 int ppx_cuda_vq_encode (const float *codebooks, float *r, int32_t *codes, int code_off, int code_stride, int M,
-                        int ncb, int bins, int dim, void *stream);
+                        int ncb, int bins, int dim, void *scratch, void *stream);
 int ppx_cuda_vq_decode (const float *codebooks, const int32_t *codes, int code_off, int code_stride, float *y, int M,
                         int ncb, int bins, int dim, void *stream);
 

@@ -1120,6 +1120,53 @@ test_vq (void)
   pair_free (&codes);
   pair_free (&dcodes);
   pair_free (&y);
+  /* Mimi's shape (7 codebooks of 2048 x 256, the entries spread over many blocks per row): the CPU's codes, and
+   * a nearest entry duplicated across two blocks (the first wins); every row of an M = 5 call equals the row
+   * alone, bit for bit */
+  {
+    const int Mb = 5, nc = 7, nb = 2048, dm = 256;
+    g_autofree float *cbb = random_floats ((gsize) nc * nb * dm, -0.1, 0.1);
+    g_autofree float *rr = random_floats ((gsize) Mb * dm, -0.3, 0.3);
+    for (int d = 0; d < dm; d++) {
+      cbb[(gsize) 1900 * dm + d] = cbb[(gsize) 100 * dm + d];
+      rr[(gsize) 2 * dm + d] = cbb[(gsize) 100 * dm + d] + 0.0005f * (float) (d % 5);
+    }
+    Pair Eb = pair_new (PPX_TENSOR_F32, (gsize) nc * nb * dm, cbb);
+    Pair rb = pair_new (PPX_TENSOR_F32, (gsize) Mb * dm, rr);
+    g_autofree int32_t *z = g_new0 (int32_t, Mb * 8);
+    Pair cb8 = pair_i32 ((gsize) Mb * 8, z);
+    ppx_op_vq_encode (cpu, Eb.c, rb.c, cb8.c, 1, 8, Mb, nc, nb, dm);
+    ppx_op_vq_encode (gpu, Eb.g, rb.g, cb8.g, 1, 8, Mb, nc, nb, dm);
+    assert_same (&cb8, "vq_encode codes (7 x 2048 x 256)");
+    assert_close (&rb, TOL, "vq_encode residual (7 x 2048 x 256)");
+    int32_t c2;
+    ppx_tensor_download (cb8.g, 2 * 8 + 1, &c2, 1);
+    g_assert_cmpint (c2, ==, 100);
+    g_autofree int32_t *all = g_new (int32_t, Mb * 8);
+    g_autofree float *rall = g_new (float, (gsize) Mb * dm);
+    ppx_tensor_download (cb8.g, 0, all, Mb * 8);
+    ppx_tensor_download (rb.g, 0, rall, (gsize) Mb * dm);
+    g_autoptr (GError) err = NULL;
+    PpxTensor *r1 = ppx_tensor_new (gpu, PPX_TENSOR_F32, dm, &err), *c1 = ppx_tensor_new (gpu, PPX_TENSOR_I32, 8, &err);
+    g_assert_no_error (err);
+    for (int m = 0; m < Mb; m++) {
+      int32_t one[8] = {0};
+      float rone[256];
+      ppx_tensor_upload (r1, 0, rr + (gsize) m * dm, dm);
+      ppx_tensor_upload (c1, 0, one, 8);
+      ppx_op_vq_encode (gpu, Eb.g, r1, c1, 1, 8, 1, nc, nb, dm);
+      ppx_tensor_download (c1, 0, one, 8);
+      ppx_tensor_download (r1, 0, rone, dm);
+      if (memcmp (one + 1, all + m * 8 + 1, 7 * sizeof (int32_t)) != 0 ||
+          memcmp (rone, rall + (gsize) m * dm, dm * sizeof (float)) != 0)
+        g_error ("vq_encode: row %d of an M = %d call differs from the row alone", m, Mb);
+    }
+    ppx_tensor_free (r1);
+    ppx_tensor_free (c1);
+    pair_free (&Eb);
+    pair_free (&rb);
+    pair_free (&cb8);
+  }
 }
 
 /* ---- sampling and teacher forcing ---- */

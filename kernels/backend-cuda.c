@@ -878,10 +878,10 @@ ppx_backend_cuda_conv_plan (PpxBackend *be, gboolean transposed, int M, int Cin,
 }
 
 gboolean
-ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxActivation act, gboolean residual, int M, int Cin,
-                            int Cout, int K, int L, int stride,
-                            int dilation, int groups, gboolean streaming, int n_plans, const int *cfgs,
-                            const int *splits, int calls, int reps, double *us, GError **error)
+ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxActivation act, gboolean residual, int M,
+                            int Cin, int Cout, int K, int L, int stride, int dilation, int groups, gboolean streaming,
+                            int n_plans, const int *cfgs, const int *splits, int calls, int reps, double *us,
+                            GError **error)
 {
   if (be->ops != &cuda_ops) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_backend_cuda_time_conv: not a CUDA backend");

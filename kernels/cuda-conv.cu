@@ -850,7 +850,8 @@ convtr_run (int act, const float *w, const float *bias, const float *x, float *p
     a.w = w, a.bias = bias, a.x = x, a.partial = partial, a.y = y, a.ws = ws, a.next = next, a.act = act;
     e = conv_launch<true> (pl.cfg, a, s);
     if (!e && pl.split > 1) {
-      convtr_combine_kernel<<<ppx_grid_for (nmc * (g.tail > g.Ly ? g.tail : g.Ly), CONV_THREADS), CONV_THREADS, 0, s>>> (
+      const size_t items = nmc * (g.tail > g.Ly ? g.tail : g.Ly);
+      convtr_combine_kernel<<<ppx_grid_for (items, CONV_THREADS), CONV_THREADS, 0, s>>> (
           ws, bias, partial, next, y, g.Cout, g.stride, g.Lin, g.Lz, g.Ly, g.tail, nmc, pl.split, !needs_next);
       e = ppx_cuda_launched ();
     }

@@ -72,9 +72,10 @@ check_conv1d (PpxBackend *be, Shape s, PpxActivation act, int res_mode, const in
                    s.Cin, s.Cout, s.K, Lin, s.stride, s.dil, s.groups);
     if (res_mode)
       ppx_op_add (be, r, t, y2, yn);
-    g_autofree char *what = g_strdup_printf ("%s conv1d M%d %d->%d K%d s%d d%d g%d%s%s act %d res %d Lin %d call %d",
-                                             ppx_backend_name (be), s.M, s.Cin, s.Cout, s.K, s.stride, s.dil, s.groups,
-                                             s.bias ? " bias" : "", s.stream ? " streaming" : "", act, res_mode, Lin, c);
+    g_autofree char *what =
+      g_strdup_printf ("%s conv1d M%d %d->%d K%d s%d d%d g%d%s%s act %d res %d Lin %d call %d", ppx_backend_name (be),
+                       s.M, s.Cin, s.Cout, s.K, s.stride, s.dil, s.groups, s.bias ? " bias" : "",
+                       s.stream ? " streaming" : "", act, res_mode, Lin, c);
     assert_same (y1, y2, yn, what);
     if (s.stream)
       assert_same (p1, p2, (gsize) s.M * s.Cin * P, what);

@@ -222,10 +222,10 @@ bench_run_mimi (const BenchSetup *s, BenchReport *r, GError **error)
     }
   }
   if (graphs) {
-    g_autofree char *genc = g_strdup_printf ("the encode replayed as one CUDA graph (%" G_GSIZE_FORMAT " ops), no transfers",
-                                             ppx_graph_nodes (ge));
-    g_autofree char *gdec = g_strdup_printf ("the decode replayed as one CUDA graph (%" G_GSIZE_FORMAT " ops), no transfers",
-                                             ppx_graph_nodes (gd));
+    g_autofree char *genc =
+      g_strdup_printf ("the encode replayed as one CUDA graph (%" G_GSIZE_FORMAT " ops), no transfers", ppx_graph_nodes (ge));
+    g_autofree char *gdec =
+      g_strdup_printf ("the decode replayed as one CUDA graph (%" G_GSIZE_FORMAT " ops), no transfers", ppx_graph_nodes (gd));
     bench_report_add_component (r, "mimi-encode-graph", "mimi", genc, B, enc, s->frames);
     bench_report_add_component (r, "mimi-decode-graph", "mimi", gdec, B, dec, s->frames);
   }

@@ -31,3 +31,32 @@ ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const 
   g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend: this build of personaplex was built without CUDA");
   return FALSE;
 }
+
+void
+ppx_backend_cuda_conv_force (int cfg, int split)
+{
+}
+
+int
+ppx_backend_cuda_conv_n_configs (void)
+{
+  return 0;
+}
+
+gboolean
+ppx_backend_cuda_conv_plan (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L, int stride,
+                            int dilation, int groups, gboolean streaming, int force_cfg, int force_split, int *cfg,
+                            int *split, int *tile_rows, int *tile_cols)
+{
+  return FALSE;
+}
+
+gboolean
+ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxActivation act, gboolean residual, int M,
+                            int Cin, int Cout, int K, int L, int stride, int dilation, int groups, gboolean streaming,
+                            int n_plans, const int *cfgs, const int *splits, int calls, int reps, double *us,
+                            GError **error)
+{
+  g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend: this build of personaplex was built without CUDA");
+  return FALSE;
+}

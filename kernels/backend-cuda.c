@@ -525,30 +525,39 @@ cuda_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, cons
 }
 
 static void
-cuda_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *prev,
-             PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
+cuda_conv1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+             PpxTensor *prev, const PpxTensor *res, PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride,
+             int dilation, int groups)
 {
   enter (be);
   PROF_SHAPE (be, "%d->%d K=%d s=%d d=%d L=%d M=%d", Cin, Cout, K, stride, dilation, Lin, M);
-  check (be,
-         ppx_cuda_conv1d (F32 (w), bias ? F32 (bias) : NULL, F32 (x), prev ? F32 (prev) : NULL, F32 (y), M, Cin, Cout,
-                          K, Lin, stride, dilation, groups, STREAM (be)),
-         "conv1d");
+  g_mutex_lock (&PRIV (be)->scratch_lock);
+  const gsize bytes = ppx_cuda_conv1d_scratch_bytes (M, Cin, Cout, K, Lin, stride, dilation, groups, prev != NULL);
+  float *ws = bytes ? scratch_get (be, bytes) : NULL;
+  if (!bytes || ws)
+    check (be,
+           ppx_cuda_conv1d ((int) act, F32 (w), bias ? F32 (bias) : NULL, F32 (x), prev ? F32 (prev) : NULL,
+                            res ? F32 (res) : NULL, F32 (y), M, Cin, Cout, K, Lin, stride, dilation, groups, ws,
+                            STREAM (be)),
+           "conv1d");
+  g_mutex_unlock (&PRIV (be)->scratch_lock);
 }
 
 static void
-cuda_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
-                       PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride, int groups)
+cuda_conv_transpose1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias,
+                       const PpxTensor *x, PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T,
+                       int stride, int groups)
 {
   enter (be);
   PROF_SHAPE (be, "%d->%d K=%d s=%d T=%d M=%d", Cin, Cout, K, stride, T, M);
   g_mutex_lock (&PRIV (be)->scratch_lock);
-  const gsize tail = K > stride ? (gsize) (K - stride) : 0;
-  float *next = partial && tail ? scratch_get (be, (gsize) M * Cout * tail * sizeof (float)) : NULL;
-  if (!partial || !tail || next)
+  const gsize bytes = ppx_cuda_conv_transpose1d_scratch_bytes (M, Cin, Cout, K, T, stride, groups, partial != NULL);
+  float *ws = bytes ? scratch_get (be, bytes) : NULL;
+  if (!bytes || ws)
     check (be,
-           ppx_cuda_conv_transpose1d (F32 (w), bias ? F32 (bias) : NULL, F32 (x), partial ? F32 (partial) : NULL,
-                                      F32 (y), M, Cin, Cout, K, T, stride, groups, next, STREAM (be)),
+           ppx_cuda_conv_transpose1d ((int) act, F32 (w), bias ? F32 (bias) : NULL, F32 (x),
+                                      partial ? F32 (partial) : NULL, F32 (y), M, Cin, Cout, K, T, stride, groups, ws,
+                                      STREAM (be)),
            "conv_transpose1d");
   g_mutex_unlock (&PRIV (be)->scratch_lock);
 }
@@ -864,6 +873,54 @@ ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const 
   g_free (cw);
   if (e) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): timing linear layers failed (%s): %s",
+                 PRIV (be)->device, step, ppx_cuda_error_string (e));
+    return FALSE;
+  }
+  return TRUE;
+}
+
+void
+ppx_backend_cuda_conv_force (int cfg, int split)
+{
+  ppx_cuda_conv_set_plan (cfg, split);
+}
+
+int
+ppx_backend_cuda_conv_n_configs (void)
+{
+  return ppx_cuda_conv_n_configs ();
+}
+
+gboolean
+ppx_backend_cuda_conv_plan (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L, int stride,
+                            int dilation, int groups, gboolean streaming, int force_cfg, int force_split, int *cfg,
+                            int *split, int *tile_rows, int *tile_cols)
+{
+  if (be->ops != &cuda_ops)
+    return FALSE;
+  enter (be);
+  ppx_cuda_conv_plan_info (transposed, M, Cin, Cout, K, L, stride, dilation, groups, streaming, force_cfg, force_split,
+                           cfg, split, tile_rows, tile_cols);
+  return TRUE;
+}
+
+gboolean
+ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxActivation act, gboolean residual, int M,
+                            int Cin, int Cout, int K, int L, int stride, int dilation, int groups, gboolean streaming,
+                            int n_plans, const int *cfgs, const int *splits, int calls, int reps, double *us,
+                            GError **error)
+{
+  if (be->ops != &cuda_ops) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_backend_cuda_time_conv: not a CUDA backend");
+    return FALSE;
+  }
+  enter (be);
+  check (be, ppx_cuda_stream_sync (PRIV (be)->stream), "sync before timing");
+  const char *step = "setup";
+  const int e = ppx_cuda_conv_time (transposed, (int) act, residual, M, Cin, Cout, K, L, stride, dilation, groups,
+                                    streaming, n_plans, cfgs, splits, calls, reps, us, &step);
+  if (e) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): timing a conv failed (%s): %s",
                  PRIV (be)->device, step, ppx_cuda_error_string (e));
     return FALSE;
   }

@@ -16,5 +16,24 @@ const char *ppx_backend_cuda_device_name (const PpxBackend *be);
 gboolean ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const PpxTensor *x, PpxTensor *y,
                                        int M, int calls, int reps, double *us, GError **error);
 
+/* Convolution paths, for tests and benchmarks (process-wide, not thread-safe; call with no conv in flight):
+ * cfg -2 runs the direct kernels, -1 the planned implicit-GEMM path (the default), 0 .. n_configs - 1 forces
+ * that tile configuration where the GEMM path applies; split 0 = the planned leaves, > 0 forces that many. */
+void ppx_backend_cuda_conv_force (int cfg, int split);
+int ppx_backend_cuda_conv_n_configs (void);
+/* The plan of a conv1d (transposed FALSE, L = Lin) or conv_transpose1d (L = T) call on the backend's GPU with
+ * the overrides force_cfg / force_split (as ppx_backend_cuda_conv_force; -1, 0: the planner's): *cfg (-1: the
+ * direct kernels), leaves, tile rows x cols. FALSE if the backend is not CUDA. */
+gboolean ppx_backend_cuda_conv_plan (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L,
+                                     int stride, int dilation, int groups, gboolean streaming, int force_cfg,
+                                     int force_split, int *cfg, int *split, int *tile_rows, int *tile_cols);
+/* GPU time of one conv call in microseconds for each of n_plans (cfgs[i], splits[i]) overrides: the median of
+ * `reps` replays of a CUDA graph of `calls` calls over copies of the weights that exceed the L2, on buffers of
+ * its own; act applied to x and (residual) y = y + conv as in a fused call. */
+gboolean ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxActivation act, gboolean residual, int M,
+                                     int Cin, int Cout, int K, int L, int stride, int dilation, int groups,
+                                     gboolean streaming, int n_plans, const int *cfgs, const int *splits, int calls,
+                                     int reps, double *us, GError **error);
+
 G_END_DECLS
 #endif

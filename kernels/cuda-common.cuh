@@ -32,6 +32,19 @@ ppx_grid_for (size_t n, unsigned threads)
   return (unsigned) (g > 65535u * 16u ? 65535u * 16u : g);
 }
 
+/* PpxActivation: 0 ELU, 1 GELU (erf), 2 SiLU, the CPU backend's formulas; anything else (PPX_ACT_NONE = -1): a. */
+__device__ __forceinline__ float
+ppx_act_apply (int act, float a)
+{
+  if (act == 0)
+    return a > 0.0f ? a : expm1f (a);
+  if (act == 1)
+    return 0.5f * a * (1.0f + erff (a * 0.70710678118654752440f));
+  if (act == 2)
+    return a / (1.0f + expf (-a));
+  return a;
+}
+
 __device__ __forceinline__ float
 ppx_warp_sum (float v)
 {

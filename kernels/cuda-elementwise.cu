@@ -59,17 +59,8 @@ ppx_cuda_copy2d (uint32_t *dst, size_t dld, const uint32_t *src, size_t sld, siz
 __global__ void
 act_kernel (int act, const float *x, float *y, size_t n)
 {
-  for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x) {
-    float a = x[i];
-    float o;
-    if (act == 0)
-      o = a > 0.0f ? a : expm1f (a);
-    else if (act == 1)
-      o = 0.5f * a * (1.0f + erff (a * 0.70710678118654752440f));
-    else
-      o = a / (1.0f + expf (-a));
-    y[i] = o;
-  }
+  for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
+    y[i] = ppx_act_apply (act, x[i]);
 }
 
 extern "C" int

@@ -94,13 +94,40 @@ int ppx_cuda_attention (int kv_type, const float *qkv, const int32_t *pos, const
                         void *vcache, float *kscales, float *vscales, float *out, int M, int T, int H, int Dh, int cap,
                         int context, float *scratch, void *stream);
 
-/* ---- convolutions and RVQ (cuda-conv.cu) ---- */
-int ppx_cuda_conv1d (const float *w, const float *bias, const float *x, float *prev, float *y, int M, int Cin,
-                     int Cout, int K, int Lin, int stride, int dilation, int groups, void *stream);
-/* scratch: M*Cout*(K-stride) floats when partial is not NULL. */
-int ppx_cuda_conv_transpose1d (const float *w, const float *bias, const float *x, float *partial, float *y, int M,
-                               int Cin, int Cout, int K, int T, int stride, int groups, float *scratch, void *stream);
-/* encode: scratch of ppx_cuda_vq_encode_scratch_floats floats (cuda-vq.cu) */
+/* ---- convolutions (cuda-conv.cu) ---- */
+/* Scratch bytes a call needs (split-K partial sums; the transposed conv's next tail when it cannot be
+ * rewritten in place); 0 when none. The same arguments as the call (has_prev / has_partial: not NULL). */
+size_t ppx_cuda_conv1d_scratch_bytes (int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups,
+                                      int has_prev);
+/* act: PpxActivation of x (-1 none); res: NULL or the residual added last (may be y). */
+int ppx_cuda_conv1d (int act, const float *w, const float *bias, const float *x, float *prev, const float *res,
+                     float *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups,
+                     float *scratch, void *stream);
+size_t ppx_cuda_conv_transpose1d_scratch_bytes (int M, int Cin, int Cout, int K, int T, int stride, int groups,
+                                                int has_partial);
+int ppx_cuda_conv_transpose1d (int act, const float *w, const float *bias, const float *x, float *partial, float *y,
+                               int M, int Cin, int Cout, int K, int T, int stride, int groups, float *scratch,
+                               void *stream);
+/* Tests and benchmarks (process-wide, not thread-safe): cfg -2 = the direct kernels, -1 = planned (default),
+ * 0 .. ppx_cuda_conv_n_configs()-1 = that tile configuration where the GEMM path applies; split 0 = planned,
+ * > 0 = that many leaves (at most one per stage). Call it with no conv in flight that needs scratch. */
+void ppx_cuda_conv_set_plan (int cfg, int split);
+int ppx_cuda_conv_n_configs (void);
+/* The plan a call would have with these overrides (transposed: L = T, dilation ignored): *cfg -1 = the direct
+ * kernels; the leaves; the tile. */
+void ppx_cuda_conv_plan_info (int transposed, int M, int Cin, int Cout, int K, int L, int stride, int dilation,
+                              int groups, int streaming, int force_cfg, int force_split, int *cfg, int *split,
+                              int *tile_rows, int *tile_cols);
+/* GPU time of one call in microseconds for each of n_plans (cfgs[i], splits[i]) overrides (as
+ * ppx_cuda_conv_set_plan): the median of `reps` replays of a CUDA graph of `calls` calls cycling over copies of
+ * the weights that together exceed the L2, on its own buffers and stream; act and residual (y += ...) as in a
+ * fused call. */
+int ppx_cuda_conv_time (int transposed, int act, int residual, int M, int Cin, int Cout, int K, int L, int stride,
+                        int dilation, int groups, int streaming, int n_plans, const int *cfgs, const int *splits,
+                        int calls, int reps, double *us, const char **step);
+
+/* ---- RVQ (cuda-vq.cu) ---- */
+/* encode: scratch of ppx_cuda_vq_encode_scratch_floats floats */
 size_t ppx_cuda_vq_encode_scratch_floats (int M, int ncb, int bins, int dim);
 int ppx_cuda_vq_encode (const float *codebooks, float *r, int32_t *codes, int code_off, int code_stride, int M,
                         int ncb, int bins, int dim, float *scratch, void *stream);

@@ -15,11 +15,15 @@
  * `test-backend-cuda --bench [int4|int8|bf16|f32 [ROWSxCOLS]]` instead times linear layers of the temporal
  * transformer's shapes at M = 1, 8, 32, 64 (CUDA graphs, GPU time) and prints weight bandwidth and TFLOP/s,
  * then (without a format) the attention benchmark; `--bench-attention` runs only that: T = 1 attention at cap = context = 3000 with 32 heads of 128 for
- * M = 1, 8, 32, 64 sessions per KV format, time per layer and GB/s of KV read. */
+ * M = 1, 8, 32, 64 sessions per KV format, time per layer and GB/s of KV read. `--bench-conv` times every conv call
+ * of a Mimi frame (the real encoder and decoder shapes) at M = 1, 8, 32, 64 with the direct kernels and the
+ * planned implicit-GEMM path, and the SEANet sums; `--bench-conv-sweep [M ...]` times every tile configuration
+ * and leaf count of the GEMM path on those shapes (planner tuning). */
 #include <math.h>
 
 #include "../kernels/backend-cuda.h"
 #include "golden-model.h"
+#include "manifest.h"
 #include "personaplex-internal.h"
 #include "quant.h"
 
@@ -783,6 +787,306 @@ test_conv_transpose1d (void)
   }
 }
 
+/* ---- Mimi's SEANet convolutions: the real layer shapes ---- */
+
+typedef struct {
+  char name[48];
+  gboolean tr, streaming, bias;
+  int Cin, Cout, K, stride, dil, L, groups; /* L: input length (conv1d) or frames T (transposed) per call */
+  PpxActivation act;                        /* the ELU fused into the conv (ppx_seanet_forward) */
+  gboolean res;                             /* residual added in place (y = y + conv) */
+} MimiConv;
+
+/* The conv calls of one 80 ms frame of the default (PersonaPlex) Mimi, in the order ppx_seanet_forward and
+ * ppx_mimi_batch_encode/decode make them: the SEANet layers (a residual block is two convs; the ELUs are fused
+ * into the convs after them, the residual add into the block's second conv), then the encoder's downsampling
+ * conv or, first in the decoder, the depthwise upsampling transposed conv. */
+static int
+mimi_convs (gboolean decoder, MimiConv *out, int max)
+{
+  PpxConfig cfg;
+  ppx_config_default (&cfg);
+  g_autoptr (GError) err = NULL;
+  g_assert_true (ppx_config_finish (&cfg, "default", &err));
+  const PpxMimiConfig *m = &cfg.mimi;
+  PpxSeanetLayer layers[PPX_SEANET_MAX_LAYERS];
+  const int n = decoder ? ppx_seanet_decoder_layers (m, layers, PPX_SEANET_MAX_LAYERS)
+                        : ppx_seanet_encoder_layers (m, layers, PPX_SEANET_MAX_LAYERS);
+  int k = 0, L = decoder ? 2 : m->frame_size;
+  PpxActivation pending = PPX_ACT_NONE;
+#define ADD(...)                                                                                                     \
+  do {                                                                                                               \
+    g_assert_cmpint (k, <, max);                                                                                     \
+    out[k++] = (MimiConv){__VA_ARGS__};                                                                              \
+  } while (0)
+  if (decoder)
+    ADD (.name = "dec upsample (depthwise)", .tr = TRUE, .streaming = TRUE, .bias = FALSE, .Cin = m->dimension,
+         .Cout = m->dimension, .K = 4, .stride = 2, .dil = 1, .L = 1, .groups = m->dimension, .act = PPX_ACT_NONE);
+  for (int i = 0; i < n; i++) {
+    const PpxSeanetLayer *l = &layers[i];
+    const char *p = decoder ? "dec" : "enc";
+    switch (l->kind) {
+      case PPX_SEANET_CONV:
+        ADD (.tr = FALSE, .streaming = (l->kernel - 1) * l->dilation + 1 - l->stride > 0, .bias = TRUE, .Cin = l->c_in,
+             .Cout = l->c_out, .K = l->kernel, .stride = l->stride, .dil = l->dilation, .L = L, .groups = 1,
+             .act = pending);
+        pending = PPX_ACT_NONE;
+        g_snprintf (out[k - 1].name, sizeof out[k - 1].name, "%s.%d conv", p, l->index);
+        L /= l->stride;
+        break;
+      case PPX_SEANET_CONVTR:
+        ADD (.tr = TRUE, .streaming = l->kernel > l->stride, .bias = TRUE, .Cin = l->c_in, .Cout = l->c_out,
+             .K = l->kernel, .stride = l->stride, .dil = 1, .L = L, .groups = 1, .act = pending);
+        pending = PPX_ACT_NONE;
+        g_snprintf (out[k - 1].name, sizeof out[k - 1].name, "%s.%d convtr", p, l->index);
+        L *= l->stride;
+        break;
+      case PPX_SEANET_RESBLOCK:
+        ADD (.tr = FALSE, .streaming = (l->kernel - 1) * l->dilation > 0, .bias = TRUE, .Cin = l->c_in,
+             .Cout = l->hidden, .K = l->kernel, .stride = 1, .dil = l->dilation, .L = L, .groups = 1,
+             .act = PPX_ACT_ELU);
+        g_snprintf (out[k - 1].name, sizeof out[k - 1].name, "%s.%d res conv1", p, l->index);
+        ADD (.tr = FALSE, .streaming = FALSE, .bias = TRUE, .Cin = l->hidden, .Cout = l->c_in, .K = 1, .stride = 1,
+             .dil = 1, .L = L, .groups = 1, .act = PPX_ACT_ELU, .res = TRUE);
+        g_snprintf (out[k - 1].name, sizeof out[k - 1].name, "%s.%d res conv2", p, l->index);
+        break;
+      case PPX_SEANET_ELU:
+        pending = PPX_ACT_ELU;
+        break;
+    }
+  }
+  if (!decoder)
+    ADD (.name = "enc downsample", .tr = FALSE, .streaming = TRUE, .bias = FALSE, .Cin = m->dimension,
+         .Cout = m->dimension, .K = 4, .stride = 2, .dil = 1, .L = L, .groups = 1, .act = PPX_ACT_NONE);
+#undef ADD
+  return k;
+}
+
+static gsize
+mc_state_row (const MimiConv *c)
+{
+  if (!c->streaming)
+    return 0;
+  return c->tr ? (gsize) c->Cout * (c->K - c->stride) : (gsize) c->Cin * ((c->K - 1) * c->dil + 1 - c->stride);
+}
+
+static gsize
+mc_out_row (const MimiConv *c)
+{
+  if (c->tr)
+    return (gsize) c->Cout * (c->streaming ? c->stride * c->L : c->stride * (c->L - 1) + c->K);
+  const int keff = (c->K - 1) * c->dil + 1, P = c->streaming ? keff - c->stride : 0;
+  return (gsize) c->Cout * ((P + c->L - keff) / c->stride + 1);
+}
+
+static gsize
+mc_w_elems (const MimiConv *c)
+{
+  return c->tr ? (gsize) c->Cin * (c->Cout / c->groups) * c->K : (gsize) c->Cout * (c->Cin / c->groups) * c->K;
+}
+
+/* One call as ppx_seanet_forward makes it (act on x; with a residual, y = y + conv). */
+static void
+mc_run (PpxBackend *be, const MimiConv *c, const PpxTensor *w, const PpxTensor *b, const PpxTensor *x, PpxTensor *st,
+        PpxTensor *y, int M)
+{
+  if (c->tr)
+    ppx_op_conv_transpose1d_act (be, c->act, w, c->bias ? b : NULL, x, c->streaming ? st : NULL, y, M, c->Cin, c->Cout,
+                                 c->K, c->L, c->stride, c->groups);
+  else
+    ppx_op_conv1d_fused (be, c->act, w, c->bias ? b : NULL, x, c->streaming ? st : NULL, c->res ? y : NULL, y, M,
+                         c->Cin, c->Cout, c->K, c->L, c->stride, c->dil, c->groups);
+}
+
+/* Weights like a trained layer's scale (1/sqrt(fan-in)), so outputs stay O(1) as in the model. */
+static Pair
+mc_weights (const MimiConv *c)
+{
+  const double a = 1.0 / sqrt ((double) (c->tr ? c->Cin / c->groups * ((c->K + c->stride - 1) / c->stride)
+                                              : c->Cin / c->groups * c->K));
+  g_autofree float *v = random_floats (mc_w_elems (c), -a, a);
+  return pair_new (PPX_TENSOR_F32, mc_w_elems (c), v);
+}
+
+static void
+mc_describe (const MimiConv *c, int M, char *buf, gsize n)
+{
+  g_snprintf (buf, n, "%-24s %s %4d -> %-4d K%-2d s%d d%d %s %4d%s%s%s", c->name, c->tr ? "convtr" : "conv  ",
+              c->Cin, c->Cout, c->K, c->stride, c->dil, c->tr ? "T" : "L", c->L, c->act != PPX_ACT_NONE ? " elu" : "",
+              c->res ? " +res" : "", M > 0 ? "" : "");
+}
+
+/* Every Mimi shape at M = 1, 3, 8 against the CPU, streaming over 3 calls (outputs and state each call);
+ * then at M = 3 one call per tile configuration and per forced split (1, 2, 3 leaves and the planned one),
+ * each from the same state, so every kernel variant and both combine paths meet every shape. */
+static void
+check_mimi_conv (const MimiConv *c, int M)
+{
+  const gsize sr = mc_state_row (c), orow = mc_out_row (c), irow = (gsize) c->Cin * c->L;
+  Pair w = mc_weights (c), b = pair_random (c->Cout), st = pair_random ((gsize) M * MAX (sr, 1));
+  char desc[160];
+  mc_describe (c, M, desc, sizeof desc);
+  for (int call = 0; call < 3; call++) {
+    Pair x = pair_random ((gsize) M * irow), y = pair_random ((gsize) M * orow);
+    mc_run (cpu, c, w.c, b.c, x.c, st.c, y.c, M);
+    mc_run (gpu, c, w.g, b.g, x.g, st.g, y.g, M);
+    g_autofree char *what = g_strdup_printf ("%s M%d call %d", desc, M, call);
+    assert_close (&y, TOL, what);
+    /* the history holds copies of x, exact; of act(x) when the ELU is fused (the device's expm1f: rounding) */
+    if (c->streaming && (c->tr || c->act != PPX_ACT_NONE))
+      assert_close (&st, TOL, c->tr ? "  state (partial)" : "  state (history of act(x))");
+    else if (c->streaming)
+      assert_same (&st, "  state (history)");
+    pair_free (&x);
+    pair_free (&y);
+  }
+  pair_free (&w);
+  pair_free (&b);
+  pair_free (&st);
+}
+
+static void
+check_mimi_conv_variants (const MimiConv *c)
+{
+  const int M = 3;
+  const gsize sr = mc_state_row (c), orow = mc_out_row (c), irow = (gsize) c->Cin * c->L;
+  Pair w = mc_weights (c), b = pair_random (c->Cout), x = pair_random ((gsize) M * irow);
+  Pair st = pair_random ((gsize) M * MAX (sr, 1)), y = pair_random ((gsize) M * orow);
+  g_autofree float *st0 = g_new (float, (gsize) M * MAX (sr, 1)), *y0 = g_new (float, (gsize) M * orow);
+  ppx_tensor_download (st.c, 0, st0, (gsize) M * MAX (sr, 1));
+  ppx_tensor_download (y.c, 0, y0, (gsize) M * orow); /* the residual of a residual conv, else overwritten */
+  mc_run (cpu, c, w.c, b.c, x.c, st.c, y.c, M);
+  char desc[160];
+  mc_describe (c, M, desc, sizeof desc);
+  const int splits[] = {0, 1, 2, 3};
+  double worst = 0;
+  int n = 0;
+  for (int cfg = -2; cfg < ppx_backend_cuda_conv_n_configs (); cfg++) {
+    for (guint s = 0; s < G_N_ELEMENTS (splits); s++) {
+      if (cfg == -1 || (cfg == -2 && s > 0))
+        continue;
+      int pc, ps, tr, tc;
+      g_assert_true (ppx_backend_cuda_conv_plan (gpu, c->tr, M, c->Cin, c->Cout, c->K, c->L, c->stride, c->dil,
+                                                 c->groups, c->streaming, cfg, splits[s], &pc, &ps, &tr, &tc));
+      if (cfg >= 0 && pc != cfg)
+        continue; /* not a configuration for this shape (or the direct kernels only) */
+      ppx_tensor_upload (st.g, 0, st0, (gsize) M * MAX (sr, 1));
+      if (c->res)
+        ppx_tensor_upload (y.g, 0, y0, (gsize) M * orow);
+      else
+        ppx_tensor_fill (y.g, -7.7e33f);
+      ppx_backend_cuda_conv_force (cfg, splits[s]);
+      mc_run (gpu, c, w.g, b.g, x.g, st.g, y.g, M);
+      ppx_backend_cuda_conv_force (-1, 0);
+      g_autofree char *what = g_strdup_printf ("%s M%d cfg %d (%dx%d) split %d", desc, M, cfg, tr, tc, ps);
+      double scale;
+      const double err = pair_err (&y, &scale);
+      worst = MAX (worst, err / MAX (1.0, scale));
+      if (!(err <= TOL * MAX (1.0, scale)))
+        g_error ("%s: max abs err %.3g (scale %.3g)", what, err, scale);
+      if (c->streaming && (c->tr || c->act != PPX_ACT_NONE)) {
+        const double es = pair_err (&st, &scale);
+        if (!(es <= TOL * MAX (1.0, scale)))
+          g_error ("%s: partial max abs err %.3g (scale %.3g)", what, es, scale);
+      } else if (c->streaming) {
+        assert_same (&st, what);
+      }
+      n++;
+    }
+  }
+  if (g_test_verbose ())
+    g_printerr ("  %-60s %2d variants, worst err %.3g relative\n", desc, n, worst);
+  pair_free (&w);
+  pair_free (&b);
+  pair_free (&x);
+  pair_free (&st);
+  pair_free (&y);
+}
+
+static void
+test_conv_mimi (void)
+{
+  MimiConv convs[64];
+  for (int dec = 0; dec < 2; dec++) {
+    const int n = mimi_convs (dec, convs, G_N_ELEMENTS (convs));
+    for (int i = 0; i < n; i++) {
+      const int Ms[] = {1, 3, 8};
+      for (guint j = 0; j < G_N_ELEMENTS (Ms); j++)
+        check_mimi_conv (&convs[i], Ms[j]);
+      check_mimi_conv_variants (&convs[i]);
+    }
+  }
+}
+
+/* Batch independence: each row of an M-row call (rows row0 .. row0+M-1 of 8 sessions' data, 2 calls with
+ * state) is bit for bit the row computed alone (M = 1, its own state), for the planned path and with the
+ * one-row calls forced onto another tile configuration (`alt_cfg`, -1: planned). */
+static void
+check_mimi_batch (const MimiConv *c, int M, int row0, int alt_cfg)
+{
+  const int calls = 2;
+  const gsize sr = MAX (mc_state_row (c), 1), orow = mc_out_row (c), irow = (gsize) c->Cin * c->L;
+  g_autoptr (GError) err = NULL;
+  Pair w = mc_weights (c), b = pair_random (c->Cout);
+  g_autofree float *xs = random_floats ((gsize) calls * 8 * irow, -1, 1), *st = random_floats (8 * sr, -1, 1);
+  g_autofree float *rs = random_floats ((gsize) calls * 8 * orow, -1, 1); /* residuals (y before the call) */
+  g_autofree float *yb = g_new (float, (gsize) calls * M * orow), *sb = g_new (float, (gsize) M * sr);
+  g_autofree float *y1 = g_new (float, orow), *s1 = g_new (float, sr);
+  PpxTensor *x = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * irow, &err);
+  PpxTensor *y = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * orow, &err);
+  PpxTensor *s = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * sr, &err);
+  g_assert_no_error (err);
+  ppx_tensor_upload (s, 0, st + (gsize) row0 * sr, (gsize) M * sr);
+  for (int k = 0; k < calls; k++) {
+    ppx_tensor_upload (x, 0, xs + ((gsize) k * 8 + row0) * irow, (gsize) M * irow);
+    ppx_tensor_upload (y, 0, rs + ((gsize) k * 8 + row0) * orow, (gsize) M * orow);
+    mc_run (gpu, c, w.g, b.g, x, s, y, M);
+    ppx_tensor_download (y, 0, yb + (gsize) k * M * orow, (gsize) M * orow);
+  }
+  ppx_tensor_download (s, 0, sb, (gsize) M * sr);
+  char desc[160];
+  mc_describe (c, M, desc, sizeof desc);
+  for (int m = 0; m < M; m++) {
+    ppx_tensor_upload (s, 0, st + (gsize) (row0 + m) * sr, sr);
+    ppx_backend_cuda_conv_force (alt_cfg, 0);
+    for (int k = 0; k < calls; k++) {
+      ppx_tensor_upload (x, 0, xs + ((gsize) k * 8 + row0 + m) * irow, irow);
+      ppx_tensor_upload (y, 0, rs + ((gsize) k * 8 + row0 + m) * orow, orow);
+      mc_run (gpu, c, w.g, b.g, x, s, y, 1);
+      ppx_tensor_download (y, 0, y1, orow);
+      if (memcmp (y1, yb + ((gsize) k * M + m) * orow, orow * sizeof (float)) != 0)
+        g_error ("%s: row %d of an M = %d call (call %d) differs from the row alone (one-row cfg %d)", desc, m, M, k,
+                 alt_cfg);
+    }
+    ppx_backend_cuda_conv_force (-1, 0);
+    ppx_tensor_download (s, 0, s1, sr);
+    if (c->streaming && memcmp (s1, sb + (gsize) m * sr, sr * sizeof (float)) != 0)
+      g_error ("%s: the state of row %d of an M = %d call differs from the row alone", desc, m, M);
+  }
+  if (g_test_verbose ())
+    g_printerr ("  %-60s M%d rows %d..%d: every row bit for bit the one-row call (cfg %d)\n", desc, M, row0,
+                row0 + M - 1, alt_cfg);
+  ppx_tensor_free (x);
+  ppx_tensor_free (y);
+  ppx_tensor_free (s);
+  pair_free (&w);
+  pair_free (&b);
+}
+
+static void
+test_conv_batch (void)
+{
+  MimiConv convs[64];
+  int turn = 0;
+  for (int dec = 0; dec < 2; dec++) {
+    const int n = mimi_convs (dec, convs, G_N_ELEMENTS (convs));
+    for (int i = 0; i < n; i++) {
+      check_mimi_batch (&convs[i], 8, 0, -1);
+      check_mimi_batch (&convs[i], 5, 3, turn++ % ppx_backend_cuda_conv_n_configs ());
+    }
+  }
+}
+
 /* ---- RVQ ---- */
 
 /* RVQ encode of M rows against the CPU: codebook 0's entries `a` and `b` are identical and nearest to row
@@ -853,6 +1157,53 @@ test_vq (void)
   pair_free (&E);
   pair_free (&dcodes);
   pair_free (&y);
+  /* Mimi's shape (7 codebooks of 2048 x 256, the entries spread over many blocks per row): the CPU's codes, and
+   * a nearest entry duplicated across two blocks (the first wins); every row of an M = 5 call equals the row
+   * alone, bit for bit */
+  {
+    const int Mb = 5, nc = 7, nb = 2048, dm = 256;
+    g_autofree float *cbb = random_floats ((gsize) nc * nb * dm, -0.1, 0.1);
+    g_autofree float *rr = random_floats ((gsize) Mb * dm, -0.3, 0.3);
+    for (int d = 0; d < dm; d++) {
+      cbb[(gsize) 1900 * dm + d] = cbb[(gsize) 100 * dm + d];
+      rr[(gsize) 2 * dm + d] = cbb[(gsize) 100 * dm + d] + 0.0005f * (float) (d % 5);
+    }
+    Pair Eb = pair_new (PPX_TENSOR_F32, (gsize) nc * nb * dm, cbb);
+    Pair rb = pair_new (PPX_TENSOR_F32, (gsize) Mb * dm, rr);
+    g_autofree int32_t *z = g_new0 (int32_t, Mb * 8);
+    Pair cb8 = pair_i32 ((gsize) Mb * 8, z);
+    ppx_op_vq_encode (cpu, Eb.c, rb.c, cb8.c, 1, 8, Mb, nc, nb, dm);
+    ppx_op_vq_encode (gpu, Eb.g, rb.g, cb8.g, 1, 8, Mb, nc, nb, dm);
+    assert_same (&cb8, "vq_encode codes (7 x 2048 x 256)");
+    assert_close (&rb, TOL, "vq_encode residual (7 x 2048 x 256)");
+    int32_t c2;
+    ppx_tensor_download (cb8.g, 2 * 8 + 1, &c2, 1);
+    g_assert_cmpint (c2, ==, 100);
+    g_autofree int32_t *all = g_new (int32_t, Mb * 8);
+    g_autofree float *rall = g_new (float, (gsize) Mb * dm);
+    ppx_tensor_download (cb8.g, 0, all, Mb * 8);
+    ppx_tensor_download (rb.g, 0, rall, (gsize) Mb * dm);
+    g_autoptr (GError) err = NULL;
+    PpxTensor *r1 = ppx_tensor_new (gpu, PPX_TENSOR_F32, dm, &err), *c1 = ppx_tensor_new (gpu, PPX_TENSOR_I32, 8, &err);
+    g_assert_no_error (err);
+    for (int m = 0; m < Mb; m++) {
+      int32_t one[8] = {0};
+      float rone[256];
+      ppx_tensor_upload (r1, 0, rr + (gsize) m * dm, dm);
+      ppx_tensor_upload (c1, 0, one, 8);
+      ppx_op_vq_encode (gpu, Eb.g, r1, c1, 1, 8, 1, nc, nb, dm);
+      ppx_tensor_download (c1, 0, one, 8);
+      ppx_tensor_download (r1, 0, rone, dm);
+      if (memcmp (one + 1, all + m * 8 + 1, 7 * sizeof (int32_t)) != 0 ||
+          memcmp (rone, rall + (gsize) m * dm, dm * sizeof (float)) != 0)
+        g_error ("vq_encode: row %d of an M = %d call differs from the row alone", m, Mb);
+    }
+    ppx_tensor_free (r1);
+    ppx_tensor_free (c1);
+    pair_free (&Eb);
+    pair_free (&rb);
+    pair_free (&cb8);
+  }
 }
 
 /* ---- sampling and teacher forcing ---- */
@@ -1297,6 +1648,131 @@ run_bench_attention (void)
   return 0;
 }
 
+/* ---- Mimi's SEANet convolutions: speed ---- */
+
+static gboolean
+time_conv (const MimiConv *c, int M, int n, const int *cfgs, const int *splits, int calls, int reps, double *us)
+{
+  g_autoptr (GError) err = NULL;
+  if (!ppx_backend_cuda_time_conv (gpu, c->tr, c->act, c->res, M, c->Cin, c->Cout, c->K, c->L, c->stride, c->dil,
+                                   c->groups, c->streaming, n, cfgs, splits, calls, reps, us, &err)) {
+    printf ("%s M=%d: %s\n", c->name, M, err->message);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* One plan at one M: a probe sizes the graph to about 20 ms of GPU time (2..20 calls), then 5 replays. */
+static double
+time_conv_one (const MimiConv *c, int M, int cfg, int split)
+{
+  double us = 0;
+  if (!time_conv (c, M, 1, &cfg, &split, 1, 1, &us))
+    return NAN;
+  const int calls = (int) CLAMP (20000.0 / MAX (us, 1.0), 2, 20);
+  if (!time_conv (c, M, 1, &cfg, &split, calls, 5, &us))
+    return NAN;
+  return us;
+}
+
+/* test-backend-cuda --bench-conv: every conv call of a Mimi frame (encoder, decoder) at M = 1, 8, 32, 64:
+ * the direct kernels (old) against the planned path (new), GPU time per call; then the sums. */
+static int
+run_bench_conv (void)
+{
+  printf ("Mimi SEANet convs on %s: GPU time per call in us (median of 5 replays of a CUDA graph of 2..20 calls\n"
+          "over weight copies that exceed the L2); old = direct kernels, new = planned path "
+          "[tile rows x cols / leaves]\n",
+          ppx_backend_cuda_device_name (gpu));
+  const int Ms[] = {1, 8, 32, 64};
+  MimiConv convs[64];
+  for (int dec = 0; dec < 2; dec++) {
+    const int n = mimi_convs (dec, convs, G_N_ELEMENTS (convs));
+    double sum_old[4] = {0}, sum_new[4] = {0};
+    printf ("\n%-64s", dec ? "decoder" : "encoder");
+    for (guint j = 0; j < G_N_ELEMENTS (Ms); j++) {
+      char h[32];
+      g_snprintf (h, sizeof h, "M=%d old/new [plan]", Ms[j]);
+      printf ("  %-28s", h);
+    }
+    printf ("\n");
+    for (int i = 0; i < n; i++) {
+      char desc[160];
+      mc_describe (&convs[i], 0, desc, sizeof desc);
+      printf ("%-64s", desc);
+      for (guint j = 0; j < G_N_ELEMENTS (Ms); j++) {
+        const MimiConv *c = &convs[i];
+        int pc, ps, tr, tc;
+        ppx_backend_cuda_conv_plan (gpu, c->tr, Ms[j], c->Cin, c->Cout, c->K, c->L, c->stride, c->dil, c->groups,
+                                    c->streaming, -1, 0, &pc, &ps, &tr, &tc);
+        const double o = time_conv_one (c, Ms[j], -2, 0), nw = time_conv_one (c, Ms[j], -1, 0);
+        sum_old[j] += o;
+        sum_new[j] += nw;
+        g_autofree char *plan = pc < 0 ? g_strdup ("direct") : g_strdup_printf ("%dx%d/%d", tr, tc, ps);
+        printf ("  %8.1f %7.1f %-11s", o, nw, plan);
+      }
+      printf ("\n");
+      fflush (stdout);
+    }
+    printf ("%-64s", dec ? "decoder sum (SEANet + upsample)" : "encoder sum (SEANet + downsample)");
+    for (guint j = 0; j < G_N_ELEMENTS (Ms); j++) {
+      char r[32];
+      g_snprintf (r, sizeof r, "%.1fx", sum_old[j] / sum_new[j]);
+      printf ("  %8.1f %7.1f %-11s", sum_old[j], sum_new[j], r);
+    }
+    printf ("\n");
+  }
+  return 0;
+}
+
+/* test-backend-cuda --bench-conv-sweep [M ...]: every tile configuration and leaf count on every GEMM-path Mimi
+ * conv (for tuning the planner): lines "sweep NAME M cfg TILE split US" plus the planned choice. */
+static int
+run_bench_conv_sweep (int argc, char **argv)
+{
+  int Ms[8] = {1, 8, 64}, nm = 3;
+  if (argc > 0) {
+    nm = 0;
+    for (int i = 0; i < argc && nm < 8; i++)
+      Ms[nm++] = atoi (argv[i]);
+  }
+  printf ("conv sweep on %s (GPU us per call, median of 3 replays of 8 calls)\n", ppx_backend_cuda_device_name (gpu));
+  MimiConv convs[64];
+  const int ncfg = ppx_backend_cuda_conv_n_configs ();
+  for (int dec = 0; dec < 2; dec++) {
+    const int n = mimi_convs (dec, convs, G_N_ELEMENTS (convs));
+    for (int i = 0; i < n; i++) {
+      const MimiConv *c = &convs[i];
+      if (c->groups != 1)
+        continue;
+      for (int j = 0; j < nm; j++) {
+        int cfgs[128], splits[128], tile_r[128], tile_c[128], np = 0;
+        int pc, ps, tr, tc;
+        ppx_backend_cuda_conv_plan (gpu, c->tr, Ms[j], c->Cin, c->Cout, c->K, c->L, c->stride, c->dil, c->groups,
+                                    c->streaming, -1, 0, &pc, &ps, &tr, &tc);
+        cfgs[np] = -1, splits[np] = 0, tile_r[np] = tr, tile_c[np] = tc, np++;
+        const int planned_split = ps;
+        for (int cfg = 0; cfg < ncfg; cfg++)
+          for (int s = 1; s <= 64 && np < 128; s *= 2) {
+            ppx_backend_cuda_conv_plan (gpu, c->tr, Ms[j], c->Cin, c->Cout, c->K, c->L, c->stride, c->dil, c->groups,
+                                        c->streaming, cfg, s, &pc, &ps, &tr, &tc);
+            if (pc != cfg || ps != s)
+              continue;
+            cfgs[np] = cfg, splits[np] = s, tile_r[np] = tr, tile_c[np] = tc, np++;
+          }
+        double us[128];
+        if (!time_conv (c, Ms[j], np, cfgs, splits, 8, 3, us))
+          continue;
+        for (int p = 0; p < np; p++)
+          printf ("sweep %-22s M=%-2d cfg=%-2d %3dx%-3d split=%-2d %9.2f us%s\n", c->name, Ms[j], cfgs[p], tile_r[p],
+                  tile_c[p], p == 0 ? planned_split : splits[p], us[p], p == 0 ? "  (planned)" : "");
+        fflush (stdout);
+      }
+    }
+  }
+  return 0;
+}
+
 /* test-backend-cuda --bench [FORMAT [ROWSxCOLS]]: the temporal transformer's shapes (rows x cols: QKV, O,
  * gate+up, down, text head) at M = 1, 8, 32, 64; FORMAT (bf16, int8, int4, f32) limits it to one format,
  * ROWSxCOLS to one shape. */
@@ -1335,6 +1811,8 @@ main (int argc, char **argv)
   int n_gpus = 0;
   gboolean bench = argc > 1 && g_str_equal (argv[1], "--bench");
   gboolean bench_att = argc > 1 && g_str_equal (argv[1], "--bench-attention");
+  gboolean bench_conv = argc > 1 && g_str_equal (argv[1], "--bench-conv");
+  gboolean bench_sweep = argc > 1 && g_str_equal (argv[1], "--bench-conv-sweep");
   if (!ppx_backend_cuda_available (&n_gpus)) {
     g_autoptr (GError) err = NULL;
     PpxBackend *b = ppx_backend_cuda_new (0, &err);
@@ -1358,6 +1836,10 @@ main (int argc, char **argv)
     rc = run_bench (argc > 2 ? argv[2] : NULL, argc > 3 ? argv[3] : NULL);
   } else if (bench_att) {
     rc = run_bench_attention ();
+  } else if (bench_conv) {
+    rc = run_bench_conv ();
+  } else if (bench_sweep) {
+    rc = run_bench_conv_sweep (argc - 2, argv + 2);
   } else {
     g_test_init (&argc, &argv, NULL);
     g_test_add_func ("/cuda/memory", test_memory);
@@ -1369,6 +1851,8 @@ main (int argc, char **argv)
     g_test_add_func ("/cuda/attention", test_attention);
     g_test_add_func ("/cuda/conv1d", test_conv1d);
     g_test_add_func ("/cuda/conv-transpose1d", test_conv_transpose1d);
+    g_test_add_func ("/cuda/conv-mimi", test_conv_mimi);
+    g_test_add_func ("/cuda/conv-batch", test_conv_batch);
     g_test_add_func ("/cuda/vq", test_vq);
     g_test_add_func ("/cuda/sample", test_sample);
     g_test_add_func ("/cuda/force-tokens", test_force_tokens);

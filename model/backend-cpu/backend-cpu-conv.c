@@ -29,9 +29,11 @@ conv1d_one (const float *W, const float *B, const float *X, float *Y, int Cin, i
   }
 }
 
+/* act(x) first (the same values as ppx_op_act before the conv), the residual last (as ppx_op_add after it). */
 void
-ppx_cpu_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *prev,
-                PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups)
+ppx_cpu_conv1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+                PpxTensor *prev, const PpxTensor *res, PpxTensor *y, int M, int Cin, int Cout, int K, int Lin,
+                int stride, int dilation, int groups)
 {
   const int keff = (K - 1) * dilation + 1;
   const int P = prev ? keff - stride : 0;
@@ -39,6 +41,16 @@ ppx_cpu_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const
   const int Lout = L >= keff ? (L - keff) / stride + 1 : 0;
   const float *W = F32 (w), *B = bias ? F32 (bias) : NULL, *X = F32 (x);
   float *Y = F32 (y), *H = prev ? F32 (prev) : NULL;
+  float *xa = NULL;
+  if (act != PPX_ACT_NONE) {
+    xa = g_new (float, MAX ((gsize) M * Cin * Lin, 1));
+    ppx_cpu_act_apply (act, X, xa, (gsize) M * Cin * Lin);
+    X = xa;
+  }
+  /* the residual may be y itself: then kept aside before y is written */
+  const gsize ny = (gsize) M * Cout * Lout;
+  float *rcopy = res && res->data == y->data ? g_memdup2 (F32 (res), MAX (ny, 1) * sizeof (float)) : NULL;
+  const float *r = rcopy ? rcopy : res ? F32 (res) : NULL;
   float *buf = P > 0 ? g_new (float, (gsize) Cin * L) : NULL;
   for (int m = 0; m < M; m++) {
     const float *xm = X + (gsize) m * Cin * Lin;
@@ -54,12 +66,18 @@ ppx_cpu_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const
     conv1d_one (W, B, xm, Y + (gsize) m * Cout * Lout, Cin, Cout, K, L, Lout, stride, dilation, groups, be->n_threads);
   }
   g_free (buf);
+  g_free (xa);
+  if (r) {
+    for (gsize i = 0; i < ny; i++)
+      Y[i] = r[i] + Y[i];
+    g_free (rcopy);
+  }
 }
 
 void
-ppx_cpu_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
-                          PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride,
-                          int groups)
+ppx_cpu_conv_transpose1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias,
+                          const PpxTensor *x, PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T,
+                          int stride, int groups)
 {
   const int Lz = stride * (T - 1) + K;
   const int tail = K - stride;
@@ -67,6 +85,12 @@ ppx_cpu_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *b
   const int cig = Cin / groups, cog = Cout / groups;
   const float *W = F32 (w), *B = bias ? F32 (bias) : NULL, *X = F32 (x);
   float *Y = F32 (y), *Pt = partial ? F32 (partial) : NULL;
+  float *xa = NULL;
+  if (act != PPX_ACT_NONE) {
+    xa = g_new (float, MAX ((gsize) M * Cin * T, 1));
+    ppx_cpu_act_apply (act, X, xa, (gsize) M * Cin * T);
+    X = xa;
+  }
   const gboolean big = (gint64) M * Cout * T * cig * K >= (1 << 16);
 #pragma omp parallel for collapse (2) if (big) num_threads (be->n_threads) schedule (static)
   for (int m = 0; m < M; m++) {
@@ -94,6 +118,7 @@ ppx_cpu_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *b
       g_free (z);
     }
   }
+  g_free (xa);
 }
 
 void

@@ -85,11 +85,9 @@ cpu_copy2d (PpxBackend *be, PpxTensor *dst, gsize doff, gsize dld, const PpxTens
     memmove (d + r * dld * 4, s + r * sld * 4, cols * 4);
 }
 
-static void
-cpu_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n)
+void
+ppx_cpu_act_apply (PpxActivation act, const float *a, float *o, gsize n)
 {
-  const float *a = F32 (x);
-  float *o = F32 (y);
   switch (act) {
     case PPX_ACT_ELU:
       for (gsize i = 0; i < n; i++)
@@ -103,7 +101,17 @@ cpu_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gs
       for (gsize i = 0; i < n; i++)
         o[i] = a[i] / (1.0f + expf (-a[i]));
       break;
+    case PPX_ACT_NONE:
+      if (o != a)
+        memcpy (o, a, n * sizeof (float));
+      break;
   }
+}
+
+static void
+cpu_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n)
+{
+  ppx_cpu_act_apply (act, F32 (x), F32 (y), n);
 }
 
 static void

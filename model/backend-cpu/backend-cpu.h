@@ -12,11 +12,15 @@ void ppx_cpu_rope (PpxBackend *be, PpxTensor *qkv, const PpxTensor *pos, gsize r
 void ppx_cpu_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, const PpxTensor *kv_slot,
                         PpxTensor *kcache, PpxTensor *vcache, PpxTensor *out, int M, int T, int H, int Dh, int cap,
                         int context);
+/* backend-cpu.c: o[i] = act(a[i]) for i < n (ppx_op_act's formulas; a may be o) */
+void ppx_cpu_act_apply (PpxActivation act, const float *a, float *o, gsize n);
 /* backend-cpu-conv.c */
-void ppx_cpu_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *prev,
-                     PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups);
-void ppx_cpu_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
-                               PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride, int groups);
+void ppx_cpu_conv1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+                     PpxTensor *prev, const PpxTensor *res, PpxTensor *y, int M, int Cin, int Cout, int K, int Lin,
+                     int stride, int dilation, int groups);
+void ppx_cpu_conv_transpose1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias,
+                               const PpxTensor *x, PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K,
+                               int T, int stride, int groups);
 void ppx_cpu_vq_encode (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTensor *codes, int code_off,
                         int code_stride, int M, int ncb, int bins, int dim);
 void ppx_cpu_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *codes, int code_off,

@@ -40,10 +40,13 @@ typedef struct {
   void (*attention) (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, const PpxTensor *kv_slot,
                      PpxTensor *kcache, PpxTensor *vcache, PpxTensor *out, int M, int T, int H, int Dh, int cap,
                      int context);
-  void (*conv1d) (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x, PpxTensor *prev, PpxTensor *y, int M,
-                  int Cin, int Cout, int K, int Lin, int stride, int dilation, int groups);
-  void (*conv_transpose1d) (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
-                            PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride, int groups);
+  /* act: PPX_ACT_NONE or the activation applied to x; res: NULL or the residual (ppx_op_conv1d_fused) */
+  void (*conv1d) (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+                  PpxTensor *prev, const PpxTensor *res, PpxTensor *y, int M, int Cin, int Cout, int K, int Lin,
+                  int stride, int dilation, int groups);
+  void (*conv_transpose1d) (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias,
+                            const PpxTensor *x, PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T,
+                            int stride, int groups);
   void (*vq_encode) (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTensor *codes, int code_off,
                      int code_stride, int M, int ncb, int bins, int dim);
   void (*vq_decode) (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *codes, int code_off,

@@ -313,7 +313,7 @@ ppx_op_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int 
 void
 ppx_op_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n)
 {
-  g_return_if_fail (plain (x) && plain (y));
+  g_return_if_fail (plain (x) && plain (y) && act != PPX_ACT_NONE);
   COUNT (be, n_ops);
   be->ops->act (be, act, x, y, n);
 }
@@ -413,7 +413,18 @@ ppx_op_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const 
 {
   g_return_if_fail (plain (w) && plain (bias) && plain (x) && plain (prev) && plain (y));
   COUNT (be, n_ops);
-  be->ops->conv1d (be, w, bias, x, prev, y, M, Cin, Cout, K, Lin, stride, dilation, groups);
+  be->ops->conv1d (be, PPX_ACT_NONE, w, bias, x, prev, NULL, y, M, Cin, Cout, K, Lin, stride, dilation, groups);
+}
+
+void
+ppx_op_conv1d_fused (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
+                     PpxTensor *prev, const PpxTensor *res, PpxTensor *y, int M, int Cin, int Cout, int K, int Lin,
+                     int stride, int dilation, int groups)
+{
+  g_return_if_fail (plain (w) && plain (bias) && plain (x) && plain (prev) && plain (res) && plain (y));
+  g_return_if_fail (res != x && y != x);
+  COUNT (be, n_ops);
+  be->ops->conv1d (be, act, w, bias, x, prev, res, y, M, Cin, Cout, K, Lin, stride, dilation, groups);
 }
 
 void
@@ -423,7 +434,17 @@ ppx_op_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bi
 {
   g_return_if_fail (plain (w) && plain (bias) && plain (x) && plain (partial) && plain (y));
   COUNT (be, n_ops);
-  be->ops->conv_transpose1d (be, w, bias, x, partial, y, M, Cin, Cout, K, T, stride, groups);
+  be->ops->conv_transpose1d (be, PPX_ACT_NONE, w, bias, x, partial, y, M, Cin, Cout, K, T, stride, groups);
+}
+
+void
+ppx_op_conv_transpose1d_act (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias,
+                             const PpxTensor *x, PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K,
+                             int T, int stride, int groups)
+{
+  g_return_if_fail (plain (w) && plain (bias) && plain (x) && plain (partial) && plain (y));
+  COUNT (be, n_ops);
+  be->ops->conv_transpose1d (be, act, w, bias, x, partial, y, M, Cin, Cout, K, T, stride, groups);
 }
 
 void

@@ -128,7 +128,8 @@ void ppx_op_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids,
                    PpxTensor *out, int M, gboolean accumulate);
 
 /* ---- elementwise and norms ---- */
-typedef enum { PPX_ACT_ELU, PPX_ACT_GELU, PPX_ACT_SILU } PpxActivation;
+/* PPX_ACT_NONE only for the convolutions' input activation (ppx_op_conv1d_fused, ppx_op_conv_transpose1d_act). */
+typedef enum { PPX_ACT_NONE = -1, PPX_ACT_ELU, PPX_ACT_GELU, PPX_ACT_SILU } PpxActivation;
 void ppx_op_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n);
 void ppx_op_add (PpxBackend *be, const PpxTensor *a, const PpxTensor *b, PpxTensor *y, gsize n);
 /* y[r, c] += gamma[c] * x[r, c] (LayerScale residual), D columns. */
@@ -172,6 +173,16 @@ void ppx_op_conv1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, c
 void ppx_op_conv_transpose1d (PpxBackend *be, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
                               PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T, int stride,
                               int groups);
+/* ppx_op_conv1d of act(x), plus a residual: y = res + conv1d(concat(prev, act(x))) (+ bias). The same values as
+ * ppx_op_act (act, x -> x'), ppx_op_conv1d (x', prev -> t), ppx_op_add (res, t -> y): prev keeps the activated
+ * columns. act PPX_ACT_NONE: x as is; res NULL: no residual; res [M, Cout, Lout] may be y itself (not x). */
+void ppx_op_conv1d_fused (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias,
+                          const PpxTensor *x, PpxTensor *prev, const PpxTensor *res, PpxTensor *y, int M, int Cin,
+                          int Cout, int K, int Lin, int stride, int dilation, int groups);
+/* ppx_op_conv_transpose1d of act(x): the same values as ppx_op_act then ppx_op_conv_transpose1d. */
+void ppx_op_conv_transpose1d_act (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias,
+                                  const PpxTensor *x, PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout,
+                                  int K, int T, int stride, int groups);
 
 /* ---- quantizer (Mimi RVQ) ---- */
 /* Residual VQ encode: for j < ncb: codes[m*code_stride + code_off + j] = argmin_i |r - E_j[i]|^2,

@@ -156,6 +156,10 @@ ppx_seanet_state_rows (const PpxSeanetState *st, int row0, int n, PpxSeanetState
   }
 }
 
+/* The ELU layers run inside the conv that reads them (ppx_op_conv1d_fused / ppx_op_conv_transpose1d_act apply
+ * the activation as they read x, and a conv's history keeps activated columns, as when the ELU ran before it),
+ * and a residual block's add inside its second conv: the same values as separate act and add ops, in fewer
+ * launches and passes over the activations. */
 PpxTensor *
 ppx_seanet_forward (const PpxSeanet *net, PpxSeanetState *st, PpxBackend *be, PpxTensor *x, PpxTensor *a,
                     PpxTensor *b, PpxTensor *c, int M, int *out_channels, int *out_len)
@@ -163,6 +167,7 @@ ppx_seanet_forward (const PpxSeanet *net, PpxSeanetState *st, PpxBackend *be, Pp
   PpxTensor *scratch[3] = {a, b, c};
   PpxTensor *cur = x;
   int L = net->in_len, C = net->n > 0 ? net->layers[0].l.c_in : 0;
+  PpxActivation pending = PPX_ACT_NONE; /* an ELU not applied yet: the next conv applies it to its input */
 #define FREE_BUF(k) (scratch[k] != cur)
   for (int i = 0; i < net->n; i++) {
     const PpxSeanetWeights *w = &net->layers[i];
@@ -174,39 +179,48 @@ ppx_seanet_forward (const PpxSeanet *net, PpxSeanetState *st, PpxBackend *be, Pp
         t[nt++] = scratch[k];
     switch (l->kind) {
       case PPX_SEANET_CONV:
-        ppx_op_conv1d (be, w->w, w->b, cur, st->prev[i], t[0], M, l->c_in, l->c_out, l->kernel, L, l->stride,
-                       l->dilation, 1);
+        ppx_op_conv1d_fused (be, pending, w->w, w->b, cur, st->prev[i], NULL, t[0], M, l->c_in, l->c_out, l->kernel, L,
+                             l->stride, l->dilation, 1);
+        pending = PPX_ACT_NONE;
         L /= l->stride;
         C = l->c_out;
         cur = t[0];
         break;
       case PPX_SEANET_CONVTR:
-        ppx_op_conv_transpose1d (be, w->w, w->b, cur, st->partial[i], t[0], M, l->c_in, l->c_out, l->kernel, L,
-                                 l->stride, 1);
+        ppx_op_conv_transpose1d_act (be, pending, w->w, w->b, cur, st->partial[i], t[0], M, l->c_in, l->c_out,
+                                     l->kernel, L, l->stride, 1);
+        pending = PPX_ACT_NONE;
         L *= l->stride;
         C = l->c_out;
         cur = t[0];
         break;
-      case PPX_SEANET_ELU:
-        if (cur == x) { /* never write the caller's input */
-          ppx_op_act (be, PPX_ACT_ELU, cur, t[0], (gsize) M * C * L);
-          cur = t[0];
+      case PPX_SEANET_ELU: {
+        const gboolean next_conv = i + 1 < net->n && (net->layers[i + 1].l.kind == PPX_SEANET_CONV ||
+                                                      net->layers[i + 1].l.kind == PPX_SEANET_CONVTR);
+        if (pending != PPX_ACT_NONE || !next_conv) { /* not followed by a conv: on its own */
+          if (pending != PPX_ACT_NONE)
+            g_critical ("SEANet: two activations in a row");
+          if (cur == x) { /* never write the caller's input */
+            ppx_op_act (be, PPX_ACT_ELU, cur, t[0], (gsize) M * C * L);
+            cur = t[0];
+          } else {
+            ppx_op_act (be, PPX_ACT_ELU, cur, cur, (gsize) M * C * L);
+          }
         } else {
-          ppx_op_act (be, PPX_ACT_ELU, cur, cur, (gsize) M * C * L);
+          pending = PPX_ACT_ELU;
         }
         break;
+      }
       case PPX_SEANET_RESBLOCK:
-        ppx_op_act (be, PPX_ACT_ELU, cur, t[0], (gsize) M * C * L);
-        ppx_op_conv1d (be, w->w1, w->b1, t[0], st->prev[i], t[1], M, l->c_in, l->hidden, l->kernel, L, 1, l->dilation,
-                       1);
-        ppx_op_act (be, PPX_ACT_ELU, t[1], t[1], (gsize) M * l->hidden * L);
-        ppx_op_conv1d (be, w->w2, w->b2, t[1], NULL, t[0], M, l->hidden, l->c_in, 1, L, 1, 1, 1);
-        if (cur == x) {
-          ppx_op_add (be, cur, t[0], t[0], (gsize) M * C * L);
-          cur = t[0];
-        } else {
-          ppx_op_add (be, cur, t[0], cur, (gsize) M * C * L);
-        }
+        if (pending != PPX_ACT_NONE)
+          g_critical ("SEANet: an activation before a residual block");
+        /* cur + conv2(ELU(conv1(ELU(cur)))); in place unless cur is the caller's input */
+        ppx_op_conv1d_fused (be, PPX_ACT_ELU, w->w1, w->b1, cur, st->prev[i], NULL, t[0], M, l->c_in, l->hidden,
+                             l->kernel, L, 1, l->dilation, 1);
+        ppx_op_conv1d_fused (be, PPX_ACT_ELU, w->w2, w->b2, t[0], NULL, cur, cur == x ? t[1] : cur, M, l->hidden,
+                             l->c_in, 1, L, 1, 1, 1);
+        if (cur == x)
+          cur = t[1];
         break;
     }
   }

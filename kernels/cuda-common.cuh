@@ -22,6 +22,29 @@ ppx_cdiv (size_t a, size_t b)
   return (unsigned) ((a + b - 1) / b);
 }
 
+/* Streaming multiprocessors of the current device (cached per device; 132, an H100's, if it cannot be read).
+ * The linear and convolution kernels plan their K splits from it (from the shape and this only, never from
+ * the batch size). */
+static inline int
+ppx_sm_count (void)
+{
+  static int cached[64];
+  int dev = 0;
+  if (cudaGetDevice (&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    cudaGetLastError ();
+    return 132;
+  }
+  if (!cached[dev]) {
+    int n = 0;
+    if (cudaDeviceGetAttribute (&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+      cudaGetLastError ();
+      n = 132;
+    }
+    cached[dev] = n;
+  }
+  return cached[dev];
+}
+
 /* Grid size for a grid-stride loop over n items with `threads` per block. */
 static inline unsigned
 ppx_grid_for (size_t n, unsigned threads)

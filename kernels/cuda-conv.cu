@@ -531,26 +531,6 @@ struct ConvPlan {
   int split, cpl, CK;
 };
 
-static int
-conv_sm_count (void)
-{
-  static int cached[64];
-  int dev = 0;
-  if (cudaGetDevice (&dev) != cudaSuccess || dev < 0 || dev >= 64) {
-    cudaGetLastError ();
-    return 132;
-  }
-  if (!cached[dev]) {
-    int n = 0;
-    if (cudaDeviceGetAttribute (&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-      cudaGetLastError ();
-      n = 132;
-    }
-    cached[dev] = n;
-  }
-  return cached[dev];
-}
-
 static long
 conv_cdiv (long a, long b)
 {
@@ -600,7 +580,7 @@ conv_split (const ConvGeom &g, int forced, ConvPlan *pl)
   } else {
     const long tiles1 = g.Lcols >= 32 ? conv_cdiv (g.rows, 64) * conv_cdiv (g.Lcols, 64)
                                       : conv_cdiv (g.rows, 128) * conv_cdiv (g.Lcols, 16);
-    S = conv_cdiv (2L * conv_sm_count (), tiles1);
+    S = conv_cdiv (2L * ppx_sm_count (), tiles1);
     S = S < nst / 4 ? S : nst / 4;
   }
   S = S < 1 ? 1 : S > nst ? nst : S;
@@ -623,7 +603,7 @@ static int
 conv_choose_cfg (const ConvGeom &g, const ConvPlan &pl)
 {
   const long N = (long) g.M * g.Lcols;
-  const int sms = conv_sm_count ();
+  const int sms = ppx_sm_count ();
   const int BK = pl.CK * g.KR;
   const long leaf_st = conv_cdiv (pl.cpl, pl.CK);
   double best = 0;

@@ -624,27 +624,6 @@ ppx_cuda_int4_repacked (int group_size)
   return tc_chunk (&w) != 0;
 }
 
-/* Streaming multiprocessors of the current device (cached per device). */
-static int
-sm_count (void)
-{
-  static int cached[64];
-  int dev = 0;
-  if (cudaGetDevice (&dev) != cudaSuccess || dev < 0 || dev >= 64) {
-    cudaGetLastError ();
-    return 132;
-  }
-  if (!cached[dev]) {
-    int n = 0;
-    if (cudaDeviceGetAttribute (&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-      cudaGetLastError ();
-      n = 132;
-    }
-    cached[dev] = n;
-  }
-  return cached[dev];
-}
-
 /* Planned resident blocks per SM: TC_PLAN_BLOCKS_PER_SM, or PPX_CUDA_LINEAR_PLAN_BLOCKS (1..16, read once;
  * for measuring other plans: it changes the K split, hence the summation order, for every M alike). */
 static int
@@ -669,7 +648,7 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
 {
   const int nst = (int) ((w->cols + TC_STAGE - 1) / TC_STAGE);
   const int64_t row_blocks = (w->rows + TC_SPLIT_ROWS - 1) / TC_SPLIT_ROWS;
-  const int64_t sms = sm_count (), slots = sms * plan_blocks_per_sm ();
+  const int64_t sms = ppx_sm_count (), slots = sms * plan_blocks_per_sm ();
   int best_leaf = nst;
   int64_t best_cost = -1;
   for (int s = 1; s <= nst && s <= 64; s++) {

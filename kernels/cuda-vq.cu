@@ -18,29 +18,34 @@
 #define VQ_CHUNK 16 /* codebook entries per block: two per warp */
 #define VQ_NONE 0x7fffffff
 
-/* The first minimum of n (distance, index) pairs: smaller distance, ties to the smaller index. Warp 0. */
+/* (d, i) replaces (bd, bi) when it comes first: a smaller distance, or the same one at a smaller index. */
+__device__ __forceinline__ void
+vq_keep_first (float &bd, int &bi, float d, int i)
+{
+  if (d < bd || (d == bd && i < bi)) {
+    bd = d;
+    bi = i;
+  }
+}
+
+/* The warp's first minimum of its lanes' (bd, bi), in every lane. */
+__device__ __forceinline__ void
+vq_warp_first_min (float &bd, int &bi)
+{
+  for (int o = 16; o > 0; o >>= 1)
+    vq_keep_first (bd, bi, __shfl_xor_sync (0xffffffffu, bd, o), __shfl_xor_sync (0xffffffffu, bi, o));
+}
+
+/* The first minimum of n (distance, index) pairs. Warp 0. */
 __device__ int
 vq_first_min (const float *pd, const int *pi, int n)
 {
   const int lane = threadIdx.x & 31;
   float bd = INFINITY;
   int bi = VQ_NONE;
-  for (int k = lane; k < n; k += 32) {
-    const float d = pd[k];
-    const int i = pi[k];
-    if (d < bd || (d == bd && i < bi)) {
-      bd = d;
-      bi = i;
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float od = __shfl_xor_sync (0xffffffffu, bd, o);
-    const int oi = __shfl_xor_sync (0xffffffffu, bi, o);
-    if (od < bd || (od == bd && oi < bi)) {
-      bd = od;
-      bi = oi;
-    }
-  }
+  for (int k = lane; k < n; k += 32)
+    vq_keep_first (bd, bi, pd[k], pi[k]);
+  vq_warp_first_min (bd, bi);
   return bi == VQ_NONE ? 0 : bi; /* all distances NaN: entry 0, as on the CPU */
 }
 
@@ -116,14 +121,7 @@ vq_step_kernel (const float *__restrict__ E, const float *rin, float *rout, cons
   if (warp == 0) {
     float bd = lane < nwarps ? best_d[lane] : INFINITY;
     int bi = lane < nwarps ? best_i[lane] : VQ_NONE;
-    for (int o = 16; o > 0; o >>= 1) {
-      const float od = __shfl_xor_sync (0xffffffffu, bd, o);
-      const int oi = __shfl_xor_sync (0xffffffffu, bi, o);
-      if (od < bd || (od == bd && oi < bi)) {
-        bd = od;
-        bi = oi;
-      }
-    }
+    vq_warp_first_min (bd, bi);
     if (lane == 0) {
       pd[(size_t) m * G + chunk] = bd;
       pi[(size_t) m * G + chunk] = bi;

@@ -430,8 +430,10 @@ alignment_lead (GstPersonaplexDuplex * self, guint n_samples)
   if (gst_pad_peer_query (self->sinkpad, q))
     gst_query_parse_latency (q, &live, NULL, NULL);
   gst_query_unref (q);
-  if (!live)
+  if (!live) {
+    GST_DEBUG_OBJECT (self, "frame alignment: upstream is not live");
     return 0;
+  }
   now = g_get_monotonic_time ();
   period = (gint64) self->frame_size * G_USEC_PER_SEC / RATE;
   granularity = (gint64) n_samples * G_USEC_PER_SEC / RATE;
@@ -528,8 +530,8 @@ handle_timeline (GstPersonaplexDuplex * self, GstBuffer * buffer,
   self->next_is_discont = TRUE;
   self->lead_samples = alignment_lead (self, n_samples);
   GST_DEBUG_OBJECT (self, "timeline starts at %" GST_TIME_FORMAT
-      ", frames led by %u samples of silence",
-      GST_TIME_ARGS (self->resync_pts), self->lead_samples);
+      " (a first buffer of %u samples), frames led by %u samples of silence",
+      GST_TIME_ARGS (self->resync_pts), n_samples, self->lead_samples);
   return ret;
 }
 

@@ -751,12 +751,13 @@ GST_START_TEST (test_align_frames)
 GST_END_TEST;
 
 /* A live call (20 ms buffers) on the shared engine "align-live", started
- * @delay_ms after @first; returns the fraction of @samples stats readings
- * of its last tick's batch size (every 100 ms, from 0.4 s after its start)
- * that saw both calls in one tick. */
+ * half a frame off the frame phase of @first (a playing live pipeline on the
+ * same engine, its frames complete every 80 ms of its running time); returns
+ * the fraction of @samples stats readings of its last tick's batch size
+ * (every 100 ms, from 0.4 s after its start) that saw both calls in one
+ * tick. */
 static double
-fraction_ticked_together (GstElement * first, guint delay_ms,
-    gboolean align, guint samples)
+fraction_ticked_together (GstElement * first, gboolean align, guint samples)
 {
   gchar *desc = g_strdup_printf ("audiotestsrc is-live=true wave=sine "
       "freq=600 volume=0.4 samplesperbuffer=480 ! " PPX_F32_CAPS " ! "
@@ -764,10 +765,15 @@ fraction_ticked_together (GstElement * first, guint delay_ms,
       "model-instance-id=align-live align-frames=%s ! fakesink "
       "pp.text_src ! fakesink", model_dir, align ? "true" : "false");
   GstElement *second = gst_parse_launch (desc, NULL), *pp;
+  GstClock *clock = gst_element_get_clock (first);
+  gint64 phase_us = ((gst_clock_get_time (clock) -
+          gst_element_get_base_time (first)) / GST_USECOND) % 80000;
   guint together = 0, i;
 
+  gst_object_unref (clock);
   fail_unless (second != NULL);
-  g_usleep (delay_ms * 1000);
+  /* to 40 ms past the first's phase, one frame on */
+  g_usleep ((80000 + 40000 - phase_us) % 80000 + 80000);
   fail_if (gst_element_set_state (second, GST_STATE_PLAYING) ==
       GST_STATE_CHANGE_FAILURE);
   pp = gst_bin_get_by_name (GST_BIN (second), "pp");
@@ -781,7 +787,6 @@ fraction_ticked_together (GstElement * first, guint delay_ms,
   gst_element_set_state (second, GST_STATE_NULL);
   gst_object_unref (second);
   g_free (desc);
-  (void) first;
   return (double) together / samples;
 }
 
@@ -796,28 +801,15 @@ GST_START_TEST (test_align_live_calls)
       "personaplexduplex model-dir=\"%s\" greedy=true "
       "model-instance-id=align-live ! fakesink", model_dir);
   GstElement *first = gst_parse_launch (desc, NULL);
-  GstClock *clock;
-  GstClockTime base;
   double aligned, unaligned;
-  gint64 phase_us;
 
   fail_unless (first != NULL);
   fail_if (gst_element_set_state (first, GST_STATE_PLAYING) ==
       GST_STATE_CHANGE_FAILURE);
   fail_unless (gst_element_get_state (first, NULL, NULL, 10 * GST_SECOND)
       == GST_STATE_CHANGE_SUCCESS);
-  /* start the second call half a frame off the first's frame phase */
-  clock = gst_element_get_clock (first);
-  base = gst_element_get_base_time (first);
-  phase_us = ((gst_clock_get_time (clock) - base) / GST_USECOND) % 80000;
-  gst_object_unref (clock);
-  aligned = fraction_ticked_together (first,
-      (guint) ((80000 + 40000 - phase_us) % 80000 / 1000) + 80, TRUE, 10);
-  clock = gst_element_get_clock (first);
-  phase_us = ((gst_clock_get_time (clock) - base) / GST_USECOND) % 80000;
-  gst_object_unref (clock);
-  unaligned = fraction_ticked_together (first,
-      (guint) ((80000 + 40000 - phase_us) % 80000 / 1000) + 80, FALSE, 10);
+  aligned = fraction_ticked_together (first, TRUE, 10);
+  unaligned = fraction_ticked_together (first, FALSE, 10);
   GST_INFO ("ticks with both calls: %.0f %% aligned, %.0f %% not aligned",
       100 * aligned, 100 * unaligned);
   fail_unless (aligned >= 0.9, "aligned calls ticked together in %.0f %% "

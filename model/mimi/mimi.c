@@ -209,12 +209,38 @@ ppx_mimi_batch_free (PpxMimiBatch *b)
   g_free (b);
 }
 
-/* A view of rows [row0, row0 + n) of a tensor of `per` elements a row (the tensor itself for all rows). */
-static PpxTensor *
-rows_view (PpxTensor *t, gsize per, int row0, int n, gboolean *is_view)
+/* One direction's streaming state of rows [row0, row0 + M): the SEANet state, the transformer's KV slots and
+ * offsets, and the latent conv's history (encoder) or tail (decoder), D * (DOWN_K - DOWN_S) floats a row. The
+ * batch's own tensors when the rows start at 0, else views of them (released by batch_rows_release). */
+typedef struct {
+  gboolean views;
+  PpxSeanetState net;
+  PpxTensor *slots, *conv, *offsets;
+} BatchRows;
+
+static BatchRows
+batch_rows (const PpxMimiBatch *b, const PpxSeanetState *net, PpxTensor *conv, PpxTensor *offsets, int row0, int M)
 {
-  *is_view = row0 != 0;
-  return row0 == 0 ? t : ppx_tensor_view (t, (gsize) row0 * per, (gsize) n * per);
+  BatchRows r = {row0 != 0, *net, b->slots, conv, offsets};
+  if (r.views) {
+    const gsize conv_row = (gsize) b->mimi->cfg.dimension * (DOWN_K - DOWN_S);
+    ppx_seanet_state_rows (net, row0, M, &r.net);
+    r.slots = ppx_tensor_view (b->slots, row0, M);
+    r.conv = ppx_tensor_view (conv, (gsize) row0 * conv_row, (gsize) M * conv_row);
+    r.offsets = ppx_tensor_view (offsets, row0, M);
+  }
+  return r;
+}
+
+static void
+batch_rows_release (BatchRows *r)
+{
+  if (!r->views)
+    return;
+  ppx_seanet_state_clear (&r->net);
+  ppx_tensor_free (r->slots);
+  ppx_tensor_free (r->conv);
+  ppx_tensor_free (r->offsets);
 }
 
 static void
@@ -283,17 +309,12 @@ ppx_mimi_batch_encode (PpxMimiBatch *b, int row0, int M, const PpxTensor *pcm, P
   PpxBackend *be = mm->be;
   const int D = mm->cfg.dimension, qd = mm->cfg.q_dimension, bins = mm->cfg.q_bins;
   g_return_if_fail (row0 >= 0 && M > 0 && row0 + M <= b->n);
-  PpxSeanetState enc = b->enc;
-  if (row0 != 0)
-    ppx_seanet_state_rows (&b->enc, row0, M, &enc);
-  gboolean v1, v2, v3;
-  PpxTensor *slots = rows_view (b->slots, 1, row0, M, &v1);
-  PpxTensor *down_prev = rows_view (b->down_prev, (gsize) D * (DOWN_K - DOWN_S), row0, M, &v2);
-  PpxTensor *offsets = rows_view (b->enc_off, 1, row0, M, &v3);
+  BatchRows r = batch_rows (b, &b->enc, b->down_prev, b->enc_off, row0, M);
+  PpxTensor *down_prev = r.conv;
   int C, L;
-  PpxTensor *y = ppx_seanet_forward (&mm->encoder, &enc, be, (PpxTensor *) pcm, b->a, b->b, b->c, M, &C, &L);
+  PpxTensor *y = ppx_seanet_forward (&mm->encoder, &r.net, be, (PpxTensor *) pcm, b->a, b->b, b->c, M, &C, &L);
   /* y: [M, D, 2] at 25 Hz */
-  ppx_mimi_transformer_forward (&mm->enc_tf, &b->enc_tf, be, y, M, offsets, slots);
+  ppx_mimi_transformer_forward (&mm->enc_tf, &b->enc_tf, be, y, M, r.offsets, r.slots);
   for (int m = 0; m < M; m++) {
     if (b->enc_started[row0 + m])
       continue;
@@ -309,14 +330,7 @@ ppx_mimi_batch_encode (PpxMimiBatch *b, int row0, int M, const PpxTensor *pcm, P
   ppx_op_vq_encode (be, mm->cb_first, b->r, codes, code_off, code_stride, M, 1, bins, qd);
   ppx_op_linear (be, mm->in_rest, b->lat, D, b->r, qd, M, FALSE);
   ppx_op_vq_encode (be, mm->cb_rest, b->r, codes, code_off + 1, code_stride, M, mm->n_rest, bins, qd);
-  if (row0 != 0)
-    ppx_seanet_state_clear (&enc);
-  if (v1)
-    ppx_tensor_free (slots);
-  if (v2)
-    ppx_tensor_free (down_prev);
-  if (v3)
-    ppx_tensor_free (offsets);
+  batch_rows_release (&r);
 }
 
 void
@@ -327,30 +341,17 @@ ppx_mimi_batch_decode (PpxMimiBatch *b, int row0, int M, const PpxTensor *codes,
   PpxBackend *be = mm->be;
   const int D = mm->cfg.dimension, qd = mm->cfg.q_dimension, bins = mm->cfg.q_bins;
   g_return_if_fail (row0 >= 0 && M > 0 && row0 + M <= b->n);
-  PpxSeanetState dec = b->dec;
-  if (row0 != 0)
-    ppx_seanet_state_rows (&b->dec, row0, M, &dec);
-  gboolean v1, v2, v3;
-  PpxTensor *slots = rows_view (b->slots, 1, row0, M, &v1);
-  PpxTensor *up_partial = rows_view (b->up_partial, (gsize) D * (DOWN_K - DOWN_S), row0, M, &v2);
-  PpxTensor *offsets = rows_view (b->dec_off, 1, row0, M, &v3);
+  BatchRows r = batch_rows (b, &b->dec, b->up_partial, b->dec_off, row0, M);
   ppx_op_vq_decode (be, mm->cb_first, codes, code_off, code_stride, b->r, M, 1, bins, qd);
   ppx_op_linear (be, mm->out_first, b->r, qd, b->lat, D, M, FALSE);
   ppx_op_vq_decode (be, mm->cb_rest, codes, code_off + 1, code_stride, b->r, M, mm->n_rest, bins, qd);
   ppx_op_linear (be, mm->out_rest, b->r, qd, b->lat, D, M, TRUE);
-  ppx_op_conv_transpose1d (be, mm->upsample_w, NULL, b->lat, up_partial, b->lat2, M, D, D, DOWN_K, 1, DOWN_S, D);
-  ppx_mimi_transformer_forward (&mm->dec_tf, &b->dec_tf, be, b->lat2, M, offsets, slots);
+  ppx_op_conv_transpose1d (be, mm->upsample_w, NULL, b->lat, r.conv, b->lat2, M, D, D, DOWN_K, 1, DOWN_S, D);
+  ppx_mimi_transformer_forward (&mm->dec_tf, &b->dec_tf, be, b->lat2, M, r.offsets, r.slots);
   int C, L;
-  PpxTensor *y = ppx_seanet_forward (&mm->decoder, &dec, be, b->lat2, b->a, b->b, b->c, M, &C, &L);
+  PpxTensor *y = ppx_seanet_forward (&mm->decoder, &r.net, be, b->lat2, b->a, b->b, b->c, M, &C, &L);
   ppx_tensor_copy2d (pcm, 0, 0, y, 0, 0, 1, (gsize) M * C * L);
-  if (row0 != 0)
-    ppx_seanet_state_clear (&dec);
-  if (v1)
-    ppx_tensor_free (slots);
-  if (v2)
-    ppx_tensor_free (up_partial);
-  if (v3)
-    ppx_tensor_free (offsets);
+  batch_rows_release (&r);
 }
 
 /* ---- one stream ---- */

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "engine-internal.h"
+#include "engine-schedule.h"
 #include "golden-model.h"
 
 static GoldenModel G;
@@ -14,16 +15,6 @@ static PpxModel *model;
 static const float *user_pcm;
 static gsize user_n;
 static int fs;
-
-typedef struct {
-  int join, leave, skip_mod;
-} Sched;
-
-typedef struct {
-  int frames;
-  int *tokens;
-  float *pcm;
-} Out;
 
 static void
 session_params (int i, PpxSessionParams *p)
@@ -38,7 +29,15 @@ session_params (int i, PpxSessionParams *p)
 }
 
 static void
-run (gboolean buckets, int n, int max_sessions, const Sched *sched, int ticks, Out *outs, PpxEngineTickStats *st)
+input_frame (int i, int k, float *pcm)
+{
+  for (int j = 0; j < fs; j++)
+    pcm[j] = user_pcm[((gsize) i * 7919 + (gsize) k * fs + j) % user_n];
+}
+
+static void
+run (gboolean buckets, int n, int max_sessions, const PpxSched *sched, int ticks, PpxSchedOut *outs,
+     PpxEngineTickStats *st)
 {
   g_autoptr (GError) err = NULL;
   PpxEngineParams ep;
@@ -47,61 +46,16 @@ run (gboolean buckets, int n, int max_sessions, const Sched *sched, int ticks, O
   PpxEngine *e = ppx_engine_new (model, &ep, &err);
   g_assert_no_error (err);
   ppx_engine_force_buckets (e, buckets);
-  PpxSession *s[8] = {NULL};
-  for (int i = 0; i < n; i++)
-    outs[i] = (Out){0, g_new (int, (gsize) ticks * 17), g_new (float, (gsize) ticks * fs)};
-  float *in = g_new (float, (gsize) n * fs), *out = g_new (float, (gsize) n * fs);
-  for (int t = 0; t < ticks; t++) {
-    PpxSession *tick[8];
-    int who[8], m = 0;
-    for (int i = 0; i < n; i++) {
-      if (t == sched[i].join) {
-        PpxSessionParams p;
-        session_params (i, &p);
-        s[i] = ppx_engine_session_new (e, &p, &err);
-        g_assert_no_error (err);
-      }
-      if (s[i] && t == sched[i].leave) {
-        ppx_session_free (s[i]);
-        s[i] = NULL;
-      }
-      if (!s[i] || (sched[i].skip_mod > 0 && t % sched[i].skip_mod == 2))
-        continue;
-      tick[m] = s[i];
-      who[m++] = i;
-    }
-    if (m == 0)
-      continue;
-    const float *ins[8];
-    float *outp[8];
-    PpxFrameResult res[8];
-    for (int j = 0; j < m; j++) {
-      for (int k = 0; k < fs; k++)
-        in[(gsize) j * fs + k] = user_pcm[((gsize) who[j] * 7919 + (gsize) outs[who[j]].frames * fs + k) % user_n];
-      ins[j] = in + (gsize) j * fs;
-      outp[j] = out + (gsize) j * fs;
-    }
-    g_assert_true (ppx_engine_step (e, tick, m, ins, outp, res, &err));
-    g_assert_no_error (err);
-    for (int j = 0; j < m; j++) {
-      Out *o = &outs[who[j]];
-      memcpy (o->tokens + (gsize) o->frames * 17, res[j].tokens, sizeof res[j].tokens);
-      memcpy (o->pcm + (gsize) o->frames * fs, outp[j], fs * sizeof (float));
-      o->frames++;
-    }
-  }
+  const PpxSchedHooks hooks = {session_params, input_frame, NULL, NULL};
+  ppx_sched_run (e, n, sched, ticks, fs, &hooks, outs);
   ppx_engine_tick_stats (e, st);
-  for (int i = 0; i < n; i++)
-    ppx_session_free (s[i]);
   ppx_engine_unref (e);
-  g_free (in);
-  g_free (out);
 }
 
 static void
-check (int n, int max_sessions, const Sched *sched, int ticks)
+check (int n, int max_sessions, const PpxSched *sched, int ticks)
 {
-  Out a[8], b[8];
+  PpxSchedOut a[8], b[8];
   PpxEngineTickStats sa, sb;
   run (TRUE, n, max_sessions, sched, ticks, a, &sa);
   run (FALSE, n, max_sessions, sched, ticks, b, &sb);
@@ -113,10 +67,8 @@ check (int n, int max_sessions, const Sched *sched, int ticks)
       g_assert_cmpint (a[i].tokens[j], ==, b[i].tokens[j]);
     for (gsize j = 0; j < (gsize) a[i].frames * fs; j++)
       g_assert_cmpfloat (a[i].pcm[j], ==, b[i].pcm[j]);
-    g_free (a[i].tokens);
-    g_free (a[i].pcm);
-    g_free (b[i].tokens);
-    g_free (b[i].pcm);
+    ppx_sched_out_clear (&a[i]);
+    ppx_sched_out_clear (&b[i]);
   }
   g_assert_cmpuint (sa.padded_ticks, >, 0);
   g_assert_cmpuint (sb.padded_ticks, ==, 0);
@@ -126,9 +78,9 @@ check (int n, int max_sessions, const Sched *sched, int ticks)
 static void
 test_steady (void)
 {
-  Sched sched[8];
+  PpxSched sched[8];
   for (int i = 0; i < 8; i++)
-    sched[i] = (Sched){0, -1, 0};
+    sched[i] = (PpxSched){0, -1, 0};
   for (int n = 1; n <= 5; n++)
     check (n, 8, sched, 24);
   check (3, 3, sched, 20); /* max_sessions caps the bucket at 3: bucketed, no padding rows */
@@ -137,7 +89,7 @@ test_steady (void)
 static void
 test_churn (void)
 {
-  Sched sched[6] = {{0, -1, 5}, {0, 19, 0}, {0, -1, 0}, {6, -1, 0}, {9, 25, 7}, {14, -1, 0}};
+  PpxSched sched[6] = {{0, -1, 5}, {0, 19, 0}, {0, -1, 0}, {6, -1, 0}, {9, 25, 7}, {14, -1, 0}};
   check (6, 8, sched, 34); /* joins on slots and rows that padding used; rows move as sessions leave */
   check (5, 6, sched, 30);
 }

@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "backend.h"
+#include "engine-schedule.h"
 #include "golden-model.h"
 #include "lmgen.h"
 #include "model-internal.h"
@@ -230,17 +231,6 @@ static const float *user_pcm;
 static gsize user_n;
 static int fs;
 
-typedef struct {
-  int join, leave; /* ticks; leave < 0: stays */
-  int skip_mod;    /* > 0: misses the ticks t with t % skip_mod == 2 */
-} Sched;
-
-typedef struct {
-  int frames;
-  int *tokens; /* [frames, 17] */
-  float *pcm;  /* [frames, fs] */
-} Out;
-
 static void
 session_params (int i, PpxSessionParams *p)
 {
@@ -259,9 +249,25 @@ input_frame (int i, int k, float *out)
     out[j] = user_pcm[((gsize) i * 7919 + (gsize) k * fs + j) % user_n];
 }
 
+/* The mean tick time from the fifth tick on (the first ones record graphs). */
+typedef struct {
+  double total;
+  int counted;
+} TickTimes;
+
+static void
+count_tick (PpxEngine *e, int t, void *data)
+{
+  TickTimes *tt = data;
+  if (t >= 4) {
+    tt->total += ppx_engine_last_tick_ms (e);
+    tt->counted++;
+  }
+}
+
 /* n sessions on one engine of 4 slots for `ticks` ticks, as sched says. */
 static void
-run_engine (PpxModel *model, gboolean no_graphs, int n, const Sched *sched, int ticks, Out *outs,
+run_engine (PpxModel *model, gboolean no_graphs, int n, const PpxSched *sched, int ticks, PpxSchedOut *outs,
             PpxEngineTickStats *st, double *tick_ms)
 {
   g_autoptr (GError) err = NULL;
@@ -272,73 +278,19 @@ run_engine (PpxModel *model, gboolean no_graphs, int n, const Sched *sched, int 
   ep.no_cuda_graphs = no_graphs;
   PpxEngine *e = ppx_engine_new (model, &ep, &err);
   g_assert_no_error (err);
-  PpxSession *s[4] = {NULL};
-  for (int i = 0; i < n; i++)
-    outs[i] = (Out){0, g_new (int, (gsize) ticks * 17), g_new (float, (gsize) ticks * fs)};
-  double total = 0;
-  int counted = 0;
-  for (int t = 0; t < ticks; t++) {
-    PpxSession *tick[4];
-    int who[4], m = 0;
-    for (int i = 0; i < n; i++) {
-      if (t == sched[i].join) {
-        PpxSessionParams p;
-        session_params (i, &p);
-        s[i] = ppx_engine_session_new (e, &p, &err);
-        g_assert_no_error (err);
-      }
-      if (s[i] && t == sched[i].leave) {
-        ppx_session_free (s[i]);
-        s[i] = NULL;
-      }
-      if (!s[i] || (sched[i].skip_mod > 0 && t % sched[i].skip_mod == 2))
-        continue;
-      tick[m] = s[i];
-      who[m++] = i;
-    }
-    if (m == 0)
-      continue;
-    float in[4][1920], out[4][1920];
-    const float *ins[4];
-    float *outp[4];
-    PpxFrameResult res[4];
-    g_assert_cmpint (fs, <=, 1920);
-    for (int j = 0; j < m; j++) {
-      input_frame (who[j], outs[who[j]].frames, in[j]);
-      ins[j] = in[j];
-      outp[j] = out[j];
-    }
-    g_assert_true (ppx_engine_step (e, tick, m, ins, outp, res, &err));
-    g_assert_no_error (err);
-    if (t >= 4) {
-      total += ppx_engine_last_tick_ms (e);
-      counted++;
-    }
-    for (int j = 0; j < m; j++) {
-      Out *o = &outs[who[j]];
-      memcpy (o->tokens + (gsize) o->frames * 17, res[j].tokens, sizeof res[j].tokens);
-      memcpy (o->pcm + (gsize) o->frames * fs, out[j], fs * sizeof (float));
-      o->frames++;
-    }
-  }
+  g_assert_cmpint (n, <=, 4);
+  TickTimes tt = {0, 0};
+  const PpxSchedHooks hooks = {session_params, input_frame, count_tick, &tt};
+  ppx_sched_run (e, n, sched, ticks, fs, &hooks, outs);
   ppx_engine_tick_stats (e, st);
   if (tick_ms)
-    *tick_ms = counted ? total / counted : 0;
-  for (int i = 0; i < n; i++)
-    ppx_session_free (s[i]);
+    *tick_ms = tt.counted ? tt.total / tt.counted : 0;
   ppx_engine_unref (e);
-}
-
-static void
-out_clear (Out *o)
-{
-  g_free (o->tokens);
-  g_free (o->pcm);
 }
 
 /* Tokens must be identical; PCM within tol (0: bit for bit). */
 static void
-compare (const char *what, int i, const Out *a, const Out *b, double tol)
+compare (const char *what, int i, const PpxSchedOut *a, const PpxSchedOut *b, double tol)
 {
   g_assert_cmpint (a->frames, ==, b->frames);
   int diff = 0;
@@ -355,9 +307,9 @@ compare (const char *what, int i, const Out *a, const Out *b, double tol)
 }
 
 static void
-check_scenario (int n, const Sched *sched, int ticks, const char *name, gboolean expect_graphs)
+check_scenario (int n, const PpxSched *sched, int ticks, const char *name, gboolean expect_graphs)
 {
-  Out on[4], off[4], ref[4];
+  PpxSchedOut on[4], off[4], ref[4];
   PpxEngineTickStats s_on, s_off, s_cpu;
   run_engine (m_gpu, FALSE, n, sched, ticks, on, &s_on, NULL);
   run_engine (m_gpu, TRUE, n, sched, ticks, off, &s_off, NULL);
@@ -371,9 +323,9 @@ check_scenario (int n, const Sched *sched, int ticks, const char *name, gboolean
     compare ("GPU vs CPU", i, &on[i], &ref[i], 1e-3);
     for (gsize j = 0; j < (gsize) on[i].frames * fs; j++)
       pcm_cpu = MAX (pcm_cpu, fabs ((double) on[i].pcm[j] - ref[i].pcm[j]));
-    out_clear (&on[i]);
-    out_clear (&off[i]);
-    out_clear (&ref[i]);
+    ppx_sched_out_clear (&on[i]);
+    ppx_sched_out_clear (&off[i]);
+    ppx_sched_out_clear (&ref[i]);
   }
   g_printerr ("  %s, N = %d: tokens identical (graphs on/off/CPU), PCM on == off bit for bit, |GPU - CPU| <= %.3g\n",
               name, n, pcm_cpu);
@@ -391,9 +343,9 @@ static void
 test_engine_steady (gconstpointer data)
 {
   const int n = GPOINTER_TO_INT (data);
-  Sched sched[4];
+  PpxSched sched[4];
   for (int i = 0; i < 4; i++)
-    sched[i] = (Sched){0, -1, 0};
+    sched[i] = (PpxSched){0, -1, 0};
   check_scenario (n, sched, 34, "steady", TRUE); /* 34 frames: the LM (20) and Mimi (15 frames) rings wrap */
 }
 
@@ -401,9 +353,9 @@ static void
 test_engine_churn (gconstpointer data)
 {
   const int n = GPOINTER_TO_INT (data);
-  Sched sched[4];
+  PpxSched sched[4];
   for (int i = 0; i < 4; i++)
-    sched[i] = (Sched){0, -1, 0};
+    sched[i] = (PpxSched){0, -1, 0};
   sched[0].skip_mod = 5;            /* misses ticks: those run unpadded, eagerly */
   if (n >= 2)
     sched[n - 1].join = 7;          /* joins: its first tick runs eagerly, then the bucket changes */
@@ -415,17 +367,17 @@ test_engine_churn (gconstpointer data)
 static void
 bench (void)
 {
-  Sched sched[4] = {{0, -1, 0}, {0, -1, 0}, {0, -1, 0}, {0, -1, 0}};
+  PpxSched sched[4] = {{0, -1, 0}, {0, -1, 0}, {0, -1, 0}, {0, -1, 0}};
   for (int n = 1; n <= 4; n++) {
-    Out o[4];
+    PpxSchedOut o[4];
     PpxEngineTickStats st;
     double on_ms, off_ms;
     run_engine (m_gpu, FALSE, n, sched, 60, o, &st, &on_ms);
     for (int i = 0; i < n; i++)
-      out_clear (&o[i]);
+      ppx_sched_out_clear (&o[i]);
     run_engine (m_gpu, TRUE, n, sched, 60, o, &st, &off_ms);
     for (int i = 0; i < n; i++)
-      out_clear (&o[i]);
+      ppx_sched_out_clear (&o[i]);
     g_printerr ("tiny model, N = %d: tick %.3f ms with graphs, %.3f ms without\n", n, on_ms, off_ms);
   }
 }

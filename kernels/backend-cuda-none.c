@@ -60,3 +60,14 @@ ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxActivation a
   g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend: this build of personaplex was built without CUDA");
   return FALSE;
 }
+
+gboolean
+ppx_backend_cuda_pdl_active (PpxBackend *be)
+{
+  return FALSE;
+}
+
+void
+ppx_backend_cuda_pdl_allow (gboolean allow)
+{
+}

@@ -932,3 +932,15 @@ ppx_backend_cuda_device_name (const PpxBackend *be)
 {
   return be->ops == &cuda_ops ? PRIV (be)->device_name : NULL;
 }
+
+gboolean
+ppx_backend_cuda_pdl_active (PpxBackend *be)
+{
+  return be->ops == &cuda_ops && ppx_cuda_set_device (PRIV (be)->device) == 0 && ppx_cuda_pdl_mode () != 0;
+}
+
+void
+ppx_backend_cuda_pdl_allow (gboolean allow)
+{
+  ppx_cuda_pdl_allow (allow);
+}

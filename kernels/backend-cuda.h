@@ -35,5 +35,12 @@ gboolean ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxAct
                                      gboolean streaming, int n_plans, const int *cfgs, const int *splits, int calls,
                                      int reps, double *us, GError **error);
 
+/* Programmatic dependent launch (docs/cuda.md, "Launch latency"): whether the backend's kernels may start
+ * while the kernel before them finishes (an sm_90+ GPU and kernels built for it, PPX_CUDA_PDL not 0); FALSE
+ * for other backends. allow(FALSE) turns it off process-wide for launches and graph recordings from then on
+ * (tests compare both; graphs recorded before keep what they were recorded with). */
+gboolean ppx_backend_cuda_pdl_active (PpxBackend *be);
+void ppx_backend_cuda_pdl_allow (gboolean allow);
+
 G_END_DECLS
 #endif

@@ -28,6 +28,7 @@
 __global__ void
 rope_kernel (float *qkv, const int32_t *pos, size_t rows, int H, int Dh, const float *freqs)
 {
+  ppx_pdl_enter ();
   const int half = Dh / 2;
   const size_t n = rows * half, width = (size_t) 3 * H * Dh;
   for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
@@ -54,7 +55,7 @@ ppx_cuda_rope (float *qkv, const int32_t *pos, size_t rows, int H, int Dh, const
   const size_t n = rows * (size_t) (Dh / 2);
   if (n == 0)
     return 0;
-  rope_kernel<<<ppx_grid_for (n, 256), 256, 0, PPX_CUDA_STREAM (stream)>>> (qkv, pos, rows, H, Dh, freqs);
+  ppx_launch (rope_kernel, ppx_grid_for (n, 256), 256, 0, PPX_CUDA_STREAM (stream), qkv, pos, rows, H, Dh, freqs);
   return ppx_cuda_launched ();
 }
 
@@ -226,6 +227,7 @@ template <int KV, int DH>
 __global__ void __launch_bounds__ (ATT_THREADS)
 attention_split_kernel (AttnArgs a)
 {
+  ppx_pdl_enter ();
   typedef Shape<KV, DH> S;
   typedef typename Kv<KV>::T T;
   extern __shared__ float smem[]; /* scores[chunk], then the group sums [GROUPS][Dh] */
@@ -416,6 +418,7 @@ attention_split_kernel (AttnArgs a)
 __global__ void
 attention_combine_kernel (const float *part, float *out, int H, int Dh, int n_chunks)
 {
+  ppx_pdl_enter ();
   const size_t rh = blockIdx.x;
   const size_t row = rh / H, h = rh % H;
   const float *p = part + rh * n_chunks * (Dh + 2);
@@ -499,7 +502,7 @@ launch_fmt (const AttnArgs &a, int M, cudaStream_t s)
   if (smem > 48 * 1024)
     cudaFuncSetAttribute (k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
   dim3 grid ((unsigned) a.n_chunks, (unsigned) a.H, (unsigned) M);
-  k<<<grid, ATT_THREADS, smem, s>>> (a);
+  ppx_launch (k, grid, ATT_THREADS, smem, s, a);
 }
 
 extern "C" int
@@ -532,6 +535,6 @@ ppx_cuda_attention (int kv_type, const float *qkv, const int32_t *pos, const int
   if (e || p.n_chunks == 1)
     return e;
   const unsigned threads = Dh >= 128 ? 128 : (unsigned) ((Dh + 31) / 32 * 32);
-  attention_combine_kernel<<<(unsigned) ((size_t) M * T * H), threads, 0, s>>> (scratch, out, H, Dh, p.n_chunks);
+  ppx_launch (attention_combine_kernel, (unsigned) ((size_t) M * T * H), threads, 0, s, scratch, out, H, Dh, p.n_chunks);
   return ppx_cuda_launched ();
 }

@@ -22,6 +22,59 @@ ppx_cdiv (size_t a, size_t b)
   return (unsigned) ((a + b - 1) / b);
 }
 
+/* Programmatic dependent launch (sm_90 and later; docs/cuda.md, "Launch latency"). A kernel launched with
+ * ppx_launch may start while the kernel before it on the stream is still running: every such kernel calls
+ * ppx_pdl_enter() (or ppx_pdl_trigger() and later ppx_pdl_wait()) before it touches memory that another
+ * kernel writes or reads, in every thread, so that it cannot finish before its predecessor (the chain of
+ * waits is what orders a kernel after every earlier one, not only the one just before it). Only memory
+ * that no kernel writes while a graph runs (weights) may be read before the wait.
+ * trigger: kernels after this one may be launched (their blocks wait in ppx_pdl_wait);
+ * wait: everything earlier on the stream has finished and its writes are visible. */
+__device__ __forceinline__ void
+ppx_pdl_trigger (void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile ("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void
+ppx_pdl_wait (void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile ("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void
+ppx_pdl_enter (void)
+{
+  ppx_pdl_trigger ();
+  ppx_pdl_wait ();
+}
+
+/* kernel<<<grid, block, smem, stream>>>(args...), with programmatic dependent launch allowed when
+ * ppx_cuda_pdl_mode() asks for it: mode 1 for every kernel, mode 2 for the kernels that PREFETCH (read
+ * weights before their wait: the linear layers) only. The kernel must follow the rules above. A failed
+ * launch sets the thread's last error, as <<<>>> does: read it with ppx_cuda_launched(). */
+template <bool PREFETCH = false, typename... KArgs, typename... Args>
+static inline void
+ppx_launch (void (*kernel) (KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args &&...args)
+{
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  const int mode = ppx_cuda_pdl_mode ();
+  cfg.numAttrs = mode == 1 || (mode == 2 && PREFETCH) ? 1 : 0;
+  cudaLaunchKernelEx (&cfg, kernel, static_cast<Args &&> (args)...);
+}
+
 /* Streaming multiprocessors of the current device (cached per device; 132, an H100's, if it cannot be read).
  * The linear and convolution kernels plan their K splits from it (from the shape and this only, never from
  * the batch size). */

@@ -17,6 +17,7 @@ conv1d_kernel (const float *__restrict__ w, const float *__restrict__ bias, cons
                const float *__restrict__ prev, const float *res, float *y, int M, int Cin, int Cout, int K, int Lin,
                int P, int Lout, int stride, int dilation, int groups, int act)
 {
+  ppx_pdl_enter ();
   const int cig = Cin / groups, cog = Cout / groups;
   const size_t n = (size_t) M * Cout * Lout;
   for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
@@ -45,6 +46,7 @@ conv1d_kernel (const float *__restrict__ w, const float *__restrict__ bias, cons
 __global__ void
 conv1d_history_kernel (const float *x, float *prev, int M, int Cin, int Lin, int P, int act)
 {
+  ppx_pdl_enter ();
   const size_t n = (size_t) M * Cin;
   for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
     float *pr = prev + idx * P;
@@ -64,6 +66,7 @@ conv_transpose1d_kernel (const float *__restrict__ w, const float *__restrict__ 
                          const float *__restrict__ partial, float *__restrict__ next, float *__restrict__ y, int M,
                          int Cin, int Cout, int K, int T, int S, int groups, int Lz, int Ly, int tail, int act)
 {
+  ppx_pdl_enter ();
   const int cig = Cin / groups, cog = Cout / groups;
   const size_t n = (size_t) M * Cout * Lz;
   for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
@@ -167,6 +170,7 @@ template <bool TR, int TM, int TN, int RG, int CG, bool PIPE>
 __global__ void __launch_bounds__ (RG * CG, RG * CG >= 256 ? 2 : 4)
 conv_gemm_kernel (const ConvArgs a)
 {
+  ppx_pdl_enter ();
   constexpr int NT = RG * CG, BM = RG * TM, BN = CG * TN;
   constexpr int BMP = BM + 4, BNP = BN + 4;
   constexpr int NSA = conv_a_stages (PIPE, BM);
@@ -439,6 +443,7 @@ conv1d_combine_kernel (const float *__restrict__ ws, const float *__restrict__ b
                        const float *__restrict__ x, float *__restrict__ prev, int Cout, int Lout, size_t nout,
                        int split, size_t nch, int Lin, int P, int act)
 {
+  ppx_pdl_enter ();
   const size_t n = nout > nch ? nout : nch;
   for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
     if (idx < nout) {
@@ -469,6 +474,7 @@ convtr_combine_kernel (const float *__restrict__ ws, const float *__restrict__ b
                        float *__restrict__ y, int Cout, int S, int T, int Lz, int Ly, int tail, size_t nmc, int split,
                        int in_place)
 {
+  ppx_pdl_enter ();
   const int J = partial && tail > Ly ? tail : Ly;
   const size_t n = nmc * J, nz = nmc * Lz;
   for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
@@ -705,7 +711,7 @@ conv_launch_variant (const ConvArgs &a, cudaStream_t s)
     }
   }
   dim3 grid ((unsigned) conv_cdiv (a.N, BN), (unsigned) conv_cdiv (a.rows, BM), (unsigned) a.split);
-  conv_gemm_kernel<TR, TM, TN, RG, CG, PIPE><<<grid, RG * CG, smem, s>>> (a);
+  ppx_launch (conv_gemm_kernel<TR, TM, TN, RG, CG, PIPE>, grid, RG * CG, smem, s, a);
   return ppx_cuda_launched ();
 }
 
@@ -760,8 +766,7 @@ conv1d_run (int act, const float *w, const float *bias, const float *x, float *p
   const size_t nch = g.P > 0 ? (size_t) g.M * g.Cin : 0;
   if (pl.cfg < 0) {
     if (n > 0) {
-      conv1d_kernel<<<ppx_grid_for (n, CONV_THREADS), CONV_THREADS, 0, s>>> (
-          w, bias, x, prev, res, y, g.M, g.Cin, g.Cout, g.K, g.Lin, g.P, g.Lout, g.stride, g.dil, groups, act);
+      ppx_launch (conv1d_kernel, ppx_grid_for (n, CONV_THREADS), CONV_THREADS, 0, s, w, bias, x, prev, res, y, g.M, g.Cin, g.Cout, g.K, g.Lin, g.P, g.Lout, g.stride, g.dil, groups, act);
       int e = ppx_cuda_launched ();
       if (e)
         return e;
@@ -773,14 +778,12 @@ conv1d_run (int act, const float *w, const float *bias, const float *x, float *p
     if (e)
       return e;
     if (pl.split > 1) {
-      conv1d_combine_kernel<<<ppx_grid_for (n > nch ? n : nch, CONV_THREADS), CONV_THREADS, 0, s>>> (
-          scratch, bias, res, y, x, prev, g.Cout, g.Lout, n, pl.split, nch, g.Lin, g.P, act);
+      ppx_launch (conv1d_combine_kernel, ppx_grid_for (n > nch ? n : nch, CONV_THREADS), CONV_THREADS, 0, s, scratch, bias, res, y, x, prev, g.Cout, g.Lout, n, pl.split, nch, g.Lin, g.P, act);
       return ppx_cuda_launched ();
     }
   }
   if (nch > 0) {
-    conv1d_history_kernel<<<ppx_grid_for (nch, CONV_THREADS), CONV_THREADS, 0, s>>> (x, prev, g.M, g.Cin, g.Lin, g.P,
-                                                                                    act);
+    ppx_launch (conv1d_history_kernel, ppx_grid_for (nch, CONV_THREADS), CONV_THREADS, 0, s, x, prev, g.M, g.Cin, g.Lin, g.P, act);
     return ppx_cuda_launched ();
   }
   return 0;
@@ -822,8 +825,7 @@ convtr_run (int act, const float *w, const float *bias, const float *x, float *p
   int e;
   if (pl.cfg < 0) {
     const size_t n = nmc * g.Lz;
-    conv_transpose1d_kernel<<<ppx_grid_for (n, CONV_THREADS), CONV_THREADS, 0, s>>> (
-        w, bias, x, partial, next, y, g.M, g.Cin, g.Cout, g.K, g.Lin, g.stride, groups, g.Lz, g.Ly, g.tail, act);
+    ppx_launch (conv_transpose1d_kernel, ppx_grid_for (n, CONV_THREADS), CONV_THREADS, 0, s, w, bias, x, partial, next, y, g.M, g.Cin, g.Cout, g.K, g.Lin, g.stride, groups, g.Lz, g.Ly, g.tail, act);
     e = ppx_cuda_launched ();
   } else {
     ConvArgs a = conv_args (g, pl);
@@ -831,8 +833,7 @@ convtr_run (int act, const float *w, const float *bias, const float *x, float *p
     e = conv_launch<true> (pl.cfg, a, s);
     if (!e && pl.split > 1) {
       const size_t items = nmc * (g.tail > g.Ly ? g.tail : g.Ly);
-      convtr_combine_kernel<<<ppx_grid_for (items, CONV_THREADS), CONV_THREADS, 0, s>>> (
-          ws, bias, partial, next, y, g.Cout, g.stride, g.Lin, g.Lz, g.Ly, g.tail, nmc, pl.split, !needs_next);
+      ppx_launch (convtr_combine_kernel, ppx_grid_for (items, CONV_THREADS), CONV_THREADS, 0, s, ws, bias, partial, next, y, g.Cout, g.stride, g.Lin, g.Lz, g.Ly, g.tail, nmc, pl.split, !needs_next);
       e = ppx_cuda_launched ();
     }
   }
@@ -895,6 +896,7 @@ ppx_cuda_conv_plan_info (int transposed, int M, int Cin, int Cout, int K, int L,
 __global__ void
 conv_fill_kernel (float *v, size_t n, unsigned seed)
 {
+  ppx_pdl_enter ();
   for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x) {
     unsigned h = (unsigned) i * 2654435761u ^ seed;
     h ^= h >> 15;
@@ -953,7 +955,7 @@ ppx_cuda_conv_time (int transposed, int act, int residual, int M, int Cin, int C
     size_t n;
   } fills[] = {{wbuf, wn * copies}, {bias, (size_t) Cout}, {x, xn}, {st, sn}, {y, yn}};
   for (int i = 0; !e && i < 5; i++) {
-    conv_fill_kernel<<<ppx_grid_for (fills[i].n, 256), 256, 0, s>>> (fills[i].p, fills[i].n, 17u + i);
+    ppx_launch (conv_fill_kernel, ppx_grid_for (fills[i].n, 256), 256, 0, s, fills[i].p, fills[i].n, 17u + i);
     e = ppx_cuda_launched ();
   }
   for (int p = 0; !e && p < n_plans; p++) {

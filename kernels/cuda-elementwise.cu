@@ -11,6 +11,7 @@ template <typename T>
 __global__ void
 fill_kernel (T *p, size_t n, T v)
 {
+  ppx_pdl_enter ();
   for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
     p[i] = v;
 }
@@ -20,7 +21,7 @@ ppx_cuda_fill_f32 (float *p, size_t n, float v, void *stream)
 {
   if (n == 0)
     return 0;
-  fill_kernel<float><<<ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream)>>> (p, n, v);
+  ppx_launch (fill_kernel<float>, ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream), p, n, v);
   return ppx_cuda_launched ();
 }
 
@@ -29,13 +30,14 @@ ppx_cuda_fill_i32 (int32_t *p, size_t n, int32_t v, void *stream)
 {
   if (n == 0)
     return 0;
-  fill_kernel<int32_t><<<ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream)>>> (p, n, v);
+  ppx_launch (fill_kernel<int32_t>, ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream), p, n, v);
   return ppx_cuda_launched ();
 }
 
 __global__ void
 copy2d_kernel (uint32_t *dst, size_t dld, const uint32_t *src, size_t sld, size_t rows, size_t cols)
 {
+  ppx_pdl_enter ();
   const size_t n = rows * cols;
   for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x) {
     size_t r = i / cols, c = i % cols;
@@ -50,8 +52,7 @@ ppx_cuda_copy2d (uint32_t *dst, size_t dld, const uint32_t *src, size_t sld, siz
     return 0;
   if (rows == 1 || (dld == cols && sld == cols))
     return (int) cudaMemcpyAsync (dst, src, rows * cols * 4, cudaMemcpyDeviceToDevice, PPX_CUDA_STREAM (stream));
-  copy2d_kernel<<<ppx_grid_for (rows * cols, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream)>>> (dst, dld, src, sld,
-                                                                                                   rows, cols);
+  ppx_launch (copy2d_kernel, ppx_grid_for (rows * cols, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream), dst, dld, src, sld, rows, cols);
   return ppx_cuda_launched ();
 }
 
@@ -59,6 +60,7 @@ ppx_cuda_copy2d (uint32_t *dst, size_t dld, const uint32_t *src, size_t sld, siz
 __global__ void
 act_kernel (int act, const float *x, float *y, size_t n)
 {
+  ppx_pdl_enter ();
   for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
     y[i] = ppx_act_apply (act, x[i]);
 }
@@ -68,13 +70,14 @@ ppx_cuda_act (int act, const float *x, float *y, size_t n, void *stream)
 {
   if (n == 0)
     return 0;
-  act_kernel<<<ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream)>>> (act, x, y, n);
+  ppx_launch (act_kernel, ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream), act, x, y, n);
   return ppx_cuda_launched ();
 }
 
 __global__ void
 add_kernel (const float *a, const float *b, float *y, size_t n)
 {
+  ppx_pdl_enter ();
   for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
     y[i] = a[i] + b[i];
 }
@@ -84,13 +87,14 @@ ppx_cuda_add (const float *a, const float *b, float *y, size_t n, void *stream)
 {
   if (n == 0)
     return 0;
-  add_kernel<<<ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream)>>> (a, b, y, n);
+  ppx_launch (add_kernel, ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream), a, b, y, n);
   return ppx_cuda_launched ();
 }
 
 __global__ void
 add_scaled_kernel (const float *x, const float *gamma, float *y, size_t rows, size_t D)
 {
+  ppx_pdl_enter ();
   const size_t n = rows * D;
   for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x)
     y[i] += gamma[i % D] * x[i];
@@ -101,14 +105,14 @@ ppx_cuda_add_scaled (const float *x, const float *gamma, float *y, size_t rows, 
 {
   if (rows * D == 0)
     return 0;
-  add_scaled_kernel<<<ppx_grid_for (rows * D, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream)>>> (x, gamma, y, rows,
-                                                                                                    D);
+  ppx_launch (add_scaled_kernel, ppx_grid_for (rows * D, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream), x, gamma, y, rows, D);
   return ppx_cuda_launched ();
 }
 
 __global__ void
 silu_gate_kernel (const float *h, float *u, size_t rows, size_t H)
 {
+  ppx_pdl_enter ();
   const size_t n = rows * H;
   for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x) {
     size_t r = i / H, c = i % H;
@@ -122,13 +126,14 @@ ppx_cuda_silu_gate (const float *h, float *u, size_t rows, size_t H, void *strea
 {
   if (rows * H == 0)
     return 0;
-  silu_gate_kernel<<<ppx_grid_for (rows * H, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream)>>> (h, u, rows, H);
+  ppx_launch (silu_gate_kernel, ppx_grid_for (rows * H, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream), h, u, rows, H);
   return ppx_cuda_launched ();
 }
 
 __global__ void
 rmsnorm_kernel (const float *x, const float *alpha, float *y, size_t D, float eps)
 {
+  ppx_pdl_enter ();
   __shared__ float red[32];
   const float *xr = x + blockIdx.x * D;
   float *yr = y + blockIdx.x * D;
@@ -146,7 +151,7 @@ ppx_cuda_rmsnorm (const float *x, const float *alpha, float *y, size_t rows, siz
 {
   if (rows == 0 || D == 0)
     return 0;
-  rmsnorm_kernel<<<(unsigned) rows, ROW_THREADS, 0, PPX_CUDA_STREAM (stream)>>> (x, alpha, y, D, eps);
+  ppx_launch (rmsnorm_kernel, (unsigned) rows, ROW_THREADS, 0, PPX_CUDA_STREAM (stream), x, alpha, y, D, eps);
   return ppx_cuda_launched ();
 }
 
@@ -154,6 +159,7 @@ ppx_cuda_rmsnorm (const float *x, const float *alpha, float *y, size_t rows, siz
 __global__ void
 layernorm_kernel (const float *x, const float *w, const float *b, float *y, size_t D, float eps)
 {
+  ppx_pdl_enter ();
   __shared__ float red[32];
   const float *xr = x + blockIdx.x * D;
   float *yr = y + blockIdx.x * D;
@@ -176,7 +182,7 @@ ppx_cuda_layernorm (const float *x, const float *w, const float *b, float *y, si
 {
   if (rows == 0 || D == 0)
     return 0;
-  layernorm_kernel<<<(unsigned) rows, ROW_THREADS, 0, PPX_CUDA_STREAM (stream)>>> (x, w, b, y, D, eps);
+  ppx_launch (layernorm_kernel, (unsigned) rows, ROW_THREADS, 0, PPX_CUDA_STREAM (stream), x, w, b, y, D, eps);
   return ppx_cuda_launched ();
 }
 
@@ -184,6 +190,7 @@ ppx_cuda_layernorm (const float *x, const float *w, const float *b, float *y, si
 __global__ void
 transpose_kernel (const float *x, float *y, size_t A, size_t B)
 {
+  ppx_pdl_enter ();
   __shared__ float tile[32][33];
   const size_t m = blockIdx.z;
   const float *xm = x + m * A * B;
@@ -208,13 +215,14 @@ ppx_cuda_transpose (const float *x, float *y, size_t M, size_t A, size_t B, void
   if (M == 0 || A == 0 || B == 0)
     return 0;
   dim3 grid (ppx_cdiv (B, 32), ppx_cdiv (A, 32), (unsigned) M);
-  transpose_kernel<<<grid, dim3 (32, 8), 0, PPX_CUDA_STREAM (stream)>>> (x, y, A, B);
+  ppx_launch (transpose_kernel, grid, dim3 (32, 8), 0, PPX_CUDA_STREAM (stream), x, y, A, B);
   return ppx_cuda_launched ();
 }
 
 __global__ void
 force_tokens_kernel (int32_t *tokens, int off, int stride, const int32_t *forced, int foff, int fstride, int M)
 {
+  ppx_pdl_enter ();
   int m = blockIdx.x * blockDim.x + threadIdx.x;
   if (m >= M)
     return;
@@ -229,7 +237,6 @@ ppx_cuda_force_tokens (int32_t *tokens, int off, int stride, const int32_t *forc
 {
   if (M <= 0)
     return 0;
-  force_tokens_kernel<<<ppx_cdiv (M, 128), 128, 0, PPX_CUDA_STREAM (stream)>>> (tokens, off, stride, forced, foff,
-                                                                                fstride, M);
+  ppx_launch (force_tokens_kernel, ppx_cdiv (M, 128), 128, 0, PPX_CUDA_STREAM (stream), tokens, off, stride, forced, foff, fstride, M);
   return ppx_cuda_launched ();
 }

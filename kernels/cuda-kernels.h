@@ -44,6 +44,11 @@ int ppx_cuda_memset_async (void *ptr, int value, size_t bytes, void *stream);
 int ppx_cuda_upload (void *dst, const void *src, size_t bytes, void *stream);
 int ppx_cuda_download (void *dst, const void *src, size_t bytes, void *stream); /* waits */
 int ppx_cuda_copy_d2d (void *dst, const void *src, size_t bytes, void *stream);
+/* Programmatic dependent launch (docs/cuda.md, "Launch latency"): whether kernels launched now on the current
+ * device may overlap the end of the kernel before them (sm_90+, kernels built from sm_90+ PTX, PPX_CUDA_PDL
+ * not 0, and allowed); allow(0) turns it off process-wide from the next launch on (tests compare). */
+int ppx_cuda_pdl_mode (void); /* 0 off, 1 every kernel, 2 the linear layers only */
+void ppx_cuda_pdl_allow (int allow);
 
 /* ---- elementwise, norms, copies (cuda-elementwise.cu) ---- */
 int ppx_cuda_fill_f32 (float *p, size_t n, float v, void *stream);

@@ -7,6 +7,7 @@ lmgen_prepare_kernel (PpxLmgenDims d, int32_t *state, int n_slots, const int32_t
                       int code_off, int code_stride, int32_t *ids, int32_t *forced, int32_t *pos, int32_t *params,
                       int M)
 {
+  ppx_pdl_enter ();
   const int m = blockIdx.x * blockDim.x + threadIdx.x;
   if (m >= M)
     return;
@@ -26,6 +27,7 @@ __global__ void
 lmgen_finish_kernel (PpxLmgenDims d, int32_t *state, int n_slots, const int32_t *slot, const int32_t *sampled,
                      int32_t *out, int out_stride, int M)
 {
+  ppx_pdl_enter ();
   const int m = blockIdx.x * blockDim.x + threadIdx.x;
   if (m >= M)
     return;
@@ -46,8 +48,7 @@ ppx_cuda_lmgen_prepare (const PpxLmgenDims *d, int32_t *state, int n_slots, cons
 {
   if (M <= 0)
     return 0;
-  lmgen_prepare_kernel<<<ppx_cdiv (M, 64), 64, 0, PPX_CUDA_STREAM (stream)>>> (
-    *d, state, n_slots, slot, codes, code_off, code_stride, ids, forced, pos, params, M);
+  ppx_launch (lmgen_prepare_kernel, ppx_cdiv (M, 64), 64, 0, PPX_CUDA_STREAM (stream), *d, state, n_slots, slot, codes, code_off, code_stride, ids, forced, pos, params, M);
   return ppx_cuda_launched ();
 }
 
@@ -57,14 +58,14 @@ ppx_cuda_lmgen_finish (const PpxLmgenDims *d, int32_t *state, int n_slots, const
 {
   if (M <= 0)
     return 0;
-  lmgen_finish_kernel<<<ppx_cdiv (M, 64), 64, 0, PPX_CUDA_STREAM (stream)>>> (*d, state, n_slots, slot, sampled,
-                                                                              out, out_stride, M);
+  ppx_launch (lmgen_finish_kernel, ppx_cdiv (M, 64), 64, 0, PPX_CUDA_STREAM (stream), *d, state, n_slots, slot, sampled, out, out_stride, M);
   return ppx_cuda_launched ();
 }
 
 __global__ void
 positions_kernel (int32_t *offsets, int32_t *pos, int M, int T)
 {
+  ppx_pdl_enter ();
   const int m = blockIdx.x * blockDim.x + threadIdx.x;
   if (m >= M)
     return;
@@ -79,6 +80,6 @@ ppx_cuda_positions (int32_t *offsets, int32_t *pos, int M, int T, void *stream)
 {
   if (M <= 0 || T <= 0)
     return 0;
-  positions_kernel<<<ppx_cdiv (M, 128), 128, 0, PPX_CUDA_STREAM (stream)>>> (offsets, pos, M, T);
+  ppx_launch (positions_kernel, ppx_cdiv (M, 128), 128, 0, PPX_CUDA_STREAM (stream), offsets, pos, M, T);
   return ppx_cuda_launched ();
 }

@@ -1,6 +1,7 @@
 /* CUDA backend: devices, streams and memory (the CUDA runtime behind plain C functions). */
 #include "cuda-common.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" const char *
@@ -162,4 +163,48 @@ extern "C" int
 ppx_cuda_graph_destroy (void *exec)
 {
   return (int) cudaGraphExecDestroy ((cudaGraphExec_t) exec);
+}
+
+/* ---- programmatic dependent launch (cuda-common.cuh, ppx_launch) ---- */
+
+/* Compiled like every kernel of the backend: its PTX version tells whether the kernels carry the waits. */
+__global__ void
+pdl_probe_kernel (void)
+{
+}
+
+static int pdl_allowed = 1;
+
+extern "C" void
+ppx_cuda_pdl_allow (int allow)
+{
+  __atomic_store_n (&pdl_allowed, allow ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+extern "C" int
+ppx_cuda_pdl_mode (void)
+{
+  static int state[64]; /* per device: 0 not known yet, else mode + 1 */
+  if (!__atomic_load_n (&pdl_allowed, __ATOMIC_RELAXED))
+    return 0;
+  int dev = 0;
+  if (cudaGetDevice (&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    cudaGetLastError ();
+    return 0;
+  }
+  int st = __atomic_load_n (&state[dev], __ATOMIC_RELAXED);
+  if (!st) {
+    const char *env = getenv ("PPX_CUDA_PDL");
+    const int want = env && *env ? atoi (env) : 2;
+    int major = 0;
+    cudaFuncAttributes fa;
+    st = 1;
+    if (want >= 1 && want <= 2 &&
+        cudaDeviceGetAttribute (&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
+        cudaFuncGetAttributes (&fa, pdl_probe_kernel) == cudaSuccess && fa.ptxVersion >= 90)
+      st = want + 1;
+    cudaGetLastError ();
+    __atomic_store_n (&state[dev], st, __ATOMIC_RELAXED);
+  }
+  return st - 1;
 }

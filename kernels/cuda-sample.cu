@@ -16,6 +16,7 @@
 #include <math.h>
 
 #define SAMPLE_THREADS 1024
+#define SAMPLE_SMEM_CAND 1024 /* top-k candidates kept in shared memory (8 KB) */
 
 typedef struct {
   float v;
@@ -195,22 +196,49 @@ sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int str
       hist[b] = 0;
     __syncthreads ();
     const unsigned prefix = sel_prefix;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-      const unsigned key = __float_as_uint (P[i]);
-      if ((key & mask) == prefix)
-        atomicAdd (&hist[(key >> shift) & 255u], 1u);
+    for (int base = 0; base < V; base += blockDim.x) {
+      /* lanes with the same bin add once (probabilities crowd into a few bins: one shared-memory atomic a
+       * key serialized thousands of them on one address) */
+      const int i = base + threadIdx.x;
+      const unsigned key = i < V ? __float_as_uint (P[i]) : 0u;
+      const bool in = i < V && (key & mask) == prefix;
+      const unsigned bin = in ? (key >> shift) & 255u : 256u;
+      const unsigned same = __match_any_sync (0xffffffffu, bin);
+      if (in && (threadIdx.x & 31) == __ffs (same) - 1)
+        atomicAdd (&hist[bin], (unsigned) __popc (same));
     }
     __syncthreads ();
-    if (threadIdx.x == 0) {
-      unsigned need = sel_remaining, above = 0;
-      int b = 255;
-      for (; b > 0; b--) {
-        if (above + hist[b] >= need)
-          break;
-        above += hist[b];
+    if (threadIdx.x < 32) {
+      /* the bin holding the need-th largest key: lane l owns bins 255 - 8 l .. 248 - 8 l (high bins first);
+       * a suffix count over the lanes gives each lane the keys above its bins */
+      const int lane = threadIdx.x;
+      const unsigned need = sel_remaining;
+      unsigned own = 0;
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+        own += hist[255 - 8 * lane - j];
+      unsigned incl = own; /* keys in the bins of lanes 0..lane */
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned v = __shfl_up_sync (0xffffffffu, incl, o);
+        if (lane >= o)
+          incl += v;
       }
-      sel_prefix = prefix | ((unsigned) b << shift);
-      sel_remaining = need - above;
+      const unsigned above0 = incl - own;
+      /* the first lane whose bins reach need (the last lane if none does: bin 0 takes the rest) */
+      const unsigned reach = __ballot_sync (0xffffffffu, incl >= need);
+      const int owner = reach ? __ffs (reach) - 1 : 31;
+      if (lane == owner) {
+        unsigned above = above0;
+        int b = 255 - 8 * lane;
+        for (int j = 0; j < 8 && b > 0; j++, b--) {
+          if (above + hist[b] >= need)
+            break;
+          above += hist[b];
+        }
+        sel_prefix = prefix | ((unsigned) b << shift);
+        sel_remaining = need - above;
+      }
     }
     mask |= 255u << shift;
     __syncthreads ();
@@ -218,22 +246,46 @@ sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int str
   const unsigned thr = sel_prefix;
   const int take_equal = (int) sel_remaining; /* ties at the threshold, lowest indices first */
 
-  /* gather the k candidates */
-  int n_equal = 0, n_cand = 0;
+  /* gather the k candidates (their indices and probabilities in shared memory when k <= SAMPLE_SMEM_CAND:
+   * the rank count below reads every candidate once per candidate). Their order does not matter (ranks are
+   * counted, the race compares values and ranks), so keys above the threshold take places by one atomic
+   * a warp; only keys equal to it need the ordered scan (the lowest indices are taken), in the one or few
+   * sweeps that hold such keys. */
+  __shared__ int cand_s[SAMPLE_SMEM_CAND];
+  __shared__ float cand_p[SAMPLE_SMEM_CAND];
+  __shared__ int n_sel;
+  const bool in_smem = k <= SAMPLE_SMEM_CAND;
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x == 0)
+    n_sel = 0;
+  __syncthreads ();
+  int n_equal = 0;
   for (int base = 0; base < V; base += blockDim.x) {
     const int i = base + threadIdx.x;
     const unsigned key = i < V ? __float_as_uint (P[i]) : 0u;
     const int gt = i < V && key > thr, eq = i < V && key == thr;
-    int eq_total, sel_total;
-    const int eq_rank = n_equal + block_scan01 (eq, warp_counts, &eq_total);
-    const int sel = gt || (eq && eq_rank < take_equal);
-    const int pos = n_cand + block_scan01 (sel, warp_counts, &sel_total);
-    if (sel)
+    int sel = gt;
+    if (__syncthreads_or (eq)) {
+      int eq_total;
+      const int eq_rank = n_equal + block_scan01 (eq, warp_counts, &eq_total);
+      sel = gt || (eq && eq_rank < take_equal);
+      n_equal += eq_total;
+    }
+    const unsigned bal = __ballot_sync (0xffffffffu, sel);
+    int wbase = 0;
+    if (lane == 0 && bal)
+      wbase = atomicAdd (&n_sel, __popc (bal));
+    wbase = __shfl_sync (0xffffffffu, wbase, 0);
+    const int pos = wbase + __popc (bal & ((1u << lane) - 1u));
+    if (sel && in_smem) {
+      cand_s[pos] = i;
+      cand_p[pos] = __uint_as_float (key);
+    } else if (sel) {
       cand[pos] = i;
-    n_equal += eq_total;
-    n_cand += sel_total;
+    }
   }
   __syncthreads ();
+  const int n_cand = n_sel;
 
   /* each candidate's rank, its exponential, and the race */
   const uint64_t seed = (uint64_t) s[PPX_SAMPLE_SEED_LO] | ((uint64_t) s[PPX_SAMPLE_SEED_HI] << 32);
@@ -241,13 +293,21 @@ sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int str
   const uint64_t draw = frame * 64 + (uint64_t) stream;
   Race best = {0.0f, -1, 0};
   for (int c = threadIdx.x; c < n_cand; c += blockDim.x) {
-    const int ic = cand[c];
-    const float pc = P[ic];
+    const int ic = in_smem ? cand_s[c] : cand[c];
+    const float pc = in_smem ? cand_p[c] : P[ic];
     int rank = 0;
-    for (int o = 0; o < n_cand; o++) {
-      const int io = cand[o];
-      const float po = P[io];
-      rank += po > pc || (po == pc && io < ic);
+    if (in_smem) {
+      for (int o = 0; o < n_cand; o++) {
+        const int io = cand_s[o];
+        const float po = cand_p[o];
+        rank += po > pc || (po == pc && io < ic);
+      }
+    } else {
+      for (int o = 0; o < n_cand; o++) {
+        const int io = cand[o];
+        const float po = P[io];
+        rank += po > pc || (po == pc && io < ic);
+      }
     }
     const float q = -logf (ppx_philox_uniform (seed, draw, (uint32_t) rank)); /* Exp(1) */
     best = race_combine (best, (Race) {pc / q, rank, ic});
@@ -262,6 +322,7 @@ __global__ void __launch_bounds__ (SAMPLE_THREADS)
 sample_kernel (const float *logits, int V, int32_t *tokens, int tok_off, int tok_stride, const uint32_t *params,
                int stream, float *P_all, int *cand_all)
 {
+  ppx_pdl_enter ();
   const int m = blockIdx.x;
   const uint32_t *s = params + (size_t) m * PPX_SAMPLE_PARAMS;
   const float temp = __uint_as_float (s[stream == 0 ? PPX_SAMPLE_TEMP_TEXT : PPX_SAMPLE_TEMP_AUDIO]);
@@ -291,7 +352,6 @@ ppx_cuda_sample (const float *logits, int V, int32_t *tokens, int tok_off, int t
   cudaStream_t s = PPX_CUDA_STREAM (stream);
   float *P = (float *) scratch;
   int *cand = (int *) (P + (size_t) M * V);
-  sample_kernel<<<(unsigned) M, SAMPLE_THREADS, 0, s>>> (logits, V, tokens, tok_off, tok_stride, params, stream_index,
-                                                         P, cand);
+  ppx_launch (sample_kernel, (unsigned) M, SAMPLE_THREADS, 0, s, logits, V, tokens, tok_off, tok_stride, params, stream_index, P, cand);
   return ppx_cuda_launched ();
 }

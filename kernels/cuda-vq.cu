@@ -58,6 +58,7 @@ vq_step_kernel (const float *__restrict__ E, const float *rin, float *rout, cons
                 const int *__restrict__ pi_prev, float *__restrict__ pd, int *__restrict__ pi, int32_t *__restrict__ C,
                 int code_off, int code_stride, int j, int ncb, int bins, int dim, int G)
 {
+  ppx_pdl_enter ();
   __shared__ float red[32];
   __shared__ float best_d[32];
   __shared__ int best_i[32];
@@ -157,8 +158,7 @@ ppx_cuda_vq_encode (const float *codebooks, float *r, int32_t *codes, int code_o
     const float *rin = j <= 1 ? r : res[(j - 1) & 1];
     float *rout = j == ncb ? r : (j == 0 ? NULL : res[j & 1]);
     const dim3 grid (j == ncb ? 1 : (unsigned) G, (unsigned) M);
-    vq_step_kernel<<<grid, VQ_THREADS, smem, s>>> (codebooks, rin, rout, pd[(j + 1) & 1], pi[(j + 1) & 1], pd[j & 1],
-                                                   pi[j & 1], codes, code_off, code_stride, j, ncb, bins, dim, G);
+    ppx_launch (vq_step_kernel, grid, VQ_THREADS, smem, s, codebooks, rin, rout, pd[(j + 1) & 1], pi[(j + 1) & 1], pd[j & 1], pi[j & 1], codes, code_off, code_stride, j, ncb, bins, dim, G);
     int e = ppx_cuda_launched ();
     if (e)
       return e;
@@ -171,6 +171,7 @@ __global__ void
 vq_decode_kernel (const float *E, const int32_t *C, int code_off, int code_stride, float *y, int M, int ncb, int bins,
                   int dim)
 {
+  ppx_pdl_enter ();
   const size_t n = (size_t) M * dim;
   for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
     const int m = (int) (idx / dim), d = (int) (idx % dim);
@@ -191,7 +192,6 @@ ppx_cuda_vq_decode (const float *codebooks, const int32_t *codes, int code_off, 
   const size_t n = (size_t) M * dim;
   if (n == 0)
     return 0;
-  vq_decode_kernel<<<ppx_grid_for (n, 256), 256, 0, PPX_CUDA_STREAM (stream)>>> (codebooks, codes, code_off,
-                                                                               code_stride, y, M, ncb, bins, dim);
+  ppx_launch (vq_decode_kernel, ppx_grid_for (n, 256), 256, 0, PPX_CUDA_STREAM (stream), codebooks, codes, code_off, code_stride, y, M, ncb, bins, dim);
   return ppx_cuda_launched ();
 }

@@ -1331,6 +1331,8 @@ test_sample (void)
   check_sample (2, 37, 1.3f, 100, 0.05, 60);    /* k > V */
   check_sample (3, 1000, 0.9f, 2, 0.02, 60);
   check_sample (1, 8000, 1.0f, 0, 0.001, 3);    /* all of a large vocabulary */
+  check_sample (2, 3000, 0.9f, 1024, 0.002, 10); /* the most candidates kept in shared memory */
+  check_sample (1, 4000, 1.0f, 1500, 0.001, 5);  /* one more: the candidates in global memory */
   check_sample_mixed ();
 }
 
@@ -1359,6 +1361,87 @@ rel_err (const float *a, const float *b, gsize n)
   }
   return den > 0 ? num / den : num;
 }
+
+/* ---- programmatic dependent launch ---- */
+
+/* A chain of dependent ops shaped like depformer layers (x += W_out silu_gate(W_in rmsnorm(x)), int8 and
+ * int4 weights, two rows): each kernel reads what the one before it wrote, so a kernel that ran ahead of
+ * its wait would read stale data. With programmatic dependent launch allowed, op by op and replayed as a
+ * graph, the result must be the same bits as with it off, and the CPU's to TOL. */
+static void
+pdl_chain (PpxBackend *be, PpxTensor *x, PpxTensor *h, PpxTensor *g, PpxTensor *u, PpxTensor *alpha,
+           PpxWeight *const *w_in, PpxWeight *const *w_out, int layers, int M, int D, int H)
+{
+  for (int l = 0; l < layers; l++) {
+    ppx_op_rmsnorm (be, x, alpha, h, M, D, 1e-5f);
+    ppx_op_linear (be, w_in[l & 1], h, D, g, 2 * H, M, FALSE);
+    ppx_op_silu_gate (be, g, u, M, H);
+    ppx_op_linear (be, w_out[l & 1], u, H, x, D, M, TRUE);
+  }
+}
+
+static void
+test_pdl_chain (void)
+{
+  const int D = 1024, H = 2816, M = 2, layers = 24;
+  const gsize nx = (gsize) M * D;
+  const Fmt fi[2] = {{PPX_WFMT_INT8, 0}, {PPX_WFMT_INT4, 32}};
+  WPair win[2], wout[2];
+  for (int i = 0; i < 2; i++) {
+    win[i] = wpair_random (fi[i], 2 * H, D);
+    wout[i] = wpair_random (fi[i], D, H);
+  }
+  PpxWeight *cin[2] = {win[0].c, win[1].c}, *cout[2] = {wout[0].c, wout[1].c};
+  PpxWeight *gin[2] = {win[0].g, win[1].g}, *gout[2] = {wout[0].g, wout[1].g};
+  g_autofree float *x0 = random_floats (nx, -1.0, 1.0);
+  g_autofree float *ref = g_new (float, nx), *got = g_new (float, nx);
+  Pair x = pair_new (PPX_TENSOR_F32, nx, x0), h = pair_random (nx), gg = pair_random ((gsize) M * 2 * H);
+  Pair u = pair_random ((gsize) M * H), alpha = pair_random (D);
+  g_autoptr (GError) err = NULL;
+
+  pdl_chain (cpu, x.c, h.c, gg.c, u.c, alpha.c, cin, cout, layers, M, D, H);
+  ppx_backend_cuda_pdl_allow (FALSE);
+  g_assert_false (ppx_backend_cuda_pdl_active (gpu));
+  pdl_chain (gpu, x.g, h.g, gg.g, u.g, alpha.g, gin, gout, layers, M, D, H);
+  assert_close (&x, 1e-4, "pdl chain (off) against the CPU");
+  ppx_tensor_download (x.g, 0, ref, nx);
+  ppx_backend_cuda_pdl_allow (TRUE);
+  const gboolean active = ppx_backend_cuda_pdl_active (gpu);
+  g_test_message ("programmatic dependent launch %s on this GPU", active ? "active" : "not available");
+
+  for (int rep = 0; rep < 3; rep++) {
+    ppx_tensor_upload (x.g, 0, x0, nx);
+    pdl_chain (gpu, x.g, h.g, gg.g, u.g, alpha.g, gin, gout, layers, M, D, H);
+    ppx_tensor_download (x.g, 0, got, nx);
+    g_assert_cmpmem (got, nx * sizeof (float), ref, nx * sizeof (float));
+  }
+  PpxGraph *graph = NULL;
+  for (int attempt = 0; attempt < 3 && !graph; attempt++) {
+    g_clear_error (&err);
+    g_assert_true (ppx_backend_graph_begin (gpu, &err));
+    pdl_chain (gpu, x.g, h.g, gg.g, u.g, alpha.g, gin, gout, layers, M, D, H);
+    graph = ppx_backend_graph_end (gpu, &err);
+  }
+  g_assert_no_error (err);
+  g_assert_nonnull (graph);
+  for (int rep = 0; rep < 20; rep++) {
+    ppx_tensor_upload (x.g, 0, x0, nx);
+    g_assert_true (ppx_backend_graph_launch (gpu, graph));
+    ppx_tensor_download (x.g, 0, got, nx);
+    g_assert_cmpmem (got, nx * sizeof (float), ref, nx * sizeof (float));
+  }
+  ppx_graph_free (graph);
+  pair_free (&x);
+  pair_free (&h);
+  pair_free (&gg);
+  pair_free (&u);
+  pair_free (&alpha);
+  for (int i = 0; i < 2; i++) {
+    wpair_free (&win[i]);
+    wpair_free (&wout[i]);
+  }
+}
+
 
 static void
 test_golden (void)
@@ -1856,6 +1939,7 @@ main (int argc, char **argv)
     g_test_add_func ("/cuda/vq", test_vq);
     g_test_add_func ("/cuda/sample", test_sample);
     g_test_add_func ("/cuda/force-tokens", test_force_tokens);
+    g_test_add_func ("/cuda/pdl-chain", test_pdl_chain);
     g_test_add_func ("/cuda/golden", test_golden);
     rc = g_test_run ();
   }

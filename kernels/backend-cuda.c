@@ -391,6 +391,37 @@ cuda_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, 
   g_mutex_unlock (&PRIV (be)->linear_lock);
 }
 
+static void cuda_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D,
+                          float eps);
+
+/* One kernel where ppx_cuda_linear_rmsnorm_fuses (M <= 4, tensor-core weights), else the two ops. */
+static void
+cuda_rmsnorm_linear (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, float eps, PpxTensor *h,
+                     const PpxWeight *w, PpxTensor *y, gsize ldy, int M, gboolean accumulate)
+{
+  PpxCudaWeight cw = device_weight (w);
+  if (!ppx_cuda_linear_rmsnorm_fuses (&cw, F32 (x), (size_t) cw.cols, F32 (alpha), M)) {
+    cuda_rmsnorm (be, x, alpha, h, M, (gsize) cw.cols, eps);
+    cuda_linear (be, w, h, (gsize) cw.cols, y, ldy, M, accumulate);
+    return;
+  }
+  enter (be);
+  PROF_SHAPE (be, "rmsnorm+%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format),
+              cw.rows, cw.cols, M);
+  const gsize ws_bytes = ppx_cuda_linear_workspace_bytes (&cw, M);
+  void *ws = NULL;
+  if (ws_bytes) {
+    g_mutex_lock (&PRIV (be)->linear_lock);
+    ws = linear_workspace (be, ws_bytes);
+  }
+  if (ws || !ws_bytes)
+    check (be, ppx_cuda_linear_rmsnorm (&cw, F32 (x), (size_t) cw.cols, F32 (alpha), eps, F32 (y), ldy, M, accumulate,
+                                        ws, STREAM (be)),
+           "rmsnorm+linear");
+  if (ws_bytes)
+    g_mutex_unlock (&PRIV (be)->linear_lock);
+}
+
 static void
 cuda_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int id_index, int id_stride, PpxTensor *out,
             int M, gboolean accumulate)
@@ -777,6 +808,7 @@ static const PpxBackendOps cuda_ops = {
   .add_scaled = cuda_add_scaled,
   .silu_gate = cuda_silu_gate,
   .rmsnorm = cuda_rmsnorm,
+  .rmsnorm_linear = cuda_rmsnorm_linear,
   .layernorm = cuda_layernorm,
   .transpose = cuda_transpose,
   .rope = cuda_rope,

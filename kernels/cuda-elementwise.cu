@@ -137,9 +137,24 @@ rmsnorm_kernel (const float *x, const float *alpha, float *y, size_t D, float ep
   __shared__ float red[32];
   const float *xr = x + blockIdx.x * D;
   float *yr = y + blockIdx.x * D;
+  /* thread t sums columns 4t .. 4t + 3, then 4t + 4 blockDim.x .., in that order (the order the fused
+   * rmsnorm + linear kernel reproduces, cuda-linear.cu); whole float4 loads where the rows allow */
+  const bool vec = D % 4 == 0 && ((uintptr_t) x & 15) == 0;
   float ss = 0.0f;
-  for (size_t c = threadIdx.x; c < D; c += blockDim.x)
-    ss += xr[c] * xr[c];
+  for (size_t c4 = 4 * (size_t) threadIdx.x; c4 < D; c4 += 4 * (size_t) blockDim.x) {
+    float v[4];
+    if (vec) {
+      const float4 q = *reinterpret_cast<const float4 *> (xr + c4);
+      v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+        v[j] = c4 + j < D ? xr[c4 + j] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      ss += v[j] * v[j];
+  }
   ss = ppx_block_sum (ss, red);
   const float inv = 1.0f / sqrtf (eps + ss / (float) D);
   for (size_t c = threadIdx.x; c < D; c += blockDim.x)

@@ -74,6 +74,13 @@ int ppx_cuda_force_tokens (int32_t *tokens, int off, int stride, const int32_t *
 size_t ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M);
 int ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
                      void *workspace, void *stream);
+/* y (+)= rmsnorm(x; alpha, eps) W^T in one kernel, with the bits of ppx_cuda_rmsnorm into a buffer followed by
+ * ppx_cuda_linear; only where ppx_cuda_linear_rmsnorm_fuses (tensor-core weights, M <= 4, x dense [M, cols],
+ * x and alpha on 16 bytes), else cudaErrorInvalidValue. workspace as for ppx_cuda_linear. */
+#define PPX_CUDA_RMSNORM_LINEAR_MAX_M 4
+int ppx_cuda_linear_rmsnorm_fuses (const PpxCudaWeight *w, const float *x, size_t ldx, const float *alpha, int M);
+int ppx_cuda_linear_rmsnorm (const PpxCudaWeight *w, const float *x, size_t ldx, const float *alpha, float eps, float *y,
+                             size_t ldy, int M, int accumulate, void *workspace, void *stream);
 /* Benchmarks: GPU time of one linear call (x [M, cols], y [M, rows], dense) in microseconds, the median of
  * `reps` replays of a CUDA graph of `calls` calls cycling over the n weights (one shape), on a stream of
  * its own. workspace as for ppx_cuda_linear. *step names the stage that failed. */

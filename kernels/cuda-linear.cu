@@ -106,6 +106,8 @@ struct TcArgs {
   int n_stages, leaf_stages, S;
   int vec_x;
   float *partials;     /* [S][TC_MMAX][rows] when S > 1 */
+  const float *alpha;  /* non-NULL (NT = 1 only): x is RMS-normalized first, rmsnorm_kernel's arithmetic */
+  float eps;
   unsigned *counters;  /* one per row block, zero between launches */
 };
 
@@ -368,14 +370,34 @@ tc_linear_kernel (TcArgs a)
       }
     }
   };
-  /* this thread's x records of a slot, from f32 to the hi/lo bf16 split, in place */
-  auto convert_x = [&] (uint4 *slot) {
+  /* The RMSNorm gains of the 4 columns this thread's x record holds in stage st (zeros past K): read from
+   * global memory (L2-resident) one stage ahead, so the load's latency hides behind a stage's work. (Copied
+   * into the slot by a few threads, they would need a barrier between the copy and convert_x.) */
+  auto alpha_at = [&] (int st) {
+    const int col0 = st * TC_STAGE;
+    const int c = tc_col<FMT> (col0, col0 + TC_STAGE <= a.K, warp, t);
+    if (c + 3 < a.K)
+      return __ldg (reinterpret_cast<const float4 *> (a.alpha + c));
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      v[i] = c + i < a.K ? __ldg (a.alpha + c + i) : 0.0f;
+    return make_float4 (v[0], v[1], v[2], v[3]);
+  };
+  /* this thread's x records of a slot, from f32 to the hi/lo bf16 split, in place (first x[c] * (alpha[c] *
+   * inv) with the row's inverse RMS, as rmsnorm_kernel computes it, when the call normalizes) */
+  __shared__ float row_inv[8];
+  auto convert_x = [&] (uint4 *slot, float4 al) {
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
       uint4 *p = slot + (nt * 8 + warp) * 32 + lane;
       const uint4 u = *p;
-      const float4 v = make_float4 (__uint_as_float (u.x), __uint_as_float (u.y), __uint_as_float (u.z),
-                                    __uint_as_float (u.w));
+      float4 v = make_float4 (__uint_as_float (u.x), __uint_as_float (u.y), __uint_as_float (u.z),
+                              __uint_as_float (u.w));
+      if (NT == 1 && a.alpha) {
+        const float inv = row_inv[g];
+        v = make_float4 (v.x * (al.x * inv), v.y * (al.y * inv), v.z * (al.z * inv), v.w * (al.w * inv));
+      }
       const __nv_bfloat162 h01 = __floats2bfloat162_rn (v.x, v.y), h23 = __floats2bfloat162_rn (v.z, v.w);
       const float2 f01 = __bfloat1622float2 (h01), f23 = __bfloat1622float2 (h23);
       const __nv_bfloat162 l01 = __floats2bfloat162_rn (v.x - f01.x, v.y - f01.y);
@@ -520,11 +542,65 @@ tc_linear_kernel (TcArgs a)
       issue_x (smem + d * C::SLOT, st0 + d);
     cp_async_commit ();
   }
+  if (NT == 1 && a.alpha) {
+    /* the inverse RMS of each x row over all K columns (whatever this block's leaf), in rmsnorm_kernel's
+     * order: thread t sums columns 4t .. 4t + 3, then 4t + 1024 .. (one fma each), then ppx_block_sum's tree.
+     * Rows two at a time, 16 columns of each loaded at once (x rows are on 16 bytes: ldx = K, a multiple of
+     * 4). Rows past M (zero-filled x) get 0. M <= PPX_CUDA_RMSNORM_LINEAR_MAX_M: the rows' loads wait one
+     * after another pair by pair, which costs less than a separate rmsnorm kernel only for a few rows. */
+    static_assert (TC_THREADS == 256, "rmsnorm_kernel's 256 threads a row");
+    __shared__ float red2[2][TC_WARPS];
+    if (tid >= a.M && tid < 8)
+      row_inv[tid] = 0.0f;
+    for (int m0 = 0; m0 < a.M; m0 += 2) {
+      float ss[2] = {0.0f, 0.0f};
+      for (int c4 = 4 * tid; c4 < a.K; c4 += 16 * TC_THREADS) {
+          float4 v[2][4];
+#pragma unroll
+          for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+              const int c = c4 + j * 4 * TC_THREADS;
+              v[r][j] = m0 + r < a.M && c < a.K ? *reinterpret_cast<const float4 *> (a.x + (size_t) (m0 + r) * a.ldx + c)
+                                                : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+          for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+              ss[r] += v[r][j].x * v[r][j].x;
+              ss[r] += v[r][j].y * v[r][j].y;
+              ss[r] += v[r][j].z * v[r][j].z;
+              ss[r] += v[r][j].w * v[r][j].w;
+            }
+        }
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+        ss[r] = ppx_warp_sum (ss[r]);
+        if (lane == 0)
+          red2[r][warp] = ss[r];
+      }
+      __syncthreads ();
+      if (warp == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          const float v = ppx_warp_sum (lane < TC_WARPS ? red2[r][lane] : 0.0f);
+          if (lane == 0 && m0 + r < a.M)
+            row_inv[m0 + r] = 1.0f / sqrtf (a.eps + v / (float) a.K);
+        }
+      }
+      __syncthreads ();
+    }
+  }
   int rd = 0, wr_slot = D - 1; /* the slots read and written this step */
+  float4 al_next = NT == 1 && a.alpha && nstg > 0 ? alpha_at (st0) : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
   for (int jj = 0; jj < nstg; jj++) {
     uint4 *slot = smem + rd * C::SLOT;
+    const float4 al = al_next;
+    if (NT == 1 && a.alpha && jj + 1 < nstg)
+      al_next = alpha_at (st0 + jj + 1); /* a stage ahead: its latency hides behind this stage */
     cp_async_wait<D - 2> (); /* this thread's copies of stage jj are done */
-    convert_x (slot);
+    convert_x (slot, al);
     __syncthreads (); /* everyone's copies of stage jj are visible; slot wr_slot (stage jj - 1) is read */
     if (jj + D - 1 < nstg) {
       issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
@@ -725,9 +801,11 @@ tc_launch_nt (const TcArgs &a, cudaStream_t s)
 
 static int
 tc_linear (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
-           void *workspace, cudaStream_t s)
+           const float *alpha, float eps, void *workspace, cudaStream_t s)
 {
   TcArgs a = {};
+  a.alpha = alpha;
+  a.eps = eps;
   a.w = (const uint8_t *) w->data;
   a.scales = w->scales;
   a.rows = w->rows;
@@ -1102,8 +1180,26 @@ ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, s
   cudaStream_t s = PPX_CUDA_STREAM (stream);
   const int ck = tc_eligible (w);
   if (ck)
-    return tc_linear (w, ck, x, ldx, y, ldy, M, accumulate, workspace, s);
+    return tc_linear (w, ck, x, ldx, y, ldy, M, accumulate, NULL, 0.0f, workspace, s);
   return simt_linear (w, x, ldx, y, ldy, M, accumulate, s);
+}
+
+extern "C" int
+ppx_cuda_linear_rmsnorm_fuses (const PpxCudaWeight *w, const float *x, size_t ldx, const float *alpha, int M)
+{
+  return M >= 1 && M <= PPX_CUDA_RMSNORM_LINEAR_MAX_M && tc_eligible (w) && ldx == (size_t) w->cols && ((uintptr_t) alpha & 15) == 0 &&
+         ((uintptr_t) x & 15) == 0;
+}
+
+extern "C" int
+ppx_cuda_linear_rmsnorm (const PpxCudaWeight *w, const float *x, size_t ldx, const float *alpha, float eps, float *y,
+                         size_t ldy, int M, int accumulate, void *workspace, void *stream)
+{
+  if (M <= 0 || w->rows <= 0)
+    return 0;
+  if (!ppx_cuda_linear_rmsnorm_fuses (w, x, ldx, alpha, M))
+    return (int) cudaErrorInvalidValue;
+  return tc_linear (w, tc_eligible (w), x, ldx, y, ldy, M, accumulate, alpha, eps, workspace, PPX_CUDA_STREAM (stream));
 }
 
 extern "C" int

@@ -417,6 +417,51 @@ test_linear_batch (void)
   }
 }
 
+/* ppx_op_rmsnorm_linear: the fused kernel (M <= 4, tensor-core weights) gives the bits of rmsnorm then linear
+ * on the GPU, for every format (f32 and int4 g8/g48 take the two-op path), K tails and leaf splits, with and
+ * without accumulation; and the CPU's result within TOL. */
+static void
+check_rmsnorm_linear (Fmt f, int64_t rows, int64_t cols, int M, gboolean accumulate)
+{
+  WPair w = wpair_random (f, rows, cols);
+  Pair x = pair_random ((gsize) M * cols), alpha = pair_random ((gsize) cols), h = pair_random ((gsize) M * cols);
+  Pair y = pair_random ((gsize) M * rows), h2 = pair_random ((gsize) M * cols);
+  g_autofree float *y0 = g_new (float, (gsize) M * rows);
+  ppx_tensor_download (y.g, 0, y0, (gsize) M * rows);
+  Pair y2 = pair_new (PPX_TENSOR_F32, (gsize) M * rows, y0);
+  ppx_op_rmsnorm_linear (cpu, x.c, alpha.c, 1e-8f, h.c, w.c, y.c, rows, M, accumulate);
+  ppx_op_rmsnorm_linear (gpu, x.g, alpha.g, 1e-8f, h.g, w.g, y.g, rows, M, accumulate);
+  ppx_op_rmsnorm (gpu, x.g, alpha.g, h2.g, M, cols, 1e-8f);
+  ppx_op_linear (gpu, w.g, h2.g, cols, y2.g, rows, M, accumulate);
+  g_autofree char *what = g_strdup_printf ("rmsnorm+linear %s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d%s",
+                                           fmt_name (f), rows, cols, M, accumulate ? " acc" : "");
+  assert_close (&y, TOL, what);
+  g_autofree float *a = g_new (float, (gsize) M * rows), *b = g_new (float, (gsize) M * rows);
+  ppx_tensor_download (y.g, 0, a, (gsize) M * rows);
+  ppx_tensor_download (y2.g, 0, b, (gsize) M * rows);
+  for (gsize i = 0; i < (gsize) M * rows; i++)
+    if (memcmp (&a[i], &b[i], sizeof (float)) != 0)
+      g_error ("%s: element %" G_GSIZE_FORMAT " is %.9g fused, %.9g as rmsnorm then linear", what, i, a[i], b[i]);
+  pair_free (&x);
+  pair_free (&alpha);
+  pair_free (&h);
+  pair_free (&h2);
+  pair_free (&y);
+  pair_free (&y2);
+  wpair_free (&w);
+}
+
+static void
+test_rmsnorm_linear (void)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
+    check_rmsnorm_linear (formats[i], 129, 1000, 1, FALSE); /* a K tail, K split into leaves */
+    check_rmsnorm_linear (formats[i], 1024, 1024, 3, TRUE); /* the depformer's out_proj shape */
+    check_rmsnorm_linear (formats[i], 300, 4128, 4, FALSE); /* the most rows fused */
+    check_rmsnorm_linear (formats[i], 200, 512, 5, TRUE);   /* more: the two-op path */
+  }
+}
+
 static void
 test_embed (void)
 {
@@ -1928,6 +1973,7 @@ main (int argc, char **argv)
     g_test_add_func ("/cuda/memory", test_memory);
     g_test_add_func ("/cuda/linear", test_linear);
     g_test_add_func ("/cuda/linear-batch", test_linear_batch);
+    g_test_add_func ("/cuda/rmsnorm-linear", test_rmsnorm_linear);
     g_test_add_func ("/cuda/embed", test_embed);
     g_test_add_func ("/cuda/elementwise", test_elementwise);
     g_test_add_func ("/cuda/rope", test_rope);

@@ -139,6 +139,11 @@ void ppx_op_silu_gate (PpxBackend *be, const PpxTensor *h, PpxTensor *u, gsize r
 /* y = x * alpha * rsqrt(eps + mean(x^2)), rows of D. */
 void ppx_op_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D,
                      float eps);
+/* y[M, rows] (+)= rmsnorm(x; alpha, eps) . W^T, x dense [M, cols]: the same bits as ppx_op_rmsnorm into h
+ * followed by ppx_op_linear (h, cols), in one kernel where the backend can (CUDA: tensor-core weights, M <= 4).
+ * h [M, cols] is scratch: it may or may not hold rmsnorm(x) afterwards. */
+void ppx_op_rmsnorm_linear (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, float eps, PpxTensor *h,
+                            const PpxWeight *w, PpxTensor *y, gsize ldy, int M, gboolean accumulate);
 void ppx_op_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
                        gsize rows, gsize D, float eps);
 /* [M, A, B] -> [M, B, A] */

@@ -171,13 +171,11 @@ temporal_layers (PpxLmBatch *b, int M)
   const int d = c->dim, H = c->num_heads, Dh = d / H, F = c->ffn_hidden;
   for (int l = 0; l < c->num_layers; l++) {
     const LmLayer *L = &lm->layers[l];
-    ppx_op_rmsnorm (be, b->x, L->norm1, b->h, M, d, RMS_EPS);
-    ppx_op_linear (be, L->in_proj, b->h, d, b->qkv, 3 * d, M, FALSE);
+    ppx_op_rmsnorm_linear (be, b->x, L->norm1, RMS_EPS, b->h, L->in_proj, b->qkv, 3 * d, M, FALSE);
     ppx_op_rope (be, b->qkv, b->t_pos, M, H, Dh, (float) c->max_period);
     ppx_op_attention (be, b->qkv, b->t_pos, b->slot, b->k[l], b->v[l], b->att, M, 1, H, Dh, c->context, c->context);
     ppx_op_linear (be, L->out_proj, b->att, d, b->x, d, M, TRUE);
-    ppx_op_rmsnorm (be, b->x, L->norm2, b->h, M, d, RMS_EPS);
-    ppx_op_linear (be, L->linear_in, b->h, d, b->ff, 2 * F, M, FALSE);
+    ppx_op_rmsnorm_linear (be, b->x, L->norm2, RMS_EPS, b->h, L->linear_in, b->ff, 2 * F, M, FALSE);
     ppx_op_silu_gate (be, b->ff, b->u, M, F);
     ppx_op_linear (be, L->linear_out, b->u, F, b->x, d, M, TRUE);
   }
@@ -197,15 +195,13 @@ depformer_step (PpxLmBatch *b, int step, int M)
   ppx_op_embed (be, step == 0 ? lm->dep_text_emb : lm->dep_emb[step - 1], b->prev, 0, 1, b->dx, M, TRUE);
   for (int l = 0; l < c->depformer_num_layers; l++) {
     const DepLayer *L = &lm->dep_layers[l];
-    ppx_op_rmsnorm (be, b->dx, L->norm1, b->dh, M, dd, RMS_EPS);
-    ppx_op_linear (be, L->in_proj[step], b->dh, dd, b->dqkv, 3 * dd, M, FALSE);
+    ppx_op_rmsnorm_linear (be, b->dx, L->norm1, RMS_EPS, b->dh, L->in_proj[step], b->dqkv, 3 * dd, M, FALSE);
     /* no positional encoding; the ring of dep_q positions per row reproduces the reference's per-frame
      * cache (entries of the previous frame sit at positions > step and are never attended) */
     ppx_op_attention (be, b->dqkv, b->dep_pos_step[step], b->dep_slot, b->dk[l], b->dv[l], b->datt, M, 1, H, Dh,
                       c->dep_q, G_MAXINT);
     ppx_op_linear (be, L->out_proj[step], b->datt, dd, b->dx, dd, M, TRUE);
-    ppx_op_rmsnorm (be, b->dx, L->norm2, b->dh, M, dd, RMS_EPS);
-    ppx_op_linear (be, L->linear_in[step], b->dh, dd, b->dff, 2 * F, M, FALSE);
+    ppx_op_rmsnorm_linear (be, b->dx, L->norm2, RMS_EPS, b->dh, L->linear_in[step], b->dff, 2 * F, M, FALSE);
     ppx_op_silu_gate (be, b->dff, b->du, M, F);
     ppx_op_linear (be, L->linear_out[step], b->du, F, b->dx, dd, M, TRUE);
   }

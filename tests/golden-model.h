@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "audio-io.h"
+#include "personaplex.h"
 #include "safetensors.h"
 #include "test-util.h"
 
@@ -54,6 +55,35 @@ golden_model_setup (GoldenModel *g)
   for (int i = 0; i < g->n_text_tokens; i++)
     g->text_tokens[i] = (int) json_array_get_int_element (a, i);
   g->prompt_offset = (int) json_object_get_int_member (o, "lm_run_prompt_offset");
+}
+
+/* The golden model on `backend` (the test fails on an error). */
+static inline PpxModel *
+golden_model_load (const GoldenModel *g, PpxBackendKind backend)
+{
+  g_autoptr (GError) err = NULL;
+  PpxModelParams mp;
+  ppx_model_params_init (&mp);
+  mp.model_dir = g->dir;
+  mp.backend = backend;
+  PpxModel *m = ppx_model_load (&mp, &err);
+  g_assert_no_error (err);
+  return m;
+}
+
+/* Session i of the engine schedule tests (test-engine-buckets, test-gpu-tick): no voice, the golden voice
+ * prompt or its WAV in turn, the whole text prompt or a part of it; greedy when `greedy` or i is even, else
+ * sampled with seed 77 + i. */
+static inline void
+golden_session_params (const GoldenModel *g, int i, gboolean greedy, PpxSessionParams *p)
+{
+  ppx_session_params_init (p);
+  p->voice_prompt = i % 3 == 1 ? g->voice_pt : i % 3 == 2 ? g->voice_wav : NULL;
+  p->voice_normalize = FALSE;
+  p->text_prompt_tokens = g->text_tokens;
+  p->n_text_prompt_tokens = i % 2 ? g->n_text_tokens : MIN (2 + i, g->n_text_tokens);
+  p->greedy = greedy || i % 2 == 0;
+  p->seed = 77 + (guint64) i;
 }
 
 static inline void

@@ -19,13 +19,7 @@ static int fs;
 static void
 session_params (int i, PpxSessionParams *p)
 {
-  ppx_session_params_init (p);
-  p->voice_prompt = i % 3 == 1 ? G.voice_pt : i % 3 == 2 ? G.voice_wav : NULL;
-  p->voice_normalize = FALSE;
-  p->text_prompt_tokens = G.text_tokens;
-  p->n_text_prompt_tokens = i % 2 ? G.n_text_tokens : MIN (2 + i, G.n_text_tokens);
-  p->greedy = i % 2 == 0;
-  p->seed = 77 + (guint64) i;
+  golden_session_params (&G, i, FALSE, p);
 }
 
 static void
@@ -99,13 +93,7 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   golden_model_setup (&G);
-  g_autoptr (GError) err = NULL;
-  PpxModelParams mp;
-  ppx_model_params_init (&mp);
-  mp.model_dir = G.dir;
-  mp.backend = PPX_BACKEND_CPU;
-  model = ppx_model_load (&mp, &err);
-  g_assert_no_error (err);
+  model = golden_model_load (&G, PPX_BACKEND_CPU);
   fs = ppx_model_frame_size (model);
   const PpxStTensor *u = ppx_st_find (G.golden, "user_pcm");
   user_pcm = (const float *) u->data;

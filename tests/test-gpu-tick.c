@@ -234,12 +234,7 @@ static int fs;
 static void
 session_params (int i, PpxSessionParams *p)
 {
-  ppx_session_params_init (p);
-  p->voice_prompt = i % 3 == 1 ? G.voice_pt : i % 3 == 2 ? G.voice_wav : NULL;
-  p->voice_normalize = FALSE;
-  p->text_prompt_tokens = G.text_tokens;
-  p->n_text_prompt_tokens = i % 2 ? G.n_text_tokens : MIN (2 + i, G.n_text_tokens);
-  p->greedy = TRUE;
+  golden_session_params (&G, i, TRUE, p);
 }
 
 static void
@@ -397,15 +392,8 @@ main (int argc, char **argv)
   const gboolean golden = ppx_test_golden_dir () != NULL;
   if (golden) {
     golden_model_setup (&G);
-    PpxModelParams mp;
-    ppx_model_params_init (&mp);
-    mp.model_dir = G.dir;
-    mp.backend = PPX_BACKEND_CPU;
-    m_cpu = ppx_model_load (&mp, &err);
-    g_assert_no_error (err);
-    mp.backend = PPX_BACKEND_CUDA;
-    m_gpu = ppx_model_load (&mp, &err);
-    g_assert_no_error (err);
+    m_cpu = golden_model_load (&G, PPX_BACKEND_CPU);
+    m_gpu = golden_model_load (&G, PPX_BACKEND_CUDA);
     fs = ppx_model_frame_size (m_gpu);
     const PpxStTensor *u = ppx_st_find (G.golden, "user_pcm");
     user_pcm = (const float *) u->data;

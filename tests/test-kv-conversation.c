@@ -9,13 +9,7 @@ static GoldenModel G;
 static void
 check (PpxKvFormat kv, double bound)
 {
-  PpxModelParams mp;
-  ppx_model_params_init (&mp);
-  mp.model_dir = G.dir;
-  mp.backend = PPX_BACKEND_CPU;
-  g_autoptr (GError) err = NULL;
-  PpxModel *m = ppx_model_load (&mp, &err);
-  g_assert_no_error (err);
+  PpxModel *m = golden_model_load (&G, PPX_BACKEND_CPU);
   PpxSession *ref = golden_lockstep_session (&G, m, PPX_KV_F32), *s = golden_lockstep_session (&G, m, kv);
   GoldenLockstep r;
   golden_lockstep_run (&G, ppx_model_frame_size (m), ref, s, &r);

@@ -173,13 +173,7 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   golden_model_setup (&G);
-  g_autoptr (GError) err = NULL;
-  PpxModelParams mp;
-  ppx_model_params_init (&mp);
-  mp.model_dir = G.dir;
-  mp.backend = PPX_BACKEND_CPU;
-  model = ppx_model_load (&mp, &err);
-  g_assert_no_error (err);
+  model = golden_model_load (&G, PPX_BACKEND_CPU);
   g_test_add_func ("/lm/golden/run", test_run);
   g_test_add_func ("/lm/golden/skip-depformer-steps", test_skip_depformer_steps);
   g_test_add_func ("/lm/golden/replay", test_replay);

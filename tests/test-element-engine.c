@@ -682,16 +682,21 @@ GST_END_TEST;
 /* Stream B starts (caps, then 20 ms buffers) @delay_ms after stream A's
  * frame ticked on the shared engine; returns the samples of B's first
  * answer (frame_size minus the lead of silence B's first frame began
- * with) and checks that B's answers continue its input's timeline. */
+ * with) and checks that B's answers continue its input's timeline.
+ * [*since_lo, *since_hi] (us) brackets how long after A's tick started B's
+ * first buffer arrived: the tick starts within A's last push, the lead is
+ * taken within B's first. */
 static guint
-first_answer_after (guint delay_ms, gboolean align, gboolean live)
+first_answer_after (guint delay_ms, gboolean align, gboolean live,
+    gint64 * since_lo, gint64 * since_hi)
 {
   GstElement *a = new_element ("align-test");
   GstElement *b = new_element ("align-test");
   GstHarness *ha, *hb;
   GstBuffer *buf;
   guint64 offset = 0;
-  guint first, n = 0, i;
+  guint first = 0, n = 0, i;
+  gint64 a0 = 0, a1 = 0, b0, b1;
 
   g_object_set (b, "batch-deadline", (guint64) 30 * GST_MSECOND,
       "align-frames", align, NULL);
@@ -699,13 +704,21 @@ first_answer_after (guint delay_ms, gboolean align, gboolean live)
   hb = gst_harness_new_with_element (b, "sink", "src");   /* no caps yet */
   gst_harness_set_live (hb, live);
   /* A's frame ticks alone (B is not in the wait set before its caps) */
-  for (i = 0; i < 4; i++)
+  for (i = 0; i < 4; i++) {
+    a0 = g_get_monotonic_time ();
     fail_unless_equals_int (gst_harness_push (ha,
             ppx_test_signal_buffer (i * 480, 480)), GST_FLOW_OK);
+    a1 = g_get_monotonic_time ();
+  }
   gst_buffer_unref (gst_harness_pull (ha));
   g_usleep (delay_ms * 1000);
   gst_harness_set_src_caps_str (hb, PPX_F32_CAPS);
   /* B: 20 ms buffers until two answers are out */
+  b0 = g_get_monotonic_time ();
+  fail_unless_equals_int (gst_harness_push (hb,
+          ppx_test_signal_buffer (offset, 480)), GST_FLOW_OK);
+  b1 = g_get_monotonic_time ();
+  offset += 480;
   while (gst_harness_buffers_received (hb) < 2) {
     fail_unless_equals_int (gst_harness_push (hb,
             ppx_test_signal_buffer (offset, 480)), GST_FLOW_OK);
@@ -727,25 +740,75 @@ first_answer_after (guint delay_ms, gboolean align, gboolean live)
   }
   gst_harness_teardown (hb);
   gst_harness_teardown (ha);
+  if (since_lo)
+    *since_lo = b0 - a1;
+  if (since_hi)
+    *since_hi = b1 - a0;
   return first;
+}
+
+/* The lead (samples) docs/element.md "Frame alignment" gives a stream of
+ * 20 ms buffers whose first buffer arrives @since_us after the others'
+ * tick started (their hand-in every 80 ms from then on): its first frame
+ * would be complete 60 ms after that buffer, @d after a hand-in; whole
+ * buffers of lead move it to the last arrival at or before the hand-in,
+ * none within 5 ms after it (the others wait), none from four periods on. */
+static guint
+documented_lead (gint64 since_us)
+{
+  const gint64 period = 80000, g = 20000, tol = 5000;
+  gint64 complete = since_us + period - g, d, lead;
+
+  if (complete >= 4 * period + g)
+    return 0;
+  d = complete % period;
+  lead = d > tol ? (d - tol + g - 1) / g * g : 0;
+  return lead >= period ? 0 : (guint) (lead * PPX_RATE / G_USEC_PER_SEC);
 }
 
 /* B starts 35 ms after A's tick with 20 ms buffers: its first frame would
  * be complete 115 ms after that tick, 35 ms after A's next frame (one 80 ms
  * period later), so it is led by the whole buffers that make it complete
  * at the last arrival before A's: 20 ms (480 samples), its first answer
- * 1440; one more buffer if the test ran more than 10 ms late. Without
- * align-frames, or with a source that is not live, no lead. */
+ * 1440. A loaded machine wakes the test late: the lead is checked against
+ * every lead the documented rule gives over the measured bracket of B's
+ * start, and the start is tried again (up to 8 times) while that bracket
+ * allows more than two. Without align-frames, or with a source that is not
+ * live, no lead. */
 GST_START_TEST (test_align_frames)
 {
-  guint first = first_answer_after (35, TRUE, TRUE);
+  guint attempt, first = 0, ok = 0, n_allowed = 0;
+  gint64 lo = 0, hi = 0, t;
 
-  GST_INFO ("first answer after a 35 ms start: %u samples", first);
-  fail_unless (first == PPX_FRAME - 480 || first == PPX_FRAME - 960,
-      "first answer %u samples: expected %d (a lead of one 20 ms buffer)",
-      first, PPX_FRAME - 480);
-  fail_unless_equals_int (first_answer_after (35, FALSE, TRUE), PPX_FRAME);
-  fail_unless_equals_int (first_answer_after (35, TRUE, FALSE), PPX_FRAME);
+  for (attempt = 0; attempt < 8; attempt++) {
+    guint allowed[8], j;
+
+    first = first_answer_after (35, TRUE, TRUE, &lo, &hi);
+    n_allowed = 0;
+    for (t = lo; t <= hi + 999; t += 1000) {
+      guint want = PPX_FRAME - documented_lead (MIN (t, hi));
+
+      for (j = 0; j < n_allowed && allowed[j] != want; j++);
+      if (j == n_allowed && n_allowed < G_N_ELEMENTS (allowed))
+        allowed[n_allowed++] = want;
+    }
+    ok = 0;
+    for (j = 0; j < n_allowed; j++)
+      ok |= allowed[j] == first;
+    GST_INFO ("attempt %u: B started %.1f..%.1f ms after A's tick, first "
+        "answer %u samples (%u allowed)", attempt, lo / 1e3, hi / 1e3, first,
+        n_allowed);
+    if (n_allowed <= 2)
+      break;
+  }
+  fail_unless (ok, "first answer %u samples, but B started %.1f..%.1f ms "
+      "after A's tick: the documented lead gives %u (a lead of one 20 ms "
+      "buffer on time)", first, lo / 1e3, hi / 1e3,
+      PPX_FRAME - documented_lead ((lo + hi) / 2));
+  fail_unless_equals_int (first_answer_after (35, FALSE, TRUE, NULL, NULL),
+      PPX_FRAME);
+  fail_unless_equals_int (first_answer_after (35, TRUE, FALSE, NULL, NULL),
+      PPX_FRAME);
 }
 
 GST_END_TEST;
@@ -793,7 +856,9 @@ fraction_ticked_together (GstElement * first, gboolean align, guint samples)
 /* Two live calls whose frames complete about 40 ms apart (half a frame):
  * with align-frames the second's first frame is led so that every tick
  * steps both; without it (and the default 20 ms batch-deadline) neither
- * frame waits long enough for the other and every tick steps one. */
+ * frame waits long enough for the other and every tick steps one. Real
+ * time on a shared machine: a pair of readings spoilt by the test waking
+ * late is taken again, up to three pairs. */
 GST_START_TEST (test_align_live_calls)
 {
   gchar *desc = g_strdup_printf ("audiotestsrc is-live=true wave=sine "
@@ -801,17 +866,22 @@ GST_START_TEST (test_align_live_calls)
       "personaplexduplex model-dir=\"%s\" greedy=true "
       "model-instance-id=align-live ! fakesink", model_dir);
   GstElement *first = gst_parse_launch (desc, NULL);
-  double aligned, unaligned;
+  double aligned = 0, unaligned = 1;
+  guint attempt;
 
   fail_unless (first != NULL);
   fail_if (gst_element_set_state (first, GST_STATE_PLAYING) ==
       GST_STATE_CHANGE_FAILURE);
   fail_unless (gst_element_get_state (first, NULL, NULL, 10 * GST_SECOND)
       == GST_STATE_CHANGE_SUCCESS);
-  aligned = fraction_ticked_together (first, TRUE, 10);
-  unaligned = fraction_ticked_together (first, FALSE, 10);
-  GST_INFO ("ticks with both calls: %.0f %% aligned, %.0f %% not aligned",
-      100 * aligned, 100 * unaligned);
+  for (attempt = 0; attempt < 3; attempt++) {
+    aligned = fraction_ticked_together (first, TRUE, 10);
+    unaligned = fraction_ticked_together (first, FALSE, 10);
+    GST_INFO ("attempt %u: ticks with both calls: %.0f %% aligned, %.0f %% "
+        "not aligned", attempt, 100 * aligned, 100 * unaligned);
+    if (aligned >= 0.9 && unaligned <= 0.5)
+      break;
+  }
   fail_unless (aligned >= 0.9, "aligned calls ticked together in %.0f %% "
       "of the readings", 100 * aligned);
   fail_unless (unaligned <= 0.5, "calls half a frame apart ticked together "

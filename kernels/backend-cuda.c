@@ -28,25 +28,28 @@
 
 #include <math.h>
 
+/* A device buffer grown on demand (device_buffer_grow). */
+typedef struct {
+  void *ptr;
+  gsize bytes;
+  gsize capture_need; /* bytes an op asked for during the recording (ppx_backend_graph_end grows it) */
+} DeviceBuffer;
+
 typedef struct {
   int device;
   void *stream;
   char device_name[256];
   GMutex scratch_lock;
-  void *scratch;
-  gsize scratch_bytes;
-  guint64 scratch_epoch; /* +1 whenever the scratch buffer moves: graphs recorded before are stale */
+  DeviceBuffer scratch;
+  guint64 scratch_epoch; /* +1 whenever the scratch buffer or the linear workspace moves: graphs recorded before are stale */
   GMutex rope_lock;
   GArray *rope_tables; /* RopeTable: device frequency tables by (Dh, max_period) */
   GMutex linear_lock;
-  void *linear_ws; /* split-K workspace of the linear kernels (cuda-kernels.h), grown on demand */
-  gsize linear_ws_bytes;
+  DeviceBuffer linear_ws; /* split-K workspace of the linear kernels (cuda-kernels.h) */
   /* graphs: one recording at a time per backend, on a stream of its own (capture_lock held throughout) */
   GMutex capture_lock;
   void *capture_stream;
   guint64 capture_epoch; /* scratch_epoch when the recording began */
-  gsize capture_need;    /* scratch bytes an op asked for during the recording */
-  gsize capture_linear_need; /* linear workspace bytes an op asked for during the recording */
   GArray *capture_rope;  /* RopeTable keys (freqs NULL) an op asked for during the recording */
 } CudaPriv;
 
@@ -107,33 +110,45 @@ check (PpxBackend *be, int err, const char *what)
   }
 }
 
-/* The scratch buffer, at least `bytes` large; call with scratch_lock held. NULL (and a critical) if the
- * device is out of memory. Growing waits for queued work that may still read the old buffer. */
+/* @b, at least @bytes large, its first @zero_bytes zeroed when it is new; call with scratch_lock held. NULL inside a
+ * recording (nothing may allocate there: the need is noted for ppx_backend_graph_end) and, with a critical, when the
+ * device is out of memory. Growing waits for queued work that may still read the old buffer and marks the graphs
+ * recorded with it stale (scratch_epoch). */
 static void *
-scratch_get (PpxBackend *be, gsize bytes)
+device_buffer_grow (PpxBackend *be, DeviceBuffer *b, gsize bytes, gsize zero_bytes, const char *what)
 {
   CudaPriv *p = PRIV (be);
-  if (bytes <= p->scratch_bytes)
-    return p->scratch;
-  if (tls_recording == be) { /* no allocation inside a recording: ppx_backend_graph_end grows it */
-    p->capture_need = MAX (p->capture_need, bytes);
+  if (bytes <= b->bytes)
+    return b->ptr;
+  if (tls_recording == be) {
+    b->capture_need = MAX (b->capture_need, bytes);
     return NULL;
   }
-  gsize want = MAX (bytes, p->scratch_bytes * 2);
-  check (be, ppx_cuda_stream_sync (p->stream), "scratch sync");
-  if (p->scratch)
-    check (be, ppx_cuda_free (p->scratch), "scratch free");
-  p->scratch = NULL;
-  p->scratch_bytes = 0;
+  gsize want = MAX (bytes, b->bytes * 2);
   p->scratch_epoch++;
-  int e = ppx_cuda_malloc (&p->scratch, want);
+  check (be, ppx_cuda_stream_sync (p->stream), what);
+  if (b->ptr)
+    check (be, ppx_cuda_free (b->ptr), what);
+  b->ptr = NULL;
+  b->bytes = 0;
+  int e = ppx_cuda_malloc (&b->ptr, want);
   if (e) {
-    g_critical ("CUDA backend (GPU %d): out of memory for %" G_GSIZE_FORMAT " scratch bytes: %s", p->device, want,
+    b->ptr = NULL;
+    g_critical ("CUDA backend (GPU %d): out of memory for %" G_GSIZE_FORMAT " bytes of %s: %s", p->device, want, what,
                 ppx_cuda_error_string (e));
     return NULL;
   }
-  p->scratch_bytes = want;
-  return p->scratch;
+  if (zero_bytes)
+    check (be, ppx_cuda_memset_async (b->ptr, 0, MIN (zero_bytes, want), p->stream), what);
+  b->bytes = want;
+  return b->ptr;
+}
+
+/* The scratch buffer, at least `bytes` large; call with scratch_lock held. */
+static void *
+scratch_get (PpxBackend *be, gsize bytes)
+{
+  return device_buffer_grow (be, &PRIV (be)->scratch, bytes, 0, "scratch");
 }
 
 static void
@@ -144,13 +159,13 @@ cuda_free (PpxBackend *be)
   check (be, ppx_cuda_stream_sync (p->stream), "final sync");
   if (ppx_cuda_profile_enabled ())
     ppx_cuda_profile_dump (p->device_name);
-  if (p->scratch)
-    ppx_cuda_free (p->scratch);
+  if (p->scratch.ptr)
+    ppx_cuda_free (p->scratch.ptr);
   for (guint i = 0; i < p->rope_tables->len; i++)
     ppx_cuda_free (g_array_index (p->rope_tables, RopeTable, i).freqs);
   g_array_free (p->rope_tables, TRUE);
-  if (p->linear_ws)
-    ppx_cuda_free (p->linear_ws);
+  if (p->linear_ws.ptr)
+    ppx_cuda_free (p->linear_ws.ptr);
   g_array_free (p->capture_rope, TRUE);
   if (p->capture_stream)
     ppx_cuda_stream_destroy (p->capture_stream);
@@ -342,33 +357,13 @@ static void *
 linear_workspace (PpxBackend *be, gsize bytes)
 {
   CudaPriv *p = PRIV (be);
-  if (bytes <= p->linear_ws_bytes)
-    return p->linear_ws;
-  if (tls_recording == be) { /* no allocation inside a recording: ppx_backend_graph_end grows it */
-    p->capture_linear_need = MAX (p->capture_linear_need, bytes);
-    return NULL;
-  }
-  gsize want = MAX (bytes, p->linear_ws_bytes * 2);
-  /* graphs recorded with the old workspace are stale (refused at launch and recorded again); scratch_lock
-   * is held until the new one exists, so no graph launch slips in between the sync and the free */
+  if (bytes <= p->linear_ws.bytes)
+    return p->linear_ws.ptr;
+  /* scratch_lock: no graph launch slips in between the sync and the free (the growth marks graphs stale) */
   g_mutex_lock (&p->scratch_lock);
-  p->scratch_epoch++;
-  check (be, ppx_cuda_stream_sync (p->stream), "linear workspace sync");
-  if (p->linear_ws)
-    check (be, ppx_cuda_free (p->linear_ws), "linear workspace free");
-  p->linear_ws = NULL;
-  p->linear_ws_bytes = 0;
-  int e = ppx_cuda_malloc (&p->linear_ws, want);
-  if (e) {
-    g_mutex_unlock (&p->scratch_lock);
-    g_critical ("CUDA backend (GPU %d): out of memory for %" G_GSIZE_FORMAT " bytes of linear workspace: %s", p->device,
-                want, ppx_cuda_error_string (e));
-    return NULL;
-  }
-  check (be, ppx_cuda_memset_async (p->linear_ws, 0, PPX_CUDA_LINEAR_COUNTER_BYTES, p->stream), "linear workspace zero");
-  p->linear_ws_bytes = want;
+  void *ws = device_buffer_grow (be, &p->linear_ws, bytes, PPX_CUDA_LINEAR_COUNTER_BYTES, "linear workspace");
   g_mutex_unlock (&p->scratch_lock);
-  return p->linear_ws;
+  return ws;
 }
 
 static void
@@ -391,20 +386,16 @@ cuda_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, 
   g_mutex_unlock (&PRIV (be)->linear_lock);
 }
 
-static void cuda_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D,
-                          float eps);
-
-/* One kernel where ppx_cuda_linear_rmsnorm_fuses (M <= 4, tensor-core weights), else the two ops. */
-static void
+/* One kernel where ppx_cuda_linear_rmsnorm_fuses (M <= 4, tensor-core weights); FALSE otherwise (backend.c then runs
+ * rmsnorm and linear). */
+static gboolean
 cuda_rmsnorm_linear (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, float eps, PpxTensor *h,
                      const PpxWeight *w, PpxTensor *y, gsize ldy, int M, gboolean accumulate)
 {
+  (void) h;
   PpxCudaWeight cw = device_weight (w);
-  if (!ppx_cuda_linear_rmsnorm_fuses (&cw, F32 (x), (size_t) cw.cols, F32 (alpha), M)) {
-    cuda_rmsnorm (be, x, alpha, h, M, (gsize) cw.cols, eps);
-    cuda_linear (be, w, h, (gsize) cw.cols, y, ldy, M, accumulate);
-    return;
-  }
+  if (!ppx_cuda_linear_rmsnorm_fuses (&cw, F32 (x), (size_t) cw.cols, F32 (alpha), M))
+    return FALSE;
   enter (be);
   PROF_SHAPE (be, "rmsnorm+%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format),
               cw.rows, cw.cols, M);
@@ -420,6 +411,7 @@ cuda_rmsnorm_linear (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha,
            "rmsnorm+linear");
   if (ws_bytes)
     g_mutex_unlock (&PRIV (be)->linear_lock);
+  return TRUE;
 }
 
 static void
@@ -690,10 +682,10 @@ cuda_graph_begin (PpxBackend *be, GError **error)
   if (!e) {
     g_mutex_lock (&p->scratch_lock);
     p->capture_epoch = p->scratch_epoch;
-    p->capture_need = 0;
+    p->scratch.capture_need = 0;
     g_mutex_unlock (&p->scratch_lock);
     g_mutex_lock (&p->linear_lock);
-    p->capture_linear_need = 0;
+    p->linear_ws.capture_need = 0;
     g_mutex_unlock (&p->linear_lock);
     g_array_set_size (p->capture_rope, 0);
     e = ppx_cuda_capture_begin (p->capture_stream);
@@ -729,15 +721,15 @@ cuda_graph_end (PpxBackend *be, GError **error)
   const gboolean rope_missing = p->capture_rope->len > 0;
   g_array_set_size (p->capture_rope, 0);
   g_mutex_lock (&p->linear_lock);
-  const gsize linear_need = p->capture_linear_need;
-  if (linear_need > p->linear_ws_bytes)
+  const gsize linear_need = p->linear_ws.capture_need;
+  if (linear_need > p->linear_ws.bytes)
     linear_workspace (be, linear_need); /* bumps scratch_epoch: checked below */
-  p->capture_linear_need = 0;
+  p->linear_ws.capture_need = 0;
   g_mutex_unlock (&p->linear_lock);
   g_mutex_lock (&p->scratch_lock);
-  const gsize need = p->capture_need;
+  const gsize need = p->scratch.capture_need;
   const gboolean moved = p->scratch_epoch != p->capture_epoch;
-  if (need > p->scratch_bytes)
+  if (need > p->scratch.bytes)
     scratch_get (be, need);
   const guint64 epoch = p->scratch_epoch;
   g_mutex_unlock (&p->scratch_lock);

@@ -5,6 +5,7 @@
  * backend's order (input channel, then tap). The streaming state is updated by a later launch than the one
  * that reads it, so no thread reads state that another thread of the same launch rewrites. */
 #include "cuda-common.cuh"
+#include "cuda-graph-timing.cuh"
 
 #include <math.h>
 #include <stdlib.h>
@@ -930,8 +931,6 @@ ppx_cuda_conv_time (int transposed, int act, int residual, int M, int Cin, int C
   const size_t sn = transposed ? (size_t) M * Cout * (g.tail > 0 ? g.tail : 1) : (size_t) M * Cin * (g.P > 0 ? g.P : 1);
   float *wbuf = NULL, *bias = NULL, *x = NULL, *st = NULL, *y = NULL, *scratch = NULL;
   cudaStream_t s = NULL;
-  cudaEvent_t ev[2] = {NULL, NULL};
-  double *times = new double[reps > 0 ? reps : 1];
   cudaGetLastError ();
   int e = (int) cudaStreamCreateWithFlags (&s, cudaStreamNonBlocking);
   if (!e)
@@ -946,10 +945,6 @@ ppx_cuda_conv_time (int transposed, int act, int residual, int M, int Cin, int C
     e = (int) cudaMalloc (&y, yn * sizeof (float));
   if (!e)
     e = (int) cudaMalloc (&scratch, scr * sizeof (float));
-  if (!e)
-    e = (int) cudaEventCreate (&ev[0]);
-  if (!e)
-    e = (int) cudaEventCreate (&ev[1]);
   struct {
     float *p;
     size_t n;
@@ -966,56 +961,10 @@ ppx_cuda_conv_time (int transposed, int act, int residual, int M, int Cin, int C
                         : conv1d_run (act, w, bias, x, streaming ? st : NULL, residual ? y : NULL, y, g, groups, pl,
                                       scratch, s);
     };
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    *step = "warm-up";
-    for (int i = 0; !e && i < (copies < calls ? copies : calls); i++)
-      e = call (i);
-    if (!e)
-      e = (int) cudaStreamSynchronize (s);
-    if (!e) {
-      *step = "capture";
-      e = (int) cudaStreamBeginCapture (s, cudaStreamCaptureModeThreadLocal);
-    }
-    if (!e) {
-      for (int i = 0; !e && i < calls; i++)
-        e = call (i);
-      const int e2 = (int) cudaStreamEndCapture (s, &graph);
-      e = e ? e : e2;
-    }
-    if (!e) {
-      *step = "replay";
-      e = (int) cudaGraphInstantiate (&exec, graph, 0);
-    }
-    if (!e)
-      e = (int) cudaGraphLaunch (exec, s);
-    for (int r = 0; !e && r < reps; r++) {
-      float ms = 0.0f;
-      if (!(e = (int) cudaEventRecord (ev[0], s)) && !(e = (int) cudaGraphLaunch (exec, s)) &&
-          !(e = (int) cudaEventRecord (ev[1], s)) && !(e = (int) cudaEventSynchronize (ev[1])) &&
-          !(e = (int) cudaEventElapsedTime (&ms, ev[0], ev[1])))
-        times[r] = 1000.0 * ms / calls;
-    }
-    if (!e) {
-      for (int i = 1; i < reps; i++)
-        for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
-          const double tmp = times[j];
-          times[j] = times[j - 1];
-          times[j - 1] = tmp;
-        }
-      us[p] = times[reps / 2];
-    }
-    if (exec)
-      cudaGraphExecDestroy (exec);
-    if (graph)
-      cudaGraphDestroy (graph);
+    e = ppx_time_graph (s, copies < calls ? copies : calls, calls, reps, call, &us[p], step);
   }
-  delete[] times;
   if (s)
     cudaStreamSynchronize (s);
-  for (int i = 0; i < 2; i++)
-    if (ev[i])
-      cudaEventDestroy (ev[i]);
   cudaFree (wbuf);
   cudaFree (bias);
   cudaFree (x);

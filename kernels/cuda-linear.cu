@@ -34,6 +34,7 @@
  * CUDA cores (f32 weights, int4 with other group sizes): one warp per weight row for up to 8 rows of x,
  * f32 fused multiply-adds in a fixed order (also independent of M and of the row's position). */
 #include "cuda-common.cuh"
+#include "cuda-graph-timing.cuh"
 
 #include <cuda_bf16.h>
 #include <stdlib.h>
@@ -217,6 +218,17 @@ tc_col (int col0, bool full, int q, int t)
   if (FMT == PPX_CUDA_W_BF16)
     return col0 + 32 * (q >> 1) + 8 * t + 4 * (q & 1);
   return col0 + 64 * (q >> 2) + 16 * t + 4 * (q & 3);
+}
+
+/* y[m, r] (+)= v, int8's row scale applied (the sum's last step, as the CPU backend's). */
+template <int FMT>
+__device__ __forceinline__ void
+tc_store_y (const TcArgs &a, int m, int64_t r, float v)
+{
+  if (FMT == PPX_CUDA_W_INT8)
+    v *= __ldg (a.scales + r);
+  float *yp = a.y + (size_t) m * a.ldy + r;
+  *yp = a.accumulate ? *yp + v : v;
 }
 
 template <int FMT, int CK, int NT>
@@ -614,26 +626,8 @@ tc_linear_kernel (TcArgs a)
   cp_async_wait<0> ();
   ppx_pdl_trigger ();
 
-  /* acc[rt][nt][i]: weight row row_base + 16 rt + g + 8 (i >> 1), x row 8 (wm NTW + nt) + 2 t + (i & 1) */
-  if (a.S == 1) {
-#pragma unroll
-    for (int rt = 0; rt < RTW; rt++)
-#pragma unroll
-      for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const int64_t r = row_base + 16 * rt + g + 8 * (i >> 1);
-          const int m = 8 * (wm * NTW + nt) + 2 * t + (i & 1);
-          if (r < a.rows && m < a.M) {
-            float v = acc[rt][nt][i];
-            if (FMT == PPX_CUDA_W_INT8)
-              v *= __ldg (a.scales + r);
-            float *yp = a.y + (size_t) m * a.ldy + r;
-            *yp = a.accumulate ? *yp + v : v;
-          }
-        }
-    return;
-  }
+  /* acc[rt][nt][i]: weight row row_base + 16 rt + g + 8 (i >> 1), x row 8 (wm NTW + nt) + 2 t + (i & 1); one leaf
+   * (S = 1) writes y, several write their partial sums for the last of them to add */
 #pragma unroll
   for (int rt = 0; rt < RTW; rt++)
 #pragma unroll
@@ -642,9 +636,15 @@ tc_linear_kernel (TcArgs a)
       for (int i = 0; i < 4; i++) {
         const int64_t r = row_base + 16 * rt + g + 8 * (i >> 1);
         const int m = 8 * (wm * NTW + nt) + 2 * t + (i & 1);
-        if (r < a.rows && m < a.M)
+        if (r >= a.rows || m >= a.M)
+          continue;
+        if (a.S == 1)
+          tc_store_y<FMT> (a, m, r, acc[rt][nt][i]);
+        else
           a.partials[((size_t) leaf * TC_MMAX + m) * a.rows + r] = acc[rt][nt][i];
       }
+  if (a.S == 1)
+    return;
   __threadfence ();
   __syncthreads ();
   if (tid == 0) {
@@ -674,10 +674,7 @@ tc_linear_kernel (TcArgs a)
         if (s0 + k < a.S)
           v = s0 + k == 0 ? p[k] : v + p[k];
     }
-    if (FMT == PPX_CUDA_W_INT8)
-      v *= __ldg (a.scales + r);
-    float *yp = a.y + (size_t) m * a.ldy + r;
-    *yp = a.accumulate ? *yp + v : v;
+    tc_store_y<FMT> (a, m, r, v);
   }
   if (tid == 0)
     a.counters[blockIdx.x] = 0u;
@@ -1206,62 +1203,17 @@ extern "C" int
 ppx_cuda_linear_time (const PpxCudaWeight *w, int n, const float *x, float *y, int M, void *workspace, int calls,
                       int reps, double *us, const char **step)
 {
-  *step = "warm-up";
+  *step = "stream";
   cudaStream_t s = NULL;
-  cudaGraph_t graph = NULL;
-  cudaGraphExec_t exec = NULL;
-  cudaEvent_t ev[2] = {NULL, NULL};
-  double *times = new double[reps > 0 ? reps : 1];
   cudaGetLastError (); /* nothing earlier is blamed on this */
   int e = (int) cudaStreamCreateWithFlags (&s, cudaStreamNonBlocking);
-  for (int i = 0; !e && i < n; i++) /* warm-up: module load, shared-memory attributes */
-    e = ppx_cuda_linear (&w[i], x, (size_t) w[i].cols, y, (size_t) w[i].rows, M, 0, workspace, s);
   if (!e)
-    e = (int) cudaStreamSynchronize (s);
-  if (!e)
-    *step = "capture";
-  if (!e)
-    e = (int) cudaStreamBeginCapture (s, cudaStreamCaptureModeThreadLocal);
-  if (!e) {
-    for (int i = 0; !e && i < calls; i++)
-      e = ppx_cuda_linear (&w[i % n], x, (size_t) w[0].cols, y, (size_t) w[0].rows, M, 0, workspace, s);
-    const int e2 = (int) cudaStreamEndCapture (s, &graph);
-    e = e ? e : e2;
-  }
-  if (!e)
-    *step = "replay";
-  if (!e)
-    e = (int) cudaGraphInstantiate (&exec, graph, 0);
-  if (!e)
-    e = (int) cudaEventCreate (&ev[0]);
-  if (!e)
-    e = (int) cudaEventCreate (&ev[1]);
-  if (!e)
-    e = (int) cudaGraphLaunch (exec, s);
-  for (int r = 0; !e && r < reps; r++) {
-    float ms = 0.0f;
-    if (!(e = (int) cudaEventRecord (ev[0], s)) && !(e = (int) cudaGraphLaunch (exec, s)) &&
-        !(e = (int) cudaEventRecord (ev[1], s)) && !(e = (int) cudaEventSynchronize (ev[1])) &&
-        !(e = (int) cudaEventElapsedTime (&ms, ev[0], ev[1])))
-      times[r] = 1000.0 * ms / calls;
-  }
-  if (!e) {
-    for (int i = 1; i < reps; i++) /* insertion sort for the median */
-      for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
-        const double tmp = times[j];
-        times[j] = times[j - 1];
-        times[j - 1] = tmp;
-      }
-    *us = times[reps / 2];
-  }
-  delete[] times;
-  for (int i = 0; i < 2; i++)
-    if (ev[i])
-      cudaEventDestroy (ev[i]);
-  if (exec)
-    cudaGraphExecDestroy (exec);
-  if (graph)
-    cudaGraphDestroy (graph);
+    e = ppx_time_graph (
+        s, n, calls, reps,
+        [&] (int i) {
+          return ppx_cuda_linear (&w[i % n], x, (size_t) w[0].cols, y, (size_t) w[0].rows, M, 0, workspace, s);
+        },
+        us, step);
   if (s)
     cudaStreamDestroy (s);
   cudaGetLastError ();

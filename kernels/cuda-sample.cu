@@ -66,6 +66,21 @@ block_argmax (ArgBest a, float *sv, int *si)
   return r;
 }
 
+/* The rank of candidate (ic, pc) among the n candidates (p descending, index ascending): how many come before
+ * it. index(o) and prob(o, index) read candidate o wherever the candidates are kept. */
+template <typename Index, typename Prob>
+__device__ __forceinline__ int
+candidate_rank (int n, int ic, float pc, Index index, Prob prob)
+{
+  int rank = 0;
+  for (int o = 0; o < n; o++) {
+    const int io = index (o);
+    const float po = prob (o, io);
+    rank += po > pc || (po == pc && io < ic);
+  }
+  return rank;
+}
+
 /* The exponential race: larger p/q wins, then the smaller rank (the CPU keeps the first strictly larger). */
 typedef struct {
   float v;
@@ -295,20 +310,10 @@ sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int str
   for (int c = threadIdx.x; c < n_cand; c += blockDim.x) {
     const int ic = in_smem ? cand_s[c] : cand[c];
     const float pc = in_smem ? cand_p[c] : P[ic];
-    int rank = 0;
-    if (in_smem) {
-      for (int o = 0; o < n_cand; o++) {
-        const int io = cand_s[o];
-        const float po = cand_p[o];
-        rank += po > pc || (po == pc && io < ic);
-      }
-    } else {
-      for (int o = 0; o < n_cand; o++) {
-        const int io = cand[o];
-        const float po = P[io];
-        rank += po > pc || (po == pc && io < ic);
-      }
-    }
+    const int rank = in_smem ? candidate_rank (n_cand, ic, pc, [&] (int o) { return cand_s[o]; },
+                                               [&] (int o, int) { return cand_p[o]; })
+                             : candidate_rank (n_cand, ic, pc, [&] (int o) { return cand[o]; },
+                                               [&] (int, int io) { return P[io]; });
     const float q = -logf (ppx_philox_uniform (seed, draw, (uint32_t) rank)); /* Exp(1) */
     best = race_combine (best, (Race) {pc / q, rank, ic});
   }

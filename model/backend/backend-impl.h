@@ -33,8 +33,9 @@ typedef struct {
   void (*silu_gate) (PpxBackend *be, const PpxTensor *h, PpxTensor *u, gsize rows, gsize H);
   void (*rmsnorm) (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D,
                    float eps);
-  /* optional (NULL: rmsnorm into h, then linear): ppx_op_rmsnorm_linear */
-  void (*rmsnorm_linear) (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, float eps, PpxTensor *h,
+  /* optional: ppx_op_rmsnorm_linear in one pass; FALSE (nothing done) where it cannot fuse, and NULL, leave it to
+   * rmsnorm into h, then linear */
+  gboolean (*rmsnorm_linear) (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, float eps, PpxTensor *h,
                           const PpxWeight *w, PpxTensor *y, gsize ldy, int M, gboolean accumulate);
   void (*layernorm) (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
                      gsize rows, gsize D, float eps);

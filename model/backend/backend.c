@@ -356,13 +356,12 @@ ppx_op_rmsnorm_linear (PpxBackend *be, const PpxTensor *x, const PpxTensor *alph
                        const PpxWeight *w, PpxTensor *y, gsize ldy, int M, gboolean accumulate)
 {
   g_return_if_fail (plain (x) && plain (alpha) && plain (h) && plain (y));
-  if (!be->ops->rmsnorm_linear) {
-    ppx_op_rmsnorm (be, x, alpha, h, M, (gsize) w->cols, eps);
-    ppx_op_linear (be, w, h, (gsize) w->cols, y, ldy, M, accumulate);
+  if (be->ops->rmsnorm_linear && be->ops->rmsnorm_linear (be, x, alpha, eps, h, w, y, ldy, M, accumulate)) {
+    COUNT (be, n_ops);
     return;
   }
-  COUNT (be, n_ops);
-  be->ops->rmsnorm_linear (be, x, alpha, eps, h, w, y, ldy, M, accumulate);
+  ppx_op_rmsnorm (be, x, alpha, h, M, (gsize) w->cols, eps);
+  ppx_op_linear (be, w, h, (gsize) w->cols, y, ldy, M, accumulate);
 }
 
 void

@@ -996,6 +996,12 @@ ppx_backend_cuda_pdl_active (PpxBackend *be)
 }
 
 void
+ppx_backend_cuda_fuse_gate (int mode)
+{
+  ppx_cuda_gate_fusion_set (mode);
+}
+
+void
 ppx_backend_cuda_pdl_allow (gboolean allow)
 {
   ppx_cuda_pdl_allow (allow);

@@ -83,8 +83,11 @@ int ppx_cuda_linear_rmsnorm (const PpxCudaWeight *w, const float *x, size_t ldx,
                              size_t ldy, int M, int accumulate, void *workspace, void *stream);
 /* y (+)= (silu(h[:, :cols]) * h[:, cols:2 cols]) W^T in one kernel, with the bits of ppx_cuda_silu_gate into a
  * buffer followed by ppx_cuda_linear; only where ppx_cuda_linear_gate_fuses (tensor-core weights, M <= 8, h dense
- * [M, 2 cols] on 16 bytes, cols a multiple of 4), else cudaErrorInvalidValue. workspace as for ppx_cuda_linear. */
+ * [M, 2 cols] on 16 bytes, cols a multiple of 4), else cudaErrorInvalidValue. workspace as for ppx_cuda_linear.
+ * Off unless switched on (not yet run on a GPU; docs/cuda.md): ppx_cuda_gate_fusion_set (1 on, 0 off, -1 the
+ * environment's PPX_CUDA_FUSE_GATE, off when unset). */
 #define PPX_CUDA_GATE_LINEAR_MAX_M 8
+void ppx_cuda_gate_fusion_set (int mode);
 int ppx_cuda_linear_gate_fuses (const PpxCudaWeight *w, const float *h, int M);
 int ppx_cuda_linear_gate (const PpxCudaWeight *w, const float *h, float *y, size_t ldy, int M, int accumulate,
                           void *workspace, void *stream);

@@ -1224,10 +1224,29 @@ ppx_cuda_linear_rmsnorm (const PpxCudaWeight *w, const float *x, size_t ldx, con
                     PPX_CUDA_STREAM (stream));
 }
 
+static int gate_fusion_mode = -1; /* -1: PPX_CUDA_FUSE_GATE decides (default 0) */
+
+extern "C" void
+ppx_cuda_gate_fusion_set (int mode)
+{
+  __atomic_store_n (&gate_fusion_mode, mode < 0 ? -1 : mode > 0, __ATOMIC_RELAXED);
+}
+
+static int
+gate_fusion_on (void)
+{
+  const int mode = __atomic_load_n (&gate_fusion_mode, __ATOMIC_RELAXED);
+  if (mode >= 0)
+    return mode;
+  const char *env = getenv ("PPX_CUDA_FUSE_GATE");
+  return env && atoi (env) > 0;
+}
+
 extern "C" int
 ppx_cuda_linear_gate_fuses (const PpxCudaWeight *w, const float *h, int M)
 {
-  return M >= 1 && M <= PPX_CUDA_GATE_LINEAR_MAX_M && tc_eligible (w) && w->cols % 4 == 0 && ((uintptr_t) h & 15) == 0;
+  return gate_fusion_on () && M >= 1 && M <= PPX_CUDA_GATE_LINEAR_MAX_M && tc_eligible (w) && w->cols % 4 == 0 &&
+         ((uintptr_t) h & 15) == 0;
 }
 
 extern "C" int

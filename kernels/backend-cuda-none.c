@@ -71,3 +71,8 @@ void
 ppx_backend_cuda_pdl_allow (gboolean allow)
 {
 }
+
+void
+ppx_backend_cuda_fuse_gate (int mode)
+{
+}

@@ -366,6 +366,26 @@ linear_workspace (PpxBackend *be, gsize bytes)
   return ws;
 }
 
+/* The split-K workspace a linear call on cw with M rows needs, linear_lock held while it is in use when there is
+ * one (*bytes > 0; release with linear_ws_release). NULL either when none is needed (*bytes == 0) or when it could
+ * not be had (the call is then skipped; the reason was reported). */
+static void *
+linear_ws_acquire (PpxBackend *be, const PpxCudaWeight *cw, int M, gsize *bytes)
+{
+  *bytes = ppx_cuda_linear_workspace_bytes (cw, M);
+  if (*bytes == 0)
+    return NULL;
+  g_mutex_lock (&PRIV (be)->linear_lock);
+  return linear_workspace (be, *bytes);
+}
+
+static void
+linear_ws_release (PpxBackend *be, gsize bytes)
+{
+  if (bytes)
+    g_mutex_unlock (&PRIV (be)->linear_lock);
+}
+
 static void
 cuda_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, PpxTensor *y, gsize ldy, int M,
              gboolean accumulate)
@@ -374,16 +394,11 @@ cuda_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, 
   PpxCudaWeight cw = device_weight (w);
   PROF_SHAPE (be, "%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format), cw.rows,
               cw.cols, M);
-  const gsize ws_bytes = ppx_cuda_linear_workspace_bytes (&cw, M);
-  if (ws_bytes == 0) {
-    check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, NULL, STREAM (be)), "linear");
-    return;
-  }
-  g_mutex_lock (&PRIV (be)->linear_lock);
-  void *ws = linear_workspace (be, ws_bytes);
-  if (ws)
+  gsize ws_bytes;
+  void *ws = linear_ws_acquire (be, &cw, M, &ws_bytes);
+  if (ws || !ws_bytes)
     check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, ws, STREAM (be)), "linear");
-  g_mutex_unlock (&PRIV (be)->linear_lock);
+  linear_ws_release (be, ws_bytes);
 }
 
 /* One kernel where ppx_cuda_linear_rmsnorm_fuses (M <= 4, tensor-core weights); FALSE otherwise (backend.c then runs
@@ -399,18 +414,34 @@ cuda_rmsnorm_linear (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha,
   enter (be);
   PROF_SHAPE (be, "rmsnorm+%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format),
               cw.rows, cw.cols, M);
-  const gsize ws_bytes = ppx_cuda_linear_workspace_bytes (&cw, M);
-  void *ws = NULL;
-  if (ws_bytes) {
-    g_mutex_lock (&PRIV (be)->linear_lock);
-    ws = linear_workspace (be, ws_bytes);
-  }
+  gsize ws_bytes;
+  void *ws = linear_ws_acquire (be, &cw, M, &ws_bytes);
   if (ws || !ws_bytes)
     check (be, ppx_cuda_linear_rmsnorm (&cw, F32 (x), (size_t) cw.cols, F32 (alpha), eps, F32 (y), ldy, M, accumulate,
                                         ws, STREAM (be)),
            "rmsnorm+linear");
-  if (ws_bytes)
-    g_mutex_unlock (&PRIV (be)->linear_lock);
+  linear_ws_release (be, ws_bytes);
+  return TRUE;
+}
+
+/* One kernel where ppx_cuda_linear_gate_fuses (M <= 8, tensor-core weights); FALSE otherwise (backend.c then runs
+ * silu_gate and linear). */
+static gboolean
+cuda_silu_gate_linear (PpxBackend *be, const PpxTensor *h, PpxTensor *u, const PpxWeight *w, PpxTensor *y, gsize ldy,
+                       int M, gboolean accumulate)
+{
+  (void) u;
+  PpxCudaWeight cw = device_weight (w);
+  if (!ppx_cuda_linear_gate_fuses (&cw, F32 (h), M))
+    return FALSE;
+  enter (be);
+  PROF_SHAPE (be, "silu_gate+%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format),
+              cw.rows, cw.cols, M);
+  gsize ws_bytes;
+  void *ws = linear_ws_acquire (be, &cw, M, &ws_bytes);
+  if (ws || !ws_bytes)
+    check (be, ppx_cuda_linear_gate (&cw, F32 (h), F32 (y), ldy, M, accumulate, ws, STREAM (be)), "silu_gate+linear");
+  linear_ws_release (be, ws_bytes);
   return TRUE;
 }
 
@@ -801,6 +832,7 @@ static const PpxBackendOps cuda_ops = {
   .silu_gate = cuda_silu_gate,
   .rmsnorm = cuda_rmsnorm,
   .rmsnorm_linear = cuda_rmsnorm_linear,
+  .silu_gate_linear = cuda_silu_gate_linear,
   .layernorm = cuda_layernorm,
   .transpose = cuda_transpose,
   .rope = cuda_rope,
@@ -961,6 +993,12 @@ gboolean
 ppx_backend_cuda_pdl_active (PpxBackend *be)
 {
   return be->ops == &cuda_ops && ppx_cuda_set_device (PRIV (be)->device) == 0 && ppx_cuda_pdl_mode () != 0;
+}
+
+void
+ppx_backend_cuda_fuse_gate (int mode)
+{
+  ppx_cuda_gate_fusion_set (mode);
 }
 
 void

@@ -42,5 +42,10 @@ gboolean ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxAct
 gboolean ppx_backend_cuda_pdl_active (PpxBackend *be);
 void ppx_backend_cuda_pdl_allow (gboolean allow);
 
+/* The FFN gate fused into the linear layer after it (ppx_op_silu_gate_linear; docs/cuda.md): off by default
+ * until it has run on a GPU; PPX_CUDA_FUSE_GATE=1 or fuse_gate(1) switches it on, fuse_gate(0) off, -1 back to
+ * the environment, process-wide for ops and recordings from then on. */
+void ppx_backend_cuda_fuse_gate (int mode);
+
 G_END_DECLS
 #endif

@@ -121,6 +121,13 @@ ppx_act_apply (int act, float a)
   return a;
 }
 
+/* silu(g) * v: ppx_cuda_silu_gate's arithmetic, which the gated linear layer repeats bit for bit. */
+__device__ __forceinline__ float
+ppx_silu_gate (float g, float v)
+{
+  return g / (1.0f + expf (-g)) * v;
+}
+
 __device__ __forceinline__ float
 ppx_warp_sum (float v)
 {

@@ -116,8 +116,7 @@ silu_gate_kernel (const float *h, float *u, size_t rows, size_t H)
   const size_t n = rows * H;
   for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x) {
     size_t r = i / H, c = i % H;
-    float g = h[r * 2 * H + c], v = h[r * 2 * H + H + c];
-    u[i] = g / (1.0f + expf (-g)) * v;
+    u[i] = ppx_silu_gate (h[r * 2 * H + c], h[r * 2 * H + H + c]);
   }
 }
 

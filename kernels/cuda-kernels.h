@@ -81,6 +81,16 @@ int ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *
 int ppx_cuda_linear_rmsnorm_fuses (const PpxCudaWeight *w, const float *x, size_t ldx, const float *alpha, int M);
 int ppx_cuda_linear_rmsnorm (const PpxCudaWeight *w, const float *x, size_t ldx, const float *alpha, float eps, float *y,
                              size_t ldy, int M, int accumulate, void *workspace, void *stream);
+/* y (+)= (silu(h[:, :cols]) * h[:, cols:2 cols]) W^T in one kernel, with the bits of ppx_cuda_silu_gate into a
+ * buffer followed by ppx_cuda_linear; only where ppx_cuda_linear_gate_fuses (tensor-core weights, M <= 8, h dense
+ * [M, 2 cols] on 16 bytes, cols a multiple of 4), else cudaErrorInvalidValue. workspace as for ppx_cuda_linear.
+ * Off unless switched on (not yet run on a GPU; docs/cuda.md): ppx_cuda_gate_fusion_set (1 on, 0 off, -1 the
+ * environment's PPX_CUDA_FUSE_GATE, off when unset). */
+#define PPX_CUDA_GATE_LINEAR_MAX_M 8
+void ppx_cuda_gate_fusion_set (int mode);
+int ppx_cuda_linear_gate_fuses (const PpxCudaWeight *w, const float *h, int M);
+int ppx_cuda_linear_gate (const PpxCudaWeight *w, const float *h, float *y, size_t ldy, int M, int accumulate,
+                          void *workspace, void *stream);
 /* Benchmarks: GPU time of one linear call (x [M, cols], y [M, rows], dense) in microseconds, the median of
  * `reps` replays of a CUDA graph of `calls` calls cycling over the n weights (one shape), on a stream of
  * its own. workspace as for ppx_cuda_linear. *step names the stage that failed. */

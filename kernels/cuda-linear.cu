@@ -109,6 +109,7 @@ struct TcArgs {
   float *partials;     /* [S][TC_MMAX][rows] when S > 1 */
   const float *alpha;  /* non-NULL (NT = 1 only): x is RMS-normalized first, rmsnorm_kernel's arithmetic */
   float eps;
+  int gate;            /* (NT = 1 only, no alpha): x rows hold [g | v] (v at x + K): the input is silu(g) * v */
   unsigned *counters;  /* one per row block, zero between launches */
 };
 
@@ -396,8 +397,26 @@ tc_linear_kernel (TcArgs a)
       v[i] = c + i < a.K ? __ldg (a.alpha + c + i) : 0.0f;
     return make_float4 (v[0], v[1], v[2], v[3]);
   };
+  /* The gate's other half for this thread's x record in stage st (row g, columns c .. c + 3 of x + K; zeros
+   * past M and K, where x is zero-filled and silu(0) * 0 = 0): written by the kernel before this one, so read
+   * after ppx_pdl_wait, through the L2, one stage ahead like the gains. */
+  auto gate_at = [&] (int st) {
+    const int col0 = st * TC_STAGE;
+    const int c = tc_col<FMT> (col0, col0 + TC_STAGE <= a.K, warp, t);
+    const float *vp = a.x + (size_t) g * a.ldx + a.K + c;
+    if (g < a.M && c + 3 < a.K && a.vec_x)
+      return __ldcg (reinterpret_cast<const float4 *> (vp));
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      v[i] = g < a.M && c + i < a.K ? __ldcg (vp + i) : 0.0f;
+    return make_float4 (v[0], v[1], v[2], v[3]);
+  };
+  /* what convert_x needs a stage ahead: the gains (rmsnorm) or the gate's other half */
+  auto aux_at = [&] (int st) { return a.alpha ? alpha_at (st) : gate_at (st); };
   /* this thread's x records of a slot, from f32 to the hi/lo bf16 split, in place (first x[c] * (alpha[c] *
-   * inv) with the row's inverse RMS, as rmsnorm_kernel computes it, when the call normalizes) */
+   * inv) with the row's inverse RMS, as rmsnorm_kernel computes it, when the call normalizes; silu(x[c]) *
+   * v[c] as silu_gate_kernel computes it, when it gates) */
   __shared__ float row_inv[8];
   auto convert_x = [&] (uint4 *slot, float4 al) {
 #pragma unroll
@@ -409,6 +428,9 @@ tc_linear_kernel (TcArgs a)
       if (NT == 1 && a.alpha) {
         const float inv = row_inv[g];
         v = make_float4 (v.x * (al.x * inv), v.y * (al.y * inv), v.z * (al.z * inv), v.w * (al.w * inv));
+      } else if (NT == 1 && a.gate) {
+        v = make_float4 (ppx_silu_gate (v.x, al.x), ppx_silu_gate (v.y, al.y), ppx_silu_gate (v.z, al.z),
+                         ppx_silu_gate (v.w, al.w));
       }
       const __nv_bfloat162 h01 = __floats2bfloat162_rn (v.x, v.y), h23 = __floats2bfloat162_rn (v.z, v.w);
       const float2 f01 = __bfloat1622float2 (h01), f23 = __bfloat1622float2 (h23);
@@ -605,12 +627,13 @@ tc_linear_kernel (TcArgs a)
     }
   }
   int rd = 0, wr_slot = D - 1; /* the slots read and written this step */
-  float4 al_next = NT == 1 && a.alpha && nstg > 0 ? alpha_at (st0) : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+  const bool aux = NT == 1 && (a.alpha || a.gate);
+  float4 al_next = aux && nstg > 0 ? aux_at (st0) : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
   for (int jj = 0; jj < nstg; jj++) {
     uint4 *slot = smem + rd * C::SLOT;
     const float4 al = al_next;
-    if (NT == 1 && a.alpha && jj + 1 < nstg)
-      al_next = alpha_at (st0 + jj + 1); /* a stage ahead: its latency hides behind this stage */
+    if (aux && jj + 1 < nstg)
+      al_next = aux_at (st0 + jj + 1); /* a stage ahead: its latency hides behind this stage */
     cp_async_wait<D - 2> (); /* this thread's copies of stage jj are done */
     convert_x (slot, al);
     __syncthreads (); /* everyone's copies of stage jj are visible; slot wr_slot (stage jj - 1) is read */
@@ -798,11 +821,12 @@ tc_launch_nt (const TcArgs &a, cudaStream_t s)
 
 static int
 tc_linear (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
-           const float *alpha, float eps, void *workspace, cudaStream_t s)
+           const float *alpha, float eps, int gate, void *workspace, cudaStream_t s)
 {
   TcArgs a = {};
   a.alpha = alpha;
   a.eps = eps;
+  a.gate = gate;
   a.w = (const uint8_t *) w->data;
   a.scales = w->scales;
   a.rows = w->rows;
@@ -1177,7 +1201,7 @@ ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, s
   cudaStream_t s = PPX_CUDA_STREAM (stream);
   const int ck = tc_eligible (w);
   if (ck)
-    return tc_linear (w, ck, x, ldx, y, ldy, M, accumulate, NULL, 0.0f, workspace, s);
+    return tc_linear (w, ck, x, ldx, y, ldy, M, accumulate, NULL, 0.0f, 0, workspace, s);
   return simt_linear (w, x, ldx, y, ldy, M, accumulate, s);
 }
 
@@ -1196,7 +1220,45 @@ ppx_cuda_linear_rmsnorm (const PpxCudaWeight *w, const float *x, size_t ldx, con
     return 0;
   if (!ppx_cuda_linear_rmsnorm_fuses (w, x, ldx, alpha, M))
     return (int) cudaErrorInvalidValue;
-  return tc_linear (w, tc_eligible (w), x, ldx, y, ldy, M, accumulate, alpha, eps, workspace, PPX_CUDA_STREAM (stream));
+  return tc_linear (w, tc_eligible (w), x, ldx, y, ldy, M, accumulate, alpha, eps, 0, workspace,
+                    PPX_CUDA_STREAM (stream));
+}
+
+static int gate_fusion_mode = -1; /* -1: PPX_CUDA_FUSE_GATE decides (default 0) */
+
+extern "C" void
+ppx_cuda_gate_fusion_set (int mode)
+{
+  __atomic_store_n (&gate_fusion_mode, mode < 0 ? -1 : mode > 0, __ATOMIC_RELAXED);
+}
+
+static int
+gate_fusion_on (void)
+{
+  const int mode = __atomic_load_n (&gate_fusion_mode, __ATOMIC_RELAXED);
+  if (mode >= 0)
+    return mode;
+  const char *env = getenv ("PPX_CUDA_FUSE_GATE");
+  return env && atoi (env) > 0;
+}
+
+extern "C" int
+ppx_cuda_linear_gate_fuses (const PpxCudaWeight *w, const float *h, int M)
+{
+  return gate_fusion_on () && M >= 1 && M <= PPX_CUDA_GATE_LINEAR_MAX_M && tc_eligible (w) && w->cols % 4 == 0 &&
+         ((uintptr_t) h & 15) == 0;
+}
+
+extern "C" int
+ppx_cuda_linear_gate (const PpxCudaWeight *w, const float *h, float *y, size_t ldy, int M, int accumulate,
+                      void *workspace, void *stream)
+{
+  if (M <= 0 || w->rows <= 0)
+    return 0;
+  if (!ppx_cuda_linear_gate_fuses (w, h, M))
+    return (int) cudaErrorInvalidValue;
+  return tc_linear (w, tc_eligible (w), h, 2 * (size_t) w->cols, y, ldy, M, accumulate, NULL, 0.0f, 1, workspace,
+                    PPX_CUDA_STREAM (stream));
 }
 
 extern "C" int

@@ -2,7 +2,8 @@
 # One device call that checks and measures the GPU path end to end (docs/performance.md quotes its output):
 #   1. test-backend-cuda: every op against the CPU backend, the golden conversation on the GPU;
 #   2. test-engine cuda: N = 1..8 sessions on one engine against their one-session runs;
-#   3. test-gpu-tick: device LMGen, graph API, the engine with graphs on/off;
+#   3. test-gpu-tick: device LMGen, graph API, the engine with graphs on/off; then (fuse-gate) the op test,
+#      the golden conversation and the engine's test with PPX_CUDA_FUSE_GATE=1;
 #   4. test-backend-cuda-sm80 (a -Dcuda-arch=80 build: on a newer GPU the driver must compile its compute_80
 #      PTX, i.e. the code path of A100/RTX 30xx): the batched-row linear test and the golden conversation;
 #   5. personaplex-bench --sweep at full context (--context 3000) on full-size random weights: int4 and int8
@@ -56,6 +57,11 @@ step engine 150 "$dir/bin/test-engine" cuda --verbose
 grep -E '^(ok|not ok)|Bail|differ' "$out/engine.log" | tail -14 | tee -a "$summary"
 step gpu-tick 90 "$dir/bin/test-gpu-tick" --verbose
 grep -E '^(ok|not ok)|Bail' "$out/gpu-tick.log" | tee -a "$summary"
+# the gate fused into the FFN's second linear layer (off by default until these pass): the op test, the golden
+# conversation and the engine's batched == alone with it on
+step fuse-gate 150 env PPX_CUDA_FUSE_GATE=1 sh -c '"$1" --verbose -p /cuda/silu-gate-linear -p /cuda/golden &&
+  PPX_TEST_ENGINE_SHORT=1 "$2" cuda --verbose' - "$dir/bin/test-backend-cuda" "$dir/bin/test-engine"
+grep -E '^(ok|not ok)|golden on|Bail|differ' "$out/fuse-gate.log" | tail -16 | tee -a "$summary"
 step jit-sm80 150 "$dir/bin/test-backend-cuda-sm80" --verbose -p /cuda/linear-batch -p /cuda/golden
 grep -E '^(ok|not ok)|golden on|Bail' "$out/jit-sm80.log" | tee -a "$summary"
 

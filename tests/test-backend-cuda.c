@@ -462,6 +462,53 @@ test_rmsnorm_linear (void)
   }
 }
 
+/* ppx_op_silu_gate_linear: the fused kernel (M <= 8, tensor-core weights, cols a multiple of 4) gives the bits of
+ * silu_gate then linear on the GPU, for every format, K tails and leaf splits, with and without accumulation; and
+ * the CPU's result within TOL. */
+static void
+check_silu_gate_linear (Fmt f, int64_t rows, int64_t cols, int M, gboolean accumulate)
+{
+  WPair w = wpair_random (f, rows, cols);
+  Pair h = pair_random ((gsize) M * 2 * cols), u = pair_random ((gsize) M * cols), u2 = pair_random ((gsize) M * cols);
+  Pair y = pair_random ((gsize) M * rows);
+  g_autofree float *y0 = g_new (float, (gsize) M * rows);
+  ppx_tensor_download (y.g, 0, y0, (gsize) M * rows);
+  Pair y2 = pair_new (PPX_TENSOR_F32, (gsize) M * rows, y0);
+  ppx_op_silu_gate_linear (cpu, h.c, u.c, w.c, y.c, rows, M, accumulate);
+  ppx_op_silu_gate_linear (gpu, h.g, u.g, w.g, y.g, rows, M, accumulate);
+  ppx_op_silu_gate (gpu, h.g, u2.g, M, cols);
+  ppx_op_linear (gpu, w.g, u2.g, cols, y2.g, rows, M, accumulate);
+  g_autofree char *what = g_strdup_printf ("silu_gate+linear %s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d%s",
+                                           fmt_name (f), rows, cols, M, accumulate ? " acc" : "");
+  assert_close (&y, TOL, what);
+  g_autofree float *a = g_new (float, (gsize) M * rows), *b = g_new (float, (gsize) M * rows);
+  ppx_tensor_download (y.g, 0, a, (gsize) M * rows);
+  ppx_tensor_download (y2.g, 0, b, (gsize) M * rows);
+  for (gsize i = 0; i < (gsize) M * rows; i++)
+    if (memcmp (&a[i], &b[i], sizeof (float)) != 0)
+      g_error ("%s: element %" G_GSIZE_FORMAT " is %.9g fused, %.9g as silu_gate then linear", what, i, a[i], b[i]);
+  pair_free (&h);
+  pair_free (&u);
+  pair_free (&u2);
+  pair_free (&y);
+  pair_free (&y2);
+  wpair_free (&w);
+}
+
+static void
+test_silu_gate_linear (void)
+{
+  ppx_backend_cuda_fuse_gate (1); /* off by default until this test has passed on a GPU */
+  for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
+    check_silu_gate_linear (formats[i], 129, 1000, 1, FALSE);  /* a K tail, K split into leaves */
+    check_silu_gate_linear (formats[i], 1024, 2816, 5, TRUE);  /* the depformer's linear_out shape */
+    check_silu_gate_linear (formats[i], 300, 4128, 8, FALSE);  /* the most rows fused */
+    check_silu_gate_linear (formats[i], 200, 512, 9, TRUE);    /* more: the two-op path */
+    check_silu_gate_linear (formats[i], 64, 998, 2, TRUE);     /* cols not a multiple of 4: the two-op path */
+  }
+  ppx_backend_cuda_fuse_gate (-1);
+}
+
 static void
 test_embed (void)
 {
@@ -1974,6 +2021,7 @@ main (int argc, char **argv)
     g_test_add_func ("/cuda/linear", test_linear);
     g_test_add_func ("/cuda/linear-batch", test_linear_batch);
     g_test_add_func ("/cuda/rmsnorm-linear", test_rmsnorm_linear);
+    g_test_add_func ("/cuda/silu-gate-linear", test_silu_gate_linear);
     g_test_add_func ("/cuda/embed", test_embed);
     g_test_add_func ("/cuda/elementwise", test_elementwise);
     g_test_add_func ("/cuda/rope", test_rope);

@@ -365,6 +365,19 @@ ppx_op_rmsnorm_linear (PpxBackend *be, const PpxTensor *x, const PpxTensor *alph
 }
 
 void
+ppx_op_silu_gate_linear (PpxBackend *be, const PpxTensor *h, PpxTensor *u, const PpxWeight *w, PpxTensor *y,
+                         gsize ldy, int M, gboolean accumulate)
+{
+  g_return_if_fail (plain (h) && plain (u) && plain (y));
+  if (be->ops->silu_gate_linear && be->ops->silu_gate_linear (be, h, u, w, y, ldy, M, accumulate)) {
+    COUNT (be, n_ops);
+    return;
+  }
+  ppx_op_silu_gate (be, h, u, M, (gsize) w->cols);
+  ppx_op_linear (be, w, u, (gsize) w->cols, y, ldy, M, accumulate);
+}
+
+void
 ppx_op_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
                   gsize rows, gsize D, float eps)
 {

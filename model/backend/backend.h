@@ -144,6 +144,11 @@ void ppx_op_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha,
  * h [M, cols] is scratch: it may or may not hold rmsnorm(x) afterwards. */
 void ppx_op_rmsnorm_linear (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, float eps, PpxTensor *h,
                             const PpxWeight *w, PpxTensor *y, gsize ldy, int M, gboolean accumulate);
+/* y[M, rows] (+)= (silu(h[:, :cols]) * h[:, cols:2 cols]) . W^T, h dense [M, 2 cols]: the same bits as
+ * ppx_op_silu_gate into u followed by ppx_op_linear (u, cols), in one kernel where the backend can (CUDA:
+ * tensor-core weights, M <= 8). u [M, cols] is scratch: it may or may not hold the gated values afterwards. */
+void ppx_op_silu_gate_linear (PpxBackend *be, const PpxTensor *h, PpxTensor *u, const PpxWeight *w, PpxTensor *y,
+                              gsize ldy, int M, gboolean accumulate);
 void ppx_op_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
                        gsize rows, gsize D, float eps);
 /* [M, A, B] -> [M, B, A] */

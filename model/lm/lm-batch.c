@@ -176,8 +176,7 @@ temporal_layers (PpxLmBatch *b, int M)
     ppx_op_attention (be, b->qkv, b->t_pos, b->slot, b->k[l], b->v[l], b->att, M, 1, H, Dh, c->context, c->context);
     ppx_op_linear (be, L->out_proj, b->att, d, b->x, d, M, TRUE);
     ppx_op_rmsnorm_linear (be, b->x, L->norm2, RMS_EPS, b->h, L->linear_in, b->ff, 2 * F, M, FALSE);
-    ppx_op_silu_gate (be, b->ff, b->u, M, F);
-    ppx_op_linear (be, L->linear_out, b->u, F, b->x, d, M, TRUE);
+    ppx_op_silu_gate_linear (be, b->ff, b->u, L->linear_out, b->x, d, M, TRUE);
   }
   ppx_op_rmsnorm (be, b->x, lm->out_norm, b->z, M, d, RMS_EPS);
 }
@@ -202,8 +201,7 @@ depformer_step (PpxLmBatch *b, int step, int M)
                       c->dep_q, G_MAXINT);
     ppx_op_linear (be, L->out_proj[step], b->datt, dd, b->dx, dd, M, TRUE);
     ppx_op_rmsnorm_linear (be, b->dx, L->norm2, RMS_EPS, b->dh, L->linear_in[step], b->dff, 2 * F, M, FALSE);
-    ppx_op_silu_gate (be, b->dff, b->du, M, F);
-    ppx_op_linear (be, L->linear_out[step], b->du, F, b->dx, dd, M, TRUE);
+    ppx_op_silu_gate_linear (be, b->dff, b->du, L->linear_out[step], b->dx, dd, M, TRUE);
   }
   ppx_op_linear (be, lm->linears[step], b->dx, dd, b->dlogit_step[step], c->card, M, FALSE);
 }

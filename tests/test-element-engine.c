@@ -684,8 +684,8 @@ GST_END_TEST;
  * answer (frame_size minus the lead of silence B's first frame began
  * with) and checks that B's answers continue its input's timeline.
  * [*since_lo, *since_hi] (us) brackets how long after A's tick started B's
- * first buffer arrived: the tick starts within A's last push, the lead is
- * taken within B's first. */
+ * first buffer arrived: the tick starts after A's last push began and before
+ * its answer is pulled, the lead is taken within B's first push. */
 static guint
 first_answer_after (guint delay_ms, gboolean align, gboolean live,
     gint64 * since_lo, gint64 * since_hi)
@@ -708,9 +708,9 @@ first_answer_after (guint delay_ms, gboolean align, gboolean live,
     a0 = g_get_monotonic_time ();
     fail_unless_equals_int (gst_harness_push (ha,
             ppx_test_signal_buffer (i * 480, 480)), GST_FLOW_OK);
-    a1 = g_get_monotonic_time ();
   }
   gst_buffer_unref (gst_harness_pull (ha));
+  a1 = g_get_monotonic_time ();
   g_usleep (delay_ms * 1000);
   gst_harness_set_src_caps_str (hb, PPX_F32_CAPS);
   /* B: 20 ms buffers until two answers are out */

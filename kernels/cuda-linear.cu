@@ -1235,11 +1235,17 @@ ppx_cuda_gate_fusion_set (int mode)
 static int
 gate_fusion_on (void)
 {
+  static int from_env = -1; /* PPX_CUDA_FUSE_GATE, read once */
   const int mode = __atomic_load_n (&gate_fusion_mode, __ATOMIC_RELAXED);
   if (mode >= 0)
     return mode;
-  const char *env = getenv ("PPX_CUDA_FUSE_GATE");
-  return env && atoi (env) > 0;
+  int env = __atomic_load_n (&from_env, __ATOMIC_RELAXED);
+  if (env < 0) {
+    const char *v = getenv ("PPX_CUDA_FUSE_GATE");
+    env = v && atoi (v) > 0;
+    __atomic_store_n (&from_env, env, __ATOMIC_RELAXED);
+  }
+  return env;
 }
 
 extern "C" int

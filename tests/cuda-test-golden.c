@@ -4,17 +4,6 @@
 
 /* ---- end to end: the golden conversation on the GPU ---- */
 
-static double
-rel_err (const float *a, const float *b, gsize n)
-{
-  double num = 0, den = 0;
-  for (gsize i = 0; i < n; i++) {
-    num = MAX (num, fabs ((double) a[i] - b[i]));
-    den = MAX (den, fabs ((double) b[i]));
-  }
-  return den > 0 ? num / den : num;
-}
-
 void
 test_golden (void)
 {
@@ -74,10 +63,10 @@ test_golden (void)
       pcm_err = MAX (pcm_err, fabs (out[i] - ((const float *) pcm->data)[(gsize) t * fs + i]));
     if (t < tl->shape[0]) {
       ppx_session_text_logits (s, logit);
-      text_rel = MAX (text_rel, rel_err (logit, (const float *) tl->data + (gsize) t * V, V));
+      text_rel = MAX (text_rel, golden_rel_err (logit, (const float *) tl->data + (gsize) t * V, V));
       for (int st = 0; st < nsteps; st++) {
         ppx_session_audio_logits (s, st, logit);
-        audio_rel = MAX (audio_rel, rel_err (logit, (const float *) al->data + ((gsize) t * nsteps + st) * card, card));
+        audio_rel = MAX (audio_rel, golden_rel_err (logit, (const float *) al->data + ((gsize) t * nsteps + st) * card, card));
       }
     }
   }

@@ -94,6 +94,19 @@ assert_same (const Pair *p, const char *what)
                (unsigned) a[i], b[i], (unsigned) b[i]);
 }
 
+/* The GPU sides of two f32 pairs hold the same bits (a fused op against its unfused ops: @b_how names those). */
+void
+assert_gpu_bits_equal (const Pair *a, const Pair *b, const char *what, const char *b_how)
+{
+  g_assert_cmpuint (a->n, ==, b->n);
+  g_autofree float *va = g_new (float, a->n), *vb = g_new (float, b->n);
+  ppx_tensor_download (a->g, 0, va, a->n);
+  ppx_tensor_download (b->g, 0, vb, b->n);
+  for (gsize i = 0; i < a->n; i++)
+    if (memcmp (&va[i], &vb[i], sizeof (float)) != 0)
+      g_error ("%s: element %" G_GSIZE_FORMAT " is %.9g fused, %.9g as %s", what, i, va[i], vb[i], b_how);
+}
+
 /* ---- paired weights ---- */
 
 /* bf16, int8 and int4 g32/g64/g128 take the tensor-core kernels; f32 and int4 g8/g48 the CUDA-core ones */

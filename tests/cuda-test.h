@@ -33,6 +33,7 @@ Pair pair_i32 (gsize n, const int32_t *v);
 double pair_err (const Pair *p, double *scale);
 void assert_close (const Pair *p, double tol, const char *what);
 void assert_same (const Pair *p, const char *what);
+void assert_gpu_bits_equal (const Pair *a, const Pair *b, const char *what, const char *b_how);
 
 /* ---- paired weights ---- */
 typedef struct {

@@ -4,6 +4,7 @@
 #define PPX_GOLDEN_MODEL_H
 
 #include <glib/gstdio.h>
+#include <math.h>
 #include <json-glib/json-glib.h>
 #include <unistd.h>
 
@@ -21,6 +22,18 @@ typedef struct {
   int n_text_tokens;
   int prompt_offset;
 } GoldenModel;
+
+/* max |a - b| / max |b| (max |a - b| when b is all zeros): how far logits are from the reference's */
+static inline double
+golden_rel_err (const float *a, const float *b, gsize n)
+{
+  double num = 0, den = 0;
+  for (gsize i = 0; i < n; i++) {
+    num = MAX (num, fabs ((double) a[i] - b[i]));
+    den = MAX (den, fabs ((double) b[i]));
+  }
+  return den > 0 ? num / den : num;
+}
 
 static inline void
 golden_model_setup (GoldenModel *g)

@@ -15,17 +15,6 @@ typedef struct {
   double pcm_err, text_rel, audio_rel;
 } RunResult;
 
-static double
-rel_err (const float *a, const float *b, gsize n)
-{
-  double num = 0, den = 0;
-  for (gsize i = 0; i < n; i++) {
-    num = MAX (num, fabs ((double) a[i] - b[i]));
-    den = MAX (den, fabs ((double) b[i]));
-  }
-  return den > 0 ? num / den : num;
-}
-
 static const char *voice_cache_dir;
 
 static RunResult
@@ -79,11 +68,11 @@ run (const char *voice, const char *tokens_name, const char *pcm_name, gboolean 
       r.pcm_err = MAX (r.pcm_err, fabs (out[i] - ((const float *) pcm->data)[(gsize) t * fs + i]));
     if (logits && t < tl->shape[0]) {
       ppx_session_text_logits (s, logit);
-      r.text_rel = MAX (r.text_rel, rel_err (logit, (const float *) tl->data + (gsize) t * V, V));
+      r.text_rel = MAX (r.text_rel, golden_rel_err (logit, (const float *) tl->data + (gsize) t * V, V));
       for (int st = 0; st < nsteps; st++) {
         ppx_session_audio_logits (s, st, logit);
         r.audio_rel = MAX (r.audio_rel,
-                           rel_err (logit, (const float *) al->data + ((gsize) t * nsteps + st) * card, card));
+                           golden_rel_err (logit, (const float *) al->data + ((gsize) t * nsteps + st) * card, card));
       }
     }
   }
@@ -154,7 +143,7 @@ test_voice_cache (void)
     const PpxStTensor *ge = ppx_st_find (G.golden, "voice_prompt_embeddings"), *gk = ppx_st_find (G.golden, "voice_prompt_cache");
     g_assert_true (e && k && ge && gk);
     g_assert_cmpint (ppx_st_numel (e), ==, ppx_st_numel (ge));
-    g_assert_cmpfloat (rel_err (e->data, ge->data, (gsize) ppx_st_numel (e)), <, 1e-6);
+    g_assert_cmpfloat (golden_rel_err (e->data, ge->data, (gsize) ppx_st_numel (e)), <, 1e-6);
     g_assert_cmpmem (k->data, k->nbytes, gk->data, gk->nbytes);
     ppx_st_close (c);
   }

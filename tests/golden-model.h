@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "audio-io.h"
+#include "personaplex-internal.h"
 #include "personaplex.h"
 #include "safetensors.h"
 #include "test-util.h"
@@ -82,6 +83,81 @@ golden_model_load (const GoldenModel *g, PpxBackendKind backend)
   PpxModel *m = ppx_model_load (&mp, &err);
   g_assert_no_error (err);
   return m;
+}
+
+/* The reference run's session: f32 KV cache (the reference computes in f32), `voice` (a WAV or .pt, or NULL),
+ * the whole text prompt, greedy. */
+static inline void
+golden_run_params (const GoldenModel *g, const char *voice, PpxSessionParams *p)
+{
+  ppx_session_params_init (p);
+  p->kv_format = PPX_KV_F32;
+  p->voice_prompt = voice;
+  p->voice_normalize = FALSE;
+  p->text_prompt_tokens = g->text_tokens;
+  p->n_text_prompt_tokens = g->n_text_tokens;
+  p->greedy = TRUE;
+}
+
+typedef struct {
+  int frames, token_mismatches;
+  double pcm_err, text_rel, audio_rel; /* PCM max abs error; logits: the largest golden_rel_err of a frame */
+} GoldenRun;
+
+/* Steps session `s` (after its prompts) through the golden user PCM, a frame of `frame_size` samples at a time,
+ * comparing the 17 tokens of every frame with `tokens_name` and the answer with `pcm_name` (golden.safetensors),
+ * and with `logits`, the text and every depformer step's audio logits with the reference's (the session must
+ * compute all depformer steps). The tokens go to *all_tokens (frames x 17, g_free) when it is not NULL. */
+static inline GoldenRun
+golden_run_conversation (const GoldenModel *g, PpxSession *s, int frame_size, const char *tokens_name,
+                     const char *pcm_name, gboolean logits, int **all_tokens)
+{
+  GoldenRun r = {0};
+  g_autoptr (GError) err = NULL;
+  const PpxStTensor *user = ppx_st_find (g->golden, "user_pcm"), *tok = ppx_st_find (g->golden, tokens_name),
+                    *pcm = ppx_st_find (g->golden, pcm_name), *tl = ppx_st_find (g->golden, "lm_run_text_logits"),
+                    *al = ppx_st_find (g->golden, "lm_run_audio_logits");
+  g_assert_true (user && tok && pcm && tl && al);
+  const int fs = frame_size, T = (int) tok->shape[0], V = (int) tl->shape[1];
+  const int card = (int) al->shape[2], nsteps = (int) al->shape[1];
+  g_assert_cmpint (tok->shape[1], ==, 17);
+  g_assert_cmpint (pcm->shape[0], ==, (gint64) T * fs);
+  const gint64 S = user->shape[0];
+  g_autofree float *in = g_new (float, fs), *out = g_new (float, fs), *logit = g_new (float, MAX (V, card));
+  if (all_tokens)
+    *all_tokens = g_new (int, T * 17);
+  for (int t = 0; t < T; t++) {
+    gint64 n = MIN (fs, S - (gint64) t * fs);
+    memset (in, 0, fs * sizeof (float));
+    if (n > 0)
+      memcpy (in, (const float *) user->data + (gsize) t * fs, n * sizeof (float));
+    PpxFrameResult fr;
+    g_assert_true (ppx_session_step (s, in, out, &fr, &err));
+    g_assert_no_error (err);
+    for (int k = 0; k < 17; k++) {
+      if (all_tokens)
+        (*all_tokens)[t * 17 + k] = fr.tokens[k];
+      if (fr.tokens[k] != ((const int64_t *) tok->data)[t * 17 + k]) {
+        if (r.token_mismatches < 8)
+          g_printerr ("frame %d stream %d: got %d expected %" G_GINT64_FORMAT "\n", t, k, fr.tokens[k],
+                      ((const int64_t *) tok->data)[t * 17 + k]);
+        r.token_mismatches++;
+      }
+    }
+    for (int i = 0; i < fs; i++)
+      r.pcm_err = MAX (r.pcm_err, fabs (out[i] - ((const float *) pcm->data)[(gsize) t * fs + i]));
+    if (logits && t < tl->shape[0]) {
+      ppx_session_text_logits (s, logit);
+      r.text_rel = MAX (r.text_rel, golden_rel_err (logit, (const float *) tl->data + (gsize) t * V, V));
+      for (int st = 0; st < nsteps; st++) {
+        ppx_session_audio_logits (s, st, logit);
+        r.audio_rel = MAX (r.audio_rel,
+                           golden_rel_err (logit, (const float *) al->data + ((gsize) t * nsteps + st) * card, card));
+      }
+    }
+  }
+  r.frames = T;
+  return r;
 }
 
 /* Session i of the engine schedule tests (test-engine-buckets, test-gpu-tick): no voice, the golden voice

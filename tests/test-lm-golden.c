@@ -10,73 +10,22 @@
 static GoldenModel G;
 static PpxModel *model;
 
-typedef struct {
-  int frames, token_mismatches;
-  double pcm_err, text_rel, audio_rel;
-} RunResult;
-
 static const char *voice_cache_dir;
 
-static RunResult
+static GoldenRun
 run (const char *voice, const char *tokens_name, const char *pcm_name, gboolean full_depformer, gboolean logits,
      int **all_tokens)
 {
-  RunResult r = {0};
   g_autoptr (GError) err = NULL;
   PpxSessionParams p;
-  ppx_session_params_init (&p);
-  p.kv_format = PPX_KV_F32; /* the golden reference computes in f32 */
-  p.voice_prompt = voice;
+  golden_run_params (&G, voice, &p);
   p.voice_cache_dir = voice_cache_dir;
-  p.voice_normalize = FALSE;
-  p.text_prompt_tokens = G.text_tokens;
-  p.n_text_prompt_tokens = G.n_text_tokens;
-  p.greedy = TRUE;
   PpxSession *s = ppx_session_new (model, &p, &err);
   g_assert_no_error (err);
   PpxLmGen *gen = ppx_session_lmgen (s);
   g_assert_cmpint (gen->offset, ==, G.prompt_offset);
   gen->full_depformer = full_depformer;
-  const PpxStTensor *user = ppx_st_find (G.golden, "user_pcm"), *tok = ppx_st_find (G.golden, tokens_name),
-                    *pcm = ppx_st_find (G.golden, pcm_name), *tl = ppx_st_find (G.golden, "lm_run_text_logits"),
-                    *al = ppx_st_find (G.golden, "lm_run_audio_logits");
-  g_assert_true (user && tok && pcm && tl && al);
-  const int fs = ppx_model_frame_size (model), T = (int) tok->shape[0], V = (int) tl->shape[1];
-  const int card = (int) al->shape[2], nsteps = (int) al->shape[1];
-  g_assert_cmpint (tok->shape[1], ==, 17);
-  g_assert_cmpint (pcm->shape[0], ==, (gint64) T * fs);
-  const gint64 S = user->shape[0];
-  g_autofree float *in = g_new (float, fs), *out = g_new (float, fs), *logit = g_new (float, MAX (V, card));
-  *all_tokens = g_new (int, T * 17);
-  for (int t = 0; t < T; t++) {
-    gint64 n = MIN (fs, S - (gint64) t * fs);
-    memset (in, 0, fs * sizeof (float));
-    if (n > 0)
-      memcpy (in, (const float *) user->data + (gsize) t * fs, n * sizeof (float));
-    PpxFrameResult fr;
-    g_assert_true (ppx_session_step (s, in, out, &fr, &err));
-    for (int k = 0; k < 17; k++) {
-      (*all_tokens)[t * 17 + k] = fr.tokens[k];
-      if (fr.tokens[k] != ((const int64_t *) tok->data)[t * 17 + k]) {
-        if (r.token_mismatches < 8)
-          g_printerr ("frame %d stream %d: got %d expected %" G_GINT64_FORMAT "\n", t, k, fr.tokens[k],
-                      ((const int64_t *) tok->data)[t * 17 + k]);
-        r.token_mismatches++;
-      }
-    }
-    for (int i = 0; i < fs; i++)
-      r.pcm_err = MAX (r.pcm_err, fabs (out[i] - ((const float *) pcm->data)[(gsize) t * fs + i]));
-    if (logits && t < tl->shape[0]) {
-      ppx_session_text_logits (s, logit);
-      r.text_rel = MAX (r.text_rel, golden_rel_err (logit, (const float *) tl->data + (gsize) t * V, V));
-      for (int st = 0; st < nsteps; st++) {
-        ppx_session_audio_logits (s, st, logit);
-        r.audio_rel = MAX (r.audio_rel,
-                           golden_rel_err (logit, (const float *) al->data + ((gsize) t * nsteps + st) * card, card));
-      }
-    }
-  }
-  r.frames = T;
+  GoldenRun r = golden_run_conversation (&G, s, ppx_model_frame_size (model), tokens_name, pcm_name, logits, all_tokens);
   ppx_session_free (s);
   return r;
 }
@@ -85,7 +34,7 @@ static void
 test_run (void)
 {
   g_autofree int *tokens = NULL;
-  RunResult r = run (G.voice_wav, "lm_run_out_tokens", "lm_run_pcm", TRUE, TRUE, &tokens);
+  GoldenRun r = run (G.voice_wav, "lm_run_out_tokens", "lm_run_pcm", TRUE, TRUE, &tokens);
   g_printerr ("run: %d frames, %d token mismatches, pcm max abs err %.3g, text logits rel %.3g, audio logits rel %.3g\n",
               r.frames, r.token_mismatches, r.pcm_err, r.text_rel, r.audio_rel);
   g_assert_cmpint (r.token_mismatches, ==, 0);
@@ -99,8 +48,8 @@ static void
 test_skip_depformer_steps (void)
 {
   g_autofree int *full = NULL, *skipped = NULL;
-  RunResult a = run (G.voice_wav, "lm_run_out_tokens", "lm_run_pcm", TRUE, FALSE, &full);
-  RunResult b = run (G.voice_wav, "lm_run_out_tokens", "lm_run_pcm", FALSE, FALSE, &skipped);
+  GoldenRun a = run (G.voice_wav, "lm_run_out_tokens", "lm_run_pcm", TRUE, FALSE, &full);
+  GoldenRun b = run (G.voice_wav, "lm_run_out_tokens", "lm_run_pcm", FALSE, FALSE, &skipped);
   g_assert_cmpint (a.frames, ==, b.frames);
   g_assert_cmpmem (full, a.frames * 17 * sizeof (int), skipped, b.frames * 17 * sizeof (int));
   g_assert_cmpint (b.token_mismatches, ==, 0);
@@ -110,7 +59,7 @@ static void
 test_replay (void)
 {
   g_autofree int *tokens = NULL;
-  RunResult r = run (G.voice_pt, "lm_replay_out_tokens", "lm_replay_pcm", FALSE, FALSE, &tokens);
+  GoldenRun r = run (G.voice_pt, "lm_replay_out_tokens", "lm_replay_pcm", FALSE, FALSE, &tokens);
   g_printerr ("replay: %d frames, %d token mismatches, pcm max abs err %.3g\n", r.frames, r.token_mismatches,
               r.pcm_err);
   g_assert_cmpint (r.token_mismatches, ==, 0);
@@ -126,7 +75,7 @@ test_voice_cache (void)
   voice_cache_dir = dir;
   for (int pass = 0; pass < 2; pass++) {
     g_autofree int *tokens = NULL;
-    RunResult r = run (G.voice_wav, "lm_run_out_tokens", "lm_run_pcm", FALSE, FALSE, &tokens);
+    GoldenRun r = run (G.voice_wav, "lm_run_out_tokens", "lm_run_pcm", FALSE, FALSE, &tokens);
     g_assert_cmpint (r.token_mismatches, ==, 0);
     g_assert_cmpfloat (r.pcm_err, <, 1e-4);
     g_autoptr (GDir) d = g_dir_open (dir, 0, NULL);

@@ -393,7 +393,8 @@ fixture_http (FixtureServer *s, const char *method, const char *path, const char
   if (ms)
     *ms = (g_get_monotonic_time () - t0) / 1000.0;
   if (body)
-    *body = bytes ? g_strndup (g_bytes_get_data (bytes, NULL), g_bytes_get_size (bytes)) : g_strdup ("");
+    *body = bytes && g_bytes_get_size (bytes) ? g_strndup (g_bytes_get_data (bytes, NULL), g_bytes_get_size (bytes))
+                                              : g_strdup ("");
   return soup_message_get_status (msg);
 }
 

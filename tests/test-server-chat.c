@@ -242,6 +242,36 @@ test_params (void)
   fixture_server_free (s);
 }
 
+/* Join time (connect to handshake) of calls one after the other, printed (docs/server.md quotes it; not a timed
+ * assertion): a .pt voice and a text prompt, as the reference client asks. */
+static void
+test_join_time (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  const char *params[] = {"voice_prompt", "NATF0.pt", "text_prompt",
+                          "You are a wise and friendly teacher. Answer questions or provide advice in a clear and "
+                          "engaging way.", NULL};
+  g_autoptr (GArray) joins = g_array_new (FALSE, FALSE, sizeof (double));
+  for (int i = 0; i < 10; i++) {
+    g_autoptr (PpxChatCall) call = fixture_call_new (s, params, NULL, PPX_CHAT_PACE_FAST, FALSE);
+    while (!ppx_chat_call_get_record (call)->handshake_us && !ppx_chat_call_is_finished (call))
+      g_main_context_iteration (NULL, TRUE);
+    double ms = ppx_chat_record_join_ms (ppx_chat_call_get_record (call));
+    g_assert_cmpfloat (ms, >, 0);
+    g_array_append_val (joins, ms);
+    ppx_chat_call_close (call);
+    g_assert_true (ppx_chat_call_wait (call, 10000));
+    for (int t = 0; t < 500 && fixture_server_log_count (s, "torn down") < (guint) i + 1; t++)
+      g_usleep (10000);
+  }
+  g_array_sort (joins, compare_doubles);
+  g_printerr ("join time (connect to handshake) over %u calls, a .pt voice and the reference client's default text prompt: median %.1f ms, "
+              "p90 %.1f ms, max %.1f ms\n", joins->len, g_array_index (joins, double, joins->len / 2),
+              g_array_index (joins, double, joins->len * 9 / 10), g_array_index (joins, double, joins->len - 1));
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -252,5 +282,6 @@ main (int argc, char **argv)
   g_test_add_func ("/server-chat/handshake-after-prompts", test_handshake_after_prompts);
   g_test_add_func ("/server-chat/two-calls-equal-solo", test_two_calls_equal_solo);
   g_test_add_func ("/server-chat/params", test_params);
+  g_test_add_func ("/server-chat/join-time", test_join_time);
   return g_test_run ();
 }

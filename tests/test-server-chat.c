@@ -124,16 +124,11 @@ test_handshake_after_prompts (void)
   for (int i = 0; i < 2; i++) {
     const char *params[] = {"voice_prompt", voices[i], NULL};
     g_autoptr (PpxChatCall) call = fixture_call_new (s, params, NULL, PPX_CHAT_PACE_FAST, FALSE);
-    gint64 deadline = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
-    while (!ppx_chat_call_get_record (call)->handshake_us && !ppx_chat_call_is_finished (call) &&
-           g_get_monotonic_time () < deadline)
-      g_main_context_iteration (NULL, TRUE);
+    g_assert_true (fixture_call_until_handshake (call, 60000));
     const PpxChatRecord *r = ppx_chat_call_get_record (call);
-    g_assert_cmpint (r->handshake_us, >, 0);
     g_assert_cmpint (event (r, 0)->kind, ==, PPX_CHAT_HANDSHAKE);
     join[i] = ppx_chat_record_join_ms (r);
-    ppx_chat_call_close (call);
-    g_assert_true (ppx_chat_call_wait (call, 10000));
+    fixture_call_close (call);
   }
   g_printerr ("join with a 1 s voice prompt: %.1f ms; with a 60 s one: %.1f ms\n", join[0], join[1]);
   g_assert_cmpfloat (join[1], >, join[0]);
@@ -222,12 +217,9 @@ test_params (void)
                              "text_prompt", "You are a wise and friendly teacher.", "voice_prompt", "NATF0", NULL};
   for (int i = 0; i < 2; i++) {
     g_autoptr (PpxChatCall) call = fixture_call_new (s, reference, NULL, PPX_CHAT_PACE_FAST, FALSE);
-    while (!ppx_chat_call_get_record (call)->handshake_us && !ppx_chat_call_is_finished (call))
-      g_main_context_iteration (NULL, TRUE);
+    g_assert_true (fixture_call_until_handshake (call, 60000));
     g_assert_cmpuint (ppx_chat_call_get_record (call)->http_status, ==, 101);
-    g_assert_cmpint (ppx_chat_call_get_record (call)->handshake_us, >, 0);
-    ppx_chat_call_close (call);
-    g_assert_true (ppx_chat_call_wait (call, 10000));
+    fixture_call_close (call);
     g_assert_true (fixture_server_wait_log (s, "ended: closed by the client", 10000));
     for (int tries = 0; fixture_server_log_count (s, "torn down") < (guint) i + 1 && tries < 500; tries++)
       g_usleep (20000);
@@ -254,13 +246,10 @@ test_join_time (void)
   g_autoptr (GArray) joins = g_array_new (FALSE, FALSE, sizeof (double));
   for (int i = 0; i < 10; i++) {
     g_autoptr (PpxChatCall) call = fixture_call_new (s, params, NULL, PPX_CHAT_PACE_FAST, FALSE);
-    while (!ppx_chat_call_get_record (call)->handshake_us && !ppx_chat_call_is_finished (call))
-      g_main_context_iteration (NULL, TRUE);
+    g_assert_true (fixture_call_until_handshake (call, 60000));
     double ms = ppx_chat_record_join_ms (ppx_chat_call_get_record (call));
-    g_assert_cmpfloat (ms, >, 0);
     g_array_append_val (joins, ms);
-    ppx_chat_call_close (call);
-    g_assert_true (ppx_chat_call_wait (call, 10000));
+    fixture_call_close (call);
     for (int t = 0; t < 500 && fixture_server_log_count (s, "torn down") < (guint) i + 1; t++)
       g_usleep (10000);
   }

@@ -20,37 +20,6 @@ call_with (FixtureServer *s, const char *token, gboolean in_query, const char *c
   return call;
 }
 
-/* Runs until the handshake (or the end); TRUE if the handshake came. */
-static gboolean
-until_handshake (PpxChatCall *call)
-{
-  gint64 deadline = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
-  while (!ppx_chat_call_get_record (call)->handshake_us && !ppx_chat_call_is_finished (call) &&
-         g_get_monotonic_time () < deadline)
-    g_main_context_iteration (NULL, TRUE);
-  return ppx_chat_call_get_record (call)->handshake_us != 0;
-}
-
-static void
-close_call (PpxChatCall *call)
-{
-  ppx_chat_call_close (call);
-  g_assert_true (ppx_chat_call_wait (call, 10000));
-}
-
-static void
-wait_idle (FixtureServer *s)
-{
-  for (int i = 0; i < 500; i++) {
-    g_autofree char *body = NULL;
-    fixture_http (s, NULL, "/health", NULL, &body, NULL);
-    if (strstr (body, "\"sessions\":0"))
-      return;
-    g_usleep (20000);
-  }
-  g_assert_not_reached ();
-}
-
 /* A missing or wrong token gets 401 before the upgrade and no call starts; the header and the query both work;
  * /metrics needs it, /health does not. */
 static void
@@ -73,8 +42,8 @@ test_token (void)
   g_assert_cmpuint (fixture_server_log_count (s, "started"), ==, 0);
   for (int q = 0; q < 2; q++) {
     g_autoptr (PpxChatCall) call = call_with (s, "s3cret-token", q, NULL);
-    g_assert_true (until_handshake (call));
-    close_call (call);
+    g_assert_true (fixture_call_until_handshake (call, 60000));
+    fixture_call_close (call);
   }
   ws = raw_ws_connect (s, "/ws?token=s3cret-token", NULL);
   g_assert_cmpuint (ws->status, ==, 101);
@@ -86,7 +55,7 @@ test_token (void)
                                                                              NULL}, NULL, NULL), ==, 200);
   g_assert_cmpuint (fixture_http (s, NULL, "/api/voices", NULL, NULL, NULL), ==, 401);
   g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 200);
-  wait_idle (s);
+  g_assert_true (fixture_server_wait_idle (s, 10000));
   g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
   fixture_server_free (s);
 }
@@ -108,7 +77,7 @@ test_health_and_metrics (void)
                                "\"default\":null}");
   g_autoptr (PpxChatAudio) audio = fixture_speech (2, 1.0);
   g_autoptr (PpxChatCall) call = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, FALSE);
-  g_assert_true (until_handshake (call));
+  g_assert_true (fixture_call_until_handshake (call, 60000));
   g_autoptr (PpxChatCall) refused = call_with (s, NULL, FALSE, NULL);
   g_assert_true (ppx_chat_call_wait (refused, 10000));
   g_assert_cmpuint (ppx_chat_call_get_record (refused)->http_status, ==, 503);
@@ -118,8 +87,8 @@ test_health_and_metrics (void)
   g_assert_nonnull (strstr (full, "\"free\":0"));
   while (ppx_chat_call_get_record (call)->answer_samples < 20000 && !ppx_chat_call_is_finished (call))
     g_main_context_iteration (NULL, TRUE);
-  close_call (call);
-  wait_idle (s);
+  fixture_call_close (call);
+  g_assert_true (fixture_server_wait_idle (s, 10000));
   g_assert_cmpuint (fixture_http (s, NULL, "/metrics", NULL, &metrics, NULL), ==, 200);
   const char *series[] = {
     "personaplex_sessions_active 0", "personaplex_sessions_capacity 1",
@@ -148,7 +117,7 @@ test_drain (void)
   FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", "--drain-timeout", "3", NULL});
   g_autoptr (PpxChatAudio) audio = fixture_speech (2, 20.0);
   g_autoptr (PpxChatCall) call = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, FALSE);
-  g_assert_true (until_handshake (call));
+  g_assert_true (fixture_call_until_handshake (call, 60000));
   fixture_server_signal (s, SIGTERM);
   g_assert_true (fixture_server_wait_log (s, "draining", 5000));
   g_autofree char *health = NULL;
@@ -168,7 +137,7 @@ test_drain (void)
 
   s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
   g_autoptr (PpxChatCall) second = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, FALSE);
-  g_assert_true (until_handshake (second));
+  g_assert_true (fixture_call_until_handshake (second, 60000));
   fixture_server_signal (s, SIGTERM);
   g_assert_true (fixture_server_wait_log (s, "draining", 5000));
   gint64 t0 = g_get_monotonic_time ();
@@ -197,9 +166,9 @@ test_tls (void)
     g_assert_cmpint (st.st_mode & 077, ==, 0);
     g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 200);
     g_autoptr (PpxChatCall) call = call_with (s, NULL, FALSE, NULL);
-    g_assert_true (until_handshake (call));
-    close_call (call);
-    wait_idle (s);
+    g_assert_true (fixture_call_until_handshake (call, 60000));
+    fixture_call_close (call);
+    g_assert_true (fixture_server_wait_idle (s, 10000));
     g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
     fixture_server_free (s);
   }
@@ -223,11 +192,14 @@ test_static (void)
                {"assets/index-1a2b.js", "console.log(1)", "text/javascript; charset=utf-8"},
                {"assets/index-3c4d.css", "body{}", "text/css; charset=utf-8"},
                {"assets/decoderWorker.min.wasm", "\0asm", "application/wasm"},
-               {"assets/favicon.ico", "ico", "image/x-icon"}};
+               {"assets/favicon.ico", "ico", "image/x-icon"},
+               {"assets/empty.txt", "", "text/plain; charset=utf-8"}}; /* an empty file: an empty body */
   for (guint i = 0; i < G_N_ELEMENTS (files); i++) {
     g_autofree char *p = g_build_filename (dir, files[i].path, NULL);
     g_assert_true (g_file_set_contents (p, files[i].content, -1, NULL));
   }
+  g_autofree char *wasm = g_build_filename (dir, "assets", "decoderWorker.min.wasm", NULL);
+  g_assert_true (g_file_set_contents (wasm, "\0asm\1\0\0\0", 8, NULL));
   g_autofree char *hidden = g_build_filename (dir, ".env", NULL);
   g_file_set_contents (hidden, "SECRET=1", -1, NULL);
   FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "1", "--static", dir, NULL});
@@ -235,7 +207,10 @@ test_static (void)
   for (guint i = 0; i < G_N_ELEMENTS (files); i++) {
     g_autofree char *url = g_strconcat (s->url, files[i].path, NULL);
     g_autoptr (SoupMessage) msg = soup_message_new ("GET", url);
-    g_autoptr (GBytes) body = soup_session_send_and_read (session, msg, NULL, NULL);
+    g_autoptr (GError) error = NULL;
+    g_autoptr (GBytes) body = soup_session_send_and_read (session, msg, NULL, &error);
+    if (error)
+      g_printerr ("GET %s: %s\n", url, error->message);
     g_assert_cmpuint (soup_message_get_status (msg), ==, 200);
     g_assert_cmpstr (soup_message_headers_get_one (soup_message_get_response_headers (msg), "Content-Type"), ==,
                      files[i].type);

@@ -41,35 +41,12 @@ test_ice_upnp (void)
   }
 }
 
-static guint
-health_sessions (FixtureServer *s)
-{
-  g_autofree char *body = NULL;
-  fixture_http (s, NULL, "/health", NULL, &body, NULL);
-  const char *at = strstr (body, "\"sessions\":");
-  return at ? (guint) g_ascii_strtoull (at + 11, NULL, 10) : G_MAXUINT;
-}
-
-/* The server's memory after one call of `path` came and went (what the first call allocates once, threads and
- * plugins, is not what an attack costs). */
-static guint64
-warm_rss (FixtureServer *s, const char *path)
-{
-  RawWs *ws = raw_ws_connect (s, path, NULL);
-  g_usleep (500000);
-  raw_ws_free (ws);
-  for (int i = 0; i < 500 && (health_sessions (s) != 0 || !fixture_server_log_count (s, "torn down")); i++)
-    g_usleep (20000);
-  g_usleep (200000);
-  return fixture_server_rss_kb (s);
-}
-
 /* 1. One text frame without FIN, then 65,000-byte continuation frames, up to 300 MB. */
 static void
 fragmented (const char *path)
 {
   FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
-  guint64 rss0 = warm_rss (s, path);
+  guint64 rss0 = fixture_server_warm_rss_kb (s, path);
   RawWs *ws = raw_ws_connect (s, path, NULL);
   g_assert_cmpuint (ws->status, ==, 101);
   g_autofree char *chunk = g_strnfill (65000, 'a');
@@ -120,11 +97,11 @@ test_unanswered (void)
   g_assert_cmpuint (b->status, ==, 101);
   g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 503);
   gint64 t0 = g_get_monotonic_time ();
-  while (health_sessions (s) != 0 && g_get_monotonic_time () - t0 < 15 * G_USEC_PER_SEC)
+  while (fixture_server_sessions (s) != 0 && g_get_monotonic_time () - t0 < 15 * G_USEC_PER_SEC)
     g_usleep (100000);
   double took = (g_get_monotonic_time () - t0) / 1e6;
   g_printerr ("two silent sockets held their slots %.1f s\n", took);
-  g_assert_cmpuint (health_sessions (s), ==, 0);
+  g_assert_cmpuint (fixture_server_sessions (s), ==, 0);
   g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 200);
   g_assert_cmpuint (fixture_server_log_count (s, "torn down (timeout)"), ==, 2);
   raw_ws_free (a);
@@ -235,8 +212,7 @@ test_origin (void)
       RawWs *ws = raw_ws_connect (s, paths[i], allowed[k] ? (const char *const[]){allowed[k], NULL} : NULL);
       g_assert_cmpuint (ws->status, ==, 101);
       raw_ws_free (ws);
-      for (int t = 0; t < 500 && health_sessions (s) != 0; t++)
-        g_usleep (20000);
+      g_assert_true (fixture_server_wait_idle (s, 10000));
     }
     g_autofree char *wrong_port = g_strdup_printf ("Origin: http://127.0.0.1:%u", s->port + 1);
     RawWs *other = raw_ws_connect (s, paths[i], (const char *const[]){wrong_port, NULL});
@@ -253,7 +229,7 @@ static void
 test_ice_flood (void)
 {
   FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
-  guint64 rss0 = warm_rss (s, "/ws");
+  guint64 rss0 = fixture_server_warm_rss_kb (s, "/ws");
   RawWs *ws = raw_ws_connect (s, "/ws", NULL);
   g_assert_cmpuint (ws->status, ==, 101);
   for (gboolean offer = FALSE; !offer;) { /* the offer comes once the call's prompts are done */

@@ -811,7 +811,7 @@ cuda_graph_free (PpxGraph *graph)
 }
 
 static const PpxBackendOps cuda_ops = {
-  .name = "cuda",
+  .kind = PPX_BACKEND_CUDA,
   .kv_formats = (1u << PPX_TENSOR_F32) | (1u << PPX_TENSOR_BF16) | (1u << PPX_TENSOR_FP8),
   .free = cuda_free,
   .sync = cuda_sync,

@@ -2,8 +2,6 @@
 
 #include <math.h>
 
-G_DEFINE_QUARK (ppx-error-quark, ppx_error)
-
 static const struct {
   const char *name;
   gsize size;

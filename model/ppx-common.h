@@ -4,13 +4,13 @@
 
 #include <glib.h>
 
-#include "personaplex.h"
+#include "ppx-types.h"
 #include <stdint.h>
 #include <string.h>
 
 G_BEGIN_DECLS
 
-/* The error domain and codes are public: see personaplex.h. */
+/* The error domain and codes, and the public enums with their names: ppx-types.h. */
 
 typedef enum {
   PPX_DTYPE_F32,

@@ -40,12 +40,8 @@ load_config (PpxConfig *cfg, const char *preset, const char *config_path, GError
 static gboolean
 parse_format (const char *name, PpxQuantization *out, GError **error)
 {
-  const PpxQuantization all[] = {PPX_QUANT_BF16, PPX_QUANT_INT8, PPX_QUANT_INT4};
-  for (guint i = 0; i < G_N_ELEMENTS (all); i++)
-    if (g_strcmp0 (name, ppx_quant_format_name (all[i])) == 0) {
-      *out = all[i];
-      return TRUE;
-    }
+  if (ppx_quantization_from_name (name, out) && *out != PPX_QUANT_AUTO)
+    return TRUE;
   g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "unknown format '%s' (expected bf16, int8 or int4)", name);
   return FALSE;
 }

@@ -139,20 +139,25 @@ finish_settings (RunSettings *s, const RawOptions *raw, GError **error)
       return FALSE;
     }
   }
-  if (raw->quantization && !run_quantization_from_name (raw->quantization, &s->quantization)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--quantization '%s': use auto, bf16, int8 or int4",
-                 raw->quantization);
-    return FALSE;
-  }
-  if (raw->backend && !run_backend_from_name (raw->backend, &s->backend)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--backend '%s': use auto, cpu or cuda", raw->backend);
-    return FALSE;
-  }
-  if (raw->kv_cache_format && !run_kv_format_from_name (raw->kv_cache_format, &s->kv_cache_format)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--kv-cache-format '%s': use auto, f32, bf16 or fp8",
-                 raw->kv_cache_format);
-    return FALSE;
-  }
+  const struct {
+    const char *option, *value;
+    gboolean ok;
+    const char *const *names;
+  } choices[] = {
+    {"--quantization", raw->quantization, !raw->quantization || ppx_quantization_from_name (raw->quantization, &s->quantization),
+     ppx_quantization_names ()},
+    {"--backend", raw->backend, !raw->backend || ppx_backend_kind_from_name (raw->backend, &s->backend),
+     ppx_backend_kind_names ()},
+    {"--kv-cache-format", raw->kv_cache_format,
+     !raw->kv_cache_format || ppx_kv_format_from_name (raw->kv_cache_format, &s->kv_cache_format),
+     ppx_kv_format_names ()},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (choices); i++)
+    if (!choices[i].ok) {
+      g_autofree char *names = ppx_names_choice (choices[i].names);
+      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "%s '%s': use %s", choices[i].option, choices[i].value, names);
+      return FALSE;
+    }
   const struct { const char *name; double value; } temps[] = {{"--temp-audio", s->temp_audio},
                                                               {"--temp-text", s->temp_text}};
   for (guint i = 0; i < G_N_ELEMENTS (temps); i++)

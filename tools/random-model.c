@@ -302,7 +302,7 @@ write_checkpoint (GPtrArray *manifest, PpxDType float_dtype, PpxQuantization for
   ppx_st_writer_set_metadata (w, "format", "pt");
   ppx_st_writer_set_metadata (w, "generator", g_get_prgname () ? g_get_prgname () : "personaplex");
   if (format == PPX_QUANT_INT8 || format == PPX_QUANT_INT4) {
-    ppx_st_writer_set_metadata (w, PPX_QUANT_META_FORMAT, ppx_quant_format_name (format));
+    ppx_st_writer_set_metadata (w, PPX_QUANT_META_FORMAT, ppx_quantization_name (format));
     ppx_st_writer_set_metadata (w, PPX_QUANT_META_VERSION, PPX_QUANT_FORMAT_VERSION);
     if (format == PPX_QUANT_INT4) {
       g_autofree char *gs = g_strdup_printf ("%d", RANDOM_MODEL_INT4_GROUP_SIZE);

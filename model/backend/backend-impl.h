@@ -5,7 +5,7 @@
 #include "backend.h"
 
 typedef struct {
-  const char *name;
+  PpxBackendKind kind; /* which backend this is (its name: ppx_backend_kind_name) */
   /* TRUE when weights may keep pointing into host memory given with borrow (the CPU backend's
    * zero-copy mmap); FALSE when every weight is copied to the device, so host files can be closed. */
   gboolean borrows_host_memory;

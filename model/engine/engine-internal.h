@@ -7,11 +7,6 @@
 #include "model-internal.h"
 #include "voice-prompt.h"
 
-/* The KV format PPX_KV_AUTO stands for: bf16, half of f32's memory; on the golden model it keeps every
- * golden token (docs/quantization.md, "KV cache"). Golden tests that compare with the f32 reference ask
- * for PPX_KV_F32 explicitly. */
-#define PPX_KV_DEFAULT PPX_KV_BF16
-
 /* max_sessions <= 0: as many as fit in the backend's free memory, at most this many on the CPU (where the
  * tick's cost grows linearly with the batch) and on a GPU. */
 #define PPX_ENGINE_AUTO_MAX_CPU 64
@@ -102,7 +97,5 @@ gboolean ppx_engine_lm_call (PpxEngine *e, PpxSession *s, const int *user, const
 /* Tests: pad ticks to buckets as on a GPU, also on a backend without graphs (the CPU: there the padded and
  * unpadded ticks must agree bit for bit). Call before the first tick. */
 void ppx_engine_force_buckets (PpxEngine *e, gboolean on);
-/* Resolves PPX_KV_AUTO. */
-PpxKvFormat ppx_engine_resolve_kv (PpxKvFormat f);
 
 #endif

@@ -8,12 +8,6 @@
 
 #include <math.h>
 
-PpxKvFormat
-ppx_engine_resolve_kv (PpxKvFormat f)
-{
-  return f == PPX_KV_AUTO ? PPX_KV_DEFAULT : f;
-}
-
 /* ---- memory ---- */
 
 /* Device bytes of an engine with n slots: LM caches + LM scratch, Mimi state + scratch, PCM/code staging. */
@@ -29,7 +23,7 @@ engine_bytes (const PpxModel *m, PpxKvFormat kv, int n)
 guint64
 ppx_model_session_bytes (const PpxModel *m, PpxKvFormat kv)
 {
-  kv = ppx_engine_resolve_kv (kv);
+  kv = ppx_kv_format_resolve (kv);
   return engine_bytes (m, kv, 2) - engine_bytes (m, kv, 1);
 }
 
@@ -37,7 +31,7 @@ ppx_model_session_bytes (const PpxModel *m, PpxKvFormat kv)
 static int
 auto_sessions (PpxModel *m, PpxKvFormat kv)
 {
-  const gboolean cpu = g_strcmp0 (ppx_backend_name (m->be), "cpu") == 0;
+  const gboolean cpu = ppx_backend_kind (m->be) == PPX_BACKEND_CPU;
   const int cap = cpu ? PPX_ENGINE_AUTO_MAX_CPU : PPX_ENGINE_AUTO_MAX_GPU;
   const guint64 free_bytes = ppx_backend_free_bytes (m->be);
   if (free_bytes == 0)
@@ -76,7 +70,7 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   PpxEngine *e = g_new0 (PpxEngine, 1);
   e->refcount = 1;
   e->model = ppx_model_ref (model);
-  e->kv = ppx_engine_resolve_kv (params->kv_format);
+  e->kv = ppx_kv_format_resolve (params->kv_format);
   const int n = e->max_sessions = params->max_sessions > 0 ? params->max_sessions : auto_sessions (model, e->kv);
   g_mutex_init (&e->lock);
   g_cond_init (&e->turn);

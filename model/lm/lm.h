@@ -7,7 +7,6 @@
 
 #include "backend.h"
 #include "config.h"
-#include "personaplex.h"
 #include "safetensors.h"
 
 G_BEGIN_DECLS

@@ -14,6 +14,7 @@ typedef struct {
   void (*free) (PpxBackend *be);
   void (*sync) (PpxBackend *be);
   guint64 (*free_bytes) (PpxBackend *be); /* may be NULL: unknown */
+  const char *(*device_name) (const PpxBackend *be); /* may be NULL: the backend names no device */
   void *(*alloc) (PpxBackend *be, gsize bytes, GError **error);
   void (*dealloc) (PpxBackend *be, void *ptr, gsize bytes);
   void (*upload) (PpxBackend *be, void *dst, const void *src, gsize bytes);

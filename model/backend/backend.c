@@ -70,6 +70,12 @@ ppx_backend_kind (const PpxBackend *be)
   return be->ops->kind;
 }
 
+const char *
+ppx_backend_device_name (const PpxBackend *be)
+{
+  return be->ops->device_name ? be->ops->device_name (be) : NULL;
+}
+
 void
 ppx_backend_sync (PpxBackend *be)
 {

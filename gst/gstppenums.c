@@ -8,22 +8,27 @@
 
 #define MAX_VALUES 8
 
-/* Registers a GEnum whose value i has the nick nicks[i] (NULL-terminated)
- * and the description blurbs[i] (n_blurbs of them, one per nick); values
- * has room for them and the terminator, and lives as long as the type. */
+/* The GEnum registered once in @type: value i has the nick nicks[i]
+ * (NULL-terminated) and the description blurbs[i] (n_blurbs of them, one
+ * per nick); @values has room for them and the terminator and lives as long
+ * as the type. */
 static GType
-register_enum (const char *type_name, const char *const *nicks,
+enum_type (gsize * type, const char *type_name, const char *const *nicks,
     const char *const *blurbs, guint n_blurbs, GEnumValue * values)
 {
-  guint i;
-  for (i = 0; nicks[i]; i++) {
-    g_assert (i < n_blurbs && i < MAX_VALUES - 1);
-    values[i].value = (gint) i;
-    values[i].value_name = blurbs[i];
-    values[i].value_nick = nicks[i];
+  if (g_once_init_enter (type)) {
+    guint i;
+
+    for (i = 0; nicks[i]; i++) {
+      g_assert (i < n_blurbs && i < MAX_VALUES - 1);
+      values[i].value = (gint) i;
+      values[i].value_name = blurbs[i];
+      values[i].value_nick = nicks[i];
+    }
+    g_assert (i == n_blurbs);
+    g_once_init_leave (type, g_enum_register_static (type_name, values));
   }
-  g_assert (i == n_blurbs);
-  return g_enum_register_static (type_name, values);
+  return *type;
 }
 
 GType
@@ -38,13 +43,8 @@ gst_personaplex_quantization_get_type (void)
     [PPX_QUANT_INT4] = "4-bit weights, one scale per group",
   };
 
-  if (g_once_init_enter (&type)) {
-    GType t = register_enum ("GstPersonaplexQuantization",
-        ppx_quantization_names (), blurbs,
-        G_N_ELEMENTS (blurbs), values);
-    g_once_init_leave (&type, t);
-  }
-  return type;
+  return enum_type (&type, "GstPersonaplexQuantization",
+      ppx_quantization_names (), blurbs, G_N_ELEMENTS (blurbs), values);
 }
 
 GType
@@ -58,13 +58,8 @@ gst_personaplex_backend_get_type (void)
     [PPX_BACKEND_CUDA] = "CUDA backend (fails if unavailable)",
   };
 
-  if (g_once_init_enter (&type)) {
-    GType t = register_enum ("GstPersonaplexBackend",
-        ppx_backend_kind_names (), blurbs,
-        G_N_ELEMENTS (blurbs), values);
-    g_once_init_leave (&type, t);
-  }
-  return type;
+  return enum_type (&type, "GstPersonaplexBackend",
+      ppx_backend_kind_names (), blurbs, G_N_ELEMENTS (blurbs), values);
 }
 
 GType
@@ -79,11 +74,6 @@ gst_personaplex_kv_cache_format_get_type (void)
     [PPX_KV_FP8] = "8-bit float e4m3 with one scale per position and head",
   };
 
-  if (g_once_init_enter (&type)) {
-    GType t = register_enum ("GstPersonaplexKvCacheFormat",
-        ppx_kv_format_names (), blurbs,
-        G_N_ELEMENTS (blurbs), values);
-    g_once_init_leave (&type, t);
-  }
-  return type;
+  return enum_type (&type, "GstPersonaplexKvCacheFormat",
+      ppx_kv_format_names (), blurbs, G_N_ELEMENTS (blurbs), values);
 }

@@ -4,6 +4,7 @@
 #include "config.h"
 #include "manifest.h"
 #include "safetensors.h"
+#include "test-util.h"
 
 #include <glib/gstdio.h>
 #include <math.h>
@@ -36,20 +37,6 @@ run_tool (const char *name, const char *const *extra_args)
   if (!g_spawn_check_wait_status (status, &error))
     g_error ("%s failed: %s\n%s", tool, error->message, err_text);
   return dir;
-}
-
-static void
-remove_dir (const char *dir)
-{
-  GDir *d = g_dir_open (dir, 0, NULL);
-  const char *name;
-  while (d && (name = g_dir_read_name (d))) {
-    g_autofree char *p = g_build_filename (dir, name, NULL);
-    g_unlink (p);
-  }
-  if (d)
-    g_dir_close (d);
-  g_rmdir (dir);
 }
 
 static gboolean
@@ -146,9 +133,9 @@ test_tiny (void)
   g_assert_true (same_file (a, b, "config.json"));
   g_assert_false (same_file (a, c, LM_FILE));
   g_assert_false (same_file (a, c, MIMI_FILE));
-  remove_dir (a);
-  remove_dir (b);
-  remove_dir (c);
+  ppx_test_remove_tree (a);
+  ppx_test_remove_tree (b);
+  ppx_test_remove_tree (c);
 }
 
 static void
@@ -171,8 +158,8 @@ test_partial_and_config (void)
   g_assert_cmpint (cfg.lm.dim, ==, 64); /* the override applies over the tiny preset */
   g_autoptr (GPtrArray) manifest = ppx_manifest_lm (&cfg.lm);
   check_checkpoint (l, LM_FILE, manifest, PPX_DTYPE_BF16, FALSE);
-  remove_dir (l);
-  remove_dir (m);
+  ppx_test_remove_tree (l);
+  ppx_test_remove_tree (m);
   g_unlink (cfg_path);
 }
 
@@ -221,7 +208,7 @@ test_full_mimi (void)
   g_assert_cmpint (g_stat (path, &sb), ==, 0);
   g_assert_cmpint ((gint64) sb.st_size, >, (gint64) 96151393 * 4);
   g_assert_cmpint ((gint64) sb.st_size, <, (gint64) 96151393 * 4 + 65536);
-  remove_dir (dir);
+  ppx_test_remove_tree (dir);
 }
 
 int
@@ -239,7 +226,7 @@ main (int argc, char **argv)
     g_test_add_func ("/make-model/bad-arguments", test_bad_arguments);
   }
   int rc = g_test_run ();
-  remove_dir (tmp_root);
+  ppx_test_remove_tree (tmp_root);
   g_free (tmp_root);
   return rc;
 }

@@ -19,24 +19,6 @@
 
 static char *tmp_root;
 
-static void
-remove_tree (const char *path)
-{
-  if (g_file_test (path, G_FILE_TEST_IS_DIR) && !g_file_test (path, G_FILE_TEST_IS_SYMLINK)) {
-    GDir *d = g_dir_open (path, 0, NULL);
-    const char *name;
-    while (d && (name = g_dir_read_name (d))) {
-      g_autofree char *p = g_build_filename (path, name, NULL);
-      remove_tree (p);
-    }
-    if (d)
-      g_dir_close (d);
-    g_rmdir (path);
-  } else {
-    g_unlink (path);
-  }
-}
-
 /* Runs the tool; returns its exit status; *err_text gets stderr. */
 static int
 run_quantize (const char *const *args, char **out_text, char **err_text)
@@ -659,7 +641,7 @@ main (int argc, char **argv)
     g_test_add_func ("/quant-load/tool-errors", test_tool_errors);
   }
   int rc = g_test_run ();
-  remove_tree (tmp_root);
+  ppx_test_remove_tree (tmp_root);
   g_free (tmp_root);
   return rc;
 }

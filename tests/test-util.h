@@ -3,6 +3,7 @@
 #define PPX_TEST_UTIL_H
 
 #include <glib.h>
+#include <glib/gstdio.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -30,6 +31,25 @@ ppx_test_golden_or_skip (void)
     exit (PPX_TEST_SKIP);
   }
   return d;
+}
+
+/* Removes a file, or a directory and everything below it (symbolic links are removed, not followed). */
+static inline void
+ppx_test_remove_tree (const char *path)
+{
+  if (g_file_test (path, G_FILE_TEST_IS_DIR) && !g_file_test (path, G_FILE_TEST_IS_SYMLINK)) {
+    GDir *d = g_dir_open (path, 0, NULL);
+    const char *name;
+    while (d && (name = g_dir_read_name (d))) {
+      g_autofree char *p = g_build_filename (path, name, NULL);
+      ppx_test_remove_tree (p);
+    }
+    if (d)
+      g_dir_close (d);
+    g_rmdir (path);
+  } else {
+    g_unlink (path);
+  }
 }
 
 /* ../shared/data beside the checkout (real speech WAVs), or NULL. */

@@ -1,0 +1,298 @@
+/* personaplexduplex element tests: properties and errors: validation, changes refused while playing, a missing
+ * model directory, bad text prompt tokens, a corrupt model, fast state changes; and model sharing
+ * (model-instance-id). */
+#include "element-harness.h"
+
+#include <string.h>
+
+/* Captures g_warning()s of the plugin's log domain. */
+static gchar *last_warning;
+
+static void
+capture_warning (const gchar * domain, GLogLevelFlags level,
+    const gchar * message, gpointer user_data)
+{
+  g_free (last_warning);
+  last_warning = g_strdup (message);
+}
+
+GST_START_TEST (test_property_validation)
+{
+  GstElement *el = new_bare_element ();
+  gint q, topk;
+  gchar *tokens;
+  guint handler = g_log_set_handler (G_LOG_DOMAIN, G_LOG_LEVEL_WARNING,
+      capture_warning, NULL);
+
+  /* enums by nick; a bad nick leaves the value alone */
+  gst_util_set_object_arg (G_OBJECT (el), "quantization", "int8");
+  g_object_get (el, "quantization", &q, NULL);
+  fail_unless_equals_int (q, 2);
+  gst_util_set_object_arg (G_OBJECT (el), "quantization", "int3");
+  g_object_get (el, "quantization", &q, NULL);
+  fail_unless_equals_int (q, 2);
+  gst_util_set_object_arg (G_OBJECT (el), "backend", "cpu");
+  g_object_get (el, "backend", &q, NULL);
+  fail_unless_equals_int (q, 1);
+
+  /* out of range */
+  ASSERT_WARNING (g_object_set (el, "topk-audio", 0, NULL));
+  g_object_get (el, "topk-audio", &topk, NULL);
+  fail_unless_equals_int (topk, 250);
+
+  /* text-prompt-tokens: kept as given, checked when starting
+   * (test_bad_text_prompt_tokens) */
+  g_object_set (el, "text-prompt-tokens", " 1, 529 ,2047", NULL);
+  g_object_get (el, "text-prompt-tokens", &tokens, NULL);
+  fail_unless_equals_string (tokens, " 1, 529 ,2047");
+  g_free (tokens);
+
+  g_log_remove_handler (G_LOG_DOMAIN, handler);
+  gst_object_unref (el);
+}
+
+GST_END_TEST;
+
+/* Settings applied at start cannot change in PAUSED/PLAYING. */
+GST_START_TEST (test_property_refused_when_playing)
+{
+  GstHarness *h = new_harness (PPX_F32_CAPS);
+  gchar *dir;
+  gboolean greedy;
+  guint interval;
+  guint handler = g_log_set_handler (G_LOG_DOMAIN, G_LOG_LEVEL_WARNING,
+      capture_warning, NULL);
+
+  g_clear_pointer (&last_warning, g_free);
+  g_object_set (h->element, "model-dir", "/somewhere/else", NULL);
+  fail_unless (last_warning != NULL && strstr (last_warning, "model-dir"));
+  g_object_get (h->element, "model-dir", &dir, NULL);
+  fail_unless_equals_string (dir, model_dir);
+  g_free (dir);
+
+  g_clear_pointer (&last_warning, g_free);
+  g_object_set (h->element, "greedy", FALSE, NULL);
+  fail_unless (last_warning != NULL);
+  g_object_get (h->element, "greedy", &greedy, NULL);
+  fail_unless (greedy);
+
+  /* mutable-playing ones do change */
+  g_clear_pointer (&last_warning, g_free);
+  g_object_set (h->element, "stats-interval", 7, NULL);
+  fail_unless (last_warning == NULL);
+  g_object_get (h->element, "stats-interval", &interval, NULL);
+  fail_unless_equals_int (interval, 7);
+
+  g_log_remove_handler (G_LOG_DOMAIN, handler);
+  g_clear_pointer (&last_warning, g_free);
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
+GST_START_TEST (test_missing_model_dir)
+{
+  GstElement *el = new_bare_element ();
+  gchar *msg;
+
+  /* unset */
+  msg = expect_start_failure (el);
+  fail_unless (strstr (msg, "model-dir") != NULL, "message: %s", msg);
+  g_free (msg);
+
+  /* absent */
+  g_object_set (el, "model-dir", "/nonexistent/ppx-model", NULL);
+  msg = expect_start_failure (el);
+  fail_unless (strstr (msg, "/nonexistent/ppx-model") != NULL,
+      "message does not name the directory: %s", msg);
+  g_free (msg);
+
+  /* and the element is still usable: NULL <-> READY */
+  fail_unless_equals_int (gst_element_set_state (el, GST_STATE_READY),
+      GST_STATE_CHANGE_SUCCESS);
+  fail_unless_equals_int (gst_element_set_state (el, GST_STATE_NULL),
+      GST_STATE_CHANGE_SUCCESS);
+  gst_object_unref (el);
+}
+
+GST_END_TEST;
+
+/* A bad text-prompt-tokens list is an error the application sees: the
+ * start fails with an element error naming the item, for each bad item;
+ * the element starts once the list is good. */
+GST_START_TEST (test_bad_text_prompt_tokens)
+{
+  static const struct
+  {
+    const gchar *tokens, *item;
+  } bad[] = {
+    {"1,abc,3", "item 2 ('abc')"},
+    {"1,-2", "item 2 ('-2')"},
+    {"7,,9", "item 2 ('')"},
+    {"99999999999", "item 1 ('99999999999')"},
+  };
+  GstElement *el = new_element (NULL);
+  guint i;
+
+  for (i = 0; i < G_N_ELEMENTS (bad); i++) {
+    gchar *msg;
+
+    g_object_set (el, "text-prompt-tokens", bad[i].tokens, NULL);
+    msg = expect_start_failure (el);
+    fail_unless (strstr (msg, "text-prompt-tokens") != NULL
+        && strstr (msg, bad[i].item) != NULL,
+        "'%s': the message does not name the item: %s", bad[i].tokens, msg);
+    g_free (msg);
+  }
+  g_object_set (el, "text-prompt-tokens", " 1, 2 ,3", NULL);
+  fail_unless (gst_element_set_state (el, GST_STATE_PAUSED) !=
+      GST_STATE_CHANGE_FAILURE);
+  fail_unless_equals_int (gst_element_set_state (el, GST_STATE_NULL),
+      GST_STATE_CHANGE_SUCCESS);
+  gst_object_unref (el);
+}
+
+GST_END_TEST;
+
+static void
+copy_file (const char *from, const char *to)
+{
+  gchar *data;
+  gsize len;
+
+  fail_unless (g_file_get_contents (from, &data, &len, NULL));
+  fail_unless (g_file_set_contents (to, data, len, NULL));
+  g_free (data);
+}
+
+GST_START_TEST (test_corrupt_model)
+{
+  GError *err = NULL;
+  gchar *dir = g_dir_make_tmp ("ppx-corrupt-XXXXXX", &err);
+  const char *names[] = { "config.json",
+    "tokenizer-e351c8d8-checkpoint125.safetensors"
+  };
+  gchar *lm = g_build_filename (dir, "model.safetensors", NULL);
+  GstElement *el = new_bare_element ();
+  gchar *msg;
+  guint i;
+
+  for (i = 0; i < G_N_ELEMENTS (names); i++) {
+    gchar *from = g_build_filename (model_dir, names[i], NULL);
+    gchar *to = g_build_filename (dir, names[i], NULL);
+
+    copy_file (from, to);
+    g_free (from);
+    g_free (to);
+  }
+  /* a header length far beyond the file */
+  fail_unless (g_file_set_contents (lm, "\xff\xff\xff\x00\x00\x00\x00\x00{}",
+          10, NULL));
+  g_object_set (el, "model-dir", dir, NULL);
+  msg = expect_start_failure (el);
+  fail_unless (strstr (msg, "model.safetensors") != NULL,
+      "message does not name the file: %s", msg);
+  g_free (msg);
+
+  /* a truncated real checkpoint */
+  {
+    gchar *from = g_build_filename (model_dir, "model.safetensors", NULL);
+    gchar *data;
+    gsize len;
+
+    fail_unless (g_file_get_contents (from, &data, &len, NULL));
+    fail_unless (g_file_set_contents (lm, data, len / 2, NULL));
+    g_free (data);
+    g_free (from);
+  }
+  msg = expect_start_failure (el);
+  fail_unless (strstr (msg, "model.safetensors") != NULL,
+      "message does not name the file: %s", msg);
+  g_free (msg);
+
+  gst_object_unref (el);
+  g_free (lm);
+  ppx_test_remove_tree (dir);
+  g_free (dir);
+}
+
+GST_END_TEST;
+
+/* NULL <-> PLAYING cycles from another thread. */
+GST_START_TEST (test_stress_state_changes)
+{
+  GstHarness *h = new_harness (PPX_F32_CAPS);
+  GstHarnessThread *t = gst_harness_stress_statechange_start (h);
+
+  g_usleep (G_USEC_PER_SEC);
+  fail_unless (gst_harness_stress_thread_stop (t) > 2);
+  gst_harness_teardown (h);
+}
+
+GST_END_TEST;
+
+/* ------------------------------------------------------------------------ */
+/* Model sharing                                                            */
+
+GST_START_TEST (test_shared_model)
+{
+  static const guint sizes[] = { 999 };
+  GstElement *a = new_element ("test-shared");
+  GstElement *b = new_element ("test-shared");
+  GstElement *c = new_element ("test-shared");
+  GstElement *d = new_element ("test-other");
+  GstHarness *ha, *hb, *hd;
+  GArray *outa, *outb;
+  gchar *msg;
+  guint n;
+
+  ha = new_harness_for (a, PPX_F32_CAPS);
+  fail_unless_equals_int (ppx_test_stats_uint (a, "model-users"), 1);
+  hb = new_harness_for (b, PPX_F32_CAPS);
+  /* one load, two users */
+  fail_unless_equals_int (ppx_test_stats_uint (a, "model-users"), 2);
+  fail_unless_equals_int (ppx_test_stats_uint (b, "model-users"), 2);
+  /* another id is another model */
+  hd = new_harness_for (d, PPX_F32_CAPS);
+  fail_unless_equals_int (ppx_test_stats_uint (d, "model-users"), 1);
+
+  /* independent conversations: the same input gives the same output */
+  push_signal (ha, 0, 3 * PPX_FRAME, sizes, 1);
+  push_signal (hb, 0, 2 * PPX_FRAME, sizes, 1);
+  push_signal (hb, 2 * PPX_FRAME, PPX_FRAME, sizes, 1);
+  outa = pull_all_checked (ha, 0, &n);
+  outb = pull_all_checked (hb, 0, &n);
+  assert_same_samples (outa, outb);
+
+  /* same id, different settings: refused, naming the id */
+  g_object_set (c, "quantization", 2 /* int8 */ , NULL);
+  msg = expect_start_failure (c);
+  fail_unless (strstr (msg, "test-shared") != NULL, "message: %s", msg);
+  g_free (msg);
+
+  gst_harness_teardown (hb);
+  fail_unless_equals_int (ppx_test_stats_uint (a, "model-users"), 1);
+
+  g_array_unref (outa);
+  g_array_unref (outb);
+  gst_harness_teardown (ha);
+  gst_harness_teardown (hd);
+  gst_object_unref (a);
+  gst_object_unref (b);
+  gst_object_unref (c);
+  gst_object_unref (d);
+}
+
+GST_END_TEST;
+
+void
+element_test_add_properties (TCase * tc)
+{
+  tcase_add_test (tc, test_property_validation);
+  tcase_add_test (tc, test_property_refused_when_playing);
+  tcase_add_test (tc, test_missing_model_dir);
+  tcase_add_test (tc, test_bad_text_prompt_tokens);
+  tcase_add_test (tc, test_corrupt_model);
+  tcase_add_test (tc, test_stress_state_changes);
+  tcase_add_test (tc, test_shared_model);
+}

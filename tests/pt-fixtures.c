@@ -211,25 +211,35 @@ pt_fixture_pickle (const PtFixtureTensor *tensors, guint n)
 
 /* ---- zip archives ---- */
 
-GBytes *
-pt_fixture_zip (guint n, const char *const *names, GBytes *const *datas)
+/* An archive written into memory: archive_new, then the records (archive_add), then archive_bytes. */
+static zip_t *
+archive_new (zip_source_t **mem)
 {
   zip_error_t ze;
   zip_error_init (&ze);
-  zip_source_t *mem = zip_source_buffer_create (NULL, 0, 0, &ze);
-  g_assert (mem);
-  zip_source_keep (mem);
-  zip_t *za = zip_open_from_source (mem, ZIP_TRUNCATE, &ze);
+  *mem = zip_source_buffer_create (NULL, 0, 0, &ze);
+  g_assert (*mem);
+  zip_source_keep (*mem);
+  zip_t *za = zip_open_from_source (*mem, ZIP_TRUNCATE, &ze);
   g_assert (za);
-  for (guint i = 0; i < n; i++) {
-    gsize len;
-    const void *data = g_bytes_get_data (datas[i], &len);
-    zip_source_t *s = zip_source_buffer (za, data, len, 0);
-    zip_int64_t idx = zip_file_add (za, names[i], s, ZIP_FL_ENC_UTF_8);
-    g_assert (idx >= 0);
-    zip_set_file_compression (za, (zip_uint64_t) idx, ZIP_CM_STORE, 0);
-    zip_file_set_mtime (za, (zip_uint64_t) idx, 315532800, 0); /* fixed, for reproducible bytes */
-  }
+  zip_error_fini (&ze);
+  return za;
+}
+
+/* Adds a record (method ZIP_CM_STORE or ZIP_CM_DEFLATE, level 1) with a fixed time, for reproducible bytes. */
+static void
+archive_add (zip_t *za, const char *name, zip_source_t *src, zip_int32_t method)
+{
+  g_assert (src);
+  zip_int64_t idx = zip_file_add (za, name, src, ZIP_FL_ENC_UTF_8);
+  g_assert (idx >= 0);
+  zip_set_file_compression (za, (zip_uint64_t) idx, method, method == ZIP_CM_STORE ? 0 : 1);
+  zip_file_set_mtime (za, (zip_uint64_t) idx, 315532800, 0);
+}
+
+static GBytes *
+archive_bytes (zip_t *za, zip_source_t *mem)
+{
   g_assert (zip_close (za) == 0);
   g_assert (zip_source_open (mem) == 0);
   zip_source_seek (mem, 0, SEEK_END);
@@ -239,8 +249,20 @@ pt_fixture_zip (guint n, const char *const *names, GBytes *const *datas)
   g_assert (zip_source_read (mem, buf, (zip_uint64_t) size) == size);
   zip_source_close (mem);
   zip_source_free (mem);
-  zip_error_fini (&ze);
   return g_bytes_new_take (buf, (gsize) size);
+}
+
+GBytes *
+pt_fixture_zip (guint n, const char *const *names, GBytes *const *datas)
+{
+  zip_source_t *mem;
+  zip_t *za = archive_new (&mem);
+  for (guint i = 0; i < n; i++) {
+    gsize len;
+    const void *data = g_bytes_get_data (datas[i], &len);
+    archive_add (za, names[i], zip_source_buffer (za, data, len, 0), ZIP_CM_STORE);
+  }
+  return archive_bytes (za, mem);
 }
 
 GBytes *
@@ -316,6 +338,64 @@ pt_fixture_voice_bf16 (void)
 {
   g_autoptr (GBytes) pkl = pt_fixture_pickle (voice_tensors, G_N_ELEMENTS (voice_tensors));
   return voice_file_with (pkl, NULL, NULL);
+}
+
+/* ---- a small file that inflates to a large one ---- */
+
+/* A libzip source of `left` zero bytes, read in pieces. */
+static zip_int64_t
+zeros_source (void *userdata, void *data, zip_uint64_t len, zip_source_cmd_t cmd)
+{
+  guint64 *total = userdata; /* [0]: size, [1]: bytes left */
+  switch (cmd) {
+    case ZIP_SOURCE_OPEN:
+      total[1] = total[0];
+      return 0;
+    case ZIP_SOURCE_READ: {
+      zip_uint64_t n = MIN (len, total[1]);
+      memset (data, 0, n);
+      total[1] -= n;
+      return (zip_int64_t) n;
+    }
+    case ZIP_SOURCE_CLOSE:
+    case ZIP_SOURCE_FREE:
+      return 0;
+    case ZIP_SOURCE_STAT: {
+      zip_stat_t *st = data;
+      zip_stat_init (st);
+      st->size = total[0];
+      st->mtime = 315532800;
+      st->valid |= ZIP_STAT_SIZE | ZIP_STAT_MTIME;
+      return sizeof *st;
+    }
+    case ZIP_SOURCE_SUPPORTS:
+      return zip_source_make_command_bitmap (ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT,
+                                             ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, -1);
+    default:
+      return -1;
+  }
+}
+
+GBytes *
+pt_fixture_voice_zeros (gint64 n_frames, int dim)
+{
+  const PtFixtureTensor tensors[] = {
+    {"embeddings", "BFloat16Storage", "0", n_frames * dim, 0, 4, {n_frames, 1, 1, dim}, {dim, dim, dim, 1}},
+    voice_tensors[1],
+  };
+  g_autoptr (GBytes) pkl = pt_fixture_pickle (tensors, G_N_ELEMENTS (tensors));
+  g_autoptr (GBytes) cache = voice_storage_cache ();
+  guint64 zeros[2] = {(guint64) n_frames * dim * 2, 0};
+  zip_source_t *mem;
+  zip_t *za = archive_new (&mem);
+  archive_add (za, PT_FIXTURE_FOLDER "/data.pkl", zip_source_buffer (za, g_bytes_get_data (pkl, NULL),
+                                                                 g_bytes_get_size (pkl), 0), ZIP_CM_STORE);
+  archive_add (za, PT_FIXTURE_FOLDER "/byteorder", zip_source_buffer (za, "little", 6, 0), ZIP_CM_STORE);
+  archive_add (za, PT_FIXTURE_FOLDER "/version", zip_source_buffer (za, "3\n", 2, 0), ZIP_CM_STORE);
+  archive_add (za, PT_FIXTURE_FOLDER "/data/0", zip_source_function (za, zeros_source, zeros), ZIP_CM_DEFLATE);
+  archive_add (za, PT_FIXTURE_FOLDER "/data/1", zip_source_buffer (za, g_bytes_get_data (cache, NULL),
+                                                               g_bytes_get_size (cache), 0), ZIP_CM_STORE);
+  return archive_bytes (za, mem);
 }
 
 /* ---- fuzzing the pickle alone ---- */

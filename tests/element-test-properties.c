@@ -117,6 +117,32 @@ GST_START_TEST (test_missing_model_dir)
 
 GST_END_TEST;
 
+/* A voice prompt that is not a file is refused saying what it is (issue 17,
+ * defect 9): a directory, a device. */
+GST_START_TEST (test_voice_prompt_not_a_file)
+{
+  static const struct
+  {
+    const gchar *what;
+  } cases[] = { {"is a directory"}, {"not a regular file"} };
+  GstElement *el = new_element (NULL);
+  guint i;
+
+  for (i = 0; i < G_N_ELEMENTS (cases); i++) {
+    const gchar *path = i == 0 ? model_dir : "/dev/zero";
+    gchar *msg;
+
+    g_object_set (el, "voice-prompt", path, NULL);
+    msg = expect_start_failure (el);
+    fail_unless (strstr (msg, path) != NULL && strstr (msg, cases[i].what),
+        "message: %s", msg);
+    g_free (msg);
+  }
+  gst_object_unref (el);
+}
+
+GST_END_TEST;
+
 /* A bad text-prompt-tokens list is an error the application sees: the
  * start fails with an element error naming the item, for each bad item;
  * the element starts once the list is good. */
@@ -368,6 +394,7 @@ element_test_add_properties (TCase * tc)
   tcase_add_test (tc, test_property_refused_when_playing);
   tcase_add_test (tc, test_missing_model_dir);
   tcase_add_test (tc, test_bad_text_prompt_tokens);
+  tcase_add_test (tc, test_voice_prompt_not_a_file);
   tcase_add_test (tc, test_corrupt_model);
   tcase_add_test (tc, test_stress_state_changes);
   tcase_add_test (tc, test_restart_churn_sticky_order);

@@ -211,6 +211,40 @@ test_full_mimi (void)
   ppx_test_remove_tree (dir);
 }
 
+/* Progress on a terminal (issue 17, defect 9): for each file, tensor i of N and MB/s on stderr when it is a
+ * terminal; nothing of it otherwise. */
+static void
+test_progress (void)
+{
+  const char *tool = g_getenv ("PPX_MAKE_MODEL") ? g_getenv ("PPX_MAKE_MODEL")
+                                                  : PPX_BUILD_ROOT "/tools/personaplex-make-model";
+  g_autofree char *dir = g_build_filename (tmp_root, "progress", NULL), *out = NULL;
+  const char *argv[] = {tool, "--output-dir", dir, "--preset", "tiny", NULL};
+  g_assert_cmpint (ppx_test_run_on_terminal (argv, &out), ==, 0);
+  g_test_message ("on a terminal:\n%s", out);
+  PpxConfig cfg;
+  g_autoptr (GError) error = NULL;
+  g_assert_true (ppx_config_load_dir (&cfg, dir, &error));
+  g_autoptr (GPtrArray) lm = ppx_manifest_lm (&cfg.lm);
+  g_autofree char *last = g_strdup_printf ("%s: tensor %u of %u", LM_FILE, lm->len, lm->len);
+  g_assert_nonnull (strstr (out, LM_FILE ": tensor 1 of"));
+  g_assert_nonnull (strstr (out, last));
+  g_assert_nonnull (strstr (out, MIMI_FILE ": tensor 1 of"));
+  g_assert_nonnull (strstr (out, "MB/s"));
+  ppx_test_remove_tree (dir);
+
+  g_autofree char *err_text = NULL;
+  g_autofree char *dir2 = g_build_filename (tmp_root, "progress-pipe", NULL);
+  const char *argv2[] = {tool, "--output-dir", dir2, "--preset", "tiny", NULL};
+  int status = 0;
+  g_assert_true (g_spawn_sync (NULL, (char **) argv2, NULL, G_SPAWN_DEFAULT, NULL, NULL, NULL, &err_text, &status,
+                               &error));
+  g_assert_true (g_spawn_check_wait_status (status, &error));
+  g_assert_null (strstr (err_text, "MB/s"));
+  g_assert_null (strstr (err_text, "tensor 1 of"));
+  ppx_test_remove_tree (dir2);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -224,6 +258,7 @@ main (int argc, char **argv)
     g_test_add_func ("/make-model/tiny", test_tiny);
     g_test_add_func ("/make-model/lm-only-mimi-only-config", test_partial_and_config);
     g_test_add_func ("/make-model/bad-arguments", test_bad_arguments);
+    g_test_add_func ("/make-model/progress", test_progress);
   }
   int rc = g_test_run ();
   ppx_test_remove_tree (tmp_root);

@@ -385,7 +385,15 @@ test_errors (void)
   EXPECT_FAIL ((text), "--model-dir", md, "--input", text, "--output", out);
   /* the input is found not to be audio before the (broken) model is loaded */
   EXPECT_FAIL ((text, "cannot decode audio"), "--model-dir", wrong_dir, "--input", text, "--output", out);
-  EXPECT_FAIL ((missing), "--model-dir", md, "--input", missing, "--output", out);
+  EXPECT_FAIL ((missing, "no such file"), "--model-dir", md, "--input", missing, "--output", out);
+  /* what the problem is (issue 17, defect 9): a folder, a device, a folder as the voice prompt, an integer
+   * out of range printed as the integer it is */
+  EXPECT_FAIL ((tmp, "is a directory"), "--model-dir", md, "--input", tmp, "--output", out);
+  EXPECT_FAIL (("/dev/zero", "not a regular file"), "--model-dir", md, "--input", "/dev/zero", "--output", out);
+  EXPECT_FAIL (("--voice-prompt", tmp, "is a directory"), "--model-dir", md, "--input", in, "--output", out,
+               "--voice-prompt", tmp);
+  EXPECT_FAIL (("--topk-text 2147483647:", "1 .. 65536"), "--model-dir", md, "--input", in, "--output", out,
+               "--topk-text", "2147483647");
   EXPECT_FAIL ((unwritable), "--model-dir", md, "--input", in, "--output", unwritable);
   EXPECT_FAIL (("--output-json", unwritable), "--model-dir", md, "--input", in, "--output", out, "--output-json",
                unwritable);

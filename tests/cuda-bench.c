@@ -262,7 +262,7 @@ run_bench_attention (void)
   printf ("attention, cap = context = 3000 (full rings), 32 heads x 128, on %s:\n"
           "best of 5 runs of >= 64 calls (launched one by one, host-timed; and replayed as one CUDA graph);\n"
           "GB/s = KV bytes in the window (scales included) / time\n",
-          ppx_backend_cuda_device_name (gpu));
+          ppx_backend_device_name (gpu));
   static const int dflt_m[] = {1, 2, 4, 8, 16, 32, 64, 80, 96}, dflt_t[] = {16, 64};
   int Ms[16], Ts[8];
   const int n_m = env_ints ("PPX_BENCH_ATTENTION_M", dflt_m, G_N_ELEMENTS (dflt_m), Ms, 16);
@@ -314,7 +314,7 @@ run_bench_conv (void)
   printf ("Mimi SEANet convs on %s: GPU time per call in us (median of 5 replays of a CUDA graph of 2..20 calls\n"
           "over weight copies that exceed the L2); old = direct kernels, new = planned path "
           "[tile rows x cols / leaves]\n",
-          ppx_backend_cuda_device_name (gpu));
+          ppx_backend_device_name (gpu));
   const int Ms[] = {1, 8, 32, 64};
   MimiConv convs[64];
   for (int dec = 0; dec < 2; dec++) {
@@ -367,7 +367,7 @@ run_bench_conv_sweep (int argc, char **argv)
     for (int i = 0; i < argc && nm < 8; i++)
       Ms[nm++] = atoi (argv[i]);
   }
-  printf ("conv sweep on %s (GPU us per call, median of 3 replays of 8 calls)\n", ppx_backend_cuda_device_name (gpu));
+  printf ("conv sweep on %s (GPU us per call, median of 3 replays of 8 calls)\n", ppx_backend_device_name (gpu));
   MimiConv convs[64];
   const int ncfg = ppx_backend_cuda_conv_n_configs ();
   for (int dec = 0; dec < 2; dec++) {
@@ -417,7 +417,7 @@ run_bench (const char *only, const char *shape)
   }
   printf ("linear layers on %s: GPU time per call (median of 9 replays of a CUDA graph of >= 120 calls cycling over\n"
           "copies of the matrix that do not fit in L2); GB/s = weight bytes (data + scales) / time\n",
-          ppx_backend_cuda_device_name (gpu));
+          ppx_backend_device_name (gpu));
   const Fmt f[] = {{PPX_WFMT_INT4, 64}, {PPX_WFMT_INT8, 0}, {PPX_WFMT_BF16, 0}, {PPX_WFMT_F32, 0}};
   const char *names[] = {"int4", "int8", "bf16", "f32"};
   static const int64_t shapes[][2] = {{12288, 4096}, {4096, 4096}, {22528, 4096}, {4096, 11264}, {32000, 4096}};

@@ -108,9 +108,9 @@ typedef struct {
 
 typedef struct {
   void (*event) (PpxChatCall *call, const PpxChatEvent *event, gpointer user_data); /* each message received */
-  /* each binary message received, as it is (kind byte included), before `event` */
-  void (*message) (PpxChatCall *call, const guint8 *data, gsize len, gpointer user_data);
   void (*finished) (PpxChatCall *call, gpointer user_data); /* refused, failed or closed: the record is complete */
+  /* each binary message received, as it is (kind byte included), before `event` (NULL: not wanted) */
+  void (*message) (PpxChatCall *call, const guint8 *data, gsize len, gpointer user_data);
 } PpxChatCallbacks;
 
 /* Copies what it needs from `options` (strings, the audio reference). A call must not be freed from its own

@@ -1,4 +1,4 @@
-// End-to-end test of personaplex-webrtc (run by tests/test-webrtc.sh, which finds Chromium and node):
+// End-to-end test of personaplex-server (its WebRTC calls) (run by tests/test-webrtc.sh, which finds Chromium and node):
 //   1. a tiny random model with a small tokenizer; bad settings fail at startup; the server on
 //      127.0.0.1, any free port;
 //   2. malformed signalling from a raw WebSocket client: every message refused, the server lives on;
@@ -54,6 +54,11 @@ function makeModelDir() {
   fs.rmSync(dir, { recursive: true, force: true });
   execFileSync(makeModel, ['--preset', 'tiny', '--output-dir', dir], { stdio: 'inherit' });
   execFileSync(makeTokenizer, [dir], { stdio: 'inherit' });
+  // a voice for the page's voice list (a call picks it with its role)
+  if (micFile) {
+    fs.mkdirSync(path.join(dir, 'voices'));
+    fs.copyFileSync(micFile, path.join(dir, 'voices', 'ASSISTANT.wav'));
+  }
   return dir;
 }
 
@@ -197,12 +202,14 @@ async function testSignalling(url, server) {
   const floodClose = await flood.until(() => false, 10000);
   check(floodClose.type === 'close' && floodClose.code === 1008, `30 refused messages close the connection (code ${floodClose.code})`);
 
-  // Another site's page must not open sessions.
-  const foreign = await WsClient.connect(wsUrl, { origin: 'http://evil.example' });
-  const foreignClose = await foreign.until(() => false, 5000);
-  check(foreignClose.type === 'close' && foreignClose.code === 1008, `a foreign Origin is refused (code ${foreignClose.code})`);
+  // Another site's page must not open sessions: refused before the upgrade (403).
+  const foreign = await WsClient.connect(wsUrl, { origin: 'http://evil.example' }).then(() => 'upgraded', (e) => e.message);
+  check(/ 403 /.test(foreign), `a foreign Origin is refused (${foreign})`);
 
-  // --max-sessions 3: a fourth browser is told the server is busy.
+  // --max-sessions 3: a fourth browser is told the server is busy. A call holds its engine slot until its
+  // teardown (on a worker) is over: wait until the calls above are all gone.
+  await waitFor('the calls above to be torn down', async () =>
+    (await (await fetch(url + 'health')).json()).sessions === 0, 15000);
   const three = await Promise.all([1, 2, 3].map(() => WsClient.connect(wsUrl)));
   const ids = [];
   for (const c of three) ids.push(JSON.parse((await c.until((e) => JSON.parse(e.data).type === 'welcome')).data).session);
@@ -265,7 +272,10 @@ async function testBrowsers(url, server) {
   const browserLog = fs.createWriteStream(path.join(artifacts, 'webrtc-chromium.log'));
   const browser = new Browser(chromium, chromiumArgs(userDataDir), (s) => browserLog.write(s));
   try {
-    const pages = [await browser.newPage(url + '?autostart'), await browser.newPage(url + '?autostart')];
+    // the second page picks its own role and voice (from the page's voice list), as a user would
+    const persona = micFile ? '&role=' + encodeURIComponent('You are a patient piano teacher.') + '&voice=ASSISTANT.wav'
+      : '';
+    const pages = [await browser.newPage(url + '?autostart'), await browser.newPage(url + '?autostart' + persona)];
     for (const [i, page] of pages.entries()) {
       let last = null;
       const s = await waitFor(`page ${i + 1} to connect`, async () => {
@@ -280,6 +290,12 @@ async function testBrowsers(url, server) {
       check(s.connection === 'connected', `page ${i + 1}: connection established (session ${s.session})`);
       const shown = await page.evaluate('document.getElementById("connection-state").textContent');
       check(shown === 'connected', `page ${i + 1}: the page shows "connected"`);
+    }
+    if (micFile) {
+      const options = await pages[1].evaluate('[...document.querySelectorAll("#voice option")].map((o) => o.value).join(",")');
+      check(options === ',ASSISTANT.wav', `the page lists the model's voices (${options})`);
+      check(/session \d+: started \(127\.0\.0\.1\), voice \S+ASSISTANT\.wav, text prompt of the call/.test(server.stderr),
+        'the second page\'s call has its own voice and role');
     }
     const [one, two] = await Promise.all(pages.map((p) => listen(p, 6000)));
     for (const [i, heard] of [one, two].entries()) {

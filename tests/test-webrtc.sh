@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# personaplex-webrtc end to end in headless Chromium (tests/webrtc/test-webrtc.mjs does the work).
+# personaplex-server's WebRTC calls end to end in headless Chromium (tests/webrtc/test-webrtc.mjs does the work).
 # Needs node and Debian's chromium; installs chromium when it is missing and this runs as root with
 # apt-get, and skips (77) when it still cannot be found. Environment (set by tests/meson.build):
 # PPX_WEBRTC_SERVER, PPX_MAKE_MODEL, PPX_WEBRTC_MAKE_TOKENIZER, PPX_WEBRTC_ARTIFACTS, PPX_SOURCE_ROOT.

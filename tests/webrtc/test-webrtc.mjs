@@ -1,4 +1,4 @@
-// End-to-end test of personaplex-webrtc (run by tests/test-webrtc.sh, which finds Chromium and node):
+// End-to-end test of personaplex-server (its WebRTC calls) (run by tests/test-webrtc.sh, which finds Chromium and node):
 //   1. a tiny random model with a small tokenizer; bad settings fail at startup; the server on
 //      127.0.0.1, any free port;
 //   2. malformed signalling from a raw WebSocket client: every message refused, the server lives on;

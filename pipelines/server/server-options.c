@@ -1,5 +1,5 @@
-/* personaplex-webrtc: the command line and its checks. */
-#include "webrtc-options.h"
+/* personaplex-server: the command line and its checks. */
+#include "server-options.h"
 
 #include <gio/gio.h>
 #include <string.h>
@@ -14,7 +14,7 @@
 static GQuark
 options_error_quark (void)
 {
-  return g_quark_from_static_string ("ppx-webrtc-options");
+  return g_quark_from_static_string ("ppx-server-options");
 }
 
 static gboolean
@@ -44,7 +44,7 @@ check_token_list (const char *text, GError **error)
 }
 
 gboolean
-ppx_webrtc_address_is_loopback (const char *address)
+ppx_server_address_is_loopback (const char *address)
 {
   if (g_ascii_strcasecmp (address, "localhost") == 0)
     return TRUE;
@@ -53,7 +53,7 @@ ppx_webrtc_address_is_loopback (const char *address)
 }
 
 static gboolean
-check_options (PpxWebrtcOptions *o, GError **error)
+check_options (PpxServerOptions *o, GError **error)
 {
   static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
   static const char *const quantizations[] = {"auto", "bf16", "int8", "int4", NULL};
@@ -120,7 +120,7 @@ check_options (PpxWebrtcOptions *o, GError **error)
 }
 
 gboolean
-ppx_webrtc_options_parse (PpxWebrtcOptions *o, int *argc, char ***argv, GError **error)
+ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError **error)
 {
   memset (o, 0, sizeof *o);
   o->port = DEFAULT_PORT;
@@ -169,12 +169,12 @@ ppx_webrtc_options_parse (PpxWebrtcOptions *o, int *argc, char ***argv, GError *
     o->kv_cache_format = g_strdup ("auto");
   if (!o->address)
     o->address = g_strdup (DEFAULT_ADDRESS);
-  o->model_instance_id = g_strdup_printf ("personaplex-webrtc-%d", (int) getpid ());
+  o->model_instance_id = g_strdup_printf ("personaplex-server-%d", (int) getpid ());
   return check_options (o, error);
 }
 
 void
-ppx_webrtc_options_clear (PpxWebrtcOptions *o)
+ppx_server_options_clear (PpxServerOptions *o)
 {
   g_free (o->model_dir);
   g_free (o->voice_prompt);

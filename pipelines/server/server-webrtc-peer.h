@@ -1,4 +1,4 @@
-/* personaplex-webrtc: one browser's session, a pipeline of its own:
+/* personaplex-server: one browser's session, a pipeline of its own:
  *
  *   webrtcbin (Opus RTP in) -> rtpopusdepay -> opusdec -> audioconvert -> audioresample -> 24 kHz mono F32
  *     -> queue (leaky) -> personaplexduplex (shared model) -> audioconvert -> audioresample -> opusenc
@@ -8,12 +8,12 @@
  * The server offers (one sendrecv audio transceiver and the data channel); the page answers. All
  * functions are called on the thread of the default main context, and the callbacks are invoked there
  * too, never after ppx_webrtc_peer_free. */
-#ifndef PPX_WEBRTC_PEER_H
-#define PPX_WEBRTC_PEER_H
+#ifndef PPX_SERVER_WEBRTC_PEER_H
+#define PPX_SERVER_WEBRTC_PEER_H
 
 #include <glib.h>
 
-#include "webrtc-options.h"
+#include "server-options.h"
 
 G_BEGIN_DECLS
 
@@ -33,7 +33,7 @@ typedef struct {
 } PpxWebrtcPeerCallbacks;
 
 /* Builds and starts the session's pipeline; the offer follows through callbacks->send. */
-PpxWebrtcPeer *ppx_webrtc_peer_new (guint id, const PpxWebrtcOptions *options, const PpxWebrtcPeerCallbacks *callbacks,
+PpxWebrtcPeer *ppx_webrtc_peer_new (guint id, const PpxServerOptions *options, const PpxWebrtcPeerCallbacks *callbacks,
                                     GError **error);
 /* The page's answer (SDP text). */
 gboolean ppx_webrtc_peer_set_answer (PpxWebrtcPeer *peer, const char *sdp, GError **error);

@@ -1,10 +1,10 @@
-/* personaplex-webrtc: one browser's session (see webrtc-peer.h).
+/* personaplex-server: one browser's session (see server-webrtc-peer.h).
  *
  * webrtcbin calls back on its own threads; everything the page or the server must see is handed to
  * the main context as a Delivery holding a reference on the peer, and dropped there when the session
  * was freed meanwhile. */
 #define GST_USE_UNSTABLE_API /* webrtc library headers */
-#include "webrtc-peer.h"
+#include "server-webrtc-peer.h"
 
 #include <gio/gio.h>
 #include <gst/app/app.h>
@@ -12,8 +12,8 @@
 #include <gst/sdp/sdp.h>
 #include <gst/webrtc/webrtc.h>
 
-#include "webrtc-model.h"
-#include "webrtc-signalling.h"
+#include "server-model.h"
+#include "server-signalling.h"
 
 /* One Opus stream each way; 96 is what the offer names, the page answers with it. */
 #define RTP_OPUS_CAPS \
@@ -49,7 +49,7 @@ typedef struct {
 GQuark
 ppx_webrtc_peer_error_quark (void)
 {
-  return g_quark_from_static_string ("ppx-webrtc-peer");
+  return g_quark_from_static_string ("ppx-server-peer");
 }
 #define peer_error_quark ppx_webrtc_peer_error_quark
 
@@ -155,7 +155,7 @@ on_connection_state (GObject *webrtc, GParamSpec *pspec, gpointer user_data)
   g_object_get (webrtc, "connection-state", &state, NULL);
   GEnumValue *v = g_enum_get_value (g_type_class_peek (GST_TYPE_WEBRTC_PEER_CONNECTION_STATE), state);
   const char *name = v ? v->value_nick : "unknown";
-  g_printerr ("personaplex-webrtc: session %u: connection %s\n", peer->id, name);
+  g_printerr ("personaplex-server: session %u: connection %s\n", peer->id, name);
   post_to_main (peer, DELIVER_SEND, ppx_signal_state_new (name));
 }
 
@@ -171,7 +171,7 @@ on_pad_added (GstElement *webrtc, GstPad *pad, gpointer user_data)
   GstStructure *s = caps ? gst_caps_get_structure (caps, 0) : NULL;
   gboolean opus = s && g_strcmp0 (gst_structure_get_string (s, "encoding-name"), "OPUS") == 0;
   if (opus && !gst_pad_is_linked (sink) && gst_pad_link (pad, sink) == GST_PAD_LINK_OK) {
-    g_printerr ("personaplex-webrtc: session %u: receiving audio\n", peer->id);
+    g_printerr ("personaplex-server: session %u: receiving audio\n", peer->id);
     return;
   }
   GstElement *discard = gst_element_factory_make ("fakesink", NULL);
@@ -190,7 +190,7 @@ on_remote_description_set (GstPromise *promise, gpointer user_data)
   const GstStructure *reply = replied ? gst_promise_get_reply (promise) : NULL;
   GError *e = NULL;
   if (reply && gst_structure_get (reply, "error", G_TYPE_ERROR, &e, NULL)) {
-    g_printerr ("personaplex-webrtc: session %u: the answer was refused: %s\n", peer->id, e->message);
+    g_printerr ("personaplex-server: session %u: the answer was refused: %s\n", peer->id, e->message);
     g_autofree char *msg = g_strdup_printf ("the answer was refused: %s", e->message);
     post_to_main (peer, DELIVER_SEND, ppx_signal_error_new (msg));
     g_error_free (e);
@@ -208,7 +208,7 @@ send_on_channel (PpxWebrtcPeer *peer, const char *json)
     return;
   g_autoptr (GError) e = NULL;
   if (!gst_webrtc_data_channel_send_string_full (peer->channel, json, &e))
-    g_printerr ("personaplex-webrtc: session %u: data channel: %s\n", peer->id, e->message);
+    g_printerr ("personaplex-server: session %u: data channel: %s\n", peer->id, e->message);
 }
 
 static void
@@ -246,14 +246,14 @@ on_bus_message (GstBus *bus, GstMessage *msg, gpointer user_data)
       g_autofree char *debug = NULL;
       gst_message_parse_error (msg, &e, &debug);
       g_autofree char *text = g_strdup_printf ("%s: %s", GST_OBJECT_NAME (GST_MESSAGE_SRC (msg)), e->message);
-      g_printerr ("personaplex-webrtc: session %u: error: %s (%s)\n", peer->id, text, debug ? debug : "");
+      g_printerr ("personaplex-server: session %u: error: %s (%s)\n", peer->id, text, debug ? debug : "");
       peer->callbacks.failed (text, peer->callbacks.user_data);
       break;
     }
     case GST_MESSAGE_WARNING: {
       g_autoptr (GError) e = NULL;
       gst_message_parse_warning (msg, &e, NULL);
-      g_printerr ("personaplex-webrtc: session %u: warning: %s: %s\n", peer->id,
+      g_printerr ("personaplex-server: session %u: warning: %s: %s\n", peer->id,
                   GST_OBJECT_NAME (GST_MESSAGE_SRC (msg)), e->message);
       break;
     }
@@ -296,7 +296,7 @@ restrict_ice_addresses (GstElement *webrtc, const char *address)
   if (g_object_class_find_property (G_OBJECT_GET_CLASS (ice), "ice-tcp"))
     g_object_set (ice, "ice-tcp", FALSE, NULL);
   if (!added)
-    g_printerr ("personaplex-webrtc: warning: ICE could not be restricted to %s\n", address);
+    g_printerr ("personaplex-server: warning: ICE could not be restricted to %s\n", address);
   g_object_unref (ice);
 }
 
@@ -345,7 +345,7 @@ link_send_chain (PpxWebrtcPeer *peer, GstElement *send_chain, GError **error)
 }
 
 static gboolean
-build_pipeline (PpxWebrtcPeer *peer, const PpxWebrtcOptions *o, GError **error)
+build_pipeline (PpxWebrtcPeer *peer, const PpxServerOptions *o, GError **error)
 {
   g_autofree char *name = g_strdup_printf ("session-%u", peer->id);
   peer->pipeline = gst_pipeline_new (name);
@@ -362,7 +362,7 @@ build_pipeline (PpxWebrtcPeer *peer, const PpxWebrtcOptions *o, GError **error)
   if (!(peer->receive_chain = parse_chain (RECEIVE_CHAIN, "receive", error)))
     return FALSE;
   gst_bin_add (GST_BIN (peer->pipeline), peer->receive_chain);
-  if (!(duplex = ppx_webrtc_duplex_new (o, "duplex", error)))
+  if (!(duplex = ppx_server_duplex_new (o, "duplex", error)))
     return FALSE;
   gst_bin_add (GST_BIN (peer->pipeline), duplex);
   if (!(send_chain = parse_chain (SEND_CHAIN, "send", error)))
@@ -418,7 +418,7 @@ start_pipeline (PpxWebrtcPeer *peer, GError **error)
 }
 
 PpxWebrtcPeer *
-ppx_webrtc_peer_new (guint id, const PpxWebrtcOptions *options, const PpxWebrtcPeerCallbacks *callbacks,
+ppx_webrtc_peer_new (guint id, const PpxServerOptions *options, const PpxWebrtcPeerCallbacks *callbacks,
                      GError **error)
 {
   PpxWebrtcPeer *peer = g_atomic_rc_box_new0 (PpxWebrtcPeer);

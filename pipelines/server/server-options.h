@@ -1,6 +1,6 @@
-/* personaplex-webrtc: the command line. */
-#ifndef PPX_WEBRTC_OPTIONS_H
-#define PPX_WEBRTC_OPTIONS_H
+/* personaplex-server: the command line. */
+#ifndef PPX_SERVER_OPTIONS_H
+#define PPX_SERVER_OPTIONS_H
 
 #include <glib.h>
 
@@ -21,15 +21,15 @@ typedef struct {
   char *kv_cache_format;    /* personaplexduplex "kv-cache-format" nick: auto, f32, bf16, fp8 */
   int batch_deadline_ms;    /* personaplexduplex "batch-deadline"; -1: the element's default */
   char *model_instance_id;  /* shared by every session's personaplexduplex */
-} PpxWebrtcOptions;
+} PpxServerOptions;
 
 /* Parses and checks argv (GOption; --help prints and exits). Returns FALSE with a message naming the
- * option on bad input. Clear `o` with ppx_webrtc_options_clear either way. */
-gboolean ppx_webrtc_options_parse (PpxWebrtcOptions *o, int *argc, char ***argv, GError **error);
-void ppx_webrtc_options_clear (PpxWebrtcOptions *o);
+ * option on bad input. Clear `o` with ppx_server_options_clear either way. */
+gboolean ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError **error);
+void ppx_server_options_clear (PpxServerOptions *o);
 
 /* TRUE when `address` is a loopback IP literal or "localhost". */
-gboolean ppx_webrtc_address_is_loopback (const char *address);
+gboolean ppx_server_address_is_loopback (const char *address);
 
 G_END_DECLS
 #endif

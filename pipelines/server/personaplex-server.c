@@ -1,6 +1,6 @@
-/* personaplex-webrtc: talk to PersonaPlex from a browser.
+/* personaplex-server: talk to PersonaPlex from a browser.
  *
- *   personaplex-webrtc --model-dir DIR [--voice-prompt FILE|NAME] [--text-prompt TEXT | --text-prompt-tokens 1,2,3]
+ *   personaplex-server --model-dir DIR [--voice-prompt FILE|NAME] [--text-prompt TEXT | --text-prompt-tokens 1,2,3]
  *                      [--address 127.0.0.1] [--port 8080] [--max-sessions N] [--backend B] [--quantization Q]
  *                      [--kv-cache-format F] [--batch-deadline MS]
  *
@@ -12,54 +12,54 @@
 #include <locale.h>
 #include <stdio.h>
 
-#include "webrtc-model.h"
-#include "webrtc-options.h"
-#include "webrtc-server.h"
+#include "server-model.h"
+#include "server-options.h"
+#include "server-http.h"
 
 static gboolean
 on_stop_signal (gpointer loop)
 {
-  g_printerr ("personaplex-webrtc: stopping\n");
+  g_printerr ("personaplex-server: stopping\n");
   g_main_loop_quit (loop);
   return G_SOURCE_CONTINUE;
 }
 
 static int
-serve (const PpxWebrtcOptions *options)
+serve (const PpxServerOptions *options)
 {
   g_autoptr (GError) error = NULL;
-  g_printerr ("personaplex-webrtc: loading the model from %s\n", options->model_dir);
-  PpxWebrtcModelKeeper *keeper = ppx_webrtc_model_keeper_new (options, &error);
+  g_printerr ("personaplex-server: loading the model from %s\n", options->model_dir);
+  PpxServerModelKeeper *keeper = ppx_server_model_keeper_new (options, &error);
   if (!keeper) {
-    g_printerr ("personaplex-webrtc: %s\n", error->message);
+    g_printerr ("personaplex-server: %s\n", error->message);
     return 1;
   }
-  g_autofree char *model = ppx_webrtc_model_keeper_describe (keeper);
+  g_autofree char *model = ppx_server_model_keeper_describe (keeper);
   /* The engine's slots, less the keeper's, unless --max-sessions set them (then there is one more). */
-  PpxWebrtcEngineInfo engine;
-  ppx_webrtc_model_keeper_engine (keeper, &engine);
+  PpxServerEngineInfo engine;
+  ppx_server_model_keeper_engine (keeper, &engine);
   g_autofree char *kv = engine.kv_cache_format;
   const int max_calls = options->max_sessions > 0 ? options->max_sessions : (int) engine.max_sessions - 1;
   if (max_calls < 1) {
-    g_printerr ("personaplex-webrtc: only %u session fits in memory (%.1f MB each with a %s KV cache), and the "
+    g_printerr ("personaplex-server: only %u session fits in memory (%.1f MB each with a %s KV cache), and the "
                 "keeper holds it: no call would fit; free memory, or use --kv-cache-format fp8 or a smaller "
                 "--quantization\n", engine.max_sessions, engine.session_bytes / 1e6, kv ? kv : "?");
-    ppx_webrtc_model_keeper_free (keeper);
+    ppx_server_model_keeper_free (keeper);
     return 1;
   }
-  g_printerr ("personaplex-webrtc: %d call(s) at once on one engine (%s; %u sessions with the keeper's, %s KV "
+  g_printerr ("personaplex-server: %d call(s) at once on one engine (%s; %u sessions with the keeper's, %s KV "
               "cache, %.1f MB a session, %.1f MB in all)\n", max_calls,
               options->max_sessions > 0 ? "--max-sessions" : "as many as fit in memory", engine.max_sessions,
               kv ? kv : "?", engine.session_bytes / 1e6, engine.engine_bytes / 1e6);
-  PpxWebrtcServer *server = ppx_webrtc_server_new (options, model, max_calls, &error);
+  PpxServer *server = ppx_server_new (options, model, max_calls, &error);
   if (!server) {
-    g_printerr ("personaplex-webrtc: %s\n", error->message);
-    ppx_webrtc_model_keeper_free (keeper);
+    g_printerr ("personaplex-server: %s\n", error->message);
+    ppx_server_model_keeper_free (keeper);
     return 1;
   }
-  g_autofree char *url = ppx_webrtc_server_get_url (server);
+  g_autofree char *url = ppx_server_get_url (server);
   /* The one line on stdout: scripts read the URL (and the port, with --port 0) from it. */
-  printf ("personaplex-webrtc: serving %s (model %s)\n", url, model);
+  printf ("personaplex-server: serving %s (model %s)\n", url, model);
   fflush (stdout);
 
   GMainLoop *loop = g_main_loop_new (NULL, FALSE);
@@ -68,8 +68,8 @@ serve (const PpxWebrtcOptions *options)
   g_main_loop_run (loop);
   g_source_remove (sigint);
   g_source_remove (sigterm);
-  ppx_webrtc_server_free (server);
-  ppx_webrtc_model_keeper_free (keeper);
+  ppx_server_free (server);
+  ppx_server_model_keeper_free (keeper);
   g_main_loop_unref (loop);
   return 0;
 }
@@ -79,16 +79,16 @@ main (int argc, char **argv)
 {
   setlocale (LC_ALL, "");
   gst_init (&argc, &argv);
-  PpxWebrtcOptions options;
+  PpxServerOptions options;
   g_autoptr (GError) error = NULL;
   int rc;
-  if (ppx_webrtc_options_parse (&options, &argc, &argv, &error)) {
+  if (ppx_server_options_parse (&options, &argc, &argv, &error)) {
     rc = serve (&options);
   } else {
-    g_printerr ("personaplex-webrtc: %s\n", error->message);
+    g_printerr ("personaplex-server: %s\n", error->message);
     rc = 2;
   }
-  ppx_webrtc_options_clear (&options);
+  ppx_server_options_clear (&options);
   gst_deinit ();
   return rc;
 }

@@ -1,9 +1,9 @@
-/* personaplex-webrtc: personaplexduplex settings and the keeper that holds the shared model. */
-#include "webrtc-model.h"
+/* personaplex-server: personaplexduplex settings and the keeper that holds the shared model. */
+#include "server-model.h"
 
 #include <string.h>
 
-struct _PpxWebrtcModelKeeper {
+struct _PpxServerModelKeeper {
   GstElement *pipeline; /* just the keeper's personaplexduplex, in PAUSED */
   GstElement *duplex;
 };
@@ -11,7 +11,7 @@ struct _PpxWebrtcModelKeeper {
 static GQuark
 model_error_quark (void)
 {
-  return g_quark_from_static_string ("ppx-webrtc-model");
+  return g_quark_from_static_string ("ppx-server-model");
 }
 
 /* The plugin may not be installed yet when the server runs from the build tree. */
@@ -19,15 +19,15 @@ static GstElementFactory *
 find_duplex_factory (void)
 {
   GstElementFactory *f = gst_element_factory_find ("personaplexduplex");
-#ifdef PPX_WEBRTC_BUILD_PLUGIN_DIR
-  if (!f && gst_registry_scan_path (gst_registry_get (), PPX_WEBRTC_BUILD_PLUGIN_DIR))
+#ifdef PPX_SERVER_BUILD_PLUGIN_DIR
+  if (!f && gst_registry_scan_path (gst_registry_get (), PPX_SERVER_BUILD_PLUGIN_DIR))
     f = gst_element_factory_find ("personaplexduplex");
 #endif
   return f;
 }
 
 GstElement *
-ppx_webrtc_duplex_new (const PpxWebrtcOptions *o, const char *name, GError **error)
+ppx_server_duplex_new (const PpxServerOptions *o, const char *name, GError **error)
 {
   g_autoptr (GstElementFactory) factory = find_duplex_factory ();
   GstElement *duplex = factory ? gst_element_factory_create (factory, name) : NULL;
@@ -78,27 +78,27 @@ take_bus_error (GstElement *pipeline, const char *model_dir, GError **error)
   }
 }
 
-PpxWebrtcModelKeeper *
-ppx_webrtc_model_keeper_new (const PpxWebrtcOptions *o, GError **error)
+PpxServerModelKeeper *
+ppx_server_model_keeper_new (const PpxServerOptions *o, GError **error)
 {
-  GstElement *duplex = ppx_webrtc_duplex_new (o, "model-keeper", error);
+  GstElement *duplex = ppx_server_duplex_new (o, "model-keeper", error);
   if (!duplex)
     return NULL;
-  PpxWebrtcModelKeeper *k = g_new0 (PpxWebrtcModelKeeper, 1);
+  PpxServerModelKeeper *k = g_new0 (PpxServerModelKeeper, 1);
   k->pipeline = gst_pipeline_new ("model-keeper");
   k->duplex = duplex;
   gst_bin_add (GST_BIN (k->pipeline), duplex);
   /* No sink: PAUSED is reached at once, after the element loaded the model and ran the prompts. */
   if (gst_element_set_state (k->pipeline, GST_STATE_PAUSED) == GST_STATE_CHANGE_FAILURE) {
     take_bus_error (k->pipeline, o->model_dir, error);
-    ppx_webrtc_model_keeper_free (k);
+    ppx_server_model_keeper_free (k);
     return NULL;
   }
   return k;
 }
 
 char *
-ppx_webrtc_model_keeper_describe (PpxWebrtcModelKeeper *k)
+ppx_server_model_keeper_describe (PpxServerModelKeeper *k)
 {
   g_autoptr (GstStructure) stats = NULL;
   g_object_get (k->duplex, "stats", &stats, NULL);
@@ -108,7 +108,7 @@ ppx_webrtc_model_keeper_describe (PpxWebrtcModelKeeper *k)
 }
 
 void
-ppx_webrtc_model_keeper_engine (PpxWebrtcModelKeeper *k, PpxWebrtcEngineInfo *info)
+ppx_server_model_keeper_engine (PpxServerModelKeeper *k, PpxServerEngineInfo *info)
 {
   g_autoptr (GstStructure) stats = NULL;
   memset (info, 0, sizeof *info);
@@ -121,7 +121,7 @@ ppx_webrtc_model_keeper_engine (PpxWebrtcModelKeeper *k, PpxWebrtcEngineInfo *in
 }
 
 void
-ppx_webrtc_model_keeper_free (PpxWebrtcModelKeeper *k)
+ppx_server_model_keeper_free (PpxServerModelKeeper *k)
 {
   if (!k)
     return;

@@ -1,10 +1,10 @@
-/* personaplex-webrtc: the page, the signalling WebSocket, and the sessions behind it. */
-#include "webrtc-server.h"
+/* personaplex-server: the page, the signalling WebSocket, and the sessions behind it. */
+#include "server-http.h"
 
 #include <libsoup/soup.h>
 
-#include "webrtc-peer.h"
-#include "webrtc-signalling.h"
+#include "server-webrtc-peer.h"
+#include "server-signalling.h"
 
 #define RESOURCE_PREFIX "/org/personaplex/webrtc/"
 /* A page that keeps sending what the server refuses is closed after this many refusals. */
@@ -12,8 +12,8 @@
 
 typedef struct _Session Session;
 
-struct _PpxWebrtcServer {
-  const PpxWebrtcOptions *options;
+struct _PpxServer {
+  const PpxServerOptions *options;
   char *model;
   int max_calls;
   SoupServer *soup;
@@ -22,7 +22,7 @@ struct _PpxWebrtcServer {
 };
 
 struct _Session {
-  PpxWebrtcServer *server;
+  PpxServer *server;
   guint id;
   SoupWebsocketConnection *ws;
   PpxWebrtcPeer *peer;
@@ -32,7 +32,7 @@ struct _Session {
 static GQuark
 server_error_quark (void)
 {
-  return g_quark_from_static_string ("ppx-webrtc-server");
+  return g_quark_from_static_string ("ppx-server-server");
 }
 
 /* ---- the page ---- */
@@ -121,9 +121,9 @@ static void
 on_ws_closed (SoupWebsocketConnection *ws, gpointer user_data)
 {
   Session *s = user_data;
-  PpxWebrtcServer *server = s->server;
+  PpxServer *server = s->server;
   server->sessions = g_list_remove (server->sessions, s);
-  g_printerr ("personaplex-webrtc: session %u: closed by the page (code %u); tearing down, %u session(s) left\n",
+  g_printerr ("personaplex-server: session %u: closed by the page (code %u); tearing down, %u session(s) left\n",
               s->id, soup_websocket_connection_get_close_code (ws), g_list_length (server->sessions));
   session_free (s);
 }
@@ -132,13 +132,13 @@ static void
 on_ws_error (SoupWebsocketConnection *ws, GError *error, gpointer user_data)
 {
   Session *s = user_data;
-  g_printerr ("personaplex-webrtc: session %u: websocket: %s\n", s->id, error->message);
+  g_printerr ("personaplex-server: session %u: websocket: %s\n", s->id, error->message);
 }
 
 static void
 refuse (Session *s, const char *why)
 {
-  g_printerr ("personaplex-webrtc: session %u: refused a message: %s\n", s->id, why);
+  g_printerr ("personaplex-server: session %u: refused a message: %s\n", s->id, why);
   send_error (s, why);
   if (++s->refused >= MAX_REFUSED_MESSAGES && soup_websocket_connection_get_state (s->ws) == SOUP_WEBSOCKET_STATE_OPEN)
     soup_websocket_connection_close (s->ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "too many refused messages");
@@ -183,9 +183,9 @@ static void
 on_ws_open (SoupServer *soup, SoupServerMessage *msg, const char *path, SoupWebsocketConnection *ws,
             gpointer user_data)
 {
-  PpxWebrtcServer *server = user_data;
+  PpxServer *server = user_data;
   if (!origin_allowed (msg)) {
-    g_printerr ("personaplex-webrtc: refused a WebSocket from another origin\n");
+    g_printerr ("personaplex-server: refused a WebSocket from another origin\n");
     soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "wrong origin");
     return;
   }
@@ -195,7 +195,7 @@ on_ws_open (SoupServer *soup, SoupServerMessage *msg, const char *path, SoupWebs
   s->id = ++server->next_id;
   s->ws = g_object_ref (ws);
   if (g_list_length (server->sessions) >= (guint) server->max_calls) {
-    g_printerr ("personaplex-webrtc: session %u: refused, %d sessions already\n", s->id, server->max_calls);
+    g_printerr ("personaplex-server: session %u: refused, %d sessions already\n", s->id, server->max_calls);
     send_error (s, "the server is busy: too many sessions");
     soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "busy");
     session_free (s);
@@ -208,7 +208,7 @@ on_ws_open (SoupServer *soup, SoupServerMessage *msg, const char *path, SoupWebs
   if (!(s->peer = ppx_webrtc_peer_new (s->id, server->options, &callbacks, &error))) {
     /* the engine itself full (its slots are still being freed by a closing session): busy too */
     gboolean busy = g_error_matches (error, PPX_WEBRTC_PEER_ERROR, PPX_WEBRTC_PEER_ERROR_BUSY);
-    g_printerr ("personaplex-webrtc: session %u: %s%s\n", s->id, busy ? "refused, the engine is full: " : "",
+    g_printerr ("personaplex-server: session %u: %s%s\n", s->id, busy ? "refused, the engine is full: " : "",
                 error->message);
     if (busy) {
       send_error (s, "the server is busy: too many sessions");
@@ -224,19 +224,19 @@ on_ws_open (SoupServer *soup, SoupServerMessage *msg, const char *path, SoupWebs
   g_signal_connect (ws, "message", G_CALLBACK (on_ws_message), s);
   g_signal_connect (ws, "closed", G_CALLBACK (on_ws_closed), s);
   g_signal_connect (ws, "error", G_CALLBACK (on_ws_error), s);
-  g_printerr ("personaplex-webrtc: session %u: started, %u session(s)\n", s->id, g_list_length (server->sessions));
+  g_printerr ("personaplex-server: session %u: started, %u session(s)\n", s->id, g_list_length (server->sessions));
 }
 
 /* ---- the server ---- */
 
-PpxWebrtcServer *
-ppx_webrtc_server_new (const PpxWebrtcOptions *options, const char *model, int max_calls, GError **error)
+PpxServer *
+ppx_server_new (const PpxServerOptions *options, const char *model, int max_calls, GError **error)
 {
-  PpxWebrtcServer *server = g_new0 (PpxWebrtcServer, 1);
+  PpxServer *server = g_new0 (PpxServer, 1);
   server->options = options;
   server->max_calls = max_calls;
   server->model = g_strdup (model);
-  server->soup = soup_server_new ("server-header", "personaplex-webrtc", NULL);
+  server->soup = soup_server_new ("server-header", "personaplex-server", NULL);
   /* Signalling messages are small; no compression (and no decompression of what a client sends). */
   soup_server_remove_websocket_extension (server->soup, SOUP_TYPE_WEBSOCKET_EXTENSION_DEFLATE);
   soup_server_add_handler (server->soup, NULL, serve_page, server, NULL);
@@ -247,14 +247,14 @@ ppx_webrtc_server_new (const PpxWebrtcOptions *options, const char *model, int m
   if (!soup_server_listen (server->soup, address, 0, &e)) {
     g_set_error (error, server_error_quark (), 0, "listening on %s port %d: %s", options->address, options->port,
                  e->message);
-    ppx_webrtc_server_free (server);
+    ppx_server_free (server);
     return NULL;
   }
   return server;
 }
 
 char *
-ppx_webrtc_server_get_url (PpxWebrtcServer *server)
+ppx_server_get_url (PpxServer *server)
 {
   /* From the listening socket (soup_server_get_uris leaks its socket addresses in libsoup 3.2). */
   GSList *listeners = soup_server_get_listeners (server->soup);
@@ -269,7 +269,7 @@ ppx_webrtc_server_get_url (PpxWebrtcServer *server)
 }
 
 void
-ppx_webrtc_server_free (PpxWebrtcServer *server)
+ppx_server_free (PpxServer *server)
 {
   if (!server)
     return;

@@ -68,6 +68,8 @@ typedef struct {
                                          * rest of the audio and closes the call (1000) */
   gboolean decode;                      /* decode the answer to PCM (record->pcm) */
   GMainContext *context;                /* NULL: the thread-default context of ppx_chat_call_start's caller */
+  const char *response_header;          /* a header of the upgrade's answer to keep in record->response_header
+                                         * (e.g. X-Served-By: the server a balancer chose); NULL: none */
 } PpxChatOptions;
 
 typedef struct {
@@ -103,6 +105,7 @@ typedef struct {
   gint64 sent_samples;     /* input samples sent so far */
   GArray *pcm;             /* float: the decoded answer (options.decode), complete once finished */
   char *decode_error;      /* the decoder's error, if the answer could not be decoded */
+  char *response_header;   /* the value of options.response_header in the upgrade's answer (101 or refusal) */
 } PpxChatRecord;
 
 typedef struct {

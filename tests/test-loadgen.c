@@ -39,32 +39,107 @@ test_percentiles (void)
   g_assert_true (CLOSE (loadgen_percentile (ten, 10, 0.9), 9));
 }
 
-/* A call that joins in 500 ms and sends 10 frames as 20 pages of 960 samples, one every 40 ms; each answer
- * page arrives 150 ms after the input page of the same samples, from answer page 10 on 350 ms (one gap of
- * 240 ms). `answer_pages` of the 20 arrive. */
+/* ---- made-up records (the fields the chat client fills) ---- */
+
+static gint64
+us (double seconds)
+{
+  return (gint64) llround (seconds * 1e6);
+}
+
+static void
+event_clear (gpointer data)
+{
+  g_free (((PpxChatEvent *) data)->text);
+}
+
+static PpxChatRecord *
+record_new (guint http_status)
+{
+  PpxChatRecord *r = g_new0 (PpxChatRecord, 1);
+  r->start_us = us (1.0);
+  r->http_status = http_status;
+  r->close_code = -1;
+  r->events = g_array_new (FALSE, TRUE, sizeof (PpxChatEvent));
+  g_array_set_clear_func (r->events, event_clear);
+  r->sent = g_array_new (FALSE, TRUE, sizeof (PpxChatSent));
+  r->text = g_string_new (NULL);
+  r->errors = g_ptr_array_new_with_free_func (g_free);
+  r->pcm = g_array_new (FALSE, FALSE, sizeof (float));
+  return r;
+}
+
+static void
+record_free (PpxChatRecord *r)
+{
+  g_free (r->failure);
+  g_free (r->close_reason);
+  g_free (r->response_header);
+  g_array_unref (r->events);
+  g_array_unref (r->sent);
+  g_string_free (r->text, TRUE);
+  g_ptr_array_unref (r->errors);
+  g_array_unref (r->pcm);
+  g_free (r);
+}
+
+static void
+add_event (PpxChatRecord *r, double t, guint8 kind, gint64 samples, const char *text)
+{
+  PpxChatEvent e = {.time_us = us (t), .kind = kind, .samples = samples, .text = g_strdup (text)};
+  g_array_append_val (r->events, e);
+  if (kind == PPX_CHAT_AUDIO) {
+    r->n_audio++;
+    r->answer_samples = samples;
+  } else if (kind == PPX_CHAT_TEXT) {
+    r->n_text++;
+    g_string_append (r->text, text);
+  }
+}
+
+/* A call that connects at 1.0 s and joins in 500 ms, then sends 10 frames as 20 pages of 960 samples, one every
+ * 40 ms; the answer's Ogg headers come at 1.68 s, each answer page 150 ms after the input page of the same
+ * samples, from answer page 10 on 350 ms (one gap of 240 ms). `answer_pages` of the 20 arrive, with a text piece
+ * after every 7th; closed with 1000. */
+static PpxChatRecord *
+made_up_record (guint answer_pages)
+{
+  PpxChatRecord *r = record_new (101);
+  r->handshake_us = us (1.5);
+  add_event (r, 1.5, PPX_CHAT_HANDSHAKE, 0, NULL);
+  for (int j = 0; j < 20; j++) {
+    PpxChatSent sent = {us (1.54 + 0.04 * j), 960 * (j + 1), 100};
+    g_array_append_val (r->sent, sent);
+  }
+  r->sent_samples = 19200;
+  add_event (r, 1.68, PPX_CHAT_AUDIO, 0, NULL);
+  for (guint j = 0; j < answer_pages; j++) {
+    add_event (r, 1.54 + 0.04 * j + (j < 10 ? 0.15 : 0.35), PPX_CHAT_AUDIO, 960 * (j + 1), NULL);
+    if (j % 7 == 0)
+      add_event (r, 1.7 + 0.04 * j, PPX_CHAT_TEXT, r->answer_samples, " hi");
+  }
+  r->close_code = 1000;
+  r->end_us = us (2.5);
+  return r;
+}
+
 static LoadgenCall *
-made_up_call (guint index, guint answer_pages)
+call_of (guint index, PpxChatRecord *r)
 {
   LoadgenCall *c = loadgen_call_new (index, 0.25 * index);
-  c->connect_s = 1.0;
-  c->handshake_s = 1.5;
-  for (int j = 0; j < 20; j++)
-    loadgen_call_mark_sent (c, 1.54 + 0.04 * j, 960 * (j + 1));
-  loadgen_call_mark_received (c, 1.6, 0); /* the Ogg header pages: no samples, not the first audio */
-  for (guint j = 0; j < answer_pages; j++)
-    loadgen_call_mark_received (c, 1.54 + 0.04 * j + (j < 10 ? 0.15 : 0.35), 960 * (j + 1));
-  c->text_pieces = 3;
+  c->record = r;
   return c;
 }
 
 static void
 test_call_stats (void)
 {
-  g_autoptr (LoadgenCall) c = made_up_call (0, 20);
+  PpxChatRecord *r = made_up_record (20);
+  g_autoptr (LoadgenCall) c = call_of (0, r);
   LoadgenCallStats s;
   loadgen_call_stats (c, 100, &s);
   g_assert_true (CLOSE (s.join_ms, 500));
-  g_assert_true (CLOSE (s.first_audio_ms, 190));
+  g_assert_true (CLOSE (s.first_audio_ms, 180));
   g_assert_true (CLOSE (s.sent_s, 0.8) && CLOSE (s.answered_s, 0.8));
   g_assert_cmpuint (s.frames_sent, ==, 10);
   g_assert_cmpuint (s.frames_answered, ==, 10);
@@ -81,26 +156,30 @@ test_call_stats (void)
   g_assert_cmpuint (s.underruns, ==, 0);
   g_assert_true (CLOSE (s.max_gap_ms, 240));
   loadgen_call_stats_clear (&s);
+  record_free (r);
 
   /* the answer stops after 17 pages: 8 whole frames answered of 10 */
-  g_autoptr (LoadgenCall) short_call = made_up_call (1, 17);
+  r = made_up_record (17);
+  g_autoptr (LoadgenCall) short_call = call_of (1, r);
   loadgen_call_stats (short_call, 100, &s);
   g_assert_cmpuint (s.frames_sent, ==, 10);
   g_assert_cmpuint (s.frames_answered, ==, 8);
   g_assert_cmpuint (s.latency_ms->len, ==, 8);
   loadgen_call_stats_clear (&s);
+  record_free (r);
 
-  /* refused: nothing to measure */
-  g_autoptr (LoadgenCall) refused = loadgen_call_new (2, 0);
-  refused->connect_s = 1.0;
-  refused->http_status = 503;
-  loadgen_call_end (refused, 1.01, "http-503", "busy");
-  loadgen_call_end (refused, 1.02, "connection-lost", NULL); /* the first end counts */
-  g_assert_cmpstr (refused->reason, ==, "http-503");
+  /* refused, or never started: nothing to measure */
+  r = record_new (503);
+  g_autoptr (LoadgenCall) refused = call_of (2, r);
   loadgen_call_stats (refused, 100, &s);
   g_assert_true (isnan (s.join_ms) && isnan (s.first_audio_ms) && isnan (s.latency_p50_ms));
   g_assert_cmpuint (s.frames_sent, ==, 0);
   g_assert_cmpuint (s.underruns, ==, 0);
+  loadgen_call_stats_clear (&s);
+  record_free (r);
+  g_autoptr (LoadgenCall) never = loadgen_call_new (3, 0);
+  loadgen_call_stats (never, 100, &s);
+  g_assert_true (isnan (s.join_ms) && isnan (s.latency_max_ms) && s.latency_ms->len == 0);
   loadgen_call_stats_clear (&s);
 }
 
@@ -110,37 +189,96 @@ test_reason_classes (void)
   g_assert_cmpint (loadgen_reason_class ("ok"), ==, LOADGEN_END_OK);
   g_assert_cmpint (loadgen_reason_class ("http-503"), ==, LOADGEN_END_REFUSED);
   const char *failed[] = {"http-401", "http-400", "server-error", "closed-1011", "connection-lost", "connect-failed",
-                          "handshake-timeout", "no-answer", "protocol-error", NULL};
+                          "handshake-timeout", "no-answer", "protocol-error", "unfinished", NULL};
   for (int i = 0; failed[i]; i++)
     g_assert_cmpint (loadgen_reason_class (failed[i]), ==, LOADGEN_END_FAILED);
   g_assert_cmpint (loadgen_reason_class (NULL), ==, LOADGEN_END_FAILED);
 }
 
+/* The reason read from a finished record, with the detail it keeps. */
+static void
+expect_reason (PpxChatRecord *r, const char *reason, const char *detail)
+{
+  g_autoptr (LoadgenCall) c = call_of (0, r);
+  loadgen_call_classify (c, 19200);
+  g_assert_cmpstr (c->reason, ==, reason);
+  g_assert_cmpstr (c->detail, ==, detail);
+  record_free (r);
+}
+
+static void
+test_classify (void)
+{
+  PpxChatRecord *r = made_up_record (20);
+  r->response_header = g_strdup ("s2");
+  g_autoptr (LoadgenCall) ok = call_of (0, r);
+  loadgen_call_classify (ok, 19200);
+  g_assert_cmpstr (ok->reason, ==, "ok");
+  g_assert_cmpstr (ok->server, ==, "s2");
+  loadgen_call_set_end (ok, "connection-lost", NULL); /* the first end counts */
+  g_assert_cmpstr (ok->reason, ==, "ok");
+  record_free (r);
+
+  r = record_new (503);
+  r->failure = g_strdup ("Unexpected response status 503");
+  expect_reason (r, "http-503", "Unexpected response status 503");
+  expect_reason (record_new (401), "http-401", NULL);
+  r = record_new (0);
+  r->failure = g_strdup ("Could not connect: Connection refused");
+  expect_reason (r, "connect-failed", "Could not connect: Connection refused");
+  r = made_up_record (5);
+  g_ptr_array_add (r->errors, g_strdup ("the server is shutting down"));
+  expect_reason (r, "server-error", "the server is shutting down");
+  r = made_up_record (5);
+  r->close_code = 1006;
+  expect_reason (r, "connection-lost", NULL);
+  r = made_up_record (5);
+  r->failure = g_strdup ("the answer: not an Ogg page");
+  expect_reason (r, "protocol-error", "the answer: not an Ogg page");
+  r = made_up_record (5);
+  r->sent_samples = 9600; /* closed before all the audio was sent */
+  r->close_code = 1011;
+  r->close_reason = g_strdup ("internal error");
+  expect_reason (r, "closed-1011", "internal error");
+  r = made_up_record (20);
+  r->close_code = 1001;
+  expect_reason (r, "closed-1001", NULL);
+  r = made_up_record (0);
+  expect_reason (r, "no-answer", NULL);
+  r = record_new (101); /* closed before the handshake */
+  r->close_code = 1000;
+  expect_reason (r, "closed-1000", NULL);
+
+  g_autoptr (LoadgenCall) never = loadgen_call_new (1, 0);
+  loadgen_call_classify (never, 19200);
+  g_assert_cmpstr (never->reason, ==, "unfinished");
+}
+
+/* Three calls: one ok on s1, one refused with 503, one on s2 whose connection broke after 12 answer pages.
+ * The records go to records[3] (freed by the caller after the report). */
 static LoadgenReport *
-made_up_report (void)
+made_up_report (PpxChatRecord **records)
 {
   LoadgenReport *r = loadgen_report_new ();
   r->url = g_strdup ("ws://127.0.0.1:8080/api/chat");
   r->calls = 3;
   r->seconds = 0.8;
   r->wall_s = 4;
+  r->start_us = us (0.5);
   r->cpu.user_s = 0.5;
   r->cpu.system_s = 0.1;
   r->started_utc = g_strdup ("2026-01-01T00:00:00Z");
-  LoadgenCall *ok = made_up_call (0, 20);
-  ok->server = g_strdup ("s1");
-  loadgen_call_end (ok, 3, "ok", NULL);
-  LoadgenCall *refused = loadgen_call_new (1, 0.25);
-  refused->connect_s = 1.0;
-  refused->http_status = 503;
-  loadgen_call_end (refused, 1.1, "http-503", NULL);
-  LoadgenCall *lost = made_up_call (2, 12);
-  lost->server = g_strdup ("s2");
-  lost->close_code = 1006;
-  loadgen_call_end (lost, 2.2, "connection-lost", "the connection broke");
-  g_ptr_array_add (r->records, ok);
-  g_ptr_array_add (r->records, refused);
-  g_ptr_array_add (r->records, lost);
+  records[0] = made_up_record (20);
+  records[0]->response_header = g_strdup ("s1");
+  records[1] = record_new (503);
+  records[2] = made_up_record (12);
+  records[2]->response_header = g_strdup ("s2");
+  records[2]->close_code = 1006;
+  for (guint i = 0; i < 3; i++) {
+    LoadgenCall *c = call_of (i, records[i]);
+    loadgen_call_classify (c, 19200);
+    g_ptr_array_add (r->records, c);
+  }
   LoadgenProcess p = {.pid = 1234, .first = {1, 0.5}, .last = {3, 1.0}, .first_t = 0, .last_t = 4, .seen = TRUE};
   g_array_append_val (r->processes, p);
   return r;
@@ -156,7 +294,8 @@ member_object (JsonObject *o, const char *name)
 static void
 test_report (void)
 {
-  g_autoptr (LoadgenReport) r = made_up_report ();
+  PpxChatRecord *records[3];
+  g_autoptr (LoadgenReport) r = made_up_report (records);
   guint ok, refused, failed;
   loadgen_report_counts (r, &ok, &refused, &failed);
   g_assert_true (ok == 1 && refused == 1 && failed == 1);
@@ -205,6 +344,11 @@ test_report (void)
   JsonObject *c1 = json_array_get_object_element (calls, 1);
   g_assert_cmpint (json_object_get_int_member (c1, "http_status"), ==, 503);
   g_assert_true (json_object_get_null_member (c1, "join_ms"));
+  JsonObject *c2 = json_array_get_object_element (calls, 2);
+  g_assert_cmpstr (json_object_get_string_member (c2, "reason"), ==, "connection-lost");
+  g_assert_true (CLOSE (json_object_get_double_member (c2, "connect_s"), 0.5));
+  g_assert_true (CLOSE (json_object_get_double_member (c2, "end_s"), 2.0));
+  g_assert_cmpint (json_object_get_int_member (c2, "text_pieces"), ==, 2);
 
   /* the table */
   char *text = NULL;
@@ -231,6 +375,9 @@ test_report (void)
   g_assert_nonnull (strstr (error->message, bad));
   g_remove (path);
   g_rmdir (dir);
+  g_clear_pointer (&r, loadgen_report_free);
+  for (guint i = 0; i < 3; i++)
+    record_free (records[i]);
 }
 
 /* Parses a command line given as one string (split at spaces; '~' stands for a space inside a value). */
@@ -325,6 +472,7 @@ main (int argc, char **argv)
   g_test_add_func ("/loadgen/percentiles", test_percentiles);
   g_test_add_func ("/loadgen/call-stats", test_call_stats);
   g_test_add_func ("/loadgen/reason-classes", test_reason_classes);
+  g_test_add_func ("/loadgen/classify", test_classify);
   g_test_add_func ("/loadgen/report", test_report);
   g_test_add_func ("/loadgen/options", test_options);
   return g_test_run ();

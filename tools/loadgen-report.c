@@ -98,7 +98,7 @@ digest_make (const LoadgenReport *r, Digest *d)
     const LoadgenCall *c = record (r, i);
     LoadgenCallStats *s = &d->stats[i];
     loadgen_call_stats (c, r->gap_ms, s);
-    gboolean joined = c->handshake_s >= 0;
+    gboolean joined = c->record && c->record->handshake_us;
     double *v = series + i;
     v[ROW_JOIN * d->n] = s->join_ms;
     v[ROW_FIRST_AUDIO * d->n] = s->first_audio_ms;
@@ -108,7 +108,7 @@ digest_make (const LoadgenReport *r, Digest *d)
     v[ROW_UNDERRUNS * d->n] = joined ? s->underruns : NAN;
     v[ROW_MAX_GAP * d->n] = joined && !isnan (s->first_audio_ms) ? s->max_gap_ms : NAN;
     v[ROW_UNANSWERED * d->n] = joined ? (double) (s->frames_sent - s->frames_answered) : NAN;
-    v[ROW_TEXT * d->n] = joined ? c->text_pieces : NAN;
+    v[ROW_TEXT * d->n] = joined ? c->record->n_text : NAN;
     g_array_append_vals (all, s->latency_ms->data, s->latency_ms->len);
     d->underruns_total += s->underruns;
     d->frames_total += s->latency_ms->len;
@@ -285,19 +285,27 @@ add_cpu (JsonBuilder *b, const char *key, const LoadgenCpu *c, double wall_s)
   json_builder_end_object (b);
 }
 
-static void
-add_call (JsonBuilder *b, const LoadgenCall *c, const LoadgenCallStats *s)
+/* A record's time in seconds after the run's start; NAN for 0 (never). */
+static double
+run_time (const LoadgenReport *r, gint64 us)
 {
+  return us ? (us - r->start_us) / 1e6 : NAN;
+}
+
+static void
+add_call (JsonBuilder *b, const LoadgenReport *r, const LoadgenCall *c, const LoadgenCallStats *s)
+{
+  const PpxChatRecord *rec = c->record;
   json_builder_begin_object (b);
   add_int (b, "index", c->index);
   add_string (b, "reason", c->reason ? c->reason : "unfinished");
   add_string (b, "detail", c->detail);
   add_string (b, "server", c->server);
-  add_int (b, "http_status", c->http_status);
-  add_int (b, "close_code", c->close_code);
+  add_int (b, "http_status", rec ? rec->http_status : 0);
+  add_int (b, "close_code", rec ? rec->close_code : -1);
   add_double (b, "scheduled_s", c->scheduled_s);
-  add_double (b, "connect_s", c->connect_s >= 0 ? c->connect_s : NAN);
-  add_double (b, "end_s", c->end_s >= 0 ? c->end_s : NAN);
+  add_double (b, "connect_s", rec ? run_time (r, rec->start_us) : NAN);
+  add_double (b, "end_s", rec ? run_time (r, rec->end_us) : NAN);
   add_double (b, "join_ms", s->join_ms);
   add_double (b, "first_audio_ms", s->first_audio_ms);
   add_double (b, "sent_s", s->sent_s);
@@ -310,8 +318,8 @@ add_call (JsonBuilder *b, const LoadgenCall *c, const LoadgenCallStats *s)
   add_double (b, "latency_max_ms", s->latency_max_ms);
   add_int (b, "underruns", s->underruns);
   add_double (b, "max_gap_ms", s->max_gap_ms);
-  add_int (b, "text_pieces", c->text_pieces);
-  add_int (b, "text_bytes", (gint64) c->text_bytes);
+  add_int (b, "text_pieces", rec ? rec->n_text : 0);
+  add_int (b, "text_bytes", rec ? (gint64) rec->text->len : 0);
   json_builder_end_object (b);
 }
 
@@ -383,7 +391,7 @@ loadgen_report_to_json (const LoadgenReport *r)
   json_builder_set_member_name (b, "per_call");
   json_builder_begin_array (b);
   for (guint i = 0; i < d.n; i++)
-    add_call (b, record (r, i), &d.stats[i]);
+    add_call (b, r, record (r, i), &d.stats[i]);
   json_builder_end_array (b);
   json_builder_end_object (b);
   digest_clear (&d);

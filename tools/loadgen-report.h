@@ -32,6 +32,7 @@ typedef struct {
   int expect_failed;    /* calls that fail otherwise that the run expects, exactly */
   /* what happened */
   char *started_utc;
+  gint64 start_us;      /* the run's start on the monotonic clock (g_get_monotonic_time) */
   double wall_s;
   LoadgenCpu cpu;       /* the loadgen's own (getrusage) */
   GArray *processes;    /* LoadgenProcess */

@@ -1,4 +1,4 @@
-/* personaplex-loadgen: per-call figures (join time, frame latency, underruns) and percentiles. */
+/* personaplex-loadgen: how calls ended, per-call figures (join time, frame latency, gaps) and percentiles. */
 #include "loadgen-stats.h"
 
 #include <math.h>
@@ -11,11 +11,6 @@ loadgen_call_new (guint index, double scheduled_s)
   LoadgenCall *c = g_new0 (LoadgenCall, 1);
   c->index = index;
   c->scheduled_s = scheduled_s;
-  c->connect_s = -1;
-  c->handshake_s = -1;
-  c->end_s = -1;
-  c->sent = g_array_new (FALSE, FALSE, sizeof (LoadgenMark));
-  c->received = g_array_new (FALSE, FALSE, sizeof (LoadgenMark));
   return c;
 }
 
@@ -24,41 +19,53 @@ loadgen_call_free (LoadgenCall *c)
 {
   if (!c)
     return;
-  g_array_unref (c->sent);
-  g_array_unref (c->received);
   g_free (c->reason);
   g_free (c->detail);
   g_free (c->server);
   g_free (c);
 }
 
-static void
-mark (GArray *marks, double t, gint64 total)
-{
-  LoadgenMark m = {t, total};
-  g_array_append_val (marks, m);
-}
-
 void
-loadgen_call_mark_sent (LoadgenCall *c, double t, gint64 total_samples)
+loadgen_call_set_end (LoadgenCall *c, const char *reason, const char *detail)
 {
-  mark (c->sent, t, total_samples);
-}
-
-void
-loadgen_call_mark_received (LoadgenCall *c, double t, gint64 total_samples)
-{
-  mark (c->received, t, total_samples);
-}
-
-void
-loadgen_call_end (LoadgenCall *c, double t, const char *reason, const char *detail)
-{
-  if (c->reason) /* the first end is the one that counts (a close after a 0x05, say) */
+  if (c->reason)
     return;
-  c->end_s = t;
   c->reason = g_strdup (reason);
   c->detail = g_strdup (detail);
+}
+
+void
+loadgen_call_classify (LoadgenCall *c, gint64 input_samples)
+{
+  const PpxChatRecord *r = c->record;
+  if (!r) {
+    loadgen_call_set_end (c, "unfinished", "never started");
+    return;
+  }
+  if (!c->server && r->response_header && *r->response_header)
+    c->server = g_strdup (r->response_header);
+  if (r->http_status == 0) {
+    loadgen_call_set_end (c, "connect-failed", r->failure);
+  } else if (r->http_status != 101) {
+    g_autofree char *reason = g_strdup_printf ("http-%u", r->http_status);
+    loadgen_call_set_end (c, reason, r->failure);
+  } else if (r->errors->len > 0) {
+    loadgen_call_set_end (c, "server-error", g_ptr_array_index (r->errors, 0));
+  } else if (r->close_code == 1006 || r->close_code < 0) {
+    loadgen_call_set_end (c, "connection-lost", r->failure);
+  } else if (r->failure) {
+    loadgen_call_set_end (c, "protocol-error", r->failure);
+  } else if (r->sent_samples < input_samples || !r->handshake_us) {
+    g_autofree char *reason = g_strdup_printf ("closed-%d", r->close_code);
+    loadgen_call_set_end (c, reason, r->close_reason && *r->close_reason ? r->close_reason : NULL);
+  } else if (r->answer_samples == 0) {
+    loadgen_call_set_end (c, "no-answer", NULL);
+  } else if (r->close_code != 1000) {
+    g_autofree char *reason = g_strdup_printf ("closed-%d", r->close_code);
+    loadgen_call_set_end (c, reason, r->close_reason && *r->close_reason ? r->close_reason : NULL);
+  } else {
+    loadgen_call_set_end (c, "ok", NULL);
+  }
 }
 
 LoadgenEndClass
@@ -114,64 +121,39 @@ loadgen_summarize (const double *values, guint n, LoadgenSummary *out)
   out->mean = sum / m;
 }
 
-/* The time at which a cumulative count first reached `need`, scanning on from *k; < 0: never. */
-static double
-time_reaching (const GArray *marks, guint *k, gint64 need)
-{
-  while (*k < marks->len && g_array_index (marks, LoadgenMark, *k).samples < need)
-    (*k)++;
-  return *k < marks->len ? g_array_index (marks, LoadgenMark, *k).t : -1;
-}
-
-static gint64
-last_count (const GArray *marks)
-{
-  return marks->len ? g_array_index (marks, LoadgenMark, marks->len - 1).samples : 0;
-}
-
 void
 loadgen_call_stats (const LoadgenCall *c, double gap_ms, LoadgenCallStats *out)
 {
   memset (out, 0, sizeof *out);
-  out->latency_ms = g_array_new (FALSE, FALSE, sizeof (double));
-  out->join_ms = c->connect_s >= 0 && c->handshake_s >= 0 ? (c->handshake_s - c->connect_s) * 1000 : NAN;
-  out->first_audio_ms = NAN;
-  gint64 sent = last_count (c->sent), answered = last_count (c->received);
-  out->sent_s = (double) sent / LOADGEN_RATE;
-  out->answered_s = (double) answered / LOADGEN_RATE;
-  out->frames_sent = sent / LOADGEN_FRAME;
-  out->frames_answered = MIN (out->frames_sent, answered / LOADGEN_FRAME);
+  out->join_ms = out->first_audio_ms = NAN;
+  const PpxChatRecord *r = c->record;
+  if (!r) {
+    out->latency_ms = g_array_new (FALSE, FALSE, sizeof (double));
+    out->latency_p50_ms = out->latency_p95_ms = out->latency_p99_ms = out->latency_max_ms = NAN;
+    return;
+  }
+  if (r->handshake_us)
+    out->join_ms = ppx_chat_record_join_ms (r);
+  out->sent_s = (double) r->sent_samples / PPX_CHAT_RATE;
+  out->answered_s = (double) r->answer_samples / PPX_CHAT_RATE;
+  out->frames_sent = r->sent_samples / PPX_CHAT_FRAME;
+  out->frames_answered = MIN (out->frames_sent, r->answer_samples / PPX_CHAT_FRAME);
 
-  /* Gaps: between answer messages that brought audio, from the first one on. */
-  double prev = -1;
-  gint64 count = 0;
-  for (guint i = 0; i < c->received->len; i++) {
-    const LoadgenMark *m = &g_array_index (c->received, LoadgenMark, i);
-    if (m->samples <= count)
+  /* the first answer message after the handshake, and the longest wait between two */
+  gint64 prev = 0;
+  for (guint e = 0; e < r->events->len; e++) {
+    const PpxChatEvent *ev = &g_array_index (r->events, PpxChatEvent, e);
+    if (ev->kind != PPX_CHAT_AUDIO)
       continue;
-    count = m->samples;
-    if (prev < 0) {
-      if (c->handshake_s >= 0)
-        out->first_audio_ms = (m->t - c->handshake_s) * 1000;
-    } else {
-      double gap = (m->t - prev) * 1000;
-      out->max_gap_ms = MAX (out->max_gap_ms, gap);
-      if (gap > gap_ms)
-        out->underruns++;
-    }
-    prev = m->t;
+    if (!prev && r->handshake_us)
+      out->first_audio_ms = (ev->time_us - r->handshake_us) / 1000.0;
+    if (prev)
+      out->max_gap_ms = MAX (out->max_gap_ms, (ev->time_us - prev) / 1000.0);
+    prev = ev->time_us;
   }
+  out->underruns = ppx_chat_record_gaps (r, (gint64) (gap_ms * 1000));
 
-  /* Frame latency: input frame i's last sample sent, to answer frame i's last sample decoded. */
-  guint ks = 0, kr = 0;
-  for (guint i = 0; i < out->frames_answered; i++) {
-    gint64 need = (gint64) (i + 1) * LOADGEN_FRAME;
-    double ts = time_reaching (c->sent, &ks, need), tr = time_reaching (c->received, &kr, need);
-    if (ts < 0 || tr < 0)
-      break;
-    double ms = (tr - ts) * 1000;
-    g_array_append_val (out->latency_ms, ms);
-  }
+  out->latency_ms = ppx_chat_record_frame_latencies (r, PPX_CHAT_FRAME);
   LoadgenSummary s;
   loadgen_summarize ((const double *) (void *) out->latency_ms->data, out->latency_ms->len, &s);
   out->latency_p50_ms = s.p50;

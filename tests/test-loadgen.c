@@ -271,6 +271,7 @@ made_up_report (PpxChatRecord **records)
   records[0] = made_up_record (20);
   records[0]->response_header = g_strdup ("s1");
   records[1] = record_new (503);
+  records[1]->response_header = g_strdup ("s1"); /* refused by s1: not one of s1's calls */
   records[2] = made_up_record (12);
   records[2]->response_header = g_strdup ("s2");
   records[2]->close_code = 1006;

@@ -83,10 +83,8 @@ check_options (LoadgenOptions *o, GError **error)
           o->calls - o->expect_refused);
   if (o->input && !g_file_test (o->input, G_FILE_TEST_IS_REGULAR))
     FAIL ("--input %s: no such file", o->input);
-  if (o->ca_file && !g_file_test (o->ca_file, G_FILE_TEST_IS_REGULAR))
-    FAIL ("--ca-file %s: no such file", o->ca_file);
-  if ((o->insecure || o->ca_file) && !o->tls)
-    FAIL ("--insecure and --ca-file are for wss:// URLs");
+  if (o->insecure && !o->tls)
+    FAIL ("--insecure is for wss:// URLs");
   if (o->seed < -1)
     FAIL ("--seed %" G_GINT64_FORMAT ": use 0 or more", o->seed);
   if (o->text_prompt && !g_utf8_validate (o->text_prompt, -1, NULL)) {
@@ -144,7 +142,6 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
      "Bearer token for the server's --auth-token (default: $" LOADGEN_TOKEN_ENV ")", "T"},
     {"insecure", 'k', 0, G_OPTION_ARG_NONE, &o->insecure,
      "wss://: accept any certificate (a self-signed test server)", NULL},
-    {"ca-file", 0, 0, G_OPTION_ARG_FILENAME, &o->ca_file, "wss://: trust this PEM certificate or CA too", "FILE"},
     {"text-prompt", 0, 0, G_OPTION_ARG_FILENAME, &o->text_prompt, "Query parameter text_prompt of every call",
      "TEXT"},
     {"voice-prompt", 0, 0, G_OPTION_ARG_STRING, &o->voice_prompt,
@@ -197,7 +194,6 @@ loadgen_options_clear (LoadgenOptions *o)
   g_free (o->input);
   g_free (o->json_path);
   g_free (o->auth_token);
-  g_free (o->ca_file);
   g_free (o->text_prompt);
   g_free (o->voice_prompt);
   g_strfreev (o->params);

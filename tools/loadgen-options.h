@@ -18,7 +18,6 @@ typedef struct {
   char *json_path;        /* NULL: no JSON file */
   char *auth_token;       /* --auth-token, else $PERSONAPLEX_AUTH_TOKEN; NULL: none */
   gboolean insecure;      /* accept any TLS certificate (self-signed test servers) */
-  char *ca_file;          /* trust this PEM certificate (or CA) besides the system's */
   char *text_prompt;      /* query text_prompt; NULL: not sent */
   char *voice_prompt;     /* query voice_prompt; NULL: not sent */
   gint64 seed;            /* query seed: call k sends seed + k; -1: not sent */

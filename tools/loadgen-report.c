@@ -128,7 +128,7 @@ digest_clear (Digest *d)
   g_free (d->stats);
 }
 
-/* Reasons in order of first appearance, with their counts. */
+/* Reasons (or servers) in order of first appearance, with their counts. */
 static GPtrArray *
 count_by (const LoadgenReport *r, gboolean by_server, GArray **counts)
 {
@@ -136,6 +136,9 @@ count_by (const LoadgenReport *r, gboolean by_server, GArray **counts)
   *counts = g_array_new (FALSE, TRUE, sizeof (guint));
   for (guint i = 0; i < r->records->len; i++) {
     const LoadgenCall *c = record (r, i);
+    /* by server: the calls it took (a refused call may name the server that refused it) */
+    if (by_server && !(c->record && c->record->http_status == 101))
+      continue;
     const char *name = by_server ? c->server : c->reason ? c->reason : "unfinished";
     if (!name)
       continue;

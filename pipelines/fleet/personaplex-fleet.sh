@@ -130,9 +130,14 @@ write_config () {
   awk '{printf "    use_backend ops_%s if { path_beg /servers/%s/ }\n", $1, $1}' "$servers_file" > "$out.routes"
   awk '{printf "backend ops_%s\n    http-request replace-path /servers/%s(/.*) \\1\n    server %s %s:%s\n\n", $1, $1, $1, $2, $3}' \
     "$servers_file" > "$out.backends"
+  # 4000 connections, or what the descriptor limit allows (HAProxy needs about two a connection)
+  fds=$(ulimit -Hn 2> /dev/null || echo 1024)
+  case $fds in unlimited) fds=1048576 ;; esac
+  maxconn=$(( (fds - 100) / 2 ))
+  [ "$maxconn" -le 4000 ] || maxconn=4000
   bind=$listen
   [ -z "$tls_pem" ] || bind="$listen ssl crt $tls_pem"
-  awk -v listen="$bind" -v ops="$ops" -v run_dir="$run_dir" -v inter="${check_ms}ms" -v retries="$retries" \
+  awk -v listen="$bind" -v ops="$ops" -v run_dir="$run_dir" -v inter="${check_ms}ms" -v retries="$retries" -v maxconn="$maxconn" \
       -v sfile="$out.servers" -v rfile="$out.routes" -v bfile="$out.backends" '
     function slurp(f,   line, s) { s = ""; while ((getline line < f) > 0) s = s line "\n"; close(f); sub(/\n$/, "", s); return s }
     BEGIN { S = slurp(sfile); R = slurp(rfile); B = slurp(bfile) }
@@ -140,7 +145,7 @@ write_config () {
     /^@OPS_ROUTES@$/ { print R; next }
     /^@OPS_BACKENDS@$/ { print B; next }
     { gsub(/@LISTEN_BIND@/, listen); gsub(/@OPS_BIND@/, ops); gsub(/@RUN_DIR@/, run_dir)
-      gsub(/@CHECK_INTER@/, inter); gsub(/@RETRIES@/, retries); print }' "$here/haproxy.cfg.in" > "$out"
+      gsub(/@CHECK_INTER@/, inter); gsub(/@RETRIES@/, retries); gsub(/@MAXCONN@/, maxconn); print }' "$here/haproxy.cfg.in" > "$out"
   rm -f "$out.servers" "$out.routes" "$out.backends"
 }
 

@@ -280,7 +280,8 @@ made_up_report (PpxChatRecord **records)
     loadgen_call_classify (c, 19200);
     g_ptr_array_add (r->records, c);
   }
-  LoadgenProcess p = {.pid = 1234, .first = {1, 0.5}, .last = {3, 1.0}, .first_t = 0, .last_t = 4, .seen = TRUE};
+  LoadgenProcess p = {.pid = 1234, .name = "s1", .first = {1, 0.5}, .last = {3, 1.0}, .first_t = 0, .last_t = 4,
+                      .seen = TRUE};
   g_array_append_val (r->processes, p);
   return r;
 }
@@ -363,7 +364,7 @@ test_report (void)
                                        "+500\\.0$", text, G_REGEX_MULTILINE, 0));
   g_assert_true (g_regex_match_simple ("^underruns per call \\(gaps > threshold\\) +2 +1 +1 +1 +1$", text,
                                        G_REGEX_MULTILINE, 0));
-  g_assert_nonnull (strstr (text, "server pid 1234 CPU: 2.00 s user + 0.50 s system in 4.0 s"));
+  g_assert_nonnull (strstr (text, "s1 pid 1234 CPU: 2.00 s user + 0.50 s system in 4.0 s"));
   g_assert_nonnull (strstr (text, "result: PASS"));
   free (text);
 
@@ -429,12 +430,14 @@ test_options (void)
   g_assert_true (parse (&o, "--url wss://example.test:9/x?a=1 --calls 64 --seconds 300 --ramp 30 --insecure "
                         "--text-prompt You~are~\"nice\"~&~café --voice-prompt NATF2.pt --seed 7 "
                         "--param text_temperature=0.7 --param audio_topk=250 --expect-refused 1 "
-                        "--expect-failed 2 --server-pid 42 --server-pid 43 --gap-ms 120", &error));
+                        "--expect-failed 2 --server-pid 42 --server-pid s2=43 --gap-ms 120", &error));
   g_assert_true (o.tls && o.insecure && o.calls == 64 && CLOSE (o.seconds, 300) && CLOSE (o.ramp_s, 30));
   g_assert_cmpstr (o.url, ==, "wss://example.test:9/x?a=1");
   g_assert_cmpstr (o.auth_token, ==, "from-env");
   g_assert_cmpuint (o.server_pids->len, ==, 2);
   g_assert_cmpint (g_array_index (o.server_pids, int, 1), ==, 43);
+  g_assert_cmpstr (g_ptr_array_index (o.server_names, 0), ==, "");
+  g_assert_cmpstr (g_ptr_array_index (o.server_names, 1), ==, "s2");
   g_assert_true (o.expect_refused == 1 && o.expect_failed == 2 && CLOSE (o.gap_ms, 120));
   g_autofree char *url5 = loadgen_options_call_url (&o, 5);
   g_assert_cmpstr (url5, ==, "wss://example.test:9/x?a=1&text_prompt=You%20are%20%22nice%22%20%26%20caf%C3%A9"
@@ -460,6 +463,8 @@ test_options (void)
   expect_error ("--url ws://h:1 --insecure", "--insecure");
   expect_error ("--url ws://h:1 --param novalue", "--param 'novalue'");
   expect_error ("--url ws://h:1 --server-pid x", "--server-pid");
+  expect_error ("--url ws://h:1 --server-pid =5", "--server-pid");
+  expect_error ("--url ws://h:1 --server-pid s1=0", "--server-pid");
   expect_error ("--url ws://h:1 --auth-token a~b", "--auth-token");
   expect_error ("--url ws://h:1 --gap-ms 0", "--gap-ms");
   expect_error ("--url ws://h:1 stray", "stray");

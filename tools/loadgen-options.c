@@ -104,15 +104,19 @@ check_options (LoadgenOptions *o, GError **error)
   return check_params (o->params, error);
 }
 
+/* --server-pid [NAME=]PID */
 static gboolean
-add_server_pid (const char *name, const char *value, gpointer data, GError **error)
+add_server_pid (const char *option, const char *value, gpointer data, GError **error)
 {
   LoadgenOptions *o = data;
+  const char *eq = strchr (value, '=');
+  const char *number = eq ? eq + 1 : value;
   guint64 pid;
-  if (!g_ascii_string_to_unsigned (value, 10, 1, G_MAXINT, &pid, NULL))
-    FAIL ("%s '%s': a process id, please", name, value);
+  if (!g_ascii_string_to_unsigned (number, 10, 1, G_MAXINT, &pid, NULL) || (eq && (eq == value || eq - value > 40)))
+    FAIL ("%s '%s': a process id, or NAME=PID, please", option, value);
   int p = (int) pid;
   g_array_append_val (o->server_pids, p);
+  g_ptr_array_add (o->server_names, eq ? g_strndup (value, eq - value) : g_strdup (""));
   return TRUE;
 }
 
@@ -127,6 +131,7 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
   o->join_timeout_s = 120;
   o->tail_s = 5;
   o->server_pids = g_array_new (FALSE, FALSE, sizeof (int));
+  o->server_names = g_ptr_array_new_with_free_func (g_free);
   GOptionEntry entries[] = {
     {"url", 'u', 0, G_OPTION_ARG_STRING, &o->url,
      "Server or balancer: ws://HOST:PORT or wss://HOST:PORT (path /api/chat unless given)", "URL"},
@@ -161,7 +166,8 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
     {"tail", 0, 0, G_OPTION_ARG_DOUBLE, &o->tail_s,
      "After the last input, wait at most S seconds for the rest of the answer (default 5)", "S"},
     {"server-pid", 0, 0, G_OPTION_ARG_CALLBACK, add_server_pid,
-     "Also record the CPU time of this (local) server process (repeatable)", "PID"},
+     "Also record the CPU time of this local process, e.g. a server (repeatable; NAME=PID labels it)",
+     "[NAME=]PID"},
     {"server-header", 0, 0, G_OPTION_ARG_STRING, &o->server_header,
      "Upgrade response header naming the server that took the call (default X-Served-By; '' for none)", "NAME"},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &o->quiet, "No line per call on stderr", NULL},
@@ -199,6 +205,8 @@ loadgen_options_clear (LoadgenOptions *o)
   g_strfreev (o->params);
   if (o->server_pids)
     g_array_unref (o->server_pids);
+  if (o->server_names)
+    g_ptr_array_unref (o->server_names);
   g_free (o->server_header);
   memset (o, 0, sizeof *o);
 }

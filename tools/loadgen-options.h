@@ -28,6 +28,7 @@ typedef struct {
   double join_timeout_s;  /* connect to handshake, at most */
   double tail_s;          /* after the last input page, wait at most this long for the rest of the answer */
   GArray *server_pids;    /* int: processes whose CPU the run records */
+  GPtrArray *server_names; /* char *, one per pid ("" when it has no name) */
   char *server_header;    /* the upgrade response's header that names the server ("" : none) */
   gboolean quiet;         /* no line per call on stderr */
 } LoadgenOptions;

@@ -218,13 +218,14 @@ loadgen_report_print (const LoadgenReport *r, FILE *out)
   fprintf (out, ")\n");
   for (guint i = 0; i < r->processes->len; i++) {
     const LoadgenProcess *p = &g_array_index (r->processes, LoadgenProcess, i);
+    g_autofree char *who = g_strdup_printf ("%s%spid %d", p->name, *p->name ? " " : "process ", p->pid);
     if (!p->seen) {
-      fprintf (out, "server pid %d: not readable\n", p->pid);
+      fprintf (out, "%s: not readable\n", who);
       continue;
     }
     double span = p->last_t - p->first_t;
     double used = cpu_total (&p->last) - cpu_total (&p->first);
-    fprintf (out, "server pid %d CPU: %.2f s user + %.2f s system in %.1f s (%.0f %% of one core)%s\n", p->pid,
+    fprintf (out, "%s CPU: %.2f s user + %.2f s system in %.1f s (%.0f %% of one core)%s\n", who,
              p->last.user_s - p->first.user_s, p->last.system_s - p->first.system_s, span,
              span > 0 ? 100 * used / span : 0.0, p->ended ? ", until it ended" : "");
   }
@@ -382,6 +383,7 @@ loadgen_report_to_json (const LoadgenReport *r)
     LoadgenCpu used = {p->last.user_s - p->first.user_s, p->last.system_s - p->first.system_s};
     json_builder_begin_object (b);
     add_int (b, "pid", p->pid);
+    add_string (b, "name", p->name);
     json_builder_set_member_name (b, "seen");
     json_builder_add_boolean_value (b, p->seen);
     json_builder_set_member_name (b, "ended");

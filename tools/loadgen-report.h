@@ -16,6 +16,7 @@ typedef struct {
 /* A server process whose CPU the run records (--server-pid): at the start and at the last reading. */
 typedef struct {
   int pid;
+  char name[48];          /* what --server-pid called it ("s1", "haproxy"), or "" */
   LoadgenCpu first, last;
   double first_t, last_t; /* run clock of the two readings */
   gboolean seen;          /* read at least once */

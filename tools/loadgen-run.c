@@ -312,6 +312,7 @@ fill_report_header (const LoadgenOptions *o, LoadgenReport *r)
   r->start_us = g_get_monotonic_time ();
   for (guint i = 0; i < o->server_pids->len; i++) {
     LoadgenProcess p = {.pid = g_array_index (o->server_pids, int, i)};
+    g_strlcpy (p.name, g_ptr_array_index (o->server_names, i), sizeof p.name);
     g_array_append_val (r->processes, p);
   }
 }

@@ -44,23 +44,8 @@ usage () { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 # Shell-quotes one word.
 quote () { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
 
-# http_status URL: the HTTP status (000 when there is no answer); http_body URL: the body.
-if command -v curl > /dev/null 2>&1; then
-  http_status () { curl -sk -o /dev/null -w '%{http_code}' --max-time 3 "$1" 2> /dev/null || true; }
-  http_body () { curl -sk --max-time 3 "$1" 2> /dev/null || true; }
-else
-  http_py='import ssl, sys, urllib.request, urllib.error
-ctx = ssl._create_unverified_context()
-try:
-    r = urllib.request.urlopen(sys.argv[1], timeout=3, context=ctx); code, body = r.status, r.read()
-except urllib.error.HTTPError as e:
-    code, body = e.code, e.read()
-except Exception:
-    code, body = 0, b""
-sys.stdout.write("%03d" % code if sys.argv[2] == "status" else body.decode("utf-8", "replace"))'
-  http_status () { python3 -c "$http_py" "$1" status 2> /dev/null || echo 000; }
-  http_body () { python3 -c "$http_py" "$1" body 2> /dev/null || true; }
-fi
+# shellcheck source=pipelines/fleet/fleet-http.sh
+. "$here/fleet-http.sh"
 
 alive () { [ -n "$1" ] && kill -0 "$1" 2> /dev/null; }
 
@@ -166,6 +151,7 @@ list_servers () {
   done
 }
 
+# With --wrapper, --server and --haproxy may be names the wrapper finds (a pack's bin/).
 find_programs () {
   if [ -z "$server" ]; then
     for s in "$src/build/pipelines/server/personaplex-server" "$(command -v personaplex-server || true)"; do
@@ -175,6 +161,10 @@ find_programs () {
   fi
   [ -n "$haproxy" ] || haproxy=$(command -v haproxy || true)
   [ -n "$haproxy" ] || die "haproxy not found (apt-get install haproxy, or --haproxy PROGRAM)"
+  if [ -z "$wrapper" ]; then
+    [ "$servers" -eq 0 ] || [ -x "$server" ] || die "--server $server: not an executable"
+    [ -x "$haproxy" ] || die "--haproxy $haproxy: not an executable"
+  fi
 }
 
 # Waits until URL answers 200 (or, with `any`, any HTTP status) while PID lives; FALSE after S seconds.
@@ -208,7 +198,7 @@ cmd_start () {
   list_servers "$run_dir/servers"
   write_config "$run_dir/servers" "$run_dir/haproxy.cfg"
   echo "$ops" > "$run_dir/ops"
-  "$haproxy" -c -q -f "$run_dir/haproxy.cfg" || die "HAProxy refuses $run_dir/haproxy.cfg"
+  $wrapper "$haproxy" -c -q -f "$run_dir/haproxy.cfg" || die "HAProxy refuses $run_dir/haproxy.cfg"
 
   setsid=
   command -v setsid > /dev/null 2>&1 && setsid=setsid

@@ -1,0 +1,179 @@
+#!/bin/sh
+# The fleet on this machine: 3 personaplex-servers (CPU, tiny random model, at most 2 calls each) behind HAProxy,
+# started by pipelines/fleet/personaplex-fleet.sh, driven by personaplex-loadgen; everything on 127.0.0.1.
+#   1. 7 calls at once: 6 spread 2/2/2 and run to their end, the 7th is refused with HTTP 503; afterwards every
+#      server is back UP in HAProxy with no session.
+#   2. kill -9 of a server while its 2 calls run: those 2 end with an error (connection-lost) and the other 4
+#      run to their end; HAProxy marks it DOWN within 3 s; a call while the other two are full is refused (503);
+#      once their calls end, 4 new calls land on the two, none on the dead one.
+#   3. SIGTERM of a server (personaplex-fleet.sh restart brought the dead one back first) while each server has
+#      a call: /health says 503 and draining at once, new calls go to the others, the draining server's call runs
+#      to its end and the server exits.
+#   4. a rolling restart of all three (personaplex-fleet.sh restart) and 6 calls spread 2/2/2 again; stop.
+# Bounded: every wait has a limit; about a minute in all. Environment (tests/meson.build): PPX_SOURCE_ROOT,
+# PPX_BUILD_ROOT. Exit 77 (skip) without haproxy or python3.
+set -u
+src=${PPX_SOURCE_ROOT:?}
+build=${PPX_BUILD_ROOT:?}
+fleet_sh=$src/pipelines/fleet/personaplex-fleet.sh
+server=$build/pipelines/server/personaplex-server
+loadgen=$build/tools/personaplex-loadgen
+for p in haproxy python3; do
+  command -v "$p" > /dev/null || { echo "SKIP: $p not installed (scripts/install-deps.sh --tests)" >&2; exit 77; }
+done
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ppx-fleet-test-XXXXXX")
+run=$tmp/fleet
+finish () {
+  [ -f "$run/servers" ] && sh "$fleet_sh" stop "$run" --timeout 10 > /dev/null 2>&1
+  rm -rf "$tmp"
+}
+trap finish EXIT
+trap 'exit 1' INT TERM
+fail () {
+  echo "FAIL: $*" >&2
+  for f in "$run"/*.log; do [ -f "$f" ] && { echo "---- $f" >&2; tail -20 "$f" >&2; }; done
+  exit 1
+}
+# shellcheck source=pipelines/fleet/fleet-http.sh
+. "$src/pipelines/fleet/fleet-http.sh"
+# CPU servers: one thread each, passive OpenMP waits (three servers and the loadgen share this machine's cores)
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+
+# Five free ports in a row: three servers, the balancer, the ops listener.
+ports=$(python3 - <<'EOF'
+import random, socket
+for _ in range(200):
+    base = random.randrange(20000, 60000)
+    try:
+        socks = []
+        for p in range(base, base + 5):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
+        print(base); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()
+EOF
+)
+[ -n "$ports" ] || fail "no free ports"
+listen=127.0.0.1:$((ports + 3)) ops=127.0.0.1:$((ports + 4))
+url=ws://$listen
+
+"$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" > /dev/null || fail "personaplex-make-model"
+sh "$fleet_sh" start --servers 3 --run-dir "$run" --server "$server" --listen "$listen" --ops "$ops" \
+  --base-port "$ports" --start-timeout 60 -- --model-dir "$tmp/model" --backend cpu --max-sessions 2 \
+  --drain-timeout 30 > "$tmp/start.out" 2> "$tmp/start.err" || { cat "$tmp/start.err" >&2; fail "the fleet did not start"; }
+grep -q "^$url/api/chat $run\$" "$tmp/start.out" || fail "start printed '$(cat "$tmp/start.out")'"
+
+# json FILE EXPR: a Python expression over the loadgen's JSON (j)
+json () { python3 -c "import json, sys; j = json.load(open(sys.argv[1])); print($2)" "$1"; }
+pid_of () { cat "$run/$1.pid"; }
+alive () { kill -0 "$1" 2> /dev/null; }
+# haproxy_state NAME: UP, DOWN, ... (the stats page's CSV)
+haproxy_state () { http_body "http://$ops/stats;csv" | awk -F, -v n="$1" '$1 == "personaplex" && $2 == n {print $18}'; }
+# wait_for LIMIT_S DESCRIPTION COMMAND...: polls COMMAND every 0.1 s
+wait_for () {
+  limit=$1 what=$2
+  shift 2
+  i=0
+  until "$@"; do
+    i=$((i + 1))
+    [ "$i" -le $((limit * 10)) ] || fail "waited $limit s for $what"
+    sleep 0.1
+  done
+}
+is_down () { case $(haproxy_state "$1") in DOWN*) return 0 ;; esac; return 1; }
+gone () { ! alive "$1"; }
+all_up () { for s in "$@"; do case $(haproxy_state "$s") in UP*) ;; *) return 1 ;; esac; done; }
+sessions_are () { # NAME N: the server's /health says N sessions
+  http_body "http://$(awk -v n="$1" '$1 == n {print $2 ":" $3}' "$run/servers")/health" | grep -q "\"sessions\" *: *$2[,}]"
+}
+# loadgen NAME ARGS...: runs a load, the table in $tmp/NAME.out, the JSON in $tmp/NAME.json, its status in $status
+loadgen () {
+  name=$1
+  shift
+  "$loadgen" --url "$url" --json "$tmp/$name.json" --join-timeout 30 "$@" > "$tmp/$name.out" 2> "$tmp/$name.err"
+  status=$?
+}
+expect_run () { # NAME: the loadgen passed (exactly the expected refusals and failures)
+  [ "$status" = 0 ] || { cat "$tmp/$1.out" "$tmp/$1.err" >&2; fail "$1: personaplex-loadgen exited $status"; }
+}
+
+# ---- 1. spread 2/2/2, the 7th refused ----
+wait_for 10 "every server UP" all_up s1 s2 s3
+loadgen spread --calls 7 --seconds 4 --expect-refused 1
+expect_run spread
+cat "$tmp/spread.out"
+[ "$(json "$tmp/spread.json" 'sorted(j["servers"].items())')" = "[('s1', 2), ('s2', 2), ('s3', 2)]" ] ||
+  fail "calls per server: $(json "$tmp/spread.json" 'j["servers"]'), expected 2/2/2"
+[ "$(json "$tmp/spread.json" 'sorted(j["reasons"].items())')" = "[('http-503', 1), ('ok', 6)]" ] ||
+  fail "outcomes $(json "$tmp/spread.json" 'j["reasons"]'), expected 6 ok and one 503"
+[ "$(json "$tmp/spread.json" 'min(c["frames_answered"] for c in j["per_call"] if c["reason"] == "ok")')" -ge 45 ] ||
+  fail "an ok call was answered less than 45 of its 50 frames"
+wait_for 10 "every server UP again after the calls" all_up s1 s2 s3
+for s in s1 s2 s3; do sessions_are "$s" 0 || fail "$s still has sessions after the calls"; done
+
+# ---- 2. kill -9 ----
+loadgen kill --calls 6 --seconds 12 --expect-failed 2 &
+kill_load=$!
+for s in s1 s2 s3; do wait_for 20 "$s to hold 2 calls" sessions_are "$s" 2; done
+sleep 1
+victim=$(pid_of s2)
+t0=$(date +%s.%N)
+kill -9 "$victim"
+wait_for 3 "HAProxy to mark s2 DOWN after kill -9" is_down s2
+down_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+echo "kill -9 s2: HAProxy marked it DOWN after $down_s s"
+# while s1 and s3 are full and s2 is dead, a call finds no room
+loadgen full --calls 1 --seconds 2 --expect-refused 1
+expect_run full
+wait "$kill_load"
+status=$?
+expect_run kill
+cat "$tmp/kill.out"
+[ "$(json "$tmp/kill.json" 'sorted((c["server"], c["reason"]) for c in j["per_call"] if c["reason"] != "ok")')" = \
+  "[('s2', 'connection-lost'), ('s2', 'connection-lost')]" ] ||
+  fail "the failed calls: $(json "$tmp/kill.json" '[(c["server"], c["reason"]) for c in j["per_call"]]'), expected s2's two, connection-lost"
+wait_for 10 "s1 and s3 UP with room" all_up s1 s3
+loadgen after-kill --calls 4 --seconds 3
+expect_run after-kill
+[ "$(json "$tmp/after-kill.json" 'sorted(j["servers"].items())')" = "[('s1', 2), ('s3', 2)]" ] ||
+  fail "after the kill, calls per server: $(json "$tmp/after-kill.json" 'j["servers"]'), expected s1 2 and s3 2"
+
+# ---- 3. SIGTERM: drain ----
+sh "$fleet_sh" restart "$run" s2 > "$tmp/restart-s2.log" 2>&1 || { cat "$tmp/restart-s2.log" >&2; fail "restart s2"; }
+wait_for 10 "every server UP" all_up s1 s2 s3
+loadgen drain --calls 3 --seconds 8 &
+drain_load=$!
+for s in s1 s2 s3; do wait_for 20 "$s to hold a call" sessions_are "$s" 1; done
+draining=$(pid_of s2)
+kill -TERM "$draining"
+sleep 0.3
+health=$(http_body "http://$(awk '$1 == "s2" {print $2 ":" $3}' "$run/servers")/health")
+code=$(http_status "http://$(awk '$1 == "s2" {print $2 ":" $3}' "$run/servers")/health")
+[ "$code" = 503 ] || fail "/health of the draining server answered $code, expected 503"
+echo "$health" | grep -q '"draining" *: *true' || fail "/health of the draining server: $health"
+loadgen during-drain --calls 2 --seconds 3
+expect_run during-drain
+[ "$(json "$tmp/during-drain.json" 'sorted(j["servers"].items())')" = "[('s1', 1), ('s3', 1)]" ] ||
+  fail "during the drain, calls per server: $(json "$tmp/during-drain.json" 'j["servers"]'), expected s1 1 and s3 1"
+wait "$drain_load"
+status=$?
+expect_run drain
+[ "$(json "$tmp/drain.json" 'j["reasons"]')" = "{'ok': 3}" ] ||
+  fail "the calls open at SIGTERM: $(json "$tmp/drain.json" 'j["reasons"]'), expected all 3 ok (drained)"
+wait_for 10 "the drained server to exit" gone "$draining"
+
+# ---- 4. rolling restart, then the spread again ----
+sh "$fleet_sh" restart "$run" > "$tmp/rolling.log" 2>&1 || { cat "$tmp/rolling.log" >&2; fail "rolling restart"; }
+[ "$(grep -c ': back (pid' "$tmp/rolling.log")" = 3 ] || { cat "$tmp/rolling.log" >&2; fail "not every server came back"; }
+wait_for 10 "every server UP after the rolling restart" all_up s1 s2 s3
+loadgen again --calls 6 --seconds 2
+expect_run again
+[ "$(json "$tmp/again.json" 'sorted(j["servers"].items())')" = "[('s1', 2), ('s2', 2), ('s3', 2)]" ] ||
+  fail "after the rolling restart, calls per server: $(json "$tmp/again.json" 'j["servers"]')"
+pids="$(pid_of s1) $(pid_of s2) $(pid_of s3) $(cat "$run/haproxy.pid")"
+sh "$fleet_sh" stop "$run" --timeout 20 > /dev/null 2>&1 || fail "stop"
+for p in $pids; do alive "$p" && fail "pid $p still runs after stop"; done
+echo "fleet: spread 2/2/2 with one 503; kill -9: 2 calls lost, DOWN after $down_s s, new calls on the others;" \
+     "drain: the call finished, new calls elsewhere; rolling restart: 3 back"

@@ -545,6 +545,18 @@ ppx_chat_call_wait (PpxChatCall *call, guint timeout_ms)
   return ppx_chat_calls_wait (&call, 1, context ? context : g_main_context_default (), timeout_ms);
 }
 
+void
+ppx_chat_record_init (PpxChatRecord *r)
+{
+  record_init (r);
+}
+
+void
+ppx_chat_record_clear (PpxChatRecord *r)
+{
+  record_clear (r);
+}
+
 /* ---- figures ---- */
 
 double

@@ -133,6 +133,10 @@ gboolean ppx_chat_call_wait (PpxChatCall *call, guint timeout_ms);
 /* Runs `context` until every call of `calls` finished or timeout_ms passed; TRUE if all finished. */
 gboolean ppx_chat_calls_wait (PpxChatCall *const *calls, guint n_calls, GMainContext *context, guint timeout_ms);
 
+/* A record's empty state (its arrays made, close_code -1) and its release: for code that makes records up. */
+void ppx_chat_record_init (PpxChatRecord *r);
+void ppx_chat_record_clear (PpxChatRecord *r);
+
 /* ---- figures from a record ---- */
 /* Connect to handshake, ms; -1 without a handshake. */
 double ppx_chat_record_join_ms (const PpxChatRecord *r);

@@ -47,39 +47,20 @@ us (double seconds)
   return (gint64) llround (seconds * 1e6);
 }
 
-static void
-event_clear (gpointer data)
-{
-  g_free (((PpxChatEvent *) data)->text);
-}
-
 static PpxChatRecord *
 record_new (guint http_status)
 {
   PpxChatRecord *r = g_new0 (PpxChatRecord, 1);
+  ppx_chat_record_init (r);
   r->start_us = us (1.0);
   r->http_status = http_status;
-  r->close_code = -1;
-  r->events = g_array_new (FALSE, TRUE, sizeof (PpxChatEvent));
-  g_array_set_clear_func (r->events, event_clear);
-  r->sent = g_array_new (FALSE, TRUE, sizeof (PpxChatSent));
-  r->text = g_string_new (NULL);
-  r->errors = g_ptr_array_new_with_free_func (g_free);
-  r->pcm = g_array_new (FALSE, FALSE, sizeof (float));
   return r;
 }
 
 static void
 record_free (PpxChatRecord *r)
 {
-  g_free (r->failure);
-  g_free (r->close_reason);
-  g_free (r->response_header);
-  g_array_unref (r->events);
-  g_array_unref (r->sent);
-  g_string_free (r->text, TRUE);
-  g_ptr_array_unref (r->errors);
-  g_array_unref (r->pcm);
+  ppx_chat_record_clear (r);
   g_free (r);
 }
 

@@ -10,15 +10,17 @@
 #      a call: /health says 503 and draining at once, new calls go to the others, the draining server's call runs
 #      to its end and the server exits.
 #   4. a rolling restart of all three (personaplex-fleet.sh restart) and 6 calls spread 2/2/2 again; stop.
+# HAProxy terminates TLS (a self-signed certificate, when openssl is there to make one) and the servers want a
+# token: a call without it is refused with 401; each server's /health and /metrics answer on the ops listener.
 # Bounded: every wait has a limit; about a minute in all. Environment (tests/meson.build): PPX_SOURCE_ROOT,
-# PPX_BUILD_ROOT. Exit 77 (skip) without haproxy or python3.
+# PPX_BUILD_ROOT. Exit 77 (skip) without haproxy, python3 or gst-launch-1.0.
 set -u
 src=${PPX_SOURCE_ROOT:?}
 build=${PPX_BUILD_ROOT:?}
 fleet_sh=$src/pipelines/fleet/personaplex-fleet.sh
 server=$build/pipelines/server/personaplex-server
 loadgen=$build/tools/personaplex-loadgen
-for p in haproxy python3; do
+for p in haproxy python3 gst-launch-1.0; do
   command -v "$p" > /dev/null || { echo "SKIP: $p not installed (scripts/install-deps.sh --tests)" >&2; exit 77; }
 done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ppx-fleet-test-XXXXXX")
@@ -57,12 +59,22 @@ EOF
 )
 [ -n "$ports" ] || fail "no free ports"
 listen=127.0.0.1:$((ports + 3)) ops=127.0.0.1:$((ports + 4))
-url=ws://$listen
+# HAProxy terminates TLS with a self-signed certificate when openssl can make one; the servers want a token
+tls= scheme=ws
+if command -v openssl > /dev/null &&
+   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/key.pem" -out "$tmp/cert.pem" -days 1 \
+     -subj /CN=127.0.0.1 > /dev/null 2>&1; then
+  cat "$tmp/cert.pem" "$tmp/key.pem" > "$tmp/fleet.pem"
+  tls="--tls-pem $tmp/fleet.pem" scheme=wss
+fi
+token=fleet-test-token
+url=$scheme://$listen
 
 "$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" > /dev/null || fail "personaplex-make-model"
-sh "$fleet_sh" start --servers 3 --run-dir "$run" --server "$server" --listen "$listen" --ops "$ops" \
+# shellcheck disable=SC2086 # $tls: an option and its value, or nothing
+sh "$fleet_sh" start --servers 3 --run-dir "$run" --server "$server" --listen "$listen" --ops "$ops" $tls \
   --base-port "$ports" --start-timeout 60 -- --model-dir "$tmp/model" --backend cpu --max-sessions 2 \
-  --drain-timeout 30 > "$tmp/start.out" 2> "$tmp/start.err" || { cat "$tmp/start.err" >&2; fail "the fleet did not start"; }
+  --drain-timeout 30 --auth-token "$token" > "$tmp/start.out" 2> "$tmp/start.err" || { cat "$tmp/start.err" >&2; fail "the fleet did not start"; }
 grep -q "^$url/api/chat $run\$" "$tmp/start.out" || fail "start printed '$(cat "$tmp/start.out")'"
 
 # json FILE EXPR: a Python expression over the loadgen's JSON (j)
@@ -92,15 +104,24 @@ sessions_are () { # NAME N: the server's /health says N sessions
 loadgen () {
   name=$1
   shift
-  "$loadgen" --url "$url" --json "$tmp/$name.json" --join-timeout 30 "$@" > "$tmp/$name.out" 2> "$tmp/$name.err"
+  "$loadgen" --url "$url" ${tls:+--insecure} --auth-token "$token" --json "$tmp/$name.json" --join-timeout 30 "$@" \
+    > "$tmp/$name.out" 2> "$tmp/$name.err"
   status=$?
 }
 expect_run () { # NAME: the loadgen passed (exactly the expected refusals and failures)
   [ "$status" = 0 ] || { cat "$tmp/$1.out" "$tmp/$1.err" >&2; fail "$1: personaplex-loadgen exited $status"; }
 }
 
-# ---- 1. spread 2/2/2, the 7th refused ----
+# ---- 0. through TLS (when there is a certificate) with the token; without it: 401, and no model time ----
 wait_for 10 "every server UP" all_up s1 s2 s3
+"$loadgen" --url "$url" ${tls:+--insecure} --calls 1 --seconds 1 --expect-failed 1 --json "$tmp/no-token.json" \
+  > "$tmp/no-token.out" 2>&1 || { cat "$tmp/no-token.out" >&2; fail "a call without the token was not refused"; }
+[ "$(json "$tmp/no-token.json" 'j["per_call"][0]["reason"]')" = http-401 ] ||
+  fail "a call without the token ended $(json "$tmp/no-token.json" 'j["per_call"][0]["reason"]'), expected http-401"
+[ "$(http_status "http://$ops/servers/s1/health")" = 200 ] || fail "s1's /health is not reachable through the ops listener"
+[ "$(http_status "http://$ops/servers/s1/metrics")" = 401 ] || fail "s1's /metrics through the ops listener without the token: not 401"
+
+# ---- 1. spread 2/2/2, the 7th refused ----
 loadgen spread --calls 7 --seconds 4 --expect-refused 1
 expect_run spread
 cat "$tmp/spread.out"
@@ -135,8 +156,13 @@ cat "$tmp/kill.out"
   "[('s2', 'connection-lost'), ('s2', 'connection-lost')]" ] ||
   fail "the failed calls: $(json "$tmp/kill.json" '[(c["server"], c["reason"]) for c in j["per_call"]]'), expected s2's two, connection-lost"
 wait_for 10 "s1 and s3 UP with room" all_up s1 s3
-loadgen after-kill --calls 4 --seconds 3
+# (a short WAV, looped to the call's 3 s)
+gst-launch-1.0 -q audiotestsrc num-buffers=15 samplesperbuffer=4800 wave=sine freq=220 ! \
+  audio/x-raw,rate=48000,channels=2 ! wavenc ! filesink location="$tmp/input.wav" || fail "making a WAV"
+loadgen after-kill --calls 4 --seconds 3 --input "$tmp/input.wav"
 expect_run after-kill
+[ "$(json "$tmp/after-kill.json" 'min(c["frames_sent"] for c in j["per_call"])')" = 37 ] ||
+  fail "a call of 3 s of a looped WAV sent $(json "$tmp/after-kill.json" '[c["frames_sent"] for c in j["per_call"]]') frames, expected 37"
 [ "$(json "$tmp/after-kill.json" 'sorted(j["servers"].items())')" = "[('s1', 2), ('s3', 2)]" ] ||
   fail "after the kill, calls per server: $(json "$tmp/after-kill.json" 'j["servers"]'), expected s1 2 and s3 2"
 
@@ -168,7 +194,7 @@ wait_for 10 "the drained server to exit" gone "$draining"
 sh "$fleet_sh" restart "$run" > "$tmp/rolling.log" 2>&1 || { cat "$tmp/rolling.log" >&2; fail "rolling restart"; }
 [ "$(grep -c ': back (pid' "$tmp/rolling.log")" = 3 ] || { cat "$tmp/rolling.log" >&2; fail "not every server came back"; }
 wait_for 10 "every server UP after the rolling restart" all_up s1 s2 s3
-loadgen again --calls 6 --seconds 2
+loadgen again --calls 6 --seconds 2 --ramp 1
 expect_run again
 [ "$(json "$tmp/again.json" 'sorted(j["servers"].items())')" = "[('s1', 2), ('s2', 2), ('s3', 2)]" ] ||
   fail "after the rolling restart, calls per server: $(json "$tmp/again.json" 'j["servers"]')"

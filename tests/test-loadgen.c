@@ -222,6 +222,9 @@ test_classify (void)
   r->close_reason = g_strdup ("internal error");
   expect_reason (r, "closed-1011", "internal error");
   r = made_up_record (20);
+  r->failure = g_strdup ("Error sending data: Broken pipe"); /* after the server's close */
+  expect_reason (r, "ok", "Error sending data: Broken pipe");
+  r = made_up_record (20);
   r->close_code = 1001;
   expect_reason (r, "closed-1001", NULL);
   r = made_up_record (0);

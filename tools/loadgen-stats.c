@@ -51,10 +51,11 @@ loadgen_call_classify (LoadgenCall *c, gint64 input_samples)
     loadgen_call_set_end (c, reason, r->failure);
   } else if (r->errors->len > 0) {
     loadgen_call_set_end (c, "server-error", g_ptr_array_index (r->errors, 0));
+  } else if (r->failure && g_str_has_prefix (r->failure, "the answer")) {
+    /* the chat client's word for an answer that is not an Ogg stream */
+    loadgen_call_set_end (c, "protocol-error", r->failure);
   } else if (r->close_code == 1006 || r->close_code < 0) {
     loadgen_call_set_end (c, "connection-lost", r->failure);
-  } else if (r->failure) {
-    loadgen_call_set_end (c, "protocol-error", r->failure);
   } else if (r->sent_samples < input_samples || !r->handshake_us) {
     g_autofree char *reason = g_strdup_printf ("closed-%d", r->close_code);
     loadgen_call_set_end (c, reason, r->close_reason && *r->close_reason ? r->close_reason : NULL);
@@ -64,7 +65,8 @@ loadgen_call_classify (LoadgenCall *c, gint64 input_samples)
     g_autofree char *reason = g_strdup_printf ("closed-%d", r->close_code);
     loadgen_call_set_end (c, reason, r->close_reason && *r->close_reason ? r->close_reason : NULL);
   } else {
-    loadgen_call_set_end (c, "ok", NULL);
+    /* a socket error after the server's normal close (our close reply to a peer gone already) is no failure */
+    loadgen_call_set_end (c, "ok", r->failure);
   }
 }
 

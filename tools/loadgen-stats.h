@@ -36,7 +36,8 @@ void loadgen_call_set_end (LoadgenCall *c, const char *reason, const char *detai
 
 /* Reads how the call ended from its finished record, unless set already. `input_samples`: the audio the call
  * was to send. The reasons:
- *   "ok"                the handshake came, all the audio was sent, answer audio came, the call closed normally;
+ *   "ok"                the handshake came, all the audio was sent, answer audio came, the call closed normally
+ *                       (1000; a socket error after that is kept as the detail);
  *   "http-NNN"          refused with HTTP status NNN before the upgrade (503: full or draining; 401: token);
  *   "connect-failed"    no HTTP answer at all (refused connection, unreachable, TLS);
  *   "server-error"      the server sent 0x05 (detail: its text);

@@ -277,8 +277,8 @@ track_answer (PpxChatCall *call, const guint8 *data, gsize len)
   PpxOggPage page;
   g_autoptr (GError) error = NULL;
   while (ppx_ogg_reader_next (call->answer, &page, &error)) {
-    if (page.flags & PPX_OGG_FLAG_BOS)
-      ppx_ogg_opus_head (page.body, page.body_len, NULL, &call->answer_pre_skip);
+    if (page.flags & PPX_OGG_FLAG_BOS && ppx_ogg_opus_head (page.body, page.body_len, NULL, &call->answer_pre_skip))
+      call->record.answer_pre_skip = call->answer_pre_skip;
     else if (page.granule > (gint64) call->answer_pre_skip)
       call->record.answer_samples = MAX (call->record.answer_samples,
                                          (page.granule - call->answer_pre_skip) / 2);
@@ -302,6 +302,8 @@ on_message (SoupWebsocketConnection *ws, gint type, GBytes *message, gpointer us
     event.kind = data[0];
     event.bytes = len - 1;
   }
+  if (type == SOUP_WEBSOCKET_DATA_BINARY && call->callbacks.message)
+    call->callbacks.message (call, data, len, call->user_data);
   switch (event.kind) {
     case PPX_CHAT_HANDSHAKE:
       if (!r->handshake_us) {
@@ -574,8 +576,9 @@ ppx_chat_record_frame_latencies (const PpxChatRecord *r, guint frame_samples)
     const PpxChatEvent *ev = &g_array_index (r->events, PpxChatEvent, e);
     if (ev->kind != PPX_CHAT_AUDIO)
       continue;
-    /* every answer frame this message completed */
-    for (gint64 k = out->len; (k + 1) * (gint64) frame_samples <= ev->samples; k = out->len) {
+    /* every answer frame this message completed (but for the encoder's lookahead) */
+    gint64 lookahead = r->answer_pre_skip / 2;
+    for (gint64 k = out->len; (k + 1) * (gint64) frame_samples - lookahead <= ev->samples; k = out->len) {
       gint64 need = (k + 1) * (gint64) frame_samples;
       while (s < r->sent->len && g_array_index (r->sent, PpxChatSent, s).samples < need)
         s++;

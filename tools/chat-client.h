@@ -102,6 +102,7 @@ typedef struct {
   GPtrArray *errors;       /* the 0x05 texts (char *) */
   guint n_audio, n_text, n_other; /* messages by kind (n_other: unknown kinds, empty or text messages) */
   gint64 answer_samples;   /* answer samples complete so far (granule positions) */
+  guint answer_pre_skip;   /* the answer's OpusHead pre-skip (48 kHz samples): the encoder's lookahead */
   gint64 sent_samples;     /* input samples sent so far */
   GArray *pcm;             /* float: the decoded answer (options.decode), complete once finished */
   char *decode_error;      /* the decoder's error, if the answer could not be decoded */
@@ -110,6 +111,8 @@ typedef struct {
 
 typedef struct {
   void (*event) (PpxChatCall *call, const PpxChatEvent *event, gpointer user_data); /* each message received */
+  /* each binary message received, as it is (kind byte included), before `event` */
+  void (*message) (PpxChatCall *call, const guint8 *data, gsize len, gpointer user_data);
   void (*finished) (PpxChatCall *call, gpointer user_data); /* refused, failed or closed: the record is complete */
 } PpxChatCallbacks;
 
@@ -140,9 +143,10 @@ void ppx_chat_record_clear (PpxChatRecord *r);
 /* ---- figures from a record ---- */
 /* Connect to handshake, ms; -1 without a handshake. */
 double ppx_chat_record_join_ms (const PpxChatRecord *r);
-/* For each answered frame k (answer samples [k*frame, (k+1)*frame) received), the time from sending the
- * page that completed input frame k to receiving the message that completed answer frame k, in ms (an array
- * of double; g_array_unref). */
+/* For each answered frame k, the time from sending the page that completed input frame k (input samples up to
+ * (k+1)*frame) to receiving the message that completed answer frame k, in ms (an array of double; g_array_unref).
+ * The answer frame counts as complete without its last pre-skip/2 samples: the Opus encoder's lookahead holds
+ * them until the next frame is encoded (a constant 6.5 ms of codec delay, not the server's). */
 GArray *ppx_chat_record_frame_latencies (const PpxChatRecord *r, guint frame_samples);
 /* Audio messages that arrived more than gap_us after the previous one (after the first audio message). */
 guint ppx_chat_record_gaps (const PpxChatRecord *r, gint64 gap_us);

@@ -75,6 +75,36 @@ ppx_ogg_page_update_crc (guint8 *page, gsize len)
   write_le32 (page + 22, page_crc (page, len));
 }
 
+GBytes *
+ppx_ogg_page_build (guint32 serial, guint32 sequence, guint8 flags, gint64 granule, const GBytes *const *packets,
+                    guint n)
+{
+  GByteArray *page = g_byte_array_sized_new (27 + 255 + 4096);
+  guint8 head[27] = {'O', 'g', 'g', 'S', 0, flags};
+  for (int i = 0; i < 8; i++)
+    head[6 + i] = (guint8) ((guint64) granule >> (8 * i));
+  write_le32 (head + 14, serial);
+  write_le32 (head + 18, sequence);
+  g_byte_array_append (page, head, sizeof head);
+  guint segments = 0;
+  for (guint i = 0; i < n; i++) {
+    gsize len = g_bytes_get_size ((GBytes *) packets[i]);
+    for (; len >= 255; len -= 255, segments++)
+      g_byte_array_append (page, (const guint8 *) "\xff", 1);
+    guint8 last = (guint8) len;
+    g_byte_array_append (page, &last, 1);
+    segments++;
+  }
+  page->data[26] = (guint8) MIN (segments, 255);
+  for (guint i = 0; i < n; i++) {
+    gsize len;
+    const guint8 *data = g_bytes_get_data ((GBytes *) packets[i], &len);
+    g_byte_array_append (page, data, (guint) len);
+  }
+  ppx_ogg_page_update_crc (page->data, page->len);
+  return g_byte_array_free_to_bytes (page);
+}
+
 PpxOggReader *
 ppx_ogg_reader_new (void)
 {

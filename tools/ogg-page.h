@@ -39,6 +39,10 @@ gboolean ppx_ogg_reader_next (PpxOggReader *r, PpxOggPage *page, GError **error)
 /* Bytes held: an incomplete page (at most PPX_OGG_MAX_PAGE once pages were taken out). */
 gsize ppx_ogg_reader_pending (const PpxOggReader *r);
 
+/* One page holding `n` whole packets (each at most 255 x 255 bytes in all), checksum included. */
+GBytes *ppx_ogg_page_build (guint32 serial, guint32 sequence, guint8 flags, gint64 granule,
+                            const GBytes *const *packets, guint n);
+
 /* The Ogg checksum of `len` bytes (the page with its checksum field zeroed). */
 guint32 ppx_ogg_crc (const guint8 *data, gsize len);
 /* Writes the checksum of a complete page into its header (after its flags or granule were changed). */

@@ -1,26 +1,40 @@
-/* personaplex-server: talk to PersonaPlex from a browser.
+/* personaplex-server: one process, one model, one engine serving PersonaPlex calls.
  *
  *   personaplex-server --model-dir DIR [--voice-prompt FILE|NAME] [--text-prompt TEXT | --text-prompt-tokens 1,2,3]
- *                      [--address 127.0.0.1] [--port 8080] [--max-sessions N] [--backend B] [--quantization Q]
- *                      [--kv-cache-format F] [--batch-deadline MS]
+ *                      [--address 127.0.0.1] [--port 8080] [--max-sessions N] [--static DIR] [--auth-token T]
+ *                      [--tls-cert F --tls-key F | --ssl-dir DIR] ... (--help lists them all)
  *
- * Serves a page and a WebSocket signalling endpoint; every browser that opens the page gets its own
- * conversation over WebRTC, all on one loaded model and one engine that steps them together. See
- * docs/webrtc.md. */
+ * Serves the PersonaPlex WebSocket protocol at /api/chat (the reference server's, which its web client and
+ * third-party clients speak), WebRTC calls from its own page at /, and /health and /metrics for operators.
+ * Every call of either protocol runs on one loaded model and one engine that steps them together; each picks
+ * its own persona, voice and sampling. SIGTERM drains. See docs/server.md. */
 #include <glib-unix.h>
 #include <gst/gst.h>
 #include <locale.h>
 #include <stdio.h>
 
+#include "server-http.h"
 #include "server-model.h"
 #include "server-options.h"
-#include "server-http.h"
+#include "server-worker.h"
 
+typedef struct {
+  GMainLoop *loop;
+  PpxServer *server;
+  guint signals;
+} Stop;
+
+/* The first SIGTERM (or SIGINT) drains, a second one stops at once. */
 static gboolean
-on_stop_signal (gpointer loop)
+on_stop_signal (gpointer data)
 {
-  g_printerr ("personaplex-server: stopping\n");
-  g_main_loop_quit (loop);
+  Stop *stop = data;
+  if (stop->signals++ == 0) {
+    ppx_server_drain (stop->server, stop->loop);
+  } else {
+    g_printerr ("personaplex-server: stopping now\n");
+    g_main_loop_quit (stop->loop);
+  }
   return G_SOURCE_CONTINUE;
 }
 
@@ -51,7 +65,7 @@ serve (const PpxServerOptions *options)
               "cache, %.1f MB a session, %.1f MB in all)\n", max_calls,
               options->max_sessions > 0 ? "--max-sessions" : "as many as fit in memory", engine.max_sessions,
               kv ? kv : "?", engine.session_bytes / 1e6, engine.engine_bytes / 1e6);
-  PpxServer *server = ppx_server_new (options, model, max_calls, &error);
+  PpxServer *server = ppx_server_new (options, keeper, max_calls, &error);
   if (!server) {
     g_printerr ("personaplex-server: %s\n", error->message);
     ppx_server_model_keeper_free (keeper);
@@ -62,15 +76,17 @@ serve (const PpxServerOptions *options)
   printf ("personaplex-server: serving %s (model %s)\n", url, model);
   fflush (stdout);
 
-  GMainLoop *loop = g_main_loop_new (NULL, FALSE);
-  guint sigint = g_unix_signal_add (SIGINT, on_stop_signal, loop);
-  guint sigterm = g_unix_signal_add (SIGTERM, on_stop_signal, loop);
-  g_main_loop_run (loop);
+  Stop stop = {g_main_loop_new (NULL, FALSE), server, 0};
+  guint sigint = g_unix_signal_add (SIGINT, on_stop_signal, &stop);
+  guint sigterm = g_unix_signal_add (SIGTERM, on_stop_signal, &stop);
+  g_main_loop_run (stop.loop);
   g_source_remove (sigint);
   g_source_remove (sigterm);
   ppx_server_free (server);
+  ppx_server_work_finish ();
   ppx_server_model_keeper_free (keeper);
-  g_main_loop_unref (loop);
+  g_main_loop_unref (stop.loop);
+  g_printerr ("personaplex-server: stopped\n");
   return 0;
 }
 

@@ -1,255 +1,372 @@
-/* personaplex-server: the page, the signalling WebSocket, and the sessions behind it. */
+/* personaplex-server: HTTP routing, the checks before a call, the calls held, drain (server-http.h). */
 #include "server-http.h"
 
-#include <libsoup/soup.h>
+#include <json-glib/json-glib.h>
+#include <string.h>
 
-#include "server-webrtc-peer.h"
-#include "server-signalling.h"
+#include "server-auth.h"
+#include "server-chat.h"
+#include "server-static.h"
+#include "server-tls.h"
+#include "server-webrtc.h"
 
-#define RESOURCE_PREFIX "/org/personaplex/webrtc/"
-/* A page that keeps sending what the server refuses is closed after this many refusals. */
-#define MAX_REFUSED_MESSAGES 20
-
-typedef struct _Session Session;
+/* After the drain timeout the calls are told to end; this long later the server stops whatever is left. */
+#define END_GRACE_S 10
 
 struct _PpxServer {
   const PpxServerOptions *options;
+  PpxServerModelKeeper *keeper;
   char *model;
   int max_calls;
+  gboolean tls;
   SoupServer *soup;
-  GList *sessions; /* Session* */
+  PpxOrigins *origins;
+  GStrv voices;
+  GList *calls; /* PpxServerCall* */
   guint next_id;
+  gboolean draining;
+  GMainLoop *drain_loop;
+  guint drain_timer;
 };
 
-struct _Session {
+struct _PpxServerCall {
   PpxServer *server;
-  guint id;
-  SoupWebsocketConnection *ws;
-  PpxWebrtcPeer *peer;
-  guint refused;
+  PpxProto proto;
+  const PpxServerCallClass *klass;
+  gpointer call;
+  gint64 start_us;
 };
 
 static GQuark
 server_error_quark (void)
 {
-  return g_quark_from_static_string ("ppx-server-server");
+  return g_quark_from_static_string ("ppx-server-http");
 }
 
-/* ---- the page ---- */
+/* ---- the calls ---- */
 
-static const struct {
-  const char *path, *resource, *content_type;
-} page_files[] = {
-  {"/", "index.html", "text/html; charset=utf-8"},
-  {"/index.html", "index.html", "text/html; charset=utf-8"},
-  {"/app.js", "app.js", "text/javascript; charset=utf-8"},
-  {"/style.css", "style.css", "text/css; charset=utf-8"},
-};
+const PpxServerOptions *
+ppx_server_get_options (PpxServer *server)
+{
+  return server->options;
+}
+
+const char *
+ppx_server_get_model (PpxServer *server)
+{
+  return server->model;
+}
+
+guint
+ppx_server_next_call_id (PpxServer *server)
+{
+  return ++server->next_id;
+}
+
+PpxServerCall *
+ppx_server_call_add (PpxServer *server, PpxProto proto, const PpxServerCallClass *klass, gpointer call)
+{
+  PpxServerCall *c = g_new0 (PpxServerCall, 1);
+  c->server = server;
+  c->proto = proto;
+  c->klass = klass;
+  c->call = call;
+  c->start_us = g_get_monotonic_time ();
+  server->calls = g_list_append (server->calls, c);
+  ppx_metrics_accepted (proto);
+  return c;
+}
+
+void
+ppx_server_call_joined (PpxServerCall *c)
+{
+  ppx_metrics_join (c->proto, (g_get_monotonic_time () - c->start_us) / 1e6);
+}
 
 static void
-serve_page (SoupServer *soup, SoupServerMessage *msg, const char *path, GHashTable *query, gpointer user_data)
+quit_when_drained (PpxServer *server)
 {
-  const char *method = soup_server_message_get_method (msg);
-  if (method != SOUP_METHOD_GET && method != SOUP_METHOD_HEAD) {
-    soup_server_message_set_status (msg, SOUP_STATUS_METHOD_NOT_ALLOWED, NULL);
-    return;
+  if (server->draining && !server->calls && server->drain_loop) {
+    g_printerr ("personaplex-server: drained: no call left\n");
+    g_main_loop_quit (server->drain_loop);
   }
-  for (guint i = 0; i < G_N_ELEMENTS (page_files); i++) {
-    if (!g_str_equal (path, page_files[i].path))
-      continue;
-    g_autofree char *name = g_strconcat (RESOURCE_PREFIX, page_files[i].resource, NULL);
-    g_autoptr (GBytes) bytes = g_resources_lookup_data (name, G_RESOURCE_LOOKUP_FLAGS_NONE, NULL);
-    if (!bytes)
-      break;
-    SoupMessageHeaders *headers = soup_server_message_get_response_headers (msg);
-    /* Everything comes from this server: no other script, style, image or connection. */
-    soup_message_headers_replace (headers, "Content-Security-Policy", "default-src 'self'; connect-src 'self'");
-    soup_message_headers_replace (headers, "X-Content-Type-Options", "nosniff");
-    soup_message_headers_replace (headers, "Cache-Control", "no-store");
-    gsize size;
-    const char *data = g_bytes_get_data (bytes, &size);
-    soup_server_message_set_response (msg, page_files[i].content_type, SOUP_MEMORY_COPY, data, size);
+}
+
+void
+ppx_server_call_remove (PpxServerCall *c, const char *reason)
+{
+  PpxServer *server = c->server;
+  server->calls = g_list_remove (server->calls, c);
+  ppx_metrics_ended (c->proto, reason);
+  g_free (c);
+  quit_when_drained (server);
+}
+
+/* ---- drain ---- */
+
+static gboolean
+on_end_grace_over (gpointer user_data)
+{
+  PpxServer *server = user_data;
+  server->drain_timer = 0;
+  g_printerr ("personaplex-server: %u call(s) did not end within %d s; stopping them\n",
+              g_list_length (server->calls), END_GRACE_S);
+  if (server->drain_loop)
+    g_main_loop_quit (server->drain_loop);
+  return G_SOURCE_REMOVE;
+}
+
+static gboolean
+on_drain_timeout (gpointer user_data)
+{
+  PpxServer *server = user_data;
+  g_printerr ("personaplex-server: drain timeout (%d s): ending %u call(s)\n", server->options->drain_timeout,
+              g_list_length (server->calls));
+  /* `end` may remove calls from the list (a call that has no WebSocket yet) */
+  g_autoptr (GList) calls = g_list_copy (server->calls);
+  for (GList *l = calls; l; l = l->next) {
+    PpxServerCall *c = l->data;
+    if (g_list_find (server->calls, c))
+      c->klass->end (c->call, "the server is shutting down");
+  }
+  server->drain_timer = server->calls ? g_timeout_add_seconds (END_GRACE_S, on_end_grace_over, server) : 0;
+  quit_when_drained (server);
+  return G_SOURCE_REMOVE;
+}
+
+void
+ppx_server_drain (PpxServer *server, GMainLoop *loop)
+{
+  if (server->draining)
+    return;
+  server->draining = TRUE;
+  server->drain_loop = loop;
+  g_printerr ("personaplex-server: draining: no new calls; %u open call(s) may run on for %d s\n",
+              g_list_length (server->calls), server->options->drain_timeout);
+  if (server->calls)
+    server->drain_timer = g_timeout_add_seconds (server->options->drain_timeout, on_drain_timeout, server);
+  quit_when_drained (server);
+}
+
+/* ---- operator endpoints ---- */
+
+static void
+set_json (SoupServerMessage *msg, guint status, const char *json)
+{
+  soup_message_headers_replace (soup_server_message_get_response_headers (msg), "Cache-Control", "no-store");
+  soup_server_message_set_response (msg, "application/json", SOUP_MEMORY_COPY, json, strlen (json));
+  soup_server_message_set_status (msg, status, NULL);
+}
+
+static void
+fill_gauges (PpxServer *server, PpxServerGauges *g, GstStructure *stats)
+{
+  memset (g, 0, sizeof *g);
+  g->sessions = g_list_length (server->calls);
+  g->capacity = (guint) server->max_calls;
+  g->draining = server->draining;
+  if (!stats)
+    return;
+  g->backend = gst_structure_get_string (stats, "backend");
+  g->quantization = gst_structure_get_string (stats, "quantization");
+  g->kv_cache_format = gst_structure_get_string (stats, "kv-cache-format");
+  gst_structure_get_uint64 (stats, "memory-bytes", &g->weight_bytes);
+  gst_structure_get_uint64 (stats, "engine-bytes", &g->engine_bytes);
+}
+
+static void
+serve_health (PpxServer *server, SoupServerMessage *msg, gboolean metrics)
+{
+  g_autoptr (GstStructure) stats = ppx_server_model_keeper_stats (server->keeper);
+  PpxServerGauges g;
+  fill_gauges (server, &g, stats);
+  g_autofree char *device = g.backend && g_str_equal (g.backend, "cuda")
+                                ? g_strdup_printf ("cuda:%d", ppx_server_model_keeper_device (server->keeper))
+                                : g_strdup (g.backend ? g.backend : "unknown");
+  g.device = device;
+  if (metrics) {
+    g_autofree char *text = ppx_metrics_prometheus (&g);
+    soup_server_message_set_response (msg, "text/plain; version=0.0.4; charset=utf-8", SOUP_MEMORY_COPY, text,
+                                      strlen (text));
     soup_server_message_set_status (msg, SOUP_STATUS_OK, NULL);
     return;
   }
-  soup_server_message_set_status (msg, SOUP_STATUS_NOT_FOUND, NULL);
-}
-
-/* ---- sessions ---- */
-
-static void
-send_json (Session *s, const char *json)
-{
-  if (soup_websocket_connection_get_state (s->ws) == SOUP_WEBSOCKET_STATE_OPEN)
-    soup_websocket_connection_send_text (s->ws, json);
+  g_autofree char *json = ppx_metrics_health_json (&g);
+  gboolean free_slot = !g.draining && g.sessions < g.capacity;
+  set_json (msg, free_slot ? SOUP_STATUS_OK : SOUP_STATUS_SERVICE_UNAVAILABLE, json);
 }
 
 static void
-send_error (Session *s, const char *message)
+serve_voices (PpxServer *server, SoupServerMessage *msg)
 {
-  g_autofree char *json = ppx_signal_error_new (message);
-  send_json (s, json);
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "voices");
+  json_builder_begin_array (b);
+  for (guint i = 0; server->voices[i]; i++)
+    json_builder_add_string_value (b, server->voices[i]);
+  json_builder_end_array (b);
+  json_builder_set_member_name (b, "default");
+  g_autofree char *def = server->options->voice_prompt ? g_path_get_basename (server->options->voice_prompt) : NULL;
+  if (def)
+    json_builder_add_string_value (b, def);
+  else
+    json_builder_add_null_value (b);
+  json_builder_end_object (b);
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  g_autofree char *json = json_to_string (root, FALSE);
+  set_json (msg, SOUP_STATUS_OK, json);
 }
+
+/* ---- the checks before a call ---- */
 
 static void
-on_peer_send (const char *json, gpointer user_data)
+refuse (SoupServerMessage *msg, PpxProto proto, guint status, const char *reason, const char *why)
 {
-  send_json (user_data, json);
+  g_printerr ("personaplex-server: refused %s from %s: %u (%s)\n", soup_server_message_get_uri (msg)
+              ? g_uri_get_path (soup_server_message_get_uri (msg)) : "?",
+              soup_server_message_get_remote_host (msg), status, why);
+  if (proto < PPX_PROTO_N)
+    ppx_metrics_refused (proto, reason);
+  g_autofree char *body = g_strdup_printf ("%s\n", why);
+  soup_server_message_set_response (msg, "text/plain; charset=utf-8", SOUP_MEMORY_COPY, body, strlen (body));
+  soup_server_message_set_status (msg, status, NULL);
+  if (status == SOUP_STATUS_UNAUTHORIZED)
+    soup_message_headers_replace (soup_server_message_get_response_headers (msg), "WWW-Authenticate", "Bearer");
+  if (status == SOUP_STATUS_SERVICE_UNAVAILABLE)
+    soup_message_headers_replace (soup_server_message_get_response_headers (msg), "Retry-After", "5");
 }
 
-static void
-on_peer_failed (const char *message, gpointer user_data)
-{
-  Session *s = user_data;
-  send_error (s, message);
-  if (soup_websocket_connection_get_state (s->ws) == SOUP_WEBSOCKET_STATE_OPEN)
-    soup_websocket_connection_close (s->ws, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, "session failed");
-}
-
-static void
-session_free (Session *s)
-{
-  ppx_webrtc_peer_free (s->peer);
-  g_signal_handlers_disconnect_by_data (s->ws, s);
-  if (soup_websocket_connection_get_state (s->ws) == SOUP_WEBSOCKET_STATE_OPEN)
-    soup_websocket_connection_close (s->ws, SOUP_WEBSOCKET_CLOSE_GOING_AWAY, "server stopping");
-  g_object_unref (s->ws);
-  g_free (s);
-}
-
-static void
-on_ws_closed (SoupWebsocketConnection *ws, gpointer user_data)
-{
-  Session *s = user_data;
-  PpxServer *server = s->server;
-  server->sessions = g_list_remove (server->sessions, s);
-  g_printerr ("personaplex-server: session %u: closed by the page (code %u); tearing down, %u session(s) left\n",
-              s->id, soup_websocket_connection_get_close_code (ws), g_list_length (server->sessions));
-  session_free (s);
-}
-
-static void
-on_ws_error (SoupWebsocketConnection *ws, GError *error, gpointer user_data)
-{
-  Session *s = user_data;
-  g_printerr ("personaplex-server: session %u: websocket: %s\n", s->id, error->message);
-}
-
-static void
-refuse (Session *s, const char *why)
-{
-  g_printerr ("personaplex-server: session %u: refused a message: %s\n", s->id, why);
-  send_error (s, why);
-  if (++s->refused >= MAX_REFUSED_MESSAGES && soup_websocket_connection_get_state (s->ws) == SOUP_WEBSOCKET_STATE_OPEN)
-    soup_websocket_connection_close (s->ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "too many refused messages");
-}
-
-static void
-on_ws_message (SoupWebsocketConnection *ws, gint type, GBytes *message, gpointer user_data)
-{
-  Session *s = user_data;
-  if (type != SOUP_WEBSOCKET_DATA_TEXT) {
-    refuse (s, "binary messages are not part of the signalling");
-    return;
-  }
-  gsize len;
-  const char *data = g_bytes_get_data (message, &len);
-  PpxSignalMessage msg;
-  g_autoptr (GError) error = NULL;
-  gboolean ok = ppx_signal_parse (data ? data : "", len, &msg, &error);
-  if (ok && msg.kind == PPX_SIGNAL_ANSWER)
-    ok = ppx_webrtc_peer_set_answer (s->peer, msg.sdp, &error);
-  else if (ok && msg.kind == PPX_SIGNAL_ICE)
-    ok = ppx_webrtc_peer_add_candidate (s->peer, msg.mline, msg.candidate, &error);
-  if (!ok)
-    refuse (s, error->message);
-  ppx_signal_message_clear (&msg);
-}
-
-/* Pages of other sites must not open sessions: a browser's Origin has to be this server. */
+/* proto PPX_PROTO_N: not a call (no refusal counted) */
 static gboolean
-origin_allowed (SoupServerMessage *msg)
+authorized (PpxServer *server, SoupServerMessage *msg, GHashTable *query, PpxProto proto)
 {
-  SoupMessageHeaders *headers = soup_server_message_get_request_headers (msg);
-  const char *origin = soup_message_headers_get_one (headers, "Origin");
-  const char *host = soup_message_headers_get_one (headers, "Host");
-  if (!origin)
-    return TRUE; /* not a browser */
-  g_autofree char *expected = g_strconcat ("http://", host ? host : "", NULL);
-  return host && g_ascii_strcasecmp (origin, expected) == 0;
+  if (ppx_auth_token_ok (msg, query, server->options->auth_token))
+    return TRUE;
+  refuse (msg, proto, SOUP_STATUS_UNAUTHORIZED, "unauthorized", "a missing or wrong token");
+  return FALSE;
+}
+
+/* The common part of /api/chat and /ws: a GET from an allowed origin with the token and valid parameters. */
+static gboolean
+check_call (PpxServer *server, SoupServerMessage *msg, GHashTable *query, PpxProto proto, PpxCallParams *params)
+{
+  if (soup_server_message_get_method (msg) != SOUP_METHOD_GET) {
+    soup_server_message_set_status (msg, SOUP_STATUS_METHOD_NOT_ALLOWED, NULL);
+    return FALSE;
+  }
+  const char *origin = soup_message_headers_get_one (soup_server_message_get_request_headers (msg), "Origin");
+  if (!ppx_origins_allow (server->origins, origin)) {
+    g_autofree char *shown = g_strescape (origin, NULL);
+    g_autofree char *why = g_strdup_printf ("Origin '%.100s' is not this server (--allowed-origin adds one)", shown);
+    refuse (msg, proto, SOUP_STATUS_FORBIDDEN, "forbidden_origin", why);
+    return FALSE;
+  }
+  if (!authorized (server, msg, query, proto))
+    return FALSE;
+  g_autoptr (GError) error = NULL;
+  if (!ppx_call_params_parse (query, server->options->model_dir, (const char *const *) server->voices, params,
+                              &error)) {
+    refuse (msg, proto, SOUP_STATUS_BAD_REQUEST, "bad_request", error->message);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* NULL when a call can be taken, else why not: "draining" or "full". */
+static const char *
+no_room (PpxServer *server)
+{
+  return server->draining ? "draining" : g_list_length (server->calls) >= (guint) server->max_calls ? "full" : NULL;
 }
 
 static void
-on_ws_open (SoupServer *soup, SoupServerMessage *msg, const char *path, SoupWebsocketConnection *ws,
-            gpointer user_data)
+handle (SoupServer *soup, SoupServerMessage *msg, const char *path, GHashTable *query, gpointer user_data)
 {
   PpxServer *server = user_data;
-  if (!origin_allowed (msg)) {
-    g_printerr ("personaplex-server: refused a WebSocket from another origin\n");
-    soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "wrong origin");
-    return;
-  }
-  soup_websocket_connection_set_max_incoming_payload_size (ws, PPX_SIGNAL_MAX_MESSAGE);
-  Session *s = g_new0 (Session, 1);
-  s->server = server;
-  s->id = ++server->next_id;
-  s->ws = g_object_ref (ws);
-  if (g_list_length (server->sessions) >= (guint) server->max_calls) {
-    g_printerr ("personaplex-server: session %u: refused, %d sessions already\n", s->id, server->max_calls);
-    send_error (s, "the server is busy: too many sessions");
-    soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "busy");
-    session_free (s);
-    return;
-  }
-  PpxWebrtcPeerCallbacks callbacks = {on_peer_send, on_peer_failed, s};
-  g_autoptr (GError) error = NULL;
-  g_autofree char *welcome = ppx_signal_welcome_new (s->id, server->model);
-  send_json (s, welcome);
-  if (!(s->peer = ppx_webrtc_peer_new (s->id, server->options, &callbacks, &error))) {
-    /* the engine itself full (its slots are still being freed by a closing session): busy too */
-    gboolean busy = g_error_matches (error, PPX_WEBRTC_PEER_ERROR, PPX_WEBRTC_PEER_ERROR_BUSY);
-    g_printerr ("personaplex-server: session %u: %s%s\n", s->id, busy ? "refused, the engine is full: " : "",
-                error->message);
+  PpxCallParams params;
+  if (g_str_equal (path, "/api/chat")) {
+    if (!check_call (server, msg, query, PPX_PROTO_CHAT, &params))
+      return;
+    const char *busy = no_room (server);
     if (busy) {
-      send_error (s, "the server is busy: too many sessions");
-      soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "busy");
-    } else {
-      send_error (s, error->message);
-      soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, "session failed");
+      refuse (msg, PPX_PROTO_CHAT, SOUP_STATUS_SERVICE_UNAVAILABLE, busy,
+              server->draining ? "the server is draining" : "the server is full");
+      ppx_call_params_clear (&params);
+      return;
     }
-    session_free (s);
-    return;
+    ppx_server_chat_start (server, msg, &params);
+  } else if (g_str_equal (path, "/ws")) {
+    if (check_call (server, msg, query, PPX_PROTO_WEBRTC, &params))
+      ppx_server_webrtc_start (server, msg, &params, no_room (server));
+  } else if (g_str_equal (path, "/health")) {
+    serve_health (server, msg, FALSE);
+  } else if (g_str_equal (path, "/metrics")) {
+    if (authorized (server, msg, query, PPX_PROTO_N))
+      serve_health (server, msg, TRUE);
+  } else if (g_str_equal (path, "/api/voices")) {
+    if (authorized (server, msg, query, PPX_PROTO_N))
+      serve_voices (server, msg);
+  } else {
+    ppx_server_static_serve (msg, path, server->options->static_dir);
   }
-  server->sessions = g_list_append (server->sessions, s);
-  g_signal_connect (ws, "message", G_CALLBACK (on_ws_message), s);
-  g_signal_connect (ws, "closed", G_CALLBACK (on_ws_closed), s);
-  g_signal_connect (ws, "error", G_CALLBACK (on_ws_error), s);
-  g_printerr ("personaplex-server: session %u: started, %u session(s)\n", s->id, g_list_length (server->sessions));
 }
 
 /* ---- the server ---- */
 
+static gboolean
+set_up_tls (PpxServer *server, GError **error)
+{
+  const PpxServerOptions *o = server->options;
+  g_autoptr (GTlsCertificate) cert = NULL;
+  if (o->tls_cert) {
+    cert = ppx_server_tls_load (o->tls_cert, o->tls_key, error);
+  } else if (o->ssl_dir) {
+    gboolean made;
+    if ((cert = ppx_server_tls_from_dir (o->ssl_dir, o->address, &made, error)) && made)
+      g_printerr ("personaplex-server: made a self-signed certificate in %s (cert.pem, key.pem)\n", o->ssl_dir);
+  } else {
+    return TRUE;
+  }
+  if (!cert)
+    return FALSE;
+  g_object_set (server->soup, "tls-certificate", cert, NULL);
+  server->tls = TRUE;
+  return TRUE;
+}
+
 PpxServer *
-ppx_server_new (const PpxServerOptions *options, const char *model, int max_calls, GError **error)
+ppx_server_new (const PpxServerOptions *options, PpxServerModelKeeper *keeper, int max_calls, GError **error)
 {
   PpxServer *server = g_new0 (PpxServer, 1);
   server->options = options;
+  server->keeper = keeper;
   server->max_calls = max_calls;
-  server->model = g_strdup (model);
+  server->model = ppx_server_model_keeper_describe (keeper);
+  server->voices = ppx_server_list_voices (options->model_dir);
   server->soup = soup_server_new ("server-header", "personaplex-server", NULL);
-  /* Signalling messages are small; no compression (and no decompression of what a client sends). */
+  /* Opus and short messages: no compression (and no decompression of what a client sends) */
   soup_server_remove_websocket_extension (server->soup, SOUP_TYPE_WEBSOCKET_EXTENSION_DEFLATE);
-  soup_server_add_handler (server->soup, NULL, serve_page, server, NULL);
-  soup_server_add_websocket_handler (server->soup, "/ws", NULL, NULL, on_ws_open, server, NULL);
+  if (!set_up_tls (server, error)) {
+    ppx_server_free (server);
+    return NULL;
+  }
+  soup_server_add_handler (server->soup, NULL, handle, server, NULL);
   g_autoptr (GInetAddress) inet = g_inet_address_new_from_string (options->address);
   g_autoptr (GSocketAddress) address = g_inet_socket_address_new (inet, (guint16) options->port);
   g_autoptr (GError) e = NULL;
-  if (!soup_server_listen (server->soup, address, 0, &e)) {
+  if (!soup_server_listen (server->soup, address, server->tls ? SOUP_SERVER_LISTEN_HTTPS : 0, &e)) {
     g_set_error (error, server_error_quark (), 0, "listening on %s port %d: %s", options->address, options->port,
                  e->message);
     ppx_server_free (server);
     return NULL;
   }
+  server->origins = ppx_origins_new (server->soup, server->tls ? "https" : "http",
+                                     (const char *const *) options->allowed_origins);
+  g_autofree char *origins = ppx_origins_describe (server->origins);
+  g_printerr ("personaplex-server: %u voice(s) in %s/voices; origins allowed to open calls: %s%s\n",
+              g_strv_length (server->voices), options->model_dir, origins,
+              options->auth_token ? "; a token is required" : "");
   return server;
 }
 
@@ -265,7 +382,8 @@ ppx_server_get_url (PpxServer *server)
   GInetSocketAddress *inet = G_INET_SOCKET_ADDRESS (address);
   g_autofree char *host = g_inet_address_to_string (g_inet_socket_address_get_address (inet));
   gboolean v6 = g_inet_address_get_family (g_inet_socket_address_get_address (inet)) == G_SOCKET_FAMILY_IPV6;
-  return g_strdup_printf (v6 ? "http://[%s]:%u/" : "http://%s:%u/", host, g_inet_socket_address_get_port (inet));
+  return g_strdup_printf (v6 ? "%s://[%s]:%u/" : "%s://%s:%u/", server->tls ? "https" : "http", host,
+                          g_inet_socket_address_get_port (inet));
 }
 
 void
@@ -273,13 +391,18 @@ ppx_server_free (PpxServer *server)
 {
   if (!server)
     return;
-  while (server->sessions) {
-    Session *s = server->sessions->data;
-    server->sessions = g_list_delete_link (server->sessions, server->sessions);
-    session_free (s);
+  if (server->drain_timer)
+    g_source_remove (server->drain_timer);
+  while (server->calls) {
+    PpxServerCall *c = server->calls->data;
+    server->calls = g_list_delete_link (server->calls, server->calls);
+    c->klass->destroy (c->call);
+    g_free (c);
   }
   soup_server_disconnect (server->soup);
   g_object_unref (server->soup);
+  ppx_origins_free (server->origins);
+  g_strfreev (server->voices);
   g_free (server->model);
   g_free (server);
 }

@@ -27,7 +27,7 @@ find_duplex_factory (void)
 }
 
 GstElement *
-ppx_server_duplex_new (const PpxServerOptions *o, const char *name, GError **error)
+ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, const char *name, GError **error)
 {
   g_autoptr (GstElementFactory) factory = find_duplex_factory ();
   GstElement *duplex = factory ? gst_element_factory_create (factory, name) : NULL;
@@ -38,13 +38,15 @@ ppx_server_duplex_new (const PpxServerOptions *o, const char *name, GError **err
     return NULL;
   }
   g_object_set (duplex, "model-dir", o->model_dir, "model-instance-id", o->model_instance_id, "greedy", o->greedy,
-                NULL);
+                "align-frames", !o->no_align_frames, "frame-messages", call != NULL, NULL);
   /* Each conversation samples with its own seed, so two callers saying the same words get
-   * different replies (reproducible from --seed). */
+   * different replies (reproducible from --seed), unless the call gives its own. */
   static gint sessions = 0;
   guint n = (guint) g_atomic_int_add (&sessions, 1);
   guint64 seed = o->seed >= 0 ? (guint64) o->seed + (guint64) n
                               : ((guint64) g_random_int () << 32) | g_random_int ();
+  if (call && call->has_seed)
+    seed = call->seed;
   g_object_set (duplex, "seed", seed, NULL);
   gst_util_set_object_arg (G_OBJECT (duplex), "backend", o->backend);
   gst_util_set_object_arg (G_OBJECT (duplex), "quantization", o->quantization);
@@ -53,12 +55,23 @@ ppx_server_duplex_new (const PpxServerOptions *o, const char *name, GError **err
   g_object_set (duplex, "max-sessions", o->max_sessions > 0 ? o->max_sessions + 1 : 0, NULL);
   if (o->batch_deadline_ms >= 0)
     g_object_set (duplex, "batch-deadline", (guint64) o->batch_deadline_ms * GST_MSECOND, NULL);
-  if (o->voice_prompt)
-    g_object_set (duplex, "voice-prompt", o->voice_prompt, NULL);
-  if (o->text_prompt)
+  const char *voice = call && call->voice_prompt ? call->voice_prompt : o->voice_prompt;
+  if (voice)
+    g_object_set (duplex, "voice-prompt", voice, NULL);
+  if (call && call->text_prompt)
+    g_object_set (duplex, "text-prompt", call->text_prompt, NULL);
+  else if (o->text_prompt)
     g_object_set (duplex, "text-prompt", o->text_prompt, NULL);
-  if (o->text_prompt_tokens)
+  else if (o->text_prompt_tokens)
     g_object_set (duplex, "text-prompt-tokens", o->text_prompt_tokens, NULL);
+  if (call && call->has_temp_text)
+    g_object_set (duplex, "temp-text", (float) call->temp_text, NULL);
+  if (call && call->has_temp_audio)
+    g_object_set (duplex, "temp-audio", (float) call->temp_audio, NULL);
+  if (call && call->has_topk_text)
+    g_object_set (duplex, "topk-text", call->topk_text, NULL);
+  if (call && call->has_topk_audio)
+    g_object_set (duplex, "topk-audio", call->topk_audio, NULL);
   return duplex;
 }
 
@@ -81,7 +94,7 @@ take_bus_error (GstElement *pipeline, const char *model_dir, GError **error)
 PpxServerModelKeeper *
 ppx_server_model_keeper_new (const PpxServerOptions *o, GError **error)
 {
-  GstElement *duplex = ppx_server_duplex_new (o, "model-keeper", error);
+  GstElement *duplex = ppx_server_duplex_new (o, NULL, "model-keeper", error);
   if (!duplex)
     return NULL;
   PpxServerModelKeeper *k = g_new0 (PpxServerModelKeeper, 1);
@@ -95,6 +108,22 @@ ppx_server_model_keeper_new (const PpxServerOptions *o, GError **error)
     return NULL;
   }
   return k;
+}
+
+int
+ppx_server_model_keeper_device (PpxServerModelKeeper *k)
+{
+  int device = 0;
+  g_object_get (k->duplex, "device", &device, NULL);
+  return device;
+}
+
+GstStructure *
+ppx_server_model_keeper_stats (PpxServerModelKeeper *k)
+{
+  GstStructure *stats = NULL;
+  g_object_get (k->duplex, "stats", &stats, NULL);
+  return stats;
 }
 
 char *

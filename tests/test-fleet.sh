@@ -4,12 +4,14 @@
 #   1. 7 calls at once: 6 spread 2/2/2 and run to their end, the 7th is refused with HTTP 503; afterwards every
 #      server is back UP in HAProxy with no session.
 #   2. kill -9 of a server while its 2 calls run: those 2 end with an error (connection-lost) and the other 4
-#      run to their end; HAProxy marks it DOWN within 3 s; a call while the other two are full is refused (503);
+#      run to their end; HAProxy marks it DOWN for not answering (L4) within 3 s (being full, it was DOWN
+#      for its 503 already); a call while the other two are full is refused (503);
 #      once their calls end, 4 new calls land on the two, none on the dead one.
 #   3. SIGTERM of a server (personaplex-fleet.sh restart brought the dead one back first) while each server has
 #      a call: /health says 503 and draining at once, new calls go to the others, the draining server's call runs
 #      to its end and the server exits.
-#   4. a rolling restart of all three (personaplex-fleet.sh restart) and 6 calls spread 2/2/2 again; stop.
+#   4. a rolling restart of all three (personaplex-fleet.sh restart) and 6 calls spread 2/2/2 again; kill -9 of
+#      an idle server (UP): DOWN within 3 s; stop ends every process.
 # HAProxy terminates TLS (a self-signed certificate, when openssl is there to make one) and the servers want a
 # token: a call without it is refused with 401; each server's /health and /metrics answer on the ops listener.
 # Bounded: every wait has a limit; about a minute in all. Environment (tests/meson.build): PPX_SOURCE_ROOT,
@@ -81,8 +83,9 @@ grep -q "^$url/api/chat $run\$" "$tmp/start.out" || fail "start printed '$(cat "
 json () { python3 -c "import json, sys; j = json.load(open(sys.argv[1])); print($2)" "$1"; }
 pid_of () { cat "$run/$1.pid"; }
 alive () { kill -0 "$1" 2> /dev/null; }
-# haproxy_state NAME: UP, DOWN, ... (the stats page's CSV)
-haproxy_state () { http_body "http://$ops/stats;csv" | awk -F, -v n="$1" '$1 == "personaplex" && $2 == n {print $18}'; }
+# haproxy_state NAME: its status and last check (UP L7OK, DOWN L7STS for a 503, DOWN L4CON for a refused
+# connection, ...: the stats page's CSV)
+haproxy_state () { http_body "http://$ops/stats;csv" | awk -F, -v n="$1" '$1 == "personaplex" && $2 == n {sub(/^\* /, "", $37); print $18, $37}'; }
 # wait_for LIMIT_S DESCRIPTION COMMAND...: polls COMMAND every 0.1 s
 wait_for () {
   limit=$1 what=$2
@@ -94,7 +97,8 @@ wait_for () {
     sleep 0.1
   done
 }
-is_down () { case $(haproxy_state "$1") in DOWN*) return 0 ;; esac; return 1; }
+# DOWN because it does not answer at all (a full server is DOWN already, by its 503)
+is_dead () { case $(haproxy_state "$1") in "DOWN L4"*) return 0 ;; esac; return 1; }
 gone () { ! alive "$1"; }
 all_up () { for s in "$@"; do case $(haproxy_state "$s") in UP*) ;; *) return 1 ;; esac; done; }
 sessions_are () { # NAME N: the server's /health says N sessions
@@ -142,9 +146,9 @@ sleep 1
 victim=$(pid_of s2)
 t0=$(date +%s.%N)
 kill -9 "$victim"
-wait_for 3 "HAProxy to mark s2 DOWN after kill -9" is_down s2
+wait_for 3 "HAProxy to mark s2 DOWN for not answering after kill -9" is_dead s2
 down_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
-echo "kill -9 s2: HAProxy marked it DOWN after $down_s s"
+echo "kill -9 s2: HAProxy marked it DOWN ($(haproxy_state s2)) after $down_s s"
 # while s1 and s3 are full and s2 is dead, a call finds no room
 loadgen full --calls 1 --seconds 2 --expect-refused 1
 expect_run full
@@ -198,8 +202,16 @@ loadgen again --calls 6 --seconds 2 --ramp 1
 expect_run again
 [ "$(json "$tmp/again.json" 'sorted(j["servers"].items())')" = "[('s1', 2), ('s2', 2), ('s3', 2)]" ] ||
   fail "after the rolling restart, calls per server: $(json "$tmp/again.json" 'j["servers"]')"
-pids="$(pid_of s1) $(pid_of s2) $(pid_of s3) $(cat "$run/haproxy.pid")"
+# an idle server (UP, with room) that dies: DOWN after the failed check and a fast re-check
+wait_for 10 "every server UP after the calls" all_up s1 s2 s3
+idle=$(pid_of s3)
+t0=$(date +%s.%N)
+kill -9 "$idle"
+wait_for 3 "HAProxy to mark the idle s3 DOWN after kill -9" is_dead s3
+idle_down_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+echo "kill -9 of the idle s3: HAProxy marked it DOWN ($(haproxy_state s3)) after $idle_down_s s"
+pids="$(pid_of s1) $(pid_of s2) $(cat "$run/haproxy.pid")"
 sh "$fleet_sh" stop "$run" --timeout 20 > /dev/null 2>&1 || fail "stop"
 for p in $pids; do alive "$p" && fail "pid $p still runs after stop"; done
-echo "fleet: spread 2/2/2 with one 503; kill -9: 2 calls lost, DOWN after $down_s s, new calls on the others;" \
-     "drain: the call finished, new calls elsewhere; rolling restart: 3 back"
+echo "fleet: spread 2/2/2 with one 503; kill -9: 2 calls lost, DOWN after $down_s s (an idle one after" \
+     "$idle_down_s s), new calls on the others; drain: the call finished, new calls elsewhere; rolling restart: 3 back"

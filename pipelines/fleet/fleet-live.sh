@@ -106,11 +106,11 @@ machine_cpu () { awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8; print busy, busy 
 # p99 of every tick histogram in a /metrics text: the smallest bucket bound holding 99 % of the ticks
 tick_p99 () {
   awk '/^[a-z_]*tick[a-z_]*_bucket\{/ {
-         name = $1; sub(/\{.*/, "", name); le = $1; sub(/.*le="/, "", le); sub(/".*/, "", le)
+         name = $1; sub(/\{.*/, "", name); sub(/_bucket$/, "", name); le = $1; sub(/.*le="/, "", le); sub(/".*/, "", le)
          n[name]++; bound[name, n[name]] = le; count[name, n[name]] = $2 }
        END { for (m in n) { total = count[m, n[m]]; if (total == 0) continue
                for (i = 1; i <= n[m]; i++) if (count[m, i] >= 0.99 * total) break
-               printf "%s: p99 <= %s s of %d ticks\n", m, bound[m, i], total } }' "$1"
+               printf "%s: p99 <= %g ms (a bucket bound) of %d ticks\n", m, bound[m, i] * 1000, total } }' "$1"
 }
 
 main () {
@@ -167,8 +167,10 @@ main () {
      kill -9 "$victim" && echo "== killed $kill_name (pid $victim) with SIGKILL at $(date -u +%H:%M:%S)"
      i=0
      while [ $i -lt 100 ]; do
-       state=$(http_body "http://127.0.0.1:8404/stats;csv" | awk -F, -v n="$kill_name" '$1 == "personaplex" && $2 == n {print $18}')
-       case $state in DOWN*) break ;; esac
+       # DOWN for not answering (L4...): a full server is DOWN already, for its 503 (L7STS)
+       state=$(http_body "http://127.0.0.1:8404/stats;csv" |
+               awk -F, -v n="$kill_name" '$1 == "personaplex" && $2 == n {sub(/^\* /, "", $37); print $18, $37}')
+       case $state in "DOWN L4"*) break ;; esac
        sleep 0.1
        i=$((i + 1))
      done

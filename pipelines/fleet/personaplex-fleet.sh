@@ -12,8 +12,9 @@
 #
 # start/config OPTIONS:
 #   --servers K            local servers (default: one per GPU that nvidia-smi lists, else 1)
-#   --devices LIST         their GPUs, comma-separated; each server gets --device i (default with GPUs:
-#                          0,1,...,K-1; without: no --device)
+#   --devices LIST         their GPUs, comma-separated (default with GPUs: 0,1,...,K-1, round robin when K is
+#                          more; without GPUs: none); each server gets --device i where it has that option,
+#                          else CUDA_VISIBLE_DEVICES=i (in nvidia-smi's order)
 #   --listen ADDR:PORT     where callers connect (default 127.0.0.1:8080)
 #   --tls-pem FILE         HAProxy terminates TLS on --listen with this PEM (certificate and key)
 #   --ops ADDR:PORT        stats page, HAProxy's Prometheus metrics, each server's /metrics and /health under
@@ -30,7 +31,7 @@
 #   --start-timeout S      how long a server may take to load its model (default 600)
 #   --foreground           after starting, stay until SIGINT/SIGTERM, then stop (drain)
 # Every option after `--` goes to each local server as it is (the model, --max-sessions, --auth-token, ...);
-# the script adds --address, --port and --device.
+# the script adds --address, --port (and --device).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -202,15 +203,25 @@ cmd_start () {
 
   setsid=
   command -v setsid > /dev/null 2>&1 && setsid=setsid
+  # A server's GPU: its --device option when it has one; else the only GPU it sees (CUDA_VISIBLE_DEVICES, in
+  # nvidia-smi's order)
+  device_option=0
+  if [ -n "$devices" ] && $wrapper "$server" --help 2>&1 | grep -q -- '--device'; then device_option=1; fi
   while read -r name addr port dev where; do
     [ "$where" = local ] || continue
-    device=
-    [ "$dev" = - ] || device="--device $dev"
+    device_arg= gpu_env= gpu=
+    if [ "$dev" != - ]; then
+      gpu=" (GPU $dev)"
+      if [ "$device_option" = 1 ]; then device_arg="--device $dev"
+      else gpu_env="export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=$dev; "
+      fi
+    fi
     # exec: the pid file holds the server's own pid
-    echo "exec $setsid $wrapper $(quote "$server") --address $addr --port $port $device $server_args" > "$run_dir/$name.sh"
+    echo "${gpu_env}exec $setsid $wrapper $(quote "$server") --address $addr --port $port $device_arg $server_args" \
+      > "$run_dir/$name.sh"
     : > "$run_dir/$name.log"
     start_server "$name"
-    say "$name: $server on $addr:$port${device:+ ($device)}, pid $(cat "$run_dir/$name.pid"), log $run_dir/$name.log"
+    say "$name: $server on $addr:$port$gpu, pid $(cat "$run_dir/$name.pid"), log $run_dir/$name.log"
   done < "$run_dir/servers"
   while read -r name addr port dev where; do
     [ "$where" = local ] || continue

@@ -73,6 +73,8 @@ token=fleet-test-token
 url=$scheme://$listen
 
 "$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" > /dev/null || fail "personaplex-make-model"
+# a small tokenizer, so that the random model's text comes out as pieces (and a text prompt can be given)
+"$build/tests/webrtc-make-tokenizer" "$tmp/model" > /dev/null || fail "webrtc-make-tokenizer"
 # shellcheck disable=SC2086 # $tls: an option and its value, or nothing
 sh "$fleet_sh" start --servers 3 --run-dir "$run" --server "$server" --listen "$listen" --ops "$ops" $tls \
   --base-port "$ports" --start-timeout 60 -- --model-dir "$tmp/model" --backend cpu --max-sessions 2 \
@@ -126,7 +128,7 @@ wait_for 10 "every server UP" all_up s1 s2 s3
 [ "$(http_status "http://$ops/servers/s1/metrics")" = 401 ] || fail "s1's /metrics through the ops listener without the token: not 401"
 
 # ---- 1. spread 2/2/2, the 7th refused ----
-loadgen spread --calls 7 --seconds 4 --expect-refused 1
+loadgen spread --calls 7 --seconds 4 --expect-refused 1 --text-prompt "You answer questions about trains." --seed 7
 expect_run spread
 cat "$tmp/spread.out"
 [ "$(json "$tmp/spread.json" 'sorted(j["servers"].items())')" = "[('s1', 2), ('s2', 2), ('s3', 2)]" ] ||
@@ -135,6 +137,7 @@ cat "$tmp/spread.out"
   fail "outcomes $(json "$tmp/spread.json" 'j["reasons"]'), expected 6 ok and one 503"
 [ "$(json "$tmp/spread.json" 'min(c["frames_answered"] for c in j["per_call"] if c["reason"] == "ok")')" -ge 45 ] ||
   fail "an ok call was answered less than 45 of its 50 frames"
+[ "$(json "$tmp/spread.json" 'sum(c["text_pieces"] for c in j["per_call"])')" -gt 0 ] || fail "no text pieces arrived"
 wait_for 10 "every server UP again after the calls" all_up s1 s2 s3
 for s in s1 s2 s3; do sessions_are "$s" 0 || fail "$s still has sessions after the calls"; done
 

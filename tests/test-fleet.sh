@@ -13,7 +13,9 @@
 #   4. a rolling restart of all three (personaplex-fleet.sh restart) and 6 calls spread 2/2/2 again; kill -9 of
 #      an idle server (UP): DOWN within 3 s; stop ends every process.
 # HAProxy terminates TLS (a self-signed certificate, when openssl is there to make one) and the servers want a
-# token: a call without it is refused with 401; each server's /health and /metrics answer on the ops listener.
+# token: a call without it is refused with 401; a call with the Origin of the balancer's address (a page loaded
+# through it) is taken, one from another origin refused (403); each server's /health and /metrics answer on the
+# ops listener.
 # Bounded: every wait has a limit; about a minute in all. Environment (tests/meson.build): PPX_SOURCE_ROOT,
 # PPX_BUILD_ROOT. Exit 77 (skip) without haproxy, python3 or gst-launch-1.0.
 set -u
@@ -124,6 +126,15 @@ wait_for 10 "every server UP" all_up s1 s2 s3
   > "$tmp/no-token.out" 2>&1 || { cat "$tmp/no-token.out" >&2; fail "a call without the token was not refused"; }
 [ "$(json "$tmp/no-token.json" 'j["per_call"][0]["reason"]')" = http-401 ] ||
   fail "a call without the token ended $(json "$tmp/no-token.json" 'j["per_call"][0]["reason"]'), expected http-401"
+# a web page's call (an Origin header): from the balancer's own origin it is taken, from another one refused
+page_origin=http://$listen
+[ -z "$tls" ] || page_origin=https://$listen
+loadgen page --calls 1 --seconds 1 --origin "$page_origin"
+expect_run page
+loadgen foreign-page --calls 1 --seconds 1 --origin http://elsewhere.example --expect-failed 1
+expect_run foreign-page
+[ "$(json "$tmp/foreign-page.json" 'j["per_call"][0]["reason"]')" = http-403 ] ||
+  fail "a call from a foreign origin ended $(json "$tmp/foreign-page.json" 'j["per_call"][0]["reason"]'), expected http-403"
 [ "$(http_status "http://$ops/servers/s1/health")" = 200 ] || fail "s1's /health is not reachable through the ops listener"
 [ "$(http_status "http://$ops/servers/s1/metrics")" = 401 ] || fail "s1's /metrics through the ops listener without the token: not 401"
 

@@ -414,7 +414,9 @@ test_options (void)
   g_assert_true (parse (&o, "--url wss://example.test:9/x?a=1 --calls 64 --seconds 300 --ramp 30 --insecure "
                         "--text-prompt You~are~\"nice\"~&~café --voice-prompt NATF2.pt --seed 7 "
                         "--param text_temperature=0.7 --param audio_topk=250 --expect-refused 1 "
-                        "--expect-failed 2 --server-pid 42 --server-pid s2=43 --gap-ms 120", &error));
+                        "--expect-failed 2 --server-pid 42 --server-pid s2=43 --gap-ms 120 "
+                        "--origin https://voice.example.com", &error));
+  g_assert_cmpstr (o.origin, ==, "https://voice.example.com");
   g_assert_true (o.tls && o.insecure && o.calls == 64 && CLOSE (o.seconds, 300) && CLOSE (o.ramp_s, 30));
   g_assert_cmpstr (o.url, ==, "wss://example.test:9/x?a=1");
   g_assert_cmpstr (o.auth_token, ==, "from-env");
@@ -451,6 +453,8 @@ test_options (void)
   expect_error ("--url ws://h:1 --server-pid s1=0", "--server-pid");
   expect_error ("--url ws://h:1 --auth-token a~b", "--auth-token");
   expect_error ("--url ws://h:1 --gap-ms 0", "--gap-ms");
+  expect_error ("--url ws://h:1 --origin ftp://x", "--origin");
+  expect_error ("--url ws://h:1 --origin nonsense", "--origin");
   expect_error ("--url ws://h:1 stray", "stray");
   expect_error ("--url ws://h:1 --no-such-option", "no-such-option");
 }

@@ -95,6 +95,12 @@ check_options (LoadgenOptions *o, GError **error)
     g_free (o->text_prompt);
     o->text_prompt = utf8;
   }
+  if (o->origin) {
+    g_autoptr (GUri) origin = g_uri_parse (o->origin, G_URI_FLAGS_NONE, NULL);
+    if (!origin || !g_uri_get_host (origin) || (g_strcmp0 (g_uri_get_scheme (origin), "http") != 0 &&
+                                                 g_strcmp0 (g_uri_get_scheme (origin), "https") != 0))
+      FAIL ("--origin '%s': an http:// or https:// origin, please", o->origin);
+  }
   if (o->auth_token && !*o->auth_token)
     g_clear_pointer (&o->auth_token, g_free);
   if (o->auth_token)
@@ -170,6 +176,8 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
      "[NAME=]PID"},
     {"server-header", 0, 0, G_OPTION_ARG_STRING, &o->server_header,
      "Upgrade response header naming the server that took the call (default X-Served-By; '' for none)", "NAME"},
+    {"origin", 0, 0, G_OPTION_ARG_STRING, &o->origin,
+     "Send this Origin header, as a web page's calls do (e.g. https://voice.example.com)", "ORIGIN"},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &o->quiet, "No line per call on stderr", NULL},
     {NULL},
   };
@@ -208,6 +216,7 @@ loadgen_options_clear (LoadgenOptions *o)
   if (o->server_names)
     g_ptr_array_unref (o->server_names);
   g_free (o->server_header);
+  g_free (o->origin);
   memset (o, 0, sizeof *o);
 }
 

@@ -30,6 +30,7 @@ typedef struct {
   GArray *server_pids;    /* int: processes whose CPU the run records */
   GPtrArray *server_names; /* char *, one per pid ("" when it has no name) */
   char *server_header;    /* the upgrade response's header that names the server ("" : none) */
+  char *origin;           /* an Origin header, as a browser page would send; NULL: none */
   gboolean quiet;         /* no line per call on stderr */
 } LoadgenOptions;
 

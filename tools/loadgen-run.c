@@ -237,6 +237,7 @@ on_start_call (gpointer user_data)
     .end_of_stream = TRUE,
     .decode = FALSE,
     .response_header = o->server_header && *o->server_header ? o->server_header : NULL,
+    .origin = o->origin,
   };
   PpxChatCallbacks callbacks = {.event = on_event, .finished = on_finished};
   s->call = ppx_chat_call_new (&co, &callbacks, s);

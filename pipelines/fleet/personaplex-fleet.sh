@@ -23,6 +23,9 @@
 #                          callers can reach: docs/fleet.md)
 #   --base-port P          the first local server's port; the others follow (default 8090)
 #   --remote NAME=HOST:PORT  a server on another machine (repeatable): balanced, not started here
+#   --origin ORIGIN        the web origin callers' pages come from (repeatable; default the --listen address,
+#                          http:// or https://): each local server allows it (--allowed-origin), since a page
+#                          loaded through the balancer is not from the server's own address
 #   --run-dir DIR          configuration, logs and pids (default ./personaplex-fleet)
 #   --server PROGRAM       default: the build tree's personaplex-server, else the one on PATH
 #   --haproxy PROGRAM      default: haproxy on PATH
@@ -40,7 +43,7 @@ me=personaplex-fleet
 
 say () { echo "$me: $*" >&2; }
 die () { say "$*"; exit 1; }
-usage () { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage () { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 # Shell-quotes one word.
 quote () { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
@@ -52,7 +55,7 @@ alive () { [ -n "$1" ] && kill -0 "$1" 2> /dev/null; }
 
 # ---- options ----
 servers= devices= listen=127.0.0.1:8080 tls_pem= ops=127.0.0.1:8404 server_address=127.0.0.1 base_port=8090
-remotes= run_dir=./personaplex-fleet server= haproxy= wrapper= check_ms=1000 start_timeout=600 foreground=0
+remotes= origins= run_dir=./personaplex-fleet server= haproxy= wrapper= check_ms=1000 start_timeout=600 foreground=0
 
 parse_start_options () {
   while [ $# -gt 0 ]; do
@@ -65,6 +68,7 @@ parse_start_options () {
       --server-address) server_address=$2; shift ;;
       --base-port) base_port=$2; shift ;;
       --remote) remotes="$remotes $2"; shift ;;
+      --origin) origins="$origins $2"; shift ;;
       --run-dir) run_dir=$2; shift ;;
       --server) server=$2; shift ;;
       --haproxy) haproxy=$2; shift ;;
@@ -103,6 +107,12 @@ parse_start_options () {
   fi
   [ -z "$tls_pem" ] || [ -f "$tls_pem" ] || die "--tls-pem $tls_pem: no such file"
   [ "$servers" -gt 0 ] || [ -n "$remotes" ] || die "no servers: --servers 0 and no --remote"
+  if [ -z "$origins" ]; then
+    case $listen in
+      0.0.0.0:*|\[::\]:*|:*) ;;  # every address: the public name is not known here (give --origin)
+      *) if [ -n "$tls_pem" ]; then origins="https://$listen"; else origins="http://$listen"; fi ;;
+    esac
+  fi
   : "$n_rest"
 }
 
@@ -205,8 +215,12 @@ cmd_start () {
   command -v setsid > /dev/null 2>&1 && setsid=setsid
   # A server's GPU: its --device option when it has one; else the only GPU it sees (CUDA_VISIBLE_DEVICES, in
   # nvidia-smi's order)
-  device_option=0
-  if [ -n "$devices" ] && $wrapper "$server" --help 2>&1 | grep -q -- '--device'; then device_option=1; fi
+  device_option=0 origin_args=
+  help=$($wrapper "$server" --help 2>&1 || true)
+  if [ -n "$devices" ] && echo "$help" | grep -q -- '--device'; then device_option=1; fi
+  if echo "$help" | grep -q -- '--allowed-origin'; then
+    for o in $origins; do origin_args="$origin_args --allowed-origin $(quote "$o")"; done
+  fi
   while read -r name addr port dev where; do
     [ "$where" = local ] || continue
     device_arg= gpu_env= gpu=
@@ -217,8 +231,8 @@ cmd_start () {
       fi
     fi
     # exec: the pid file holds the server's own pid
-    echo "${gpu_env}exec $setsid $wrapper $(quote "$server") --address $addr --port $port $device_arg $server_args" \
-      > "$run_dir/$name.sh"
+    echo "${gpu_env}exec $setsid $wrapper $(quote "$server") --address $addr --port $port $device_arg" \
+      "$origin_args $server_args" > "$run_dir/$name.sh"
     : > "$run_dir/$name.log"
     start_server "$name"
     say "$name: $server on $addr:$port$gpu, pid $(cat "$run_dir/$name.pid"), log $run_dir/$name.log"

@@ -13,8 +13,9 @@
 #   --make-model P:F  full:int4 (6.2 GB, the issue's), full:int8, full:bf16, tiny:bf16 (pipelines/random-model.sh)
 #   --servers K       servers on this machine (default 1); --haproxy: the calls go through HAProxy (always with
 #                     K > 1; with one server they go straight to it unless --haproxy)
-#   --kill-at S       kill -9 one server S seconds after the first call starts (default: none); --kill NAME
-#                     which one (default the last, sK); HAProxy's time to mark it DOWN is measured
+#   --kill-at S       kill -9 one server S seconds after the loadgen starts (it first encodes its audio: about
+#                     8 s for 300 s on 2 cores) (default: none); --kill NAME which one (default the last, sK);
+#                     HAProxy's time to see it dead (DOWN, check L4...) is measured
 #   --max-sessions N  each server's calls at most (default: as many as fit, the server decides)
 #   --check           first the pack's check.sh
 #   after --          e.g. --input speech.wav, --text-prompt "...", --voice-prompt NATF2.pt
@@ -31,7 +32,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 pack= build= model= make= model_root= servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
 backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} check=0
-usage () { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage () { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --pack) pack=$2; shift ;;
@@ -133,6 +134,11 @@ main () {
   [ -d "$model" ] || die "$model: no such model directory"
 
   # the servers and HAProxy
+  gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+  if [ -z "$max_sessions" ] && [ "${gpus:-0}" -gt 0 ] && [ "$servers" -gt "$gpus" ]; then
+    say "== WARNING: $servers servers share $gpus GPU(s) without --max-sessions: the first to start takes the" \
+        "memory of as many calls as fit, the others may get none"
+  fi
   server_opts="--model-dir $model --backend $backend --quantization $quant --kv-cache-format $kv"
   [ -z "$max_sessions" ] || server_opts="$server_opts --max-sessions $max_sessions"
   say "== $servers server(s): $server_opts"

@@ -104,6 +104,13 @@ wait_for () {
 # DOWN because it does not answer at all (a full server is DOWN already, by its 503)
 is_dead () { case $(haproxy_state "$1") in "DOWN L4"*) return 0 ;; esac; return 1; }
 gone () { ! alive "$1"; }
+# kill_and_time NAME: kill -9 the server, wait (3 s at most) until HAProxy sees it dead; the seconds in $took
+kill_and_time () {
+  t0=$(date +%s.%N)
+  kill -9 "$(pid_of "$1")"
+  wait_for 3 "HAProxy to mark $1 DOWN for not answering after kill -9" is_dead "$1"
+  took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+}
 all_up () { for s in "$@"; do case $(haproxy_state "$s") in UP*) ;; *) return 1 ;; esac; done; }
 sessions_are () { # NAME N: the server's /health says N sessions
   http_body "http://$(awk -v n="$1" '$1 == n {print $2 ":" $3}' "$run/servers")/health" | grep -q "\"sessions\" *: *$2[,}]"
@@ -157,11 +164,8 @@ loadgen kill --calls 6 --seconds 12 --expect-failed 2 &
 kill_load=$!
 for s in s1 s2 s3; do wait_for 20 "$s to hold 2 calls" sessions_are "$s" 2; done
 sleep 1
-victim=$(pid_of s2)
-t0=$(date +%s.%N)
-kill -9 "$victim"
-wait_for 3 "HAProxy to mark s2 DOWN for not answering after kill -9" is_dead s2
-down_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+kill_and_time s2
+down_s=$took
 echo "kill -9 s2: HAProxy marked it DOWN ($(haproxy_state s2)) after $down_s s"
 # while s1 and s3 are full and s2 is dead, a call finds no room
 loadgen full --calls 1 --seconds 2 --expect-refused 1
@@ -218,11 +222,8 @@ expect_run again
   fail "after the rolling restart, calls per server: $(json "$tmp/again.json" 'j["servers"]')"
 # an idle server (UP, with room) that dies: DOWN after the failed check and a fast re-check
 wait_for 10 "every server UP after the calls" all_up s1 s2 s3
-idle=$(pid_of s3)
-t0=$(date +%s.%N)
-kill -9 "$idle"
-wait_for 3 "HAProxy to mark the idle s3 DOWN after kill -9" is_dead s3
-idle_down_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+kill_and_time s3
+idle_down_s=$took
 echo "kill -9 of the idle s3: HAProxy marked it DOWN ($(haproxy_state s3)) after $idle_down_s s"
 pids="$(pid_of s1) $(pid_of s2) $(cat "$run/haproxy.pid")"
 sh "$fleet_sh" stop "$run" --timeout 20 > /dev/null 2>&1 || fail "stop"

@@ -80,8 +80,8 @@ out=$(cd "$out" && pwd)
 status_file=$(mktemp "${TMPDIR:-/tmp}/ppx-gpu-live-XXXXXX")
 trap 'rm -f "$status_file"' EXIT INT TERM
 
-now () { date +%s.%N; }
-elapsed () { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+# shellcheck source=pipelines/random-model.sh
+. "$here/random-model.sh"
 
 main () {
   echo "== gpu-live.sh $(date -u +%Y-%m-%dT%H:%M:%SZ): $(uname -srm), $(getconf _NPROCESSORS_ONLN) cores," \
@@ -97,29 +97,7 @@ main () {
     sh "$pack/check.sh" || return 1
   fi
   if [ -n "$make" ]; then
-    preset=${make%%:*}
-    format=${make#*:}
-    [ "$format" != "$make" ] || format=bf16
-    if [ -z "$model_root" ]; then
-      case $preset:$format in
-        full:bf16) need_mb=17600 ;; full:int8) need_mb=9400 ;; full:int4) need_mb=6500 ;; mid:*) need_mb=1200 ;;
-        *) need_mb=100 ;;
-      esac
-      shm_mb=$(df -Pm /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')
-      if [ -n "$shm_mb" ] && [ "$shm_mb" -gt $((need_mb + 2048)) ]; then model_root=/dev/shm; else model_root=/tmp; fi
-    fi
-    model=$model_root/ppx-$preset-$format
-    if [ -f "$model/.complete" ]; then
-      echo "== reusing $model"
-    else
-      rm -rf "$model"
-      mkdir -p "$model_root" || return 1
-      echo "== making $preset $format random weights in $model (df: $(df -h "$model_root" | awk 'NR == 2 { print $4 }') free)"
-      t0=$(now)
-      run_in personaplex-make-model --preset "$preset" --format "$format" --output-dir "$model" || return 1
-      echo "== made in $(elapsed "$t0") s: $(du -sh "$model" | cut -f1)"
-      touch "$model/.complete"
-    fi
+    ppx_random_model "$make" "$model_root" || return 1
   fi
   [ -d "$model" ] || { echo "gpu-live.sh: $model: no such model directory" >&2; return 1; }
   echo "== personaplex-live-bench: $seconds s, backend $backend, quantization $quant"

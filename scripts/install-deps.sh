@@ -4,7 +4,7 @@
 # usage: scripts/install-deps.sh [--tests]
 #   without options: what building and running needs (the set-up, scripts/setup-and-run.sh)
 #   --tests:         that plus what only the tests need (scripts/run-tests.sh): the fuzzing/sanitizer
-#                    compiler, valgrind, and the browser test's Chromium and Node.js
+#                    compiler, valgrind, the browser test's Chromium and Node.js, and HAProxy for the fleet test
 # Packages already installed are skipped; --no-install-recommends keeps the set small.
 set -euo pipefail
 
@@ -18,10 +18,11 @@ RUN_PKGS=(
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   gstreamer1.0-plugins-bad gstreamer1.0-nice
 )
-# Only the tests: fuzz targets and sanitizer builds, leak checks, the WebRTC browser test.
+# Only the tests: fuzz targets and sanitizer builds, leak checks, the WebRTC browser test, the fleet test.
 TEST_PKGS=(
   clang libclang-rt-14-dev valgrind
   chromium nodejs
+  haproxy
 )
 
 pkgs=("${RUN_PKGS[@]}")

@@ -15,7 +15,7 @@
 #define DECODE_DRAIN_TIMEOUT (5 * GST_SECOND)
 
 struct _PpxChatCall {
-  char *url, *token, *origin;
+  char *url, *token, *origin, *response_header;
   gboolean accept_invalid_certificates, end_of_stream, decode;
   PpxChatPacing pacing;
   PpxChatAudio *audio;
@@ -100,6 +100,7 @@ record_clear (PpxChatRecord *r)
   g_free (r->failure);
   g_free (r->close_reason);
   g_free (r->decode_error);
+  g_free (r->response_header);
   g_array_unref (r->events);
   g_array_unref (r->sent);
   g_string_free (r->text, TRUE);
@@ -367,6 +368,9 @@ on_connected (GObject *source, GAsyncResult *result, gpointer user_data)
     return; /* the call was freed */
   PpxChatCall *call = user_data;
   call->record.http_status = soup_message_get_status (call->msg);
+  if (call->response_header)
+    call->record.response_header = g_strdup (soup_message_headers_get_one (
+      soup_message_get_response_headers (call->msg), call->response_header));
   if (!ws) {
     set_failure (call, error->message);
     finish (call);
@@ -387,6 +391,7 @@ ppx_chat_call_new (const PpxChatOptions *options, const PpxChatCallbacks *callba
   call->url = build_url (options);
   call->token = options->token && !options->token_in_query ? g_strdup (options->token) : NULL;
   call->origin = g_strdup (options->origin);
+  call->response_header = g_strdup (options->response_header);
   call->accept_invalid_certificates = options->accept_invalid_certificates;
   call->end_of_stream = options->end_of_stream;
   call->decode = options->decode;
@@ -502,6 +507,7 @@ ppx_chat_call_free (PpxChatCall *call)
   g_free (call->url);
   g_free (call->token);
   g_free (call->origin);
+  g_free (call->response_header);
   g_free (call);
 }
 
@@ -539,6 +545,18 @@ ppx_chat_call_wait (PpxChatCall *call, guint timeout_ms)
 {
   GMainContext *context = call->context ? call->context : g_main_context_get_thread_default ();
   return ppx_chat_calls_wait (&call, 1, context ? context : g_main_context_default (), timeout_ms);
+}
+
+void
+ppx_chat_record_init (PpxChatRecord *r)
+{
+  record_init (r);
+}
+
+void
+ppx_chat_record_clear (PpxChatRecord *r)
+{
+  record_clear (r);
 }
 
 /* ---- figures ---- */

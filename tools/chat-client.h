@@ -68,6 +68,8 @@ typedef struct {
                                          * rest of the audio and closes the call (1000) */
   gboolean decode;                      /* decode the answer to PCM (record->pcm) */
   GMainContext *context;                /* NULL: the thread-default context of ppx_chat_call_start's caller */
+  const char *response_header;          /* a header of the upgrade's answer to keep in record->response_header
+                                         * (e.g. X-Served-By: the server a balancer chose); NULL: none */
 } PpxChatOptions;
 
 typedef struct {
@@ -104,6 +106,7 @@ typedef struct {
   gint64 sent_samples;     /* input samples sent so far */
   GArray *pcm;             /* float: the decoded answer (options.decode), complete once finished */
   char *decode_error;      /* the decoder's error, if the answer could not be decoded */
+  char *response_header;   /* the value of options.response_header in the upgrade's answer (101 or refusal) */
 } PpxChatRecord;
 
 typedef struct {
@@ -132,6 +135,10 @@ void ppx_chat_call_free (PpxChatCall *call);
 gboolean ppx_chat_call_wait (PpxChatCall *call, guint timeout_ms);
 /* Runs `context` until every call of `calls` finished or timeout_ms passed; TRUE if all finished. */
 gboolean ppx_chat_calls_wait (PpxChatCall *const *calls, guint n_calls, GMainContext *context, guint timeout_ms);
+
+/* A record's empty state (its arrays made, close_code -1) and its release: for code that makes records up. */
+void ppx_chat_record_init (PpxChatRecord *r);
+void ppx_chat_record_clear (PpxChatRecord *r);
 
 /* ---- figures from a record ---- */
 /* Connect to handshake, ms; -1 without a handshake. */

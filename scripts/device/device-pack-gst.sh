@@ -13,7 +13,8 @@
 #   plugins/  libgstpersonaplex.so from BUILD_DIR/gst and the system plugins the live runs need:
 #             coreelements (queue, fakesink, filesrc, filesink, identity, tee), audiotestsrc, audioconvert,
 #             audioresample, wavparse, wavenc, app (appsrc/appsink), level; PPX_PACK_EXTRA_PLUGINS="opus rtp"
-#             adds libgstopus.so, libgstrtp.so, ...
+#             adds libgstopus.so, libgstrtp.so, ...; PPX_PACK_EXTRA_BINS="/usr/sbin/haproxy ..." adds programs
+#             to bin/ (with their libraries, as for the others)
 #   lib/      the shared libraries all of the above need (ldd), glibc's own excluded
 #   run       the wrapper: `OUT_DIR/run PROGRAM ARGS...` runs a program with only the pack's GStreamer
 #             (LD_LIBRARY_PATH, GST_PLUGIN_SYSTEM_PATH, GST_PLUGIN_SCANNER, a registry in $TMPDIR or /tmp)
@@ -72,6 +73,10 @@ cp "$gst_launch" "$gst_inspect" "$out/bin/"
 cp "$scanner" "$out/libexec/"
 for t in personaplex-live-bench personaplex-make-model personaplex-bench; do
   cp "$build/tools/$t" "$out/bin/"
+done
+for b in ${PPX_PACK_EXTRA_BINS:-}; do
+  [ -f "$b" ] && [ -x "$b" ] || die "$b: not an executable (PPX_PACK_EXTRA_BINS)"
+  cp "$b" "$out/bin/"
 done
 cp "$plugin" "$out/plugins/"
 for p in coreelements audiotestsrc audioconvert audioresample wavparse wavenc app level ${PPX_PACK_EXTRA_PLUGINS:-}; do

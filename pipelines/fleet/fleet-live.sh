@@ -1,0 +1,229 @@
+#!/bin/sh
+# Calls at scale on a GPU machine (docs/fleet.md, "Live runs"): K personaplex-servers (one per GPU, or K sharing
+# the GPUs there are) behind HAProxy (personaplex-fleet.sh), random weights made first, and personaplex-loadgen
+# over 127.0.0.1: N calls joining over R seconds, S seconds each, straight to the one server or through HAProxy;
+# optionally `kill -9` of one server at a given second. Runs from a fleet pack (fleet-pack.sh) on a machine
+# without GStreamer or HAProxy, or from a build tree with the system's.
+#
+#   pipelines/fleet/fleet-live.sh [--pack DIR | --build DIR] (--model-dir DIR | --make-model PRESET:FORMAT)
+#       [--model-root DIR] [--servers K] [--haproxy] [--calls 64] [--ramp 30] [--seconds 300]
+#       [--kill-at S] [--kill NAME] [--backend cuda] [--quantization int4] [--kv-cache-format fp8]
+#       [--max-sessions N] [--out DIR] [--check] [-- MORE personaplex-loadgen OPTIONS]
+#
+#   --make-model P:F  full:int4 (6.2 GB, the issue's), full:int8, full:bf16, tiny:bf16 (pipelines/random-model.sh)
+#   --servers K       servers on this machine (default 1); --haproxy: the calls go through HAProxy (always with
+#                     K > 1; with one server they go straight to it unless --haproxy)
+#   --kill-at S       kill -9 one server S seconds after the loadgen starts (it first encodes its audio: about
+#                     8 s for 300 s on 2 cores) (default: none); --kill NAME which one (default the last, sK);
+#                     HAProxy's time to see it dead (DOWN, check L4...) is measured
+#   --max-sessions N  each server's calls at most (default: as many as fit, the server decides)
+#   --check           first the pack's check.sh
+#   after --          e.g. --input speech.wav, --text-prompt "...", --voice-prompt NATF2.pt
+# Writes to OUT (default $OUT, else out/fleet-live), 7 files:
+#   summary.txt   the loadgen's table (join time, frame latency, underruns, text, CPU of the loadgen and of each
+#                 server and HAProxy), each server's tick p50/p99 and overruns (/health) and tick p99 from its
+#                 /metrics histogram, GPU memory over the run, the machine's CPU, the kill and HAProxy's DOWN
+#   run.log       everything, with a line per call;  loadgen.json  every call's figures
+#   gpu.csv       nvidia-smi every 5 s;  health.log  each server's /health every 10 s
+#   metrics.txt   each server's /metrics at the end;  servers.log  the servers' and HAProxy's logs (tails)
+# Exit status: 0 when the run happened (the figures say how it went), 1 when a step failed, 2 for bad options.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+pack= build= model= make= model_root= servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
+backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} check=0
+usage () { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --pack) pack=$2; shift ;;
+    --build) build=$2; shift ;;
+    --model-dir) model=$2; shift ;;
+    --make-model) make=$2; shift ;;
+    --model-root) model_root=$2; shift ;;
+    --servers) servers=$2; shift ;;
+    --haproxy) haproxy=1 ;;
+    --calls) calls=$2; shift ;;
+    --ramp) ramp=$2; shift ;;
+    --seconds) seconds=$2; shift ;;
+    --kill-at) kill_at=$2; shift ;;
+    --kill) kill_name=$2; shift ;;
+    --backend) backend=$2; shift ;;
+    --quantization) quant=$2; shift ;;
+    --kv-cache-format) kv=$2; shift ;;
+    --max-sessions) max_sessions=$2; shift ;;
+    --out) out=$2; shift ;;
+    --check) check=1 ;;
+    --) shift; break ;;
+    -h|--help) usage ;;
+    *) echo "fleet-live.sh: unknown option $1 (loadgen options go after --)" >&2; exit 2 ;;
+  esac
+  shift
+done
+die () { echo "fleet-live.sh: $*" >&2; exit "${2:-1}"; }
+[ -n "$model" ] || [ -n "$make" ] || die "give --model-dir DIR or --make-model PRESET:FORMAT" 2
+case $servers in ''|*[!0-9]*|0) die "--servers '$servers': 1 or more" 2 ;; esac
+[ "$servers" -gt 1 ] && haproxy=1
+[ -z "$kill_at" ] || [ "$haproxy" = 1 ] || die "--kill-at needs the calls to go through HAProxy (--haproxy)" 2
+[ -n "$kill_name" ] || kill_name=s$servers
+if [ -z "$pack" ] && [ -z "$build" ] && [ -x "$root/build-devpack-fleet/run" ]; then
+  pack=$root/build-devpack-fleet
+fi
+if [ -n "$pack" ]; then
+  [ -x "$pack/run" ] && [ -x "$pack/bin/personaplex-server" ] ||
+    die "$pack: not a fleet pack (pipelines/fleet/fleet-pack.sh BUILD $pack)"
+  pack=$(cd "$pack" && pwd)
+  run_in () { "$pack/run" "$@"; }
+  fleet_programs="--wrapper $pack/run --server personaplex-server --haproxy haproxy"
+elif [ -n "$build" ]; then
+  build=$(cd "$build" && pwd)
+  [ -x "$build/pipelines/server/personaplex-server" ] || die "$build/pipelines/server/personaplex-server not found"
+  run_in () { GST_PLUGIN_PATH="$build/gst${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}" PATH="$build/tools:$PATH" "$@"; }
+  export GST_PLUGIN_PATH="$build/gst${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}"
+  fleet_programs="--server $build/pipelines/server/personaplex-server"
+else
+  die "no pack (pipelines/fleet/fleet-pack.sh BUILD build-devpack-fleet) and no --build DIR" 2
+fi
+mkdir -p "$out" || exit 1
+out=$(cd "$out" && pwd)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ppx-fleet-live-XXXXXX")
+fleet=$tmp/fleet
+bg_pids=
+cleanup () {
+  [ -f "$fleet/servers" ] && sh "$here/personaplex-fleet.sh" stop "$fleet" --timeout 20 > /dev/null 2>&1
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+# shellcheck source=pipelines/fleet/fleet-http.sh
+. "$here/fleet-http.sh"
+# shellcheck source=pipelines/random-model.sh
+. "$root/pipelines/random-model.sh"
+summary=$out/summary.txt
+say () { echo "$*" | tee -a "$summary"; }
+
+# /proc/stat's busy and total jiffies of the whole machine
+machine_cpu () { awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8; print busy, busy + $5 + $6 }' /proc/stat; }
+
+# p99 of every tick histogram in a /metrics text: the smallest bucket bound holding 99 % of the ticks
+tick_p99 () {
+  awk '/^[a-z_]*tick[a-z_]*_bucket\{/ {
+         name = $1; sub(/\{.*/, "", name); sub(/_bucket$/, "", name); le = $1; sub(/.*le="/, "", le); sub(/".*/, "", le)
+         n[name]++; bound[name, n[name]] = le; count[name, n[name]] = $2 }
+       END { for (m in n) { total = count[m, n[m]]; if (total == 0) continue
+               for (i = 1; i <= n[m]; i++) if (count[m, i] >= 0.99 * total) break
+               printf "%s: p99 <= %g ms (a bucket bound) of %d ticks\n", m, bound[m, i] * 1000, total } }' "$1"
+}
+
+main () {
+  : > "$summary"
+  say "== fleet-live.sh $(date -u +%Y-%m-%dT%H:%M:%SZ): $(uname -srm), $(getconf _NPROCESSORS_ONLN) cores," \
+      "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv,noheader | tee -a "$summary"
+  else
+    say "(no nvidia-smi: no GPU memory figures)"
+  fi
+  [ -z "$pack" ] || sed -n '2,3p' "$pack/MANIFEST.txt"
+  if [ "$check" = 1 ]; then
+    [ -n "$pack" ] || die "--check needs a pack" 2
+    sh "$pack/check.sh" || return 1
+  fi
+  if [ -n "$make" ]; then
+    ppx_random_model "$make" "$model_root" || return 1
+  fi
+  [ -d "$model" ] || die "$model: no such model directory"
+
+  # the servers and HAProxy
+  gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+  if [ -z "$max_sessions" ] && [ "${gpus:-0}" -gt 0 ] && [ "$servers" -gt "$gpus" ]; then
+    say "== WARNING: $servers servers share $gpus GPU(s) without --max-sessions: the first to start takes the" \
+        "memory of as many calls as fit, the others may get none"
+  fi
+  server_opts="--model-dir $model --backend $backend --quantization $quant --kv-cache-format $kv"
+  [ -z "$max_sessions" ] || server_opts="$server_opts --max-sessions $max_sessions"
+  say "== $servers server(s): $server_opts"
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086 # option lists
+  sh "$here/personaplex-fleet.sh" start --servers "$servers" --run-dir "$fleet" $fleet_programs \
+    --listen 127.0.0.1:8080 --ops 127.0.0.1:8404 --base-port 8090 -- $server_opts > "$tmp/fleet.out" || return 1
+  say "== the fleet served after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s" \
+      "(model load and start-up)"
+  url=ws://127.0.0.1:8090/api/chat
+  [ "$haproxy" = 0 ] || url=ws://127.0.0.1:8080/api/chat
+  pids=
+  for f in "$fleet"/s*.pid; do pids="$pids --server-pid $(basename "$f" .pid)=$(cat "$f")"; done
+  pids="$pids --server-pid haproxy=$(cat "$fleet/haproxy.pid")"
+
+  # samplers: GPU memory every 5 s, each server's /health every 10 s
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=timestamp,index,memory.used,utilization.gpu --format=csv,nounits -l 5 > "$out/gpu.csv" &
+    bg_pids="$bg_pids $!"
+  fi
+  (while :; do
+     while read -r name addr port _; do
+       echo "$(date +%s) $name $(http_body "http://$addr:$port/health" | tr -d '\n')"
+     done < "$fleet/servers"
+     sleep 10
+   done) > "$out/health.log" 2>&1 &
+  bg_pids="$bg_pids $!"
+  if [ -n "$kill_at" ]; then
+    (sleep "$kill_at"
+     victim=$(cat "$fleet/$kill_name.pid")
+     t_kill=$(date +%s.%N)
+     kill -9 "$victim" && echo "== killed $kill_name (pid $victim) with SIGKILL at $(date -u +%H:%M:%S)"
+     i=0
+     while [ $i -lt 100 ]; do
+       # DOWN for not answering (L4...): a full server is DOWN already, for its 503 (L7STS)
+       state=$(http_body "http://127.0.0.1:8404/stats;csv" |
+               awk -F, -v n="$kill_name" '$1 == "personaplex" && $2 == n {sub(/^\* /, "", $37); print $18, $37}')
+       case $state in "DOWN L4"*) break ;; esac
+       sleep 0.1
+       i=$((i + 1))
+     done
+     echo "== HAProxy marked $kill_name ${state:-?} after $(awk -v a="$t_kill" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s"
+    ) > "$tmp/kill.log" 2>&1 &
+    bg_pids="$bg_pids $!"
+  fi
+
+  cpu0=$(machine_cpu)
+  say "== personaplex-loadgen: $calls calls to $url joining over $ramp s, $seconds s each"
+  # shellcheck disable=SC2086 # option lists
+  run_in personaplex-loadgen --url "$url" --calls "$calls" --ramp "$ramp" --seconds "$seconds" \
+    --json "$out/loadgen.json" $pids "$@" > "$tmp/loadgen.txt"
+  loadgen_status=$?
+  cpu1=$(machine_cpu)
+  cat "$tmp/loadgen.txt" >> "$summary"
+  cat "$tmp/loadgen.txt"
+  say "== personaplex-loadgen exit $loadgen_status (1: calls failed that were not expected to)"
+  [ "$loadgen_status" -le 1 ] || return 1
+  echo "$cpu0 $cpu1" | awk -v cores="$(getconf _NPROCESSORS_ONLN)" '{ busy = $3 - $1; all = $4 - $2
+    if (all > 0) printf "== the machine: %.1f of %d cores busy during the calls (/proc/stat)\n", cores * busy / all, cores }' |
+    tee -a "$summary"
+  [ -z "$kill_at" ] || tee -a "$summary" < "$tmp/kill.log"
+
+  # the servers' own figures
+  : > "$out/metrics.txt"
+  while read -r name addr port _; do
+    say "== $name /health: $(http_body "http://$addr:$port/health" | tr -d '\n')"
+    http_body "http://$addr:$port/metrics" > "$tmp/metrics-$name.txt"
+    { echo "# ---- $name"; cat "$tmp/metrics-$name.txt"; } >> "$out/metrics.txt"
+    tick_p99 "$tmp/metrics-$name.txt" | sed "s/^/== $name \/metrics /" | tee -a "$summary"
+  done < "$fleet/servers"
+  if [ -s "$out/gpu.csv" ]; then
+    awk -F', *' 'NR > 1 && $3 ~ /^[0-9]+$/ { g = $2; if (!(g in lo) || $3 < lo[g]) lo[g] = $3; if ($3 > hi[g]) hi[g] = $3
+                 n[g]++; u[g] += $4 }
+         END { for (g in lo) printf "== GPU %s memory.used %d to %d MiB over %d samples, utilization mean %.0f %%\n",
+               g, lo[g], hi[g], n[g], u[g] / n[g] }' "$out/gpu.csv" | tee -a "$summary"
+  fi
+  return 0
+}
+
+# main runs in the pipeline's subshell: it ends its own samplers
+{ main "$@"; echo $? > "$tmp/status"; for p in $bg_pids; do kill "$p" 2> /dev/null; done; } 2>&1 | tee "$out/run.log"
+status=$(cat "$tmp/status" 2> /dev/null || echo 1)
+sh "$here/personaplex-fleet.sh" stop "$fleet" --timeout 30 >> "$out/run.log" 2>&1
+for f in "$fleet"/*.log; do
+  [ -f "$f" ] && { echo "---- $(basename "$f") (last 400 lines)"; tail -400 "$f"; }
+done > "$out/servers.log" 2>&1
+echo "== fleet-live.sh: exit $status; files in $out: $(cd "$out" && ls | tr '\n' ' ')"
+exit "$status"

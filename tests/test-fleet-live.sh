@@ -1,0 +1,71 @@
+#!/bin/sh
+# The fleet's GPU run path, exercised on the CPU: pipelines/fleet/fleet-pack.sh packs this build (CPU only) with
+# personaplex-server, personaplex-loadgen and HAProxy and checks that the pack runs on its own; then
+# pipelines/fleet/fleet-live.sh runs through the pack with the tiny random model:
+#   (a) one server, 2 calls joining over 1 s, 10 s each, straight to it: both ok, the summary has the loadgen's
+#       table and verdict, the CPU of the server, the loadgen and HAProxy, the server's /health and the tick p99
+#       of its /metrics histogram, and the 7 files;
+#   (b) 2 servers behind HAProxy, 2 calls of 8 s (one each), kill -9 of s2 after 4 s: the summary says it was
+#       killed and marked DOWN, one call ok and one connection-lost.
+# Environment (tests/meson.build): PPX_SOURCE_ROOT, PPX_BUILD_ROOT. Exit 77 (skip) without haproxy, python3 or
+# GStreamer's tools.
+set -u
+src=${PPX_SOURCE_ROOT:?}
+build=${PPX_BUILD_ROOT:?}
+for p in haproxy python3 gst-launch-1.0 ldd pkg-config; do
+  command -v "$p" > /dev/null || { echo "SKIP: $p not installed" >&2; exit 77; }
+done
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ppx-fleet-live-test-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
+fail () { echo "FAIL: $*" >&2; exit 1; }
+export PPX_GST_REGISTRY="$tmp/registry" OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+
+sh "$src/pipelines/fleet/fleet-pack.sh" --allow-no-cuda "$build" "$tmp/pack" > "$tmp/pack.log" 2>&1 ||
+  { cat "$tmp/pack.log"; fail "fleet-pack.sh"; }
+grep -E "MiB|OK" "$tmp/pack.log"
+for p in personaplex-server personaplex-loadgen haproxy; do
+  [ -x "$tmp/pack/bin/$p" ] || fail "$p is not in the pack"
+done
+"$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" > /dev/null || fail "personaplex-make-model"
+
+live () { # NAME ARGS...: fleet-live.sh through the pack; its status in $status
+  name=$1
+  shift
+  sh "$src/pipelines/fleet/fleet-live.sh" --pack "$tmp/pack" --model-dir "$tmp/model" --backend cpu \
+    --quantization auto --kv-cache-format auto --out "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1
+  status=$?
+  [ "$status" = 0 ] || { cat "$tmp/$name.log"; fail "fleet-live.sh ($name) exited $status"; }
+}
+expect () { # NAME REGEX...: each matches a line of NAME's summary
+  name=$1
+  shift
+  for re in "$@"; do
+    grep -Eq "$re" "$tmp/$name/summary.txt" || { cat "$tmp/$name/summary.txt"; fail "$name: no summary line matches '$re'"; }
+  done
+}
+
+live a --calls 2 --ramp 1 --seconds 10
+sed -n '/^personaplex-loadgen: /,$p' "$tmp/a/summary.txt"
+expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
+  '^join time, connect to handshake \(ms\) +2 ' '^frame latency, all frames \(ms\) +[0-9]{3} ' \
+  '^loadgen CPU: ' '^s1 pid [0-9]+ CPU: ' '^haproxy pid [0-9]+ CPU: ' '^== the machine: ' \
+  '^== s1 /health: \{.*"sessions" *: *0' '^== s1 /metrics personaplex_tick_duration_seconds: p99 <= [0-9.]+ ms \(a bucket bound\) of [0-9]+ ticks' \
+  '^== 1 server\(s\)' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat'
+for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log; do
+  [ -s "$tmp/a/$f" ] || fail "(a) $f was not written"
+done
+grep -q '^call [01]: ok' "$tmp/a/run.log" || fail "(a) no per-call lines in run.log"
+
+live b --servers 2 --calls 2 --ramp 0 --seconds 8 --kill-at 4
+sed -n '/^outcomes/p; /^calls per server/p; /killed/p; /marked/p' "$tmp/b/summary.txt"
+expect b '^== killed s2 \(pid [0-9]+\) with SIGKILL' '^== HAProxy marked s2 DOWN L4[A-Z]* after [0-9.]+ s' \
+  '^outcomes: .*(ok 1, refused 0, failed 1)' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8080/api/chat' \
+  '^calls per server: (s1 1, s2 1|s2 1, s1 1)$'
+python3 - "$tmp/b/loadgen.json" <<'EOF' || fail "(b) the killed server's call did not end connection-lost"
+import json, sys
+j = json.load(open(sys.argv[1]))
+lost = [c for c in j["per_call"] if c["reason"] != "ok"]
+assert len(lost) == 1 and lost[0]["server"] == "s2" and lost[0]["reason"] == "connection-lost", lost
+EOF
+echo "fleet-live: (a) $(grep '^frame latency, all' "$tmp/a/summary.txt"); (b) $(grep 'marked s2' "$tmp/b/summary.txt")"

@@ -1,0 +1,473 @@
+/* personaplex-loadgen's figures, report and command line, on calls whose records are made up here with
+ * known timings (the run itself against servers is tests/test-fleet.sh). */
+#include <glib/gstdio.h>
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <string.h>
+
+#include "../tools/loadgen-options.h"
+#include "../tools/loadgen-report.h"
+
+#define CLOSE(a, b) (fabs ((a) - (b)) < 1e-6)
+
+static void
+test_percentiles (void)
+{
+  double v[101];
+  /* 1..100 in a scrambled order, and a NAN that must be left out */
+  for (int i = 0; i < 100; i++)
+    v[i] = (i * 37) % 100 + 1;
+  v[100] = NAN;
+  LoadgenSummary s;
+  loadgen_summarize (v, 101, &s);
+  g_assert_cmpuint (s.n, ==, 100);
+  g_assert_true (CLOSE (s.p50, 50) && CLOSE (s.p95, 95) && CLOSE (s.p99, 99) && CLOSE (s.max, 100));
+  g_assert_true (CLOSE (s.mean, 50.5));
+
+  double one = 7.5;
+  loadgen_summarize (&one, 1, &s);
+  g_assert_true (s.n == 1 && CLOSE (s.p50, 7.5) && CLOSE (s.p99, 7.5) && CLOSE (s.max, 7.5));
+  loadgen_summarize (v + 100, 1, &s);
+  g_assert_true (s.n == 0 && isnan (s.p50) && isnan (s.max));
+  loadgen_summarize (NULL, 0, &s);
+  g_assert_true (s.n == 0 && isnan (s.p99));
+
+  /* nearest rank: of 10 values, p50 is the 5th, p95 and p99 the 10th */
+  double ten[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  g_assert_true (CLOSE (loadgen_percentile (ten, 10, 0.5), 5));
+  g_assert_true (CLOSE (loadgen_percentile (ten, 10, 0.95), 10));
+  g_assert_true (CLOSE (loadgen_percentile (ten, 10, 0.9), 9));
+}
+
+/* ---- made-up records (the fields the chat client fills) ---- */
+
+static gint64
+us (double seconds)
+{
+  return (gint64) llround (seconds * 1e6);
+}
+
+static PpxChatRecord *
+record_new (guint http_status)
+{
+  PpxChatRecord *r = g_new0 (PpxChatRecord, 1);
+  ppx_chat_record_init (r);
+  r->start_us = us (1.0);
+  r->http_status = http_status;
+  return r;
+}
+
+static void
+record_free (PpxChatRecord *r)
+{
+  ppx_chat_record_clear (r);
+  g_free (r);
+}
+
+static void
+add_event (PpxChatRecord *r, double t, guint8 kind, gint64 samples, const char *text)
+{
+  PpxChatEvent e = {.time_us = us (t), .kind = kind, .samples = samples, .text = g_strdup (text)};
+  g_array_append_val (r->events, e);
+  if (kind == PPX_CHAT_AUDIO) {
+    r->n_audio++;
+    r->answer_samples = samples;
+  } else if (kind == PPX_CHAT_TEXT) {
+    r->n_text++;
+    g_string_append (r->text, text);
+  }
+}
+
+/* A call that connects at 1.0 s and joins in 500 ms, then sends 10 frames as 20 pages of 960 samples, one every
+ * 40 ms; the answer's Ogg headers come at 1.68 s, each answer page 150 ms after the input page of the same
+ * samples, from answer page 10 on 350 ms (one gap of 240 ms). `answer_pages` of the 20 arrive, with a text piece
+ * after every 7th; closed with 1000. */
+static PpxChatRecord *
+made_up_record (guint answer_pages)
+{
+  PpxChatRecord *r = record_new (101);
+  r->handshake_us = us (1.5);
+  add_event (r, 1.5, PPX_CHAT_HANDSHAKE, 0, NULL);
+  for (int j = 0; j < 20; j++) {
+    PpxChatSent sent = {us (1.54 + 0.04 * j), 960 * (j + 1), 100};
+    g_array_append_val (r->sent, sent);
+  }
+  r->sent_samples = 19200;
+  add_event (r, 1.68, PPX_CHAT_AUDIO, 0, NULL);
+  for (guint j = 0; j < answer_pages; j++) {
+    add_event (r, 1.54 + 0.04 * j + (j < 10 ? 0.15 : 0.35), PPX_CHAT_AUDIO, 960 * (j + 1), NULL);
+    if (j % 7 == 0)
+      add_event (r, 1.7 + 0.04 * j, PPX_CHAT_TEXT, r->answer_samples, " hi");
+  }
+  r->close_code = 1000;
+  r->end_us = us (2.5);
+  return r;
+}
+
+static LoadgenCall *
+call_of (guint index, PpxChatRecord *r)
+{
+  LoadgenCall *c = loadgen_call_new (index, 0.25 * index);
+  c->record = r;
+  return c;
+}
+
+static void
+test_call_stats (void)
+{
+  PpxChatRecord *r = made_up_record (20);
+  g_autoptr (LoadgenCall) c = call_of (0, r);
+  LoadgenCallStats s;
+  loadgen_call_stats (c, 100, &s);
+  g_assert_true (CLOSE (s.join_ms, 500));
+  g_assert_true (CLOSE (s.first_audio_ms, 180));
+  g_assert_true (CLOSE (s.sent_s, 0.8) && CLOSE (s.answered_s, 0.8));
+  g_assert_cmpuint (s.frames_sent, ==, 10);
+  g_assert_cmpuint (s.frames_answered, ==, 10);
+  g_assert_cmpuint (s.latency_ms->len, ==, 10);
+  for (guint i = 0; i < 10; i++)
+    g_assert_true (CLOSE (g_array_index (s.latency_ms, double, i), i < 5 ? 150 : 350));
+  g_assert_true (CLOSE (s.latency_p50_ms, 150) && CLOSE (s.latency_p95_ms, 350) && CLOSE (s.latency_max_ms, 350));
+  g_assert_cmpuint (s.underruns, ==, 1);
+  g_assert_true (CLOSE (s.max_gap_ms, 240));
+  loadgen_call_stats_clear (&s);
+
+  /* a threshold above the gap: no underrun; the longest gap is the same */
+  loadgen_call_stats (c, 250, &s);
+  g_assert_cmpuint (s.underruns, ==, 0);
+  g_assert_true (CLOSE (s.max_gap_ms, 240));
+  loadgen_call_stats_clear (&s);
+  record_free (r);
+
+  /* the answer stops after 17 pages: 8 whole frames answered of 10 */
+  r = made_up_record (17);
+  g_autoptr (LoadgenCall) short_call = call_of (1, r);
+  loadgen_call_stats (short_call, 100, &s);
+  g_assert_cmpuint (s.frames_sent, ==, 10);
+  g_assert_cmpuint (s.frames_answered, ==, 8);
+  g_assert_cmpuint (s.latency_ms->len, ==, 8);
+  loadgen_call_stats_clear (&s);
+  record_free (r);
+
+  /* refused, or never started: nothing to measure */
+  r = record_new (503);
+  g_autoptr (LoadgenCall) refused = call_of (2, r);
+  loadgen_call_stats (refused, 100, &s);
+  g_assert_true (isnan (s.join_ms) && isnan (s.first_audio_ms) && isnan (s.latency_p50_ms));
+  g_assert_cmpuint (s.frames_sent, ==, 0);
+  g_assert_cmpuint (s.underruns, ==, 0);
+  loadgen_call_stats_clear (&s);
+  record_free (r);
+  g_autoptr (LoadgenCall) never = loadgen_call_new (3, 0);
+  loadgen_call_stats (never, 100, &s);
+  g_assert_true (isnan (s.join_ms) && isnan (s.latency_max_ms) && s.latency_ms->len == 0);
+  loadgen_call_stats_clear (&s);
+}
+
+static void
+test_reason_classes (void)
+{
+  g_assert_cmpint (loadgen_reason_class ("ok"), ==, LOADGEN_END_OK);
+  g_assert_cmpint (loadgen_reason_class ("http-503"), ==, LOADGEN_END_REFUSED);
+  const char *failed[] = {"http-401", "http-400", "server-error", "closed-1011", "connection-lost", "connect-failed",
+                          "handshake-timeout", "no-answer", "protocol-error", "unfinished", NULL};
+  for (int i = 0; failed[i]; i++)
+    g_assert_cmpint (loadgen_reason_class (failed[i]), ==, LOADGEN_END_FAILED);
+  g_assert_cmpint (loadgen_reason_class (NULL), ==, LOADGEN_END_FAILED);
+}
+
+/* The reason read from a finished record, with the detail it keeps. */
+static void
+expect_reason (PpxChatRecord *r, const char *reason, const char *detail)
+{
+  g_autoptr (LoadgenCall) c = call_of (0, r);
+  loadgen_call_classify (c, 19200);
+  g_assert_cmpstr (c->reason, ==, reason);
+  g_assert_cmpstr (c->detail, ==, detail);
+  record_free (r);
+}
+
+static void
+test_classify (void)
+{
+  PpxChatRecord *r = made_up_record (20);
+  r->response_header = g_strdup ("s2");
+  g_autoptr (LoadgenCall) ok = call_of (0, r);
+  loadgen_call_classify (ok, 19200);
+  g_assert_cmpstr (ok->reason, ==, "ok");
+  g_assert_cmpstr (ok->server, ==, "s2");
+  loadgen_call_set_end (ok, "connection-lost", NULL); /* the first end counts */
+  g_assert_cmpstr (ok->reason, ==, "ok");
+  record_free (r);
+
+  r = record_new (503);
+  r->failure = g_strdup ("Unexpected response status 503");
+  expect_reason (r, "http-503", "Unexpected response status 503");
+  expect_reason (record_new (401), "http-401", NULL);
+  r = record_new (0);
+  r->failure = g_strdup ("Could not connect: Connection refused");
+  expect_reason (r, "connect-failed", "Could not connect: Connection refused");
+  r = made_up_record (5);
+  g_ptr_array_add (r->errors, g_strdup ("the server is shutting down"));
+  expect_reason (r, "server-error", "the server is shutting down");
+  r = made_up_record (5);
+  r->close_code = 1006;
+  expect_reason (r, "connection-lost", NULL);
+  r = made_up_record (5);
+  r->failure = g_strdup ("the answer: not an Ogg page");
+  expect_reason (r, "protocol-error", "the answer: not an Ogg page");
+  r = made_up_record (5);
+  r->sent_samples = 9600; /* closed before all the audio was sent */
+  r->close_code = 1011;
+  r->close_reason = g_strdup ("internal error");
+  expect_reason (r, "closed-1011", "internal error");
+  r = made_up_record (20);
+  r->failure = g_strdup ("Error sending data: Broken pipe"); /* after the server's close */
+  expect_reason (r, "ok", "Error sending data: Broken pipe");
+  r = made_up_record (20);
+  r->close_code = 1001;
+  expect_reason (r, "closed-1001", NULL);
+  r = made_up_record (0);
+  expect_reason (r, "no-answer", NULL);
+  r = record_new (101); /* closed before the handshake */
+  r->close_code = 1000;
+  expect_reason (r, "closed-1000", NULL);
+
+  g_autoptr (LoadgenCall) never = loadgen_call_new (1, 0);
+  loadgen_call_classify (never, 19200);
+  g_assert_cmpstr (never->reason, ==, "unfinished");
+}
+
+/* Three calls: one ok on s1, one refused with 503, one on s2 whose connection broke after 12 answer pages.
+ * The records go to records[3] (freed by the caller after the report). */
+static LoadgenReport *
+made_up_report (PpxChatRecord **records)
+{
+  LoadgenReport *r = loadgen_report_new ();
+  r->url = g_strdup ("ws://127.0.0.1:8080/api/chat");
+  r->calls = 3;
+  r->seconds = 0.8;
+  r->wall_s = 4;
+  r->start_us = us (0.5);
+  r->cpu.user_s = 0.5;
+  r->cpu.system_s = 0.1;
+  r->started_utc = g_strdup ("2026-01-01T00:00:00Z");
+  records[0] = made_up_record (20);
+  records[0]->response_header = g_strdup ("s1");
+  records[1] = record_new (503);
+  records[1]->response_header = g_strdup ("s1"); /* refused by s1: not one of s1's calls */
+  records[2] = made_up_record (12);
+  records[2]->response_header = g_strdup ("s2");
+  records[2]->close_code = 1006;
+  for (guint i = 0; i < 3; i++) {
+    LoadgenCall *c = call_of (i, records[i]);
+    loadgen_call_classify (c, 19200);
+    g_ptr_array_add (r->records, c);
+  }
+  LoadgenProcess p = {.pid = 1234, .name = "s1", .first = {1, 0.5}, .last = {3, 1.0}, .first_t = 0, .last_t = 4,
+                      .seen = TRUE};
+  g_array_append_val (r->processes, p);
+  return r;
+}
+
+static JsonObject *
+member_object (JsonObject *o, const char *name)
+{
+  g_assert_true (json_object_has_member (o, name));
+  return json_object_get_object_member (o, name);
+}
+
+static void
+test_report (void)
+{
+  PpxChatRecord *records[3];
+  g_autoptr (LoadgenReport) r = made_up_report (records);
+  guint ok, refused, failed;
+  loadgen_report_counts (r, &ok, &refused, &failed);
+  g_assert_true (ok == 1 && refused == 1 && failed == 1);
+  g_assert_false (loadgen_report_passed (r)); /* nothing expected */
+  r->expect_refused = 1;
+  g_assert_false (loadgen_report_passed (r));
+  r->expect_failed = 1;
+  g_assert_true (loadgen_report_passed (r));
+
+  g_autofree char *json = loadgen_report_to_json (r);
+  g_autoptr (JsonParser) parser = json_parser_new ();
+  g_assert_true (json_parser_load_from_data (parser, json, -1, NULL));
+  JsonObject *root = json_node_get_object (json_parser_get_root (parser));
+  JsonObject *result = member_object (root, "result");
+  g_assert_true (json_object_get_boolean_member (result, "passed"));
+  g_assert_cmpint (json_object_get_int_member (result, "refused"), ==, 1);
+  JsonObject *reasons = member_object (root, "reasons");
+  g_assert_cmpint (json_object_get_int_member (reasons, "ok"), ==, 1);
+  g_assert_cmpint (json_object_get_int_member (reasons, "http-503"), ==, 1);
+  g_assert_cmpint (json_object_get_int_member (reasons, "connection-lost"), ==, 1);
+  JsonObject *servers = member_object (root, "servers");
+  g_assert_cmpint (json_object_get_int_member (servers, "s1"), ==, 1);
+  g_assert_cmpint (json_object_get_int_member (servers, "s2"), ==, 1);
+  JsonObject *summary = member_object (root, "summary");
+  JsonObject *join = member_object (summary, "join_ms");
+  g_assert_cmpint (json_object_get_int_member (join, "n"), ==, 2); /* the refused call never joined */
+  g_assert_true (CLOSE (json_object_get_double_member (join, "p50"), 500));
+  /* all frames pooled: 10 of the ok call (5 x 150, 5 x 350) and 6 of the lost one (5 x 150, 1 x 350) */
+  JsonObject *lat = member_object (summary, "frame_latency_ms");
+  g_assert_cmpint (json_object_get_int_member (lat, "n"), ==, 16);
+  g_assert_true (CLOSE (json_object_get_double_member (lat, "p50"), 150));
+  g_assert_true (CLOSE (json_object_get_double_member (lat, "max"), 350));
+  g_assert_cmpint (json_object_get_int_member (summary, "underruns_total"), ==, 2);
+  JsonObject *cpu = member_object (root, "loadgen_cpu");
+  g_assert_true (CLOSE (json_object_get_double_member (cpu, "cores"), 0.15));
+  JsonArray *procs = json_object_get_array_member (root, "server_processes");
+  JsonObject *proc_cpu = member_object (json_array_get_object_element (procs, 0), "cpu");
+  g_assert_true (CLOSE (json_object_get_double_member (proc_cpu, "user_s"), 2));
+  g_assert_true (CLOSE (json_object_get_double_member (proc_cpu, "cores"), 0.625));
+  JsonArray *calls = json_object_get_array_member (root, "per_call");
+  g_assert_cmpuint (json_array_get_length (calls), ==, 3);
+  JsonObject *c0 = json_array_get_object_element (calls, 0);
+  g_assert_cmpstr (json_object_get_string_member (c0, "reason"), ==, "ok");
+  g_assert_true (CLOSE (json_object_get_double_member (c0, "latency_p50_ms"), 150));
+  g_assert_cmpint (json_object_get_int_member (c0, "underruns"), ==, 1);
+  JsonObject *c1 = json_array_get_object_element (calls, 1);
+  g_assert_cmpint (json_object_get_int_member (c1, "http_status"), ==, 503);
+  g_assert_true (json_object_get_null_member (c1, "join_ms"));
+  JsonObject *c2 = json_array_get_object_element (calls, 2);
+  g_assert_cmpstr (json_object_get_string_member (c2, "reason"), ==, "connection-lost");
+  g_assert_true (CLOSE (json_object_get_double_member (c2, "connect_s"), 0.5));
+  g_assert_true (CLOSE (json_object_get_double_member (c2, "end_s"), 2.0));
+  g_assert_cmpint (json_object_get_int_member (c2, "text_pieces"), ==, 2);
+
+  /* the table */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream (&text, &len);
+  loadgen_report_print (r, out);
+  fclose (out);
+  g_assert_nonnull (strstr (text, "outcomes: ok 1, http-503 1, connection-lost 1 (ok 1, refused 1, failed 1)"));
+  g_assert_nonnull (strstr (text, "calls per server: s1 1, s2 1"));
+  g_assert_true (g_regex_match_simple ("^join time, connect to handshake \\(ms\\) +2 +500\\.0 +500\\.0 +500\\.0 "
+                                       "+500\\.0$", text, G_REGEX_MULTILINE, 0));
+  g_assert_true (g_regex_match_simple ("^underruns per call \\(gaps > threshold\\) +2 +1 +1 +1 +1$", text,
+                                       G_REGEX_MULTILINE, 0));
+  g_assert_nonnull (strstr (text, "s1 pid 1234 CPU: 2.00 s user + 0.50 s system in 4.0 s"));
+  g_assert_nonnull (strstr (text, "result: PASS"));
+  free (text);
+
+  g_autofree char *dir = g_dir_make_tmp ("loadgen-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename (dir, "r.json", NULL);
+  g_autoptr (GError) error = NULL;
+  g_assert_true (loadgen_report_write_json (r, path, &error));
+  g_autofree char *bad = g_build_filename (dir, "no", "such", "r.json", NULL);
+  g_assert_false (loadgen_report_write_json (r, bad, &error));
+  g_assert_nonnull (strstr (error->message, bad));
+  g_remove (path);
+  g_rmdir (dir);
+  g_clear_pointer (&r, loadgen_report_free);
+  for (guint i = 0; i < 3; i++)
+    record_free (records[i]);
+}
+
+/* Parses a command line given as one string (split at spaces; '~' stands for a space inside a value). */
+static gboolean
+parse (LoadgenOptions *o, const char *line, GError **error)
+{
+  g_auto (GStrv) words = g_strsplit (line, " ", -1);
+  int argc = (int) g_strv_length (words) + 1;
+  char **argv = g_new0 (char *, argc + 1);
+  argv[0] = g_strdup ("personaplex-loadgen");
+  for (int i = 1; i < argc; i++)
+    argv[i] = g_strdelimit (g_strdup (words[i - 1]), "~", ' ');
+  char **keep = g_memdup2 (argv, sizeof (char *) * (argc + 1));
+  gboolean ok = loadgen_options_parse (o, &argc, &argv, error);
+  g_strfreev (keep);
+  g_free (argv);
+  return ok;
+}
+
+static void
+expect_error (const char *line, const char *needle)
+{
+  LoadgenOptions o;
+  g_autoptr (GError) error = NULL;
+  gboolean ok = parse (&o, line, &error);
+  if (ok || !strstr (error->message, needle))
+    g_error ("'%s': expected an error naming '%s', got %s", line, needle, ok ? "success" : error->message);
+  loadgen_options_clear (&o);
+}
+
+static void
+test_options (void)
+{
+  LoadgenOptions o;
+  g_autoptr (GError) error = NULL;
+  g_unsetenv (LOADGEN_TOKEN_ENV);
+  g_assert_true (parse (&o, "--url ws://127.0.0.1:8080", &error));
+  g_assert_cmpstr (o.url, ==, "ws://127.0.0.1:8080/api/chat");
+  g_assert_true (o.calls == 1 && CLOSE (o.seconds, 10) && CLOSE (o.ramp_s, 0) && CLOSE (o.gap_ms, 100));
+  g_assert_false (o.tls);
+  g_assert_null (o.auth_token);
+  g_assert_cmpstr (o.server_header, ==, "X-Served-By");
+  g_autofree char *url0 = loadgen_options_call_url (&o, 0);
+  g_assert_cmpstr (url0, ==, "ws://127.0.0.1:8080/api/chat");
+  loadgen_options_clear (&o);
+
+  g_setenv (LOADGEN_TOKEN_ENV, "from-env", TRUE);
+  g_assert_true (parse (&o, "--url wss://example.test:9/x?a=1 --calls 64 --seconds 300 --ramp 30 --insecure "
+                        "--text-prompt You~are~\"nice\"~&~café --voice-prompt NATF2.pt --seed 7 "
+                        "--param text_temperature=0.7 --param audio_topk=250 --expect-refused 1 "
+                        "--expect-failed 2 --server-pid 42 --server-pid s2=43 --gap-ms 120 "
+                        "--origin https://voice.example.com", &error));
+  g_assert_cmpstr (o.origin, ==, "https://voice.example.com");
+  g_assert_true (o.tls && o.insecure && o.calls == 64 && CLOSE (o.seconds, 300) && CLOSE (o.ramp_s, 30));
+  g_assert_cmpstr (o.url, ==, "wss://example.test:9/x?a=1");
+  g_assert_cmpstr (o.auth_token, ==, "from-env");
+  g_assert_cmpuint (o.server_pids->len, ==, 2);
+  g_assert_cmpint (g_array_index (o.server_pids, int, 1), ==, 43);
+  g_assert_cmpstr (g_ptr_array_index (o.server_names, 0), ==, "");
+  g_assert_cmpstr (g_ptr_array_index (o.server_names, 1), ==, "s2");
+  g_assert_true (o.expect_refused == 1 && o.expect_failed == 2 && CLOSE (o.gap_ms, 120));
+  g_autofree char *url5 = loadgen_options_call_url (&o, 5);
+  g_assert_cmpstr (url5, ==, "wss://example.test:9/x?a=1&text_prompt=You%20are%20%22nice%22%20%26%20caf%C3%A9"
+                   "&voice_prompt=NATF2.pt&seed=12&text_temperature=0.7&audio_topk=250");
+  loadgen_options_clear (&o);
+  g_assert_true (parse (&o, "--url ws://h:1 --auth-token given", &error));
+  g_assert_cmpstr (o.auth_token, ==, "given"); /* the option wins over the environment */
+  loadgen_options_clear (&o);
+  g_unsetenv (LOADGEN_TOKEN_ENV);
+
+  expect_error ("--calls 2", "--url is required");
+  expect_error ("--url http://127.0.0.1:8080", "--url");
+  expect_error ("--url ws://", "--url");
+  expect_error ("--url ws://user@h:1", "--url");
+  expect_error ("--url ws://h:1 --calls 0", "--calls 0");
+  expect_error ("--url ws://h:1 --calls 10001", "--calls");
+  expect_error ("--url ws://h:1 --seconds 0", "--seconds");
+  expect_error ("--url ws://h:1 --seconds nan", "--seconds");
+  expect_error ("--url ws://h:1 --ramp -1", "--ramp");
+  expect_error ("--url ws://h:1 --calls 2 --expect-refused 3", "--expect-refused 3");
+  expect_error ("--url ws://h:1 --calls 2 --expect-refused 1 --expect-failed 2", "--expect-failed 2");
+  expect_error ("--url ws://h:1 --input /no/such.wav", "/no/such.wav");
+  expect_error ("--url ws://h:1 --insecure", "--insecure");
+  expect_error ("--url ws://h:1 --param novalue", "--param 'novalue'");
+  expect_error ("--url ws://h:1 --server-pid x", "--server-pid");
+  expect_error ("--url ws://h:1 --server-pid =5", "--server-pid");
+  expect_error ("--url ws://h:1 --server-pid s1=0", "--server-pid");
+  expect_error ("--url ws://h:1 --auth-token a~b", "--auth-token");
+  expect_error ("--url ws://h:1 --gap-ms 0", "--gap-ms");
+  expect_error ("--url ws://h:1 --origin ftp://x", "--origin");
+  expect_error ("--url ws://h:1 --origin nonsense", "--origin");
+  expect_error ("--url ws://h:1 stray", "stray");
+  expect_error ("--url ws://h:1 --no-such-option", "no-such-option");
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/loadgen/percentiles", test_percentiles);
+  g_test_add_func ("/loadgen/call-stats", test_call_stats);
+  g_test_add_func ("/loadgen/reason-classes", test_reason_classes);
+  g_test_add_func ("/loadgen/classify", test_classify);
+  g_test_add_func ("/loadgen/report", test_report);
+  g_test_add_func ("/loadgen/options", test_options);
+  return g_test_run ();
+}

@@ -1,0 +1,417 @@
+/* personaplex-loadgen: the summary table, the JSON file and the verdict. */
+#include "loadgen-report.h"
+
+#include "tool-file.h"
+
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <string.h>
+
+LoadgenReport *
+loadgen_report_new (void)
+{
+  LoadgenReport *r = g_new0 (LoadgenReport, 1);
+  r->gap_ms = 100;
+  r->processes = g_array_new (FALSE, TRUE, sizeof (LoadgenProcess));
+  r->records = g_ptr_array_new_with_free_func ((GDestroyNotify) loadgen_call_free);
+  return r;
+}
+
+void
+loadgen_report_free (LoadgenReport *r)
+{
+  if (!r)
+    return;
+  g_free (r->url);
+  g_free (r->input);
+  g_free (r->started_utc);
+  g_array_unref (r->processes);
+  g_ptr_array_unref (r->records);
+  g_free (r);
+}
+
+static const LoadgenCall *
+record (const LoadgenReport *r, guint i)
+{
+  return g_ptr_array_index (r->records, i);
+}
+
+void
+loadgen_report_counts (const LoadgenReport *r, guint *ok, guint *refused, guint *failed)
+{
+  *ok = *refused = *failed = 0;
+  for (guint i = 0; i < r->records->len; i++)
+    switch (loadgen_reason_class (record (r, i)->reason)) {
+    case LOADGEN_END_OK: (*ok)++; break;
+    case LOADGEN_END_REFUSED: (*refused)++; break;
+    case LOADGEN_END_FAILED: (*failed)++; break;
+    }
+}
+
+gboolean
+loadgen_report_passed (const LoadgenReport *r)
+{
+  guint ok, refused, failed;
+  loadgen_report_counts (r, &ok, &refused, &failed);
+  return (int) refused == r->expect_refused && (int) failed == r->expect_failed;
+}
+
+/* ---- the figures of every call, and the table's rows ---- */
+
+typedef enum {
+  ROW_JOIN, ROW_FIRST_AUDIO, ROW_LATENCY_ALL, ROW_LATENCY_P50, ROW_LATENCY_P99, ROW_UNDERRUNS, ROW_MAX_GAP,
+  ROW_UNANSWERED, ROW_TEXT, N_ROWS
+} Row;
+
+static const struct {
+  const char *key;   /* JSON member */
+  const char *label; /* table line */
+  int decimals;
+} rows[N_ROWS] = {
+  [ROW_JOIN] = {"join_ms", "join time, connect to handshake (ms)", 1},
+  [ROW_FIRST_AUDIO] = {"first_audio_ms", "first answer audio after handshake (ms)", 1},
+  [ROW_LATENCY_ALL] = {"frame_latency_ms", "frame latency, all frames (ms)", 1},
+  [ROW_LATENCY_P50] = {"call_latency_p50_ms", "frame latency p50 of a call (ms)", 1},
+  [ROW_LATENCY_P99] = {"call_latency_p99_ms", "frame latency p99 of a call (ms)", 1},
+  [ROW_UNDERRUNS] = {"underruns", "underruns per call (gaps > threshold)", 0},
+  [ROW_MAX_GAP] = {"max_gap_ms", "longest answer gap of a call (ms)", 1},
+  [ROW_UNANSWERED] = {"unanswered_frames", "unanswered input frames per call", 0},
+  [ROW_TEXT] = {"text_pieces", "text pieces per call", 0},
+};
+
+typedef struct {
+  LoadgenCallStats *stats; /* one per call */
+  guint n;
+  LoadgenSummary rows[N_ROWS];
+  guint64 underruns_total, frames_total;
+} Digest;
+
+static void
+digest_make (const LoadgenReport *r, Digest *d)
+{
+  memset (d, 0, sizeof *d);
+  d->n = r->records->len;
+  d->stats = g_new0 (LoadgenCallStats, MAX (d->n, 1));
+  g_autoptr (GArray) all = g_array_new (FALSE, FALSE, sizeof (double));
+  g_autofree double *series = g_new (double, (gsize) N_ROWS * MAX (d->n, 1));
+  for (guint i = 0; i < d->n; i++) {
+    const LoadgenCall *c = record (r, i);
+    LoadgenCallStats *s = &d->stats[i];
+    loadgen_call_stats (c, r->gap_ms, s);
+    gboolean joined = c->record && c->record->handshake_us;
+    double *v = series + i;
+    v[ROW_JOIN * d->n] = s->join_ms;
+    v[ROW_FIRST_AUDIO * d->n] = s->first_audio_ms;
+    v[ROW_LATENCY_ALL * d->n] = NAN;
+    v[ROW_LATENCY_P50 * d->n] = s->latency_p50_ms;
+    v[ROW_LATENCY_P99 * d->n] = s->latency_p99_ms;
+    v[ROW_UNDERRUNS * d->n] = joined ? s->underruns : NAN;
+    v[ROW_MAX_GAP * d->n] = joined && !isnan (s->first_audio_ms) ? s->max_gap_ms : NAN;
+    v[ROW_UNANSWERED * d->n] = joined ? (double) (s->frames_sent - s->frames_answered) : NAN;
+    v[ROW_TEXT * d->n] = joined ? c->record->n_text : NAN;
+    g_array_append_vals (all, s->latency_ms->data, s->latency_ms->len);
+    d->underruns_total += s->underruns;
+    d->frames_total += s->latency_ms->len;
+  }
+  for (int k = 0; k < N_ROWS; k++)
+    if (k == ROW_LATENCY_ALL)
+      loadgen_summarize ((const double *) (void *) all->data, all->len, &d->rows[k]);
+    else
+      loadgen_summarize (series + (gsize) k * d->n, d->n, &d->rows[k]);
+}
+
+static void
+digest_clear (Digest *d)
+{
+  for (guint i = 0; i < d->n; i++)
+    loadgen_call_stats_clear (&d->stats[i]);
+  g_free (d->stats);
+}
+
+/* Reasons (or servers) in order of first appearance, with their counts. */
+static GPtrArray *
+count_by (const LoadgenReport *r, gboolean by_server, GArray **counts)
+{
+  GPtrArray *names = g_ptr_array_new ();
+  *counts = g_array_new (FALSE, TRUE, sizeof (guint));
+  for (guint i = 0; i < r->records->len; i++) {
+    const LoadgenCall *c = record (r, i);
+    /* by server: the calls it took (a refused call may name the server that refused it) */
+    if (by_server && !(c->record && c->record->http_status == 101))
+      continue;
+    const char *name = by_server ? c->server : c->reason ? c->reason : "unfinished";
+    if (!name)
+      continue;
+    guint k;
+    for (k = 0; k < names->len && !g_str_equal (g_ptr_array_index (names, k), name); k++)
+      ;
+    if (k == names->len) {
+      g_ptr_array_add (names, (gpointer) name);
+      guint zero = 0;
+      g_array_append_val (*counts, zero);
+    }
+    g_array_index (*counts, guint, k)++;
+  }
+  return names;
+}
+
+static char *
+format_counts (const LoadgenReport *r, gboolean by_server)
+{
+  g_autoptr (GArray) counts = NULL;
+  g_autoptr (GPtrArray) names = count_by (r, by_server, &counts);
+  GString *s = g_string_new (NULL);
+  for (guint k = 0; k < names->len; k++)
+    g_string_append_printf (s, "%s%s %u", k ? ", " : "", (const char *) g_ptr_array_index (names, k),
+                            g_array_index (counts, guint, k));
+  return g_string_free (s, FALSE);
+}
+
+static void
+print_value (FILE *out, double v, int decimals)
+{
+  if (isnan (v))
+    fprintf (out, " %9s", "-");
+  else
+    fprintf (out, " %9.*f", decimals, v);
+}
+
+static double
+cpu_total (const LoadgenCpu *c)
+{
+  return c->user_s + c->system_s;
+}
+
+void
+loadgen_report_print (const LoadgenReport *r, FILE *out)
+{
+  Digest d;
+  digest_make (r, &d);
+  guint ok, refused, failed;
+  loadgen_report_counts (r, &ok, &refused, &failed);
+  fprintf (out, "personaplex-loadgen: %u call(s) to %s, %.1f s each, joining over %.1f s, input %s\n", r->calls,
+           r->url, r->seconds, r->ramp_s, r->input ? r->input : "the test signal");
+  g_autofree char *reasons = format_counts (r, FALSE);
+  fprintf (out, "outcomes: %s (ok %u, refused %u, failed %u)\n", *reasons ? reasons : "none", ok, refused, failed);
+  g_autofree char *servers = format_counts (r, TRUE);
+  if (*servers)
+    fprintf (out, "calls per server: %s\n", servers);
+  fprintf (out, "%-42s %7s %9s %9s %9s %9s\n", "", "n", "p50", "p95", "p99", "max");
+  for (int k = 0; k < N_ROWS; k++) {
+    const LoadgenSummary *s = &d.rows[k];
+    fprintf (out, "%-42s %7u", rows[k].label, s->n);
+    print_value (out, s->p50, rows[k].decimals);
+    print_value (out, s->p95, rows[k].decimals);
+    print_value (out, s->p99, rows[k].decimals);
+    print_value (out, s->max, rows[k].decimals);
+    fputc ('\n', out);
+  }
+  fprintf (out, "underruns in all: %" G_GUINT64_FORMAT " (threshold %.0f ms); frames timed: %" G_GUINT64_FORMAT "\n",
+           d.underruns_total, r->gap_ms, d.frames_total);
+  double audio_s = 0;
+  for (guint i = 0; i < d.n; i++)
+    audio_s += d.stats[i].sent_s;
+  fprintf (out, "loadgen CPU: %.2f s user + %.2f s system in %.1f s (%.0f %% of one core", r->cpu.user_s,
+           r->cpu.system_s, r->wall_s, r->wall_s > 0 ? 100 * cpu_total (&r->cpu) / r->wall_s : 0.0);
+  if (audio_s > 0)
+    fprintf (out, "; %.2f ms per second of call audio", 1000 * cpu_total (&r->cpu) / audio_s);
+  fprintf (out, ")\n");
+  for (guint i = 0; i < r->processes->len; i++) {
+    const LoadgenProcess *p = &g_array_index (r->processes, LoadgenProcess, i);
+    g_autofree char *who = g_strdup_printf ("%s%spid %d", p->name, *p->name ? " " : "process ", p->pid);
+    if (!p->seen) {
+      fprintf (out, "%s: not readable\n", who);
+      continue;
+    }
+    double span = p->last_t - p->first_t;
+    double used = cpu_total (&p->last) - cpu_total (&p->first);
+    fprintf (out, "%s CPU: %.2f s user + %.2f s system in %.1f s (%.0f %% of one core)%s\n", who,
+             p->last.user_s - p->first.user_s, p->last.system_s - p->first.system_s, span,
+             span > 0 ? 100 * used / span : 0.0, p->ended ? ", until it ended" : "");
+  }
+  fprintf (out, "result: %s (expected %d refused and %d failed; got %u and %u)\n",
+           loadgen_report_passed (r) ? "PASS" : "FAIL", r->expect_refused, r->expect_failed, refused, failed);
+  digest_clear (&d);
+}
+
+/* ---- JSON ---- */
+
+static void
+add_double (JsonBuilder *b, const char *key, double v)
+{
+  json_builder_set_member_name (b, key);
+  if (isnan (v) || isinf (v))
+    json_builder_add_null_value (b);
+  else
+    json_builder_add_double_value (b, round (v * 1000) / 1000);
+}
+
+static void
+add_int (JsonBuilder *b, const char *key, gint64 v)
+{
+  json_builder_set_member_name (b, key);
+  json_builder_add_int_value (b, v);
+}
+
+static void
+add_string (JsonBuilder *b, const char *key, const char *v)
+{
+  json_builder_set_member_name (b, key);
+  if (v)
+    json_builder_add_string_value (b, v);
+  else
+    json_builder_add_null_value (b);
+}
+
+static void
+add_summary (JsonBuilder *b, const char *key, const LoadgenSummary *s)
+{
+  json_builder_set_member_name (b, key);
+  json_builder_begin_object (b);
+  add_int (b, "n", s->n);
+  add_double (b, "p50", s->p50);
+  add_double (b, "p95", s->p95);
+  add_double (b, "p99", s->p99);
+  add_double (b, "max", s->max);
+  add_double (b, "mean", s->mean);
+  json_builder_end_object (b);
+}
+
+static void
+add_cpu (JsonBuilder *b, const char *key, const LoadgenCpu *c, double wall_s)
+{
+  json_builder_set_member_name (b, key);
+  json_builder_begin_object (b);
+  add_double (b, "user_s", c->user_s);
+  add_double (b, "system_s", c->system_s);
+  add_double (b, "wall_s", wall_s);
+  add_double (b, "cores", wall_s > 0 ? cpu_total (c) / wall_s : NAN);
+  json_builder_end_object (b);
+}
+
+/* A record's time in seconds after the run's start; NAN for 0 (never). */
+static double
+run_time (const LoadgenReport *r, gint64 us)
+{
+  return us ? (us - r->start_us) / 1e6 : NAN;
+}
+
+static void
+add_call (JsonBuilder *b, const LoadgenReport *r, const LoadgenCall *c, const LoadgenCallStats *s)
+{
+  const PpxChatRecord *rec = c->record;
+  json_builder_begin_object (b);
+  add_int (b, "index", c->index);
+  add_string (b, "reason", c->reason ? c->reason : "unfinished");
+  add_string (b, "detail", c->detail);
+  add_string (b, "server", c->server);
+  add_int (b, "http_status", rec ? rec->http_status : 0);
+  add_int (b, "close_code", rec ? rec->close_code : -1);
+  add_double (b, "scheduled_s", c->scheduled_s);
+  add_double (b, "connect_s", rec ? run_time (r, rec->start_us) : NAN);
+  add_double (b, "end_s", rec ? run_time (r, rec->end_us) : NAN);
+  add_double (b, "join_ms", s->join_ms);
+  add_double (b, "first_audio_ms", s->first_audio_ms);
+  add_double (b, "sent_s", s->sent_s);
+  add_double (b, "answered_s", s->answered_s);
+  add_int (b, "frames_sent", s->frames_sent);
+  add_int (b, "frames_answered", s->frames_answered);
+  add_double (b, "latency_p50_ms", s->latency_p50_ms);
+  add_double (b, "latency_p95_ms", s->latency_p95_ms);
+  add_double (b, "latency_p99_ms", s->latency_p99_ms);
+  add_double (b, "latency_max_ms", s->latency_max_ms);
+  add_int (b, "underruns", s->underruns);
+  add_double (b, "max_gap_ms", s->max_gap_ms);
+  add_int (b, "text_pieces", rec ? rec->n_text : 0);
+  add_int (b, "text_bytes", rec ? (gint64) rec->text->len : 0);
+  json_builder_end_object (b);
+}
+
+static void
+add_counts (JsonBuilder *b, const char *key, const LoadgenReport *r, gboolean by_server)
+{
+  g_autoptr (GArray) counts = NULL;
+  g_autoptr (GPtrArray) names = count_by (r, by_server, &counts);
+  json_builder_set_member_name (b, key);
+  json_builder_begin_object (b);
+  for (guint k = 0; k < names->len; k++)
+    add_int (b, g_ptr_array_index (names, k), g_array_index (counts, guint, k));
+  json_builder_end_object (b);
+}
+
+char *
+loadgen_report_to_json (const LoadgenReport *r)
+{
+  Digest d;
+  digest_make (r, &d);
+  guint ok, refused, failed;
+  loadgen_report_counts (r, &ok, &refused, &failed);
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  json_builder_begin_object (b);
+  add_string (b, "tool", "personaplex-loadgen");
+  add_string (b, "url", r->url);
+  add_int (b, "calls", r->calls);
+  add_double (b, "seconds", r->seconds);
+  add_double (b, "ramp_s", r->ramp_s);
+  add_string (b, "input", r->input ? r->input : "test-signal");
+  add_double (b, "gap_threshold_ms", r->gap_ms);
+  add_string (b, "started_utc", r->started_utc);
+  add_double (b, "wall_s", r->wall_s);
+  json_builder_set_member_name (b, "result");
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "passed");
+  json_builder_add_boolean_value (b, loadgen_report_passed (r));
+  add_int (b, "ok", ok);
+  add_int (b, "refused", refused);
+  add_int (b, "failed", failed);
+  add_int (b, "expect_refused", r->expect_refused);
+  add_int (b, "expect_failed", r->expect_failed);
+  json_builder_end_object (b);
+  add_counts (b, "reasons", r, FALSE);
+  add_counts (b, "servers", r, TRUE);
+  json_builder_set_member_name (b, "summary");
+  json_builder_begin_object (b);
+  for (int k = 0; k < N_ROWS; k++)
+    add_summary (b, rows[k].key, &d.rows[k]);
+  add_int (b, "underruns_total", (gint64) d.underruns_total);
+  json_builder_end_object (b);
+  add_cpu (b, "loadgen_cpu", &r->cpu, r->wall_s);
+  json_builder_set_member_name (b, "server_processes");
+  json_builder_begin_array (b);
+  for (guint i = 0; i < r->processes->len; i++) {
+    const LoadgenProcess *p = &g_array_index (r->processes, LoadgenProcess, i);
+    LoadgenCpu used = {p->last.user_s - p->first.user_s, p->last.system_s - p->first.system_s};
+    json_builder_begin_object (b);
+    add_int (b, "pid", p->pid);
+    add_string (b, "name", p->name);
+    json_builder_set_member_name (b, "seen");
+    json_builder_add_boolean_value (b, p->seen);
+    json_builder_set_member_name (b, "ended");
+    json_builder_add_boolean_value (b, p->ended);
+    if (p->seen)
+      add_cpu (b, "cpu", &used, p->last_t - p->first_t);
+    json_builder_end_object (b);
+  }
+  json_builder_end_array (b);
+  json_builder_set_member_name (b, "per_call");
+  json_builder_begin_array (b);
+  for (guint i = 0; i < d.n; i++)
+    add_call (b, r, record (r, i), &d.stats[i]);
+  json_builder_end_array (b);
+  json_builder_end_object (b);
+  digest_clear (&d);
+
+  g_autoptr (JsonGenerator) gen = json_generator_new ();
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  json_generator_set_root (gen, root);
+  json_generator_set_pretty (gen, TRUE);
+  return json_generator_to_data (gen, NULL);
+}
+
+gboolean
+loadgen_report_write_json (const LoadgenReport *r, const char *path, GError **error)
+{
+  g_autofree char *text = loadgen_report_to_json (r);
+  g_autofree char *with_newline = g_strconcat (text, "\n", NULL);
+  return tool_write_file (path, with_newline, strlen (with_newline), error);
+}

@@ -1,0 +1,83 @@
+/* personaplex-loadgen: how a call ended, the figures derived from its record, and percentiles over calls.
+ *
+ * A call's record is the chat client's (chat-client.h): every message with its arrival time, the answer
+ * samples complete after each audio message (Ogg granule positions) and every page sent with the input samples
+ * complete after it. Input frame i is samples [1920 i, 1920 (i + 1)) of what the call sent, answer frame i the
+ * same samples of the answer. */
+#ifndef LOADGEN_STATS_H
+#define LOADGEN_STATS_H
+
+#include "chat-client.h"
+
+G_BEGIN_DECLS
+
+/* How a call ended: its class decides whether the run fails. */
+typedef enum {
+  LOADGEN_END_OK,      /* ran its seconds and closed normally */
+  LOADGEN_END_REFUSED, /* HTTP 503 before the WebSocket upgrade: the server (or the balancer) was full */
+  LOADGEN_END_FAILED,  /* anything else: another HTTP status, 0x05, a close, a lost connection, a timeout */
+} LoadgenEndClass;
+
+typedef struct {
+  guint index;
+  double scheduled_s;          /* when it was due to start, seconds after the run's start (--ramp) */
+  const PpxChatRecord *record; /* its record (owned by the chat call, or by a test); NULL: it never started */
+  char *reason;                /* see loadgen_call_classify */
+  char *detail;                /* the 0x05 text or the error message; NULL: none */
+  char *server;                /* the server that took it (the balancer's response header); NULL: not known */
+} LoadgenCall;
+
+LoadgenCall *loadgen_call_new (guint index, double scheduled_s);
+void loadgen_call_free (LoadgenCall *c);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (LoadgenCall, loadgen_call_free)
+
+/* Sets how the call ended, unless that was set already (the first end is the one that counts). */
+void loadgen_call_set_end (LoadgenCall *c, const char *reason, const char *detail);
+
+/* Reads how the call ended from its finished record, unless set already. `input_samples`: the audio the call
+ * was to send. The reasons:
+ *   "ok"                the handshake came, all the audio was sent, answer audio came, the call closed normally
+ *                       (1000; a socket error after that is kept as the detail);
+ *   "http-NNN"          refused with HTTP status NNN before the upgrade (503: full or draining; 401: token);
+ *   "connect-failed"    no HTTP answer at all (refused connection, unreachable, TLS);
+ *   "server-error"      the server sent 0x05 (detail: its text);
+ *   "connection-lost"   the connection broke without a close handshake (1006: a server that died);
+ *   "closed-NNNN"       the server closed with code NNNN before all the audio was sent;
+ *   "protocol-error"    the server's answer was not an Ogg stream (detail says why);
+ *   "no-answer"         the call ran to its end without answer audio;
+ * and, set by the run itself: "handshake-timeout" (no handshake within --join-timeout) and "unfinished" (still
+ * running when the run gave up on it). The server comes from record->response_header. */
+void loadgen_call_classify (LoadgenCall *c, gint64 input_samples);
+/* REFUSED for "http-503", OK for "ok", FAILED for the rest. */
+LoadgenEndClass loadgen_reason_class (const char *reason);
+
+/* Figures of one call. NAN where there is nothing to measure (no handshake, no answer). */
+typedef struct {
+  double join_ms;          /* connect to handshake */
+  double first_audio_ms;   /* handshake to the first answer message */
+  double sent_s;           /* input audio sent */
+  double answered_s;       /* answer audio complete */
+  guint frames_sent;       /* whole input frames sent */
+  guint frames_answered;   /* of those, answered */
+  GArray *latency_ms;      /* double, one per answered frame (ppx_chat_record_frame_latencies) */
+  double latency_p50_ms, latency_p95_ms, latency_p99_ms, latency_max_ms;
+  guint underruns;         /* answer messages more than the gap threshold after the previous one */
+  double max_gap_ms;       /* the longest time between two answer messages */
+} LoadgenCallStats;
+
+/* Derives the figures; `gap_ms` is the underrun threshold (the 100 ms). */
+void loadgen_call_stats (const LoadgenCall *c, double gap_ms, LoadgenCallStats *out);
+void loadgen_call_stats_clear (LoadgenCallStats *s);
+
+/* Nearest-rank percentiles of a series (NANs left out): n, p50, p95, p99, max, mean. */
+typedef struct {
+  guint n;
+  double p50, p95, p99, max, mean;
+} LoadgenSummary;
+
+void loadgen_summarize (const double *values, guint n, LoadgenSummary *out);
+/* The nearest-rank percentile p (0 < p <= 1) of `sorted` (ascending, no NAN), n > 0. */
+double loadgen_percentile (const double *sorted, guint n, double p);
+
+G_END_DECLS
+#endif

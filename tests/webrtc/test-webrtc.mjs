@@ -11,7 +11,7 @@ import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Browser } from './cdp.mjs';
+import { Browser, headlessChromiumArgs } from './cdp.mjs';
 import { WsClient } from './ws-client.mjs';
 
 const env = (name) => {
@@ -24,7 +24,7 @@ const serverExe = env('PPX_WEBRTC_SERVER');
 const makeModel = env('PPX_MAKE_MODEL');
 const makeTokenizer = env('PPX_WEBRTC_MAKE_TOKENIZER');
 const chromium = env('PPX_CHROMIUM');
-const micFile = process.env.PPX_WEBRTC_AUDIO;
+const micFile = process.env.PPX_FAKE_MIC;
 
 const SILENCE_RMS = 1e-3; // -60 dBFS
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -224,19 +224,9 @@ async function testSignalling(url, server) {
 // ---- browsers ----
 
 function chromiumArgs(userDataDir) {
-  const args = [
-    '--headless=new', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    '--disable-default-apps', '--disable-extensions', '--disable-breakpad', '--no-default-browser-check',
-    '--disable-domain-reliability', '--disable-client-side-phishing-detection', '--metrics-recording-only',
-    `--user-data-dir=${userDataDir}`, '--window-size=900,700',
-    '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
+  return [...headlessChromiumArgs(userDataDir, '900,700', micFile),
     // Host candidates as IP addresses (not mDNS names), loopback included: the call stays on 127.0.0.1.
-    '--disable-features=WebRtcHideLocalIpsWithMdns', '--allow-loopback-in-peer-connection',
-    '--autoplay-policy=no-user-gesture-required',
-  ];
-  if (micFile) args.push(`--use-file-for-fake-audio-capture=${micFile}`);
-  return args;
+    '--disable-features=WebRtcHideLocalIpsWithMdns', '--allow-loopback-in-peer-connection'];
 }
 
 const pageStatus = (page) => page.evaluate('window.ppxStatus ? JSON.parse(JSON.stringify(window.ppxStatus)) : null');

@@ -1,0 +1,270 @@
+// The reference PersonaPlex web client (NVIDIA/personaplex client/, built by
+// scripts/build-reference-client.sh) served by personaplex-server --static, driven by headless Chromium with
+// a fake microphone as a user drives it (run by tests/test-webclient.sh):
+//   1. a tiny random model with a small tokenizer and voices; the server on 127.0.0.1, any free port,
+//      serving the client's dist/;
+//   2. the server hands out the client's files with the types a browser insists on;
+//   3. in the page: type a persona, pick a voice, press Connect (the page asks for the microphone);
+//      the WebSocket goes to /api/chat with them, the handshake arrives and the page says so (its button
+//      turns to Disconnect, its dot green), the microphone's Opus goes up, the agent's Opus comes down
+//      and plays (the client's own "Audio played" figure grows, its player's output is not silent), and
+//      the agent's text appears in the text display;
+//   4. a screenshot; Disconnect ends the call; the server stops cleanly on SIGTERM.
+// Artifacts (screenshots, server, browser and page logs) go to $PPX_WEBCLIENT_ARTIFACTS.
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Browser, headlessChromiumArgs } from '../webrtc/cdp.mjs';
+
+const env = (name) => {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set`);
+  return value;
+};
+const artifacts = env('PPX_WEBCLIENT_ARTIFACTS');
+const serverExe = env('PPX_SERVER');
+const makeModel = env('PPX_MAKE_MODEL');
+const makeTokenizer = env('PPX_MAKE_TOKENIZER');
+const dist = env('PPX_WEBCLIENT_DIST');
+const chromium = env('PPX_CHROMIUM');
+const micFile = process.env.PPX_FAKE_MIC;
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+const PERSONA = 'You work for a bakery called Crumbs and take orders for birthday cakes.';
+const VOICE = 'NATM1.pt'; // not the client's default (NATF0.pt): the choice must travel
+const SILENCE_RMS = 1e-3; // -60 dBFS
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let failures = 0;
+
+function check(ok, what) {
+  console.log(`${ok ? 'ok' : 'FAIL'} - ${what}`);
+  if (!ok) failures++;
+  return ok;
+}
+
+async function waitFor(what, probe, timeoutMs, intervalMs = 250) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const value = await probe();
+    if (value) return value;
+    await sleep(intervalMs);
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+
+// ---- the model and the server ----
+
+function makeModelDir() {
+  const dir = path.join(artifacts, 'model');
+  fs.rmSync(dir, { recursive: true, force: true });
+  execFileSync(makeModel, ['--preset', 'tiny', '--output-dir', dir], { stdio: 'inherit' });
+  execFileSync(makeTokenizer, [dir], { stdio: 'inherit' });
+  return dir;
+}
+
+class Server {
+  constructor(args) {
+    this.log = fs.createWriteStream(path.join(artifacts, 'server.log'));
+    this.output = '';
+    this.proc = spawn(serverExe, ['--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
+    this.running = true;
+    this.exited.then(() => { this.running = false; });
+    this.url = new Promise((resolve, reject) => {
+      const take = (d) => {
+        this.output += d;
+        this.log.write(d);
+        const m = this.output.match(/serving (http:\/\/\S+)/);
+        if (m) resolve(m[1].endsWith('/') ? m[1] : m[1] + '/');
+      };
+      this.proc.stdout.on('data', take);
+      this.proc.stderr.on('data', take);
+      this.exited.then(({ code }) => reject(new Error(`the server exited (${code}) before serving:\n${this.output}`)));
+    });
+  }
+
+  async stop() {
+    if (this.running) this.proc.kill('SIGTERM');
+    const timer = setTimeout(() => this.proc.kill('SIGKILL'), 40000);
+    const result = await this.exited;
+    clearTimeout(timer);
+    this.log.end();
+    return result;
+  }
+}
+
+// ---- the client's files ----
+
+async function testStaticFiles(url) {
+  const index = await fetch(url);
+  const html = await index.text();
+  check(index.ok && /text\/html/.test(index.headers.get('content-type')) && /<title>PersonaPlex<\/title>/.test(html),
+    `GET / is the client's index.html (${index.status} ${index.headers.get('content-type')})`);
+  const expected = [
+    [html.match(/src="(\/assets\/index-[^"]+\.js)"/)?.[1], /^(text|application)\/javascript/],
+    [html.match(/href="(\/assets\/index-[^"]+\.css)"/)?.[1], /^text\/css/],
+    ['/assets/decoderWorker.min.js', /^(text|application)\/javascript/],
+    ['/assets/decoderWorker.min.wasm', /^application\/wasm/],
+  ];
+  for (const [file, type] of expected) {
+    if (!check(file !== undefined, `index.html names its ${type.source.includes('css') ? 'style sheet' : 'script'}`))
+      continue;
+    const r = await fetch(new URL(file, url));
+    const body = Buffer.from(await r.arrayBuffer());
+    const want = fs.readFileSync(path.join(dist, file));
+    check(r.ok && type.test(r.headers.get('content-type') ?? '') && body.equals(want),
+      `GET ${file}: ${r.status}, ${r.headers.get('content-type')}, ${body.length} bytes as built`);
+  }
+  const missing = await fetch(new URL('/assets/no-such-file.js', url));
+  check(missing.status === 404, `an unknown file is 404 (${missing.status})`);
+}
+
+// ---- the page ----
+
+const state = (page) => page.evaluate('JSON.parse(JSON.stringify(window.__ppx))');
+const socketOf = async (page) => (await state(page)).sockets.at(-1) ?? null;
+const buttonNamed = (label) => `[...document.querySelectorAll('button')].find((b) => b.textContent.trim() === ${JSON.stringify(label)})`;
+
+// What the client itself shows: its connect button, its status dot, its "Audio played" figure and text.
+const shown = (page) => page.evaluate(`(() => {
+  const cell = [...document.querySelectorAll('td')].find((td) => td.textContent.trim() === 'Audio played:');
+  const played = cell?.nextElementSibling?.textContent.match(/^(\\d+):(\\d+)\\.(\\d+)$/);
+  const dot = document.querySelector('.controls .rounded-full');
+  return {
+    button: document.querySelector('.controls button')?.textContent.trim() ?? null,
+    dot: dot ? [...dot.classList].find((c) => c.startsWith('bg-')) : null,
+    played: played ? Number(played[1]) * 60 + Number(played[2]) + Number(played[3]) / 100 : null,
+    text: document.querySelector('.player-text')?.innerText.trim() ?? null,
+  };
+})()`);
+
+async function startConversation(page) {
+  await waitFor('the home page', () => page.evaluate(`!!document.getElementById('text-prompt') && !!(${buttonNamed('Connect')})`), 20000);
+  // Type the persona over the default text, choose the voice, press Connect.
+  await page.click(`document.getElementById('text-prompt')`, 'text prompt box');
+  await page.evaluate(`document.getElementById('text-prompt').select()`);
+  await page.insertText(PERSONA);
+  const typed = await page.evaluate(`document.getElementById('text-prompt').value`);
+  check(typed === PERSONA, 'the persona is typed into the text prompt box');
+  const voices = await page.evaluate(`[...document.querySelectorAll('#voice-prompt option')].map((o) => o.value)`);
+  check(voices.includes(VOICE), `the voice list offers ${VOICE} (${voices.length} voices)`);
+  // A <select> has no keyboard-free way to pick in headless Chromium: set it as the browser does, then
+  // the change event the page listens to.
+  await page.evaluate(`(() => {
+    const select = document.getElementById('voice-prompt');
+    Object.getOwnPropertyDescriptor(HTMLSelectElement.prototype, 'value').set.call(select, ${JSON.stringify(VOICE)});
+    select.dispatchEvent(new Event('change', { bubbles: true }));
+  })()`);
+  await page.click(buttonNamed('Connect'), 'Connect button');
+}
+
+async function testConversation(page, url) {
+  await startConversation(page);
+  const socket = await waitFor('the page to open a WebSocket', () => socketOf(page), 20000);
+  const wsUrl = new URL(socket.url);
+  check(wsUrl.origin === url.replace(/^http/, 'ws').replace(/\/$/, '') && wsUrl.pathname === '/api/chat',
+    `the page opens a WebSocket to the server's /api/chat (${wsUrl.origin}${wsUrl.pathname})`);
+  check(wsUrl.searchParams.get('text_prompt') === PERSONA && wsUrl.searchParams.get('voice_prompt') === VOICE,
+    `with the typed persona and the chosen voice (voice_prompt=${wsUrl.searchParams.get('voice_prompt')})`);
+
+  const joined = await waitFor('the handshake', async () => {
+    const s = await socketOf(page);
+    if (s.closed !== null) throw new Error(`the WebSocket closed (${s.closeCode}) before the handshake: ${s.errors.join('; ')}`);
+    return s.handshake !== null ? s : null;
+  }, 60000);
+  check(joined.received.handshake === 1, `the handshake arrives, ${(joined.handshake - joined.opened).toFixed(0)} ms after the socket opened`);
+  const ui = await waitFor('the page to show the connection', async () => {
+    const s = await shown(page);
+    return s.button === 'Disconnect' ? s : null;
+  }, 10000).catch(() => null);
+  check(ui !== null && ui.dot === 'bg-[#76b900]', `the page shows the call: button "${ui?.button}", status dot ${ui?.dot}`);
+
+  // Listen: the client's own figure and our analyser on its player's output.
+  const before = await state(page);
+  const playedBefore = (await shown(page)).played ?? 0;
+  await sleep(8000);
+  const after = await state(page);
+  const s = after.sockets.at(-1);
+  const levels = after.levels.slice(before.levels.length);
+  const loud = levels.filter((x) => x > SILENCE_RMS).length;
+  const playedAfter = (await shown(page)).played ?? 0;
+  check((s.received.audio ?? 0) >= 80, `audio messages arrive (${s.received.audio ?? 0} in all, ${s.audioBytes} bytes of Ogg Opus)`);
+  check((s.sent.audio ?? 0) >= 80, `the page sends the microphone's Opus (${s.sent.audio ?? 0} messages)`);
+  check(playedAfter - playedBefore >= 5, `the client plays the agent's audio: "Audio played" went from ${playedBefore.toFixed(2)} s to ${playedAfter.toFixed(2)} s in 8 s`);
+  check(levels.length >= 40 && loud >= levels.length * 0.6,
+    `what the player sends to the speakers is not silent (${loud}/${levels.length} level samples above -60 dBFS; AudioContext ${after.audioState} at ${after.sampleRate} Hz)`);
+
+  const text = await waitFor('text in the text display', async () => {
+    const [page_, seen] = [await shown(page), await socketOf(page)];
+    return page_.text && seen.text.trim() ? { shown: page_.text, received: seen.text } : null;
+  }, 20000).catch(() => null);
+  check(text !== null && text.shown.replace(/\s+/g, ' ') === text.received.trim().replace(/\s+/g, ' '),
+    `the agent's text appears in the text display (${JSON.stringify(text?.shown.slice(0, 80))})`);
+  const shot = await page.screenshot();
+  fs.writeFileSync(path.join(artifacts, 'reference-client.png'), shot);
+  check(shot.length > 10000, `screenshot: ${path.join(artifacts, 'reference-client.png')} (${shot.length} bytes)`);
+
+  const final = await socketOf(page);
+  check(final.errors.length === 0, `no 0x05 error from the server (${final.errors.join('; ')})`);
+  check(final.closed === null, 'the call is still open');
+  return final;
+}
+
+async function testDisconnect(page) {
+  await page.click(buttonNamed('Disconnect'), 'Disconnect button');
+  const closed = await waitFor('the WebSocket to close', async () => {
+    const s = await socketOf(page);
+    return s.closed !== null ? s : null;
+  }, 10000).catch(() => null);
+  const ui = await shown(page);
+  check(closed !== null && ui.button === 'New Conversation',
+    `Disconnect closes the WebSocket (code ${closed?.closeCode}) and the page offers a new conversation ("${ui.button}")`);
+}
+
+// ---- main ----
+
+async function main() {
+  fs.mkdirSync(artifacts, { recursive: true });
+  const modelDir = makeModelDir();
+  const server = new Server(['--model-dir', modelDir, '--static', dist]);
+  const userDataDir = fs.mkdtempSync(path.join(artifacts, 'chromium-profile-'));
+  const browserLog = fs.createWriteStream(path.join(artifacts, 'chromium.log'));
+  let browser, page, result;
+  try {
+    let timer;
+    const url = await Promise.race([server.url, new Promise((resolve, reject) => {
+      timer = setTimeout(() => reject(new Error('the server did not start within 120 s')), 120000);
+    })]).finally(() => clearTimeout(timer));
+    check(/^http:\/\/127\.0\.0\.1:\d+\/$/.test(url), `the server listens on 127.0.0.1 (${url})`);
+    await testStaticFiles(url);
+
+    browser = new Browser(chromium, headlessChromiumArgs(userDataDir, '1100,850', micFile), (s) => browserLog.write(s));
+    page = await browser.newPage(url, { initScript: fs.readFileSync(path.join(here, 'page-hooks.js'), 'utf8') });
+    await testConversation(page, url);
+    await testDisconnect(page);
+    const sockets = (await state(page)).sockets;
+    check(sockets.length === 1, `the page opened one WebSocket (${sockets.length})`);
+    const exceptions = page.consoleLines.filter((l) => /^exception|Decoder worker error|Uncaught/.test(l));
+    check(exceptions.length === 0, `no exceptions in the page (${exceptions.join(' | ')})`);
+    check(server.running, 'the server is still running');
+  } finally {
+    if (page) fs.writeFileSync(path.join(artifacts, 'page-console.log'), page.consoleLines.join('\n') + '\n');
+    if (browser) await browser.close();
+    browserLog.end();
+    fs.rmSync(userDataDir, { recursive: true, force: true });
+    result = await server.stop();
+  }
+  check(result.code === 0, `the server stops cleanly on SIGTERM (exit ${result.code}, signal ${result.signal})`);
+  check(!/CRITICAL|WARNING \*\*/.test(server.output), 'no GLib criticals or warnings in the server log');
+  console.log(`artifacts: ${artifacts}`);
+  if (failures) {
+    console.log(`${failures} check(s) failed; server log:\n${server.output.slice(-6000)}`);
+    process.exit(1);
+  }
+}
+
+main().catch((e) => {
+  console.error(`FAIL - ${e.stack || e}`);
+  process.exit(1);
+});

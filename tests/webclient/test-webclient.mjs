@@ -1,7 +1,7 @@
 // The reference PersonaPlex web client (NVIDIA/personaplex client/, built by
 // scripts/build-reference-client.sh) served by personaplex-server --static, driven by headless Chromium with
 // a fake microphone as a user drives it (run by tests/test-webclient.sh):
-//   1. a tiny random model with a small tokenizer and voices; the server on 127.0.0.1, any free port,
+//   1. a tiny random model with a small tokenizer and two of the voices the client lists; the server on 127.0.0.1, any free port,
 //      serving the client's dist/;
 //   2. the server hands out the client's files with the types a browser insists on;
 //   3. in the page: type a persona, pick a voice, press Connect (the page asks for the microphone);
@@ -26,6 +26,7 @@ const artifacts = env('PPX_WEBCLIENT_ARTIFACTS');
 const serverExe = env('PPX_SERVER');
 const makeModel = env('PPX_MAKE_MODEL');
 const makeTokenizer = env('PPX_MAKE_TOKENIZER');
+const makeVoice = env('PPX_MAKE_VOICE');
 const dist = env('PPX_WEBCLIENT_DIST');
 const chromium = env('PPX_CHROMIUM');
 const micFile = process.env.PPX_FAKE_MIC;
@@ -60,6 +61,8 @@ function makeModelDir() {
   fs.rmSync(dir, { recursive: true, force: true });
   execFileSync(makeModel, ['--preset', 'tiny', '--output-dir', dir], { stdio: 'inherit' });
   execFileSync(makeTokenizer, [dir], { stdio: 'inherit' });
+  // The client lists its own voice names: the model needs files of the default one and of ours.
+  execFileSync(makeVoice, [dir, 'NATF0.pt', VOICE], { stdio: 'inherit' });
   return dir;
 }
 

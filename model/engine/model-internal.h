@@ -24,6 +24,14 @@ struct PpxModel {
   PpxQuantization quant;
   char *lm_path;
   char *model_dir;
+  /* Voice prompts read once per model (session.c, load_voice), under voice_lock: voices maps a key (the
+   * resolved path, and for audio its normalisation and disk cache directory) to a PpxVoicePrompt (a reference
+   * each); voices_loading holds the keys a session is reading now (the others wait on voice_cond);
+   * voice_reads counts the files read (for tests). */
+  GMutex voice_lock;
+  GCond voice_cond;
+  GHashTable *voices, *voices_loading;
+  guint voice_reads;
 };
 
 #endif

@@ -97,6 +97,8 @@ ppx_model_load (const PpxModelParams *params, GError **error)
   }
   PpxModel *m = g_new0 (PpxModel, 1);
   m->refcount = 1;
+  g_mutex_init (&m->voice_lock);
+  g_cond_init (&m->voice_cond);
   m->model_dir = g_strdup (params->model_dir);
   if (!model_load_parts (m, params, error)) {
     ppx_model_unref (m);
@@ -126,6 +128,12 @@ ppx_model_unref (PpxModel *m)
   ppx_backend_free (m->be);
   g_free (m->lm_path);
   g_free (m->model_dir);
+  if (m->voices)
+    g_hash_table_unref (m->voices);
+  if (m->voices_loading)
+    g_hash_table_unref (m->voices_loading);
+  g_mutex_clear (&m->voice_lock);
+  g_cond_clear (&m->voice_cond);
   g_free (m);
 }
 

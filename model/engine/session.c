@@ -93,11 +93,67 @@ voice_cache_path (const PpxSession *s, const char *dir, const char *audio, gbool
   return g_build_filename (dir, name, NULL);
 }
 
+/* The model's voice cache: each voice file is read (and an audio one encoded) once per model, then shared
+ * by every session that names it; a file changed or removed later is not read again. An audio voice's key
+ * also holds the normalisation and the disk cache directory (a session with a directory writes its entry). */
+static char *
+voice_key (const PpxSessionParams *p, const char *path)
+{
+  if (g_str_has_suffix (path, ".pt"))
+    return g_strdup_printf ("pt|%s", path);
+  return g_strdup_printf ("audio|%d|%s|%s", p->voice_normalize, p->voice_cache_dir ? p->voice_cache_dir : "",
+                          path);
+}
+
+/* The cached prompt for `key` (a reference), or NULL when the caller is to read it: it then must call
+ * voice_cache_put or voice_cache_abandon. A key another session is reading is waited for. */
+static PpxVoicePrompt *
+voice_cache_get_or_claim (PpxModel *m, const char *key)
+{
+  g_mutex_lock (&m->voice_lock);
+  if (!m->voices) {
+    m->voices = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, (GDestroyNotify) ppx_voice_prompt_unref);
+    m->voices_loading = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+  }
+  PpxVoicePrompt *vp;
+  while (!(vp = g_hash_table_lookup (m->voices, key)) && g_hash_table_contains (m->voices_loading, key))
+    g_cond_wait (&m->voice_cond, &m->voice_lock);
+  if (vp)
+    ppx_voice_prompt_ref (vp);
+  else
+    g_hash_table_add (m->voices_loading, g_strdup (key));
+  g_mutex_unlock (&m->voice_lock);
+  return vp;
+}
+
+/* Takes `vp`, stores it for `key` and returns a reference for the session. */
+static PpxVoicePrompt *
+voice_cache_put (PpxModel *m, const char *key, PpxVoicePrompt *vp)
+{
+  g_mutex_lock (&m->voice_lock);
+  g_hash_table_insert (m->voices, g_strdup (key), ppx_voice_prompt_ref (vp));
+  g_hash_table_remove (m->voices_loading, key);
+  m->voice_reads++;
+  g_cond_broadcast (&m->voice_cond);
+  g_mutex_unlock (&m->voice_lock);
+  return vp;
+}
+
+/* Reading `key` failed: the next session that names it tries again. */
+static void
+voice_cache_abandon (PpxModel *m, const char *key)
+{
+  g_mutex_lock (&m->voice_lock);
+  g_hash_table_remove (m->voices_loading, key);
+  g_cond_broadcast (&m->voice_cond);
+  g_mutex_unlock (&m->voice_lock);
+}
+
+/* Reads the voice file into s->voice (the first session that names it). */
 static gboolean
-load_voice (PpxSession *s, const PpxSessionParams *p, GError **error)
+read_voice (PpxSession *s, const PpxSessionParams *p, const char *path, const char *key, GError **error)
 {
   const PpxConfig *cfg = &s->model->cfg;
-  g_autofree char *path = resolve_voice (s->model, p->voice_prompt);
   if (!g_file_test (path, G_FILE_TEST_IS_REGULAR)) {
     if (s->model->model_dir && !strchr (p->voice_prompt, '/'))
       g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING,
@@ -108,7 +164,8 @@ load_voice (PpxSession *s, const PpxSessionParams *p, GError **error)
     return FALSE;
   }
   if (g_str_has_suffix (path, ".pt")) {
-    s->voice = ppx_voice_prompt_from_embeddings_file (cfg, path, error);
+    PpxVoicePrompt *vp = ppx_voice_prompt_from_embeddings_file (cfg, path, error);
+    s->voice = vp ? voice_cache_put (s->model, key, vp) : NULL;
     return s->voice != NULL;
   }
   g_autofree char *cache = NULL;
@@ -116,19 +173,22 @@ load_voice (PpxSession *s, const PpxSessionParams *p, GError **error)
     if (!(cache = voice_cache_path (s, p->voice_cache_dir, path, p->voice_normalize, error)))
       return FALSE;
     if (g_file_test (cache, G_FILE_TEST_EXISTS)) {
-      s->voice = ppx_voice_prompt_from_embeddings_file (cfg, cache, NULL);
-      if (s->voice)
+      PpxVoicePrompt *vp = ppx_voice_prompt_from_embeddings_file (cfg, cache, NULL);
+      if (vp) {
+        s->voice = voice_cache_put (s->model, key, vp);
         return TRUE; /* an unreadable cache entry is recomputed below */
+      }
     }
   }
   /* a Mimi stream of its own for the voice audio (the engine's rows belong to running sessions) */
   PpxMimiState *mimi = ppx_mimi_state_new (s->model->mimi, error);
   if (!mimi)
     return FALSE;
-  s->voice = ppx_voice_prompt_from_audio (mimi, cfg, path, p->voice_normalize, error);
+  PpxVoicePrompt *vp = ppx_voice_prompt_from_audio (mimi, cfg, path, p->voice_normalize, error);
   ppx_mimi_state_free (mimi);
-  if (!s->voice)
+  if (!vp)
     return FALSE;
+  s->voice = voice_cache_put (s->model, key, vp);
   if (cache) {
     /* Replay the voice phase once with capture on, then store what a .pt would hold. */
     GArray *cap = g_array_new (FALSE, FALSE, sizeof (float));
@@ -147,6 +207,19 @@ load_voice (PpxSession *s, const PpxSessionParams *p, GError **error)
     g_array_free (cap, TRUE);
   }
   return TRUE;
+}
+
+static gboolean
+load_voice (PpxSession *s, const PpxSessionParams *p, GError **error)
+{
+  g_autofree char *path = resolve_voice (s->model, p->voice_prompt);
+  g_autofree char *key = voice_key (p, path);
+  if ((s->voice = voice_cache_get_or_claim (s->model, key)))
+    return TRUE;
+  if (read_voice (s, p, path, key, error))
+    return TRUE;
+  voice_cache_abandon (s->model, key);
+  return FALSE;
 }
 
 static gboolean
@@ -249,7 +322,7 @@ ppx_session_free (PpxSession *s)
   if (!s)
     return;
   ppx_engine_release (s->engine, s);
-  ppx_voice_prompt_free (s->voice);
+  ppx_voice_prompt_unref (s->voice);
   g_free (s->text_tokens);
   g_free (s->text);
   ppx_engine_unref (s->engine);

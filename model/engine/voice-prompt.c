@@ -4,10 +4,25 @@
 #include "safetensors.h"
 #include "torch-pt.h"
 
-void
-ppx_voice_prompt_free (PpxVoicePrompt *vp)
+static PpxVoicePrompt *
+voice_prompt_new (void)
 {
-  if (!vp)
+  PpxVoicePrompt *vp = g_new0 (PpxVoicePrompt, 1);
+  vp->refcount = 1;
+  return vp;
+}
+
+PpxVoicePrompt *
+ppx_voice_prompt_ref (PpxVoicePrompt *vp)
+{
+  g_atomic_int_inc (&vp->refcount);
+  return vp;
+}
+
+void
+ppx_voice_prompt_unref (PpxVoicePrompt *vp)
+{
+  if (!vp || !g_atomic_int_dec_and_test (&vp->refcount))
     return;
   g_free (vp->codes);
   g_free (vp->embeddings);
@@ -34,7 +49,7 @@ ppx_voice_prompt_from_audio (PpxMimiState *mimi, const PpxConfig *cfg, const cha
     for (gsize i = 0; i < n; i++)
       pcm[i] = (float) (pcm[i] * gain);
   }
-  PpxVoicePrompt *vp = g_new0 (PpxVoicePrompt, 1);
+  PpxVoicePrompt *vp = voice_prompt_new ();
   vp->n_frames = (int) ((n + fs - 1) / fs);
   vp->n_codebooks = nq;
   vp->codes = g_new (int, (gsize) vp->n_frames * nq);
@@ -72,7 +87,7 @@ from_tensors (const PpxConfig *cfg, const char *path, PpxDType edt, const int64_
                  ppx_dtype_name (cdt), s, ns);
     return NULL;
   }
-  PpxVoicePrompt *vp = g_new0 (PpxVoicePrompt, 1);
+  PpxVoicePrompt *vp = voice_prompt_new ();
   vp->from_embeddings = TRUE;
   vp->n_frames = (int) eshape[0];
   vp->dim = dim;
@@ -86,7 +101,7 @@ from_tensors (const PpxConfig *cfg, const char *path, PpxDType edt, const int64_
       if (v < -2 || v > card) {
         g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT, "%s: 'cache' holds token %" G_GINT64_FORMAT
                      " for stream %d, outside [-2, %d]", path, v, k, card);
-        ppx_voice_prompt_free (vp);
+        ppx_voice_prompt_unref (vp);
         return NULL;
       }
       vp->cache[k][j] = (int) v;

@@ -8,7 +8,9 @@
 
 G_BEGIN_DECLS
 
+/* Read-only once made, so sessions share one (the model's voice cache, session.c); refcounted. */
 typedef struct {
+  gint refcount;
   gboolean from_embeddings;
   int n_frames;      /* audio: code frames N_v; embeddings: vectors (N_v - 1) */
   int n_codebooks;
@@ -24,7 +26,8 @@ PpxVoicePrompt *ppx_voice_prompt_from_audio (PpxMimiState *mimi, const PpxConfig
 /* From a `.pt` file (or a safetensors file with the same two tensors, as our cache writes). */
 PpxVoicePrompt *ppx_voice_prompt_from_embeddings_file (const PpxConfig *cfg, const char *path, GError **error);
 gboolean ppx_voice_prompt_save (const PpxVoicePrompt *vp, const char *path, GError **error);
-void ppx_voice_prompt_free (PpxVoicePrompt *vp);
+PpxVoicePrompt *ppx_voice_prompt_ref (PpxVoicePrompt *vp);
+void ppx_voice_prompt_unref (PpxVoicePrompt *vp);
 
 G_END_DECLS
 #endif

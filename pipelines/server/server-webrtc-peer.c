@@ -1,10 +1,10 @@
-/* personaplex-webrtc: one browser's session (see webrtc-peer.h).
+/* personaplex-server: one browser's WebRTC call (see server-webrtc-peer.h).
  *
  * webrtcbin calls back on its own threads; everything the page or the server must see is handed to
  * the main context as a Delivery holding a reference on the peer, and dropped there when the session
  * was freed meanwhile. */
 #define GST_USE_UNSTABLE_API /* webrtc library headers */
-#include "webrtc-peer.h"
+#include "server-webrtc-peer.h"
 
 #include <gio/gio.h>
 #include <gst/app/app.h>
@@ -12,8 +12,10 @@
 #include <gst/sdp/sdp.h>
 #include <gst/webrtc/webrtc.h>
 
-#include "webrtc-model.h"
-#include "webrtc-signalling.h"
+#include "server-metrics.h"
+#include "server-model.h"
+#include "server-signalling.h"
+#include "server-worker.h"
 
 /* One Opus stream each way; 96 is what the offer names, the page answers with it. */
 #define RTP_OPUS_CAPS \
@@ -29,13 +31,25 @@
 
 struct _PpxWebrtcPeer {
   guint id;
+  const PpxServerOptions *options;
   PpxWebrtcPeerCallbacks callbacks;
-  gboolean alive; /* main thread only: FALSE once ppx_webrtc_peer_free ran */
+  gboolean alive;    /* main thread only: FALSE once ppx_webrtc_peer_stop ran */
+  gboolean starting; /* main thread only: the start runs on a worker */
+  GSourceFunc stopped;
+  gpointer stopped_data;
   GstElement *pipeline;
   GstElement *webrtc;
   GstElement *receive_chain; /* linked to webrtcbin's first audio src pad when it appears */
   GstWebRTCDataChannel *channel;
   guint bus_watch;
+  guint n_candidates;
+  gboolean start_failed, busy, destroyed;
+  char *start_error;
+  gint connected;          /* atomic */
+  GMutex audio_lock;       /* the streaming threads write these: */
+  gint64 last_audio_us;    /* the last buffer of the page's audio */
+  char *first_error;       /* the pipeline's first error, and whether it was the engine's RESOURCE/BUSY */
+  gboolean first_busy;
 };
 
 typedef enum { DELIVER_SEND, DELIVER_FAILED } DeliveryKind;
@@ -49,7 +63,7 @@ typedef struct {
 GQuark
 ppx_webrtc_peer_error_quark (void)
 {
-  return g_quark_from_static_string ("ppx-webrtc-peer");
+  return g_quark_from_static_string ("ppx-server-peer");
 }
 #define peer_error_quark ppx_webrtc_peer_error_quark
 
@@ -65,6 +79,9 @@ peer_clear (PpxWebrtcPeer *peer)
   g_clear_object (&peer->channel);
   if (peer->pipeline)
     gst_object_unref (peer->pipeline);
+  g_free (peer->start_error);
+  g_free (peer->first_error);
+  g_mutex_clear (&peer->audio_lock);
 }
 
 static void
@@ -82,7 +99,7 @@ deliver (gpointer data)
   if (d->kind == DELIVER_SEND)
     d->peer->callbacks.send (d->text, d->peer->callbacks.user_data);
   else
-    d->peer->callbacks.failed (d->text, d->peer->callbacks.user_data);
+    d->peer->callbacks.failed (d->text, FALSE, d->peer->callbacks.user_data);
   return G_SOURCE_REMOVE;
 }
 
@@ -155,8 +172,21 @@ on_connection_state (GObject *webrtc, GParamSpec *pspec, gpointer user_data)
   g_object_get (webrtc, "connection-state", &state, NULL);
   GEnumValue *v = g_enum_get_value (g_type_class_peek (GST_TYPE_WEBRTC_PEER_CONNECTION_STATE), state);
   const char *name = v ? v->value_nick : "unknown";
-  g_printerr ("personaplex-webrtc: session %u: connection %s\n", peer->id, name);
+  if (state == GST_WEBRTC_PEER_CONNECTION_STATE_CONNECTED)
+    g_atomic_int_set (&peer->connected, 1);
+  g_printerr ("personaplex-server: session %u: connection %s\n", peer->id, name);
   post_to_main (peer, DELIVER_SEND, ppx_signal_state_new (name));
+}
+
+/* The page's audio arrives (the receive chain's streaming thread): the media timeout starts over. */
+static GstPadProbeReturn
+on_audio_buffer (GstPad *pad, GstPadProbeInfo *info, gpointer user_data)
+{
+  PpxWebrtcPeer *peer = user_data;
+  g_mutex_lock (&peer->audio_lock);
+  peer->last_audio_us = g_get_monotonic_time ();
+  g_mutex_unlock (&peer->audio_lock);
+  return GST_PAD_PROBE_OK;
 }
 
 /* The first incoming audio stream feeds the conversation; anything else is discarded. */
@@ -171,7 +201,9 @@ on_pad_added (GstElement *webrtc, GstPad *pad, gpointer user_data)
   GstStructure *s = caps ? gst_caps_get_structure (caps, 0) : NULL;
   gboolean opus = s && g_strcmp0 (gst_structure_get_string (s, "encoding-name"), "OPUS") == 0;
   if (opus && !gst_pad_is_linked (sink) && gst_pad_link (pad, sink) == GST_PAD_LINK_OK) {
-    g_printerr ("personaplex-webrtc: session %u: receiving audio\n", peer->id);
+    g_printerr ("personaplex-server: session %u: receiving audio\n", peer->id);
+    gst_pad_add_probe (sink, GST_PAD_PROBE_TYPE_BUFFER | GST_PAD_PROBE_TYPE_BUFFER_LIST, on_audio_buffer,
+                       peer_ref (peer), peer_unref);
     return;
   }
   GstElement *discard = gst_element_factory_make ("fakesink", NULL);
@@ -190,7 +222,7 @@ on_remote_description_set (GstPromise *promise, gpointer user_data)
   const GstStructure *reply = replied ? gst_promise_get_reply (promise) : NULL;
   GError *e = NULL;
   if (reply && gst_structure_get (reply, "error", G_TYPE_ERROR, &e, NULL)) {
-    g_printerr ("personaplex-webrtc: session %u: the answer was refused: %s\n", peer->id, e->message);
+    g_printerr ("personaplex-server: session %u: the answer was refused: %s\n", peer->id, e->message);
     g_autofree char *msg = g_strdup_printf ("the answer was refused: %s", e->message);
     post_to_main (peer, DELIVER_SEND, ppx_signal_error_new (msg));
     g_error_free (e);
@@ -208,7 +240,7 @@ send_on_channel (PpxWebrtcPeer *peer, const char *json)
     return;
   g_autoptr (GError) e = NULL;
   if (!gst_webrtc_data_channel_send_string_full (peer->channel, json, &e))
-    g_printerr ("personaplex-webrtc: session %u: data channel: %s\n", peer->id, e->message);
+    g_printerr ("personaplex-server: session %u: data channel: %s\n", peer->id, e->message);
 }
 
 static void
@@ -246,14 +278,15 @@ on_bus_message (GstBus *bus, GstMessage *msg, gpointer user_data)
       g_autofree char *debug = NULL;
       gst_message_parse_error (msg, &e, &debug);
       g_autofree char *text = g_strdup_printf ("%s: %s", GST_OBJECT_NAME (GST_MESSAGE_SRC (msg)), e->message);
-      g_printerr ("personaplex-webrtc: session %u: error: %s (%s)\n", peer->id, text, debug ? debug : "");
-      peer->callbacks.failed (text, peer->callbacks.user_data);
+      g_printerr ("personaplex-server: session %u: error: %s (%s)\n", peer->id, text, debug ? debug : "");
+      if (!peer->starting) /* an error of the start is the start's answer */
+        peer->callbacks.failed (text, FALSE, peer->callbacks.user_data);
       break;
     }
     case GST_MESSAGE_WARNING: {
       g_autoptr (GError) e = NULL;
       gst_message_parse_warning (msg, &e, NULL);
-      g_printerr ("personaplex-webrtc: session %u: warning: %s: %s\n", peer->id,
+      g_printerr ("personaplex-server: session %u: warning: %s: %s\n", peer->id,
                   GST_OBJECT_NAME (GST_MESSAGE_SRC (msg)), e->message);
       break;
     }
@@ -264,6 +297,32 @@ on_bus_message (GstBus *bus, GstMessage *msg, gpointer user_data)
       break;
   }
   return G_SOURCE_CONTINUE;
+}
+
+/* On the thread that posts: the first error (the start's answer), and the per-frame tick figures
+ * (server-metrics.h), which are dropped here. */
+static GstBusSyncReply
+on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
+{
+  PpxWebrtcPeer *peer = user_data;
+  double step_ms;
+  if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+    g_autoptr (GError) e = NULL;
+    gst_message_parse_error (msg, &e, NULL);
+    g_mutex_lock (&peer->audio_lock);
+    if (!peer->first_error) {
+      peer->first_error = g_strdup (e->message);
+      peer->first_busy = g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_BUSY);
+    }
+    g_mutex_unlock (&peer->audio_lock);
+    return GST_BUS_PASS;
+  }
+  if (GST_MESSAGE_TYPE (msg) != GST_MESSAGE_ELEMENT ||
+      !gst_structure_has_name (gst_message_get_structure (msg), "personaplex-frame"))
+    return GST_BUS_PASS;
+  if (gst_structure_get_double (gst_message_get_structure (msg), "step-ms", &step_ms))
+    ppx_metrics_frame (step_ms);
+  return GST_BUS_DROP;
 }
 
 /* ---- building ---- */
@@ -278,25 +337,42 @@ parse_chain (const char *description, const char *name, GError **error)
   return bin;
 }
 
+/* The libnice agent never asks a router to map ports (UPnP): the server answers on its own address only. */
+static void
+disable_upnp (GObject *ice)
+{
+  GObject *agent = NULL;
+  if (g_object_class_find_property (G_OBJECT_GET_CLASS (ice), "agent"))
+    g_object_get (ice, "agent", &agent, NULL);
+  if (agent && g_object_class_find_property (G_OBJECT_GET_CLASS (agent), "upnp"))
+    g_object_set (agent, "upnp", FALSE, NULL);
+  else
+    g_printerr ("personaplex-server: warning: could not turn UPnP off on the ICE agent\n");
+  g_clear_object (&agent);
+}
+
 /* Gathers only on the listening address when it is a specific one (loopback by default), so that
- * ICE never offers or probes other interfaces. */
+ * ICE never offers or probes other interfaces; never UPnP. */
 static void
 restrict_ice_addresses (GstElement *webrtc, const char *address)
 {
-  g_autoptr (GInetAddress) inet = g_inet_address_new_from_string (address);
-  if (!inet || g_inet_address_get_is_any (inet))
-    return;
   GObject *ice = NULL;
   g_object_get (webrtc, "ice-agent", &ice, NULL);
   if (!ice)
     return;
+  disable_upnp (ice);
+  g_autoptr (GInetAddress) inet = g_inet_address_new_from_string (address);
+  if (!inet || g_inet_address_get_is_any (inet)) {
+    g_object_unref (ice);
+    return;
+  }
   gboolean added = FALSE;
   if (g_signal_lookup ("add-local-ip-address", G_OBJECT_TYPE (ice)))
     g_signal_emit_by_name (ice, "add-local-ip-address", address, &added);
   if (g_object_class_find_property (G_OBJECT_GET_CLASS (ice), "ice-tcp"))
     g_object_set (ice, "ice-tcp", FALSE, NULL);
   if (!added)
-    g_printerr ("personaplex-webrtc: warning: ICE could not be restricted to %s\n", address);
+    g_printerr ("personaplex-server: warning: ICE could not be restricted to %s\n", address);
   g_object_unref (ice);
 }
 
@@ -345,7 +421,7 @@ link_send_chain (PpxWebrtcPeer *peer, GstElement *send_chain, GError **error)
 }
 
 static gboolean
-build_pipeline (PpxWebrtcPeer *peer, const PpxWebrtcOptions *o, GError **error)
+build_pipeline (PpxWebrtcPeer *peer, const PpxServerOptions *o, const PpxCallParams *params, GError **error)
 {
   g_autofree char *name = g_strdup_printf ("session-%u", peer->id);
   peer->pipeline = gst_pipeline_new (name);
@@ -362,7 +438,7 @@ build_pipeline (PpxWebrtcPeer *peer, const PpxWebrtcOptions *o, GError **error)
   if (!(peer->receive_chain = parse_chain (RECEIVE_CHAIN, "receive", error)))
     return FALSE;
   gst_bin_add (GST_BIN (peer->pipeline), peer->receive_chain);
-  if (!(duplex = ppx_webrtc_duplex_new (o, "duplex", error)))
+  if (!(duplex = ppx_server_duplex_new (o, params, "duplex", error)))
     return FALSE;
   gst_bin_add (GST_BIN (peer->pipeline), duplex);
   if (!(send_chain = parse_chain (SEND_CHAIN, "send", error)))
@@ -384,51 +460,116 @@ build_pipeline (PpxWebrtcPeer *peer, const PpxWebrtcOptions *o, GError **error)
   g_signal_connect (peer->webrtc, "notify::connection-state", G_CALLBACK (on_connection_state), peer);
   g_signal_connect (peer->webrtc, "pad-added", G_CALLBACK (on_pad_added), peer);
   g_autoptr (GstBus) bus = gst_element_get_bus (peer->pipeline);
+  gst_bus_set_sync_handler (bus, on_bus_sync, peer_ref (peer), peer_unref);
   peer->bus_watch = gst_bus_add_watch_full (bus, G_PRIORITY_DEFAULT, on_bus_message, peer_ref (peer), peer_unref);
   return TRUE;
 }
 
-/* The model is loaded (or shared) in READY->PAUSED; a failure there carries the element's message. */
-static gboolean
-start_pipeline (PpxWebrtcPeer *peer, GError **error)
+/* ---- starting and stopping (the state changes run on a worker) ---- */
+
+/* The model is loaded (or shared) and the prompts run in READY->PAUSED; a failure there carries the element's
+ * message (RESOURCE/BUSY when the engine holds max-sessions conversations already). */
+static void
+start_on_worker (gpointer data, gpointer unused)
 {
-  if (gst_element_set_state (peer->pipeline, GST_STATE_READY) == GST_STATE_CHANGE_FAILURE) {
-    g_set_error (error, peer_error_quark (), 0, "the session's pipeline could not start");
-    return FALSE;
+  PpxWebrtcPeer *peer = data;
+  if (gst_element_set_state (peer->pipeline, GST_STATE_PLAYING) != GST_STATE_CHANGE_FAILURE)
+    return;
+  g_mutex_lock (&peer->audio_lock);
+  peer->busy = peer->first_busy;
+  peer->start_error = g_strdup_printf ("the session's pipeline could not start: %s",
+                                       peer->first_error ? peer->first_error : "state change failed");
+  g_mutex_unlock (&peer->audio_lock);
+  peer->start_failed = TRUE;
+}
+
+static void stop_after_start (PpxWebrtcPeer *peer);
+
+static gboolean
+on_started (gpointer data)
+{
+  PpxWebrtcPeer *peer = data;
+  peer->starting = FALSE;
+  if (peer->destroyed)
+    return G_SOURCE_REMOVE;
+  if (!peer->alive)
+    stop_after_start (peer);
+  else if (peer->start_failed)
+    peer->callbacks.failed (peer->start_error, peer->busy, peer->callbacks.user_data);
+  else {
+    peer->callbacks.started (peer->callbacks.user_data);
+    if (peer->alive)
+      create_offer (peer);
+  }
+  return G_SOURCE_REMOVE;
+}
+
+static void
+stop_on_worker (gpointer data, gpointer unused)
+{
+  gst_element_set_state (((PpxWebrtcPeer *) data)->pipeline, GST_STATE_NULL);
+}
+
+static gboolean
+on_stopped (gpointer data)
+{
+  PpxWebrtcPeer *peer = data;
+  if (peer->stopped)
+    peer->stopped (peer->stopped_data);
+  return G_SOURCE_REMOVE;
+}
+
+static void
+remove_watches (PpxWebrtcPeer *peer)
+{
+  if (!peer->pipeline)
+    return;
+  g_autoptr (GstBus) bus = gst_element_get_bus (peer->pipeline);
+  if (peer->bus_watch) {
+    gst_bus_remove_watch (bus);
+    peer->bus_watch = 0;
+  }
+  gst_bus_set_sync_handler (bus, NULL, NULL, NULL);
+}
+
+/* Stops the pipeline on a worker; the last reference goes with the job. */
+static void
+stop_after_start (PpxWebrtcPeer *peer)
+{
+  if (peer->pipeline)
+    ppx_server_work (stop_on_worker, on_stopped, peer, peer_unref);
+  else {
+    on_stopped (peer);
+    peer_unref (peer);
+  }
+}
+
+PpxWebrtcPeer *
+ppx_webrtc_peer_new (guint id, const PpxServerOptions *options, const PpxCallParams *params,
+                     const PpxWebrtcPeerCallbacks *callbacks, GError **error)
+{
+  PpxWebrtcPeer *peer = g_atomic_rc_box_new0 (PpxWebrtcPeer);
+  peer->id = id;
+  peer->options = options;
+  peer->callbacks = *callbacks;
+  peer->alive = TRUE;
+  g_mutex_init (&peer->audio_lock);
+  peer->last_audio_us = g_get_monotonic_time ();
+  if (!build_pipeline (peer, options, params, error) ||
+      gst_element_set_state (peer->pipeline, GST_STATE_READY) == GST_STATE_CHANGE_FAILURE) {
+    if (error && !*error)
+      g_set_error (error, peer_error_quark (), 0, "the session's pipeline could not start");
+    ppx_webrtc_peer_destroy (peer);
+    return NULL;
   }
   g_signal_emit_by_name (peer->webrtc, "create-data-channel", DATA_CHANNEL_LABEL, NULL, &peer->channel);
   if (!peer->channel) {
     g_set_error (error, peer_error_quark (), 0, "webrtcbin could not create the data channel");
-    return FALSE;
-  }
-  if (gst_element_set_state (peer->pipeline, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
-    g_autoptr (GstBus) bus = gst_element_get_bus (peer->pipeline);
-    g_autoptr (GstMessage) msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
-    g_autoptr (GError) e = NULL;
-    if (msg)
-      gst_message_parse_error (msg, &e, NULL);
-    /* personaplexduplex says RESOURCE/BUSY when its engine holds max-sessions conversations already */
-    gboolean busy = e && g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_BUSY);
-    g_set_error (error, peer_error_quark (), busy ? PPX_WEBRTC_PEER_ERROR_BUSY : PPX_WEBRTC_PEER_ERROR_FAILED,
-                 "the session's pipeline could not start: %s", e ? e->message : "state change failed");
-    return FALSE;
-  }
-  create_offer (peer);
-  return TRUE;
-}
-
-PpxWebrtcPeer *
-ppx_webrtc_peer_new (guint id, const PpxWebrtcOptions *options, const PpxWebrtcPeerCallbacks *callbacks,
-                     GError **error)
-{
-  PpxWebrtcPeer *peer = g_atomic_rc_box_new0 (PpxWebrtcPeer);
-  peer->id = id;
-  peer->callbacks = *callbacks;
-  peer->alive = TRUE;
-  if (!build_pipeline (peer, options, error) || !start_pipeline (peer, error)) {
-    ppx_webrtc_peer_free (peer);
+    ppx_webrtc_peer_destroy (peer);
     return NULL;
   }
+  peer->starting = TRUE;
+  ppx_server_work (start_on_worker, on_started, peer_ref (peer), peer_unref);
   return peer;
 }
 
@@ -466,6 +607,12 @@ ppx_webrtc_peer_add_candidate (PpxWebrtcPeer *peer, guint mline, const char *can
 {
   if (!*candidate)
     return TRUE;
+  if (peer->n_candidates >= (guint) peer->options->max_ice_candidates) {
+    g_set_error (error, peer_error_quark (), 0, "more than %d ICE candidates: ignored",
+                 peer->options->max_ice_candidates);
+    return FALSE;
+  }
+  peer->n_candidates++;
   /* An mDNS name (".local") would make the resolver query the network; only IP literals are used. */
   if (candidate_has_hostname (candidate)) {
     g_set_error (error, peer_error_quark (), 0, "ICE candidate with a host name (mDNS) ignored: only IP addresses "
@@ -476,21 +623,48 @@ ppx_webrtc_peer_add_candidate (PpxWebrtcPeer *peer, guint mline, const char *can
   return TRUE;
 }
 
+gint64
+ppx_webrtc_peer_audio_idle_us (PpxWebrtcPeer *peer)
+{
+  g_mutex_lock (&peer->audio_lock);
+  gint64 last = peer->last_audio_us;
+  g_mutex_unlock (&peer->audio_lock);
+  return g_get_monotonic_time () - last;
+}
+
+gboolean
+ppx_webrtc_peer_connected (PpxWebrtcPeer *peer)
+{
+  return g_atomic_int_get (&peer->connected) != 0;
+}
+
+static void
+silence (PpxWebrtcPeer *peer)
+{
+  peer->alive = FALSE;
+  remove_watches (peer);
+  if (peer->webrtc)
+    g_signal_handlers_disconnect_by_data (peer->webrtc, peer);
+}
+
 void
-ppx_webrtc_peer_free (PpxWebrtcPeer *peer)
+ppx_webrtc_peer_stop (PpxWebrtcPeer *peer, GSourceFunc stopped, gpointer data)
+{
+  silence (peer);
+  peer->stopped = stopped;
+  peer->stopped_data = data;
+  if (!peer->starting)
+    stop_after_start (peer); /* else when the start is over (on_started) */
+}
+
+void
+ppx_webrtc_peer_destroy (PpxWebrtcPeer *peer)
 {
   if (!peer)
     return;
-  peer->alive = FALSE;
-  if (peer->bus_watch) {
-    g_autoptr (GstBus) bus = gst_element_get_bus (peer->pipeline);
-    gst_bus_remove_watch (bus);
-    peer->bus_watch = 0;
-  }
-  if (peer->pipeline) {
+  silence (peer);
+  peer->destroyed = TRUE;
+  if (peer->pipeline)
     gst_element_set_state (peer->pipeline, GST_STATE_NULL);
-    if (peer->webrtc)
-      g_signal_handlers_disconnect_by_data (peer->webrtc, peer);
-  }
   peer_unref (peer);
 }

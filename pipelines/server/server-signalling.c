@@ -1,5 +1,5 @@
-/* personaplex-webrtc: parsing the page's messages and writing the server's. */
-#include "webrtc-signalling.h"
+/* personaplex-server: parsing the page's messages and writing the server's. */
+#include "server-signalling.h"
 
 #include <json-glib/json-glib.h>
 #include <string.h>
@@ -9,7 +9,7 @@
 static GQuark
 signal_error_quark (void)
 {
-  return g_quark_from_static_string ("ppx-webrtc-signalling");
+  return g_quark_from_static_string ("ppx-server-signalling");
 }
 
 /* A string member of at most max_len bytes; NULL with an error naming the member otherwise. */

@@ -1,9 +1,9 @@
-/* personaplex-webrtc: personaplexduplex settings and the keeper that holds the shared model. */
-#include "webrtc-model.h"
+/* personaplex-server: personaplexduplex settings and the keeper that holds the shared model. */
+#include "server-model.h"
 
 #include <string.h>
 
-struct _PpxWebrtcModelKeeper {
+struct _PpxServerModelKeeper {
   GstElement *pipeline; /* just the keeper's personaplexduplex, in PAUSED */
   GstElement *duplex;
 };
@@ -11,7 +11,7 @@ struct _PpxWebrtcModelKeeper {
 static GQuark
 model_error_quark (void)
 {
-  return g_quark_from_static_string ("ppx-webrtc-model");
+  return g_quark_from_static_string ("ppx-server-model");
 }
 
 /* The plugin may not be installed yet when the server runs from the build tree. */
@@ -19,15 +19,15 @@ static GstElementFactory *
 find_duplex_factory (void)
 {
   GstElementFactory *f = gst_element_factory_find ("personaplexduplex");
-#ifdef PPX_WEBRTC_BUILD_PLUGIN_DIR
-  if (!f && gst_registry_scan_path (gst_registry_get (), PPX_WEBRTC_BUILD_PLUGIN_DIR))
+#ifdef PPX_SERVER_BUILD_PLUGIN_DIR
+  if (!f && gst_registry_scan_path (gst_registry_get (), PPX_SERVER_BUILD_PLUGIN_DIR))
     f = gst_element_factory_find ("personaplexduplex");
 #endif
   return f;
 }
 
 GstElement *
-ppx_webrtc_duplex_new (const PpxWebrtcOptions *o, const char *name, GError **error)
+ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, const char *name, GError **error)
 {
   g_autoptr (GstElementFactory) factory = find_duplex_factory ();
   GstElement *duplex = factory ? gst_element_factory_create (factory, name) : NULL;
@@ -38,13 +38,15 @@ ppx_webrtc_duplex_new (const PpxWebrtcOptions *o, const char *name, GError **err
     return NULL;
   }
   g_object_set (duplex, "model-dir", o->model_dir, "model-instance-id", o->model_instance_id, "greedy", o->greedy,
-                NULL);
+                "align-frames", !o->no_align_frames, "frame-messages", call != NULL, NULL);
   /* Each conversation samples with its own seed, so two callers saying the same words get
-   * different replies (reproducible from --seed). */
+   * different replies (reproducible from --seed), unless the call gives its own. */
   static gint sessions = 0;
   guint n = (guint) g_atomic_int_add (&sessions, 1);
   guint64 seed = o->seed >= 0 ? (guint64) o->seed + (guint64) n
                               : ((guint64) g_random_int () << 32) | g_random_int ();
+  if (call && call->has_seed)
+    seed = call->seed;
   g_object_set (duplex, "seed", seed, NULL);
   gst_util_set_object_arg (G_OBJECT (duplex), "backend", o->backend);
   gst_util_set_object_arg (G_OBJECT (duplex), "quantization", o->quantization);
@@ -53,12 +55,23 @@ ppx_webrtc_duplex_new (const PpxWebrtcOptions *o, const char *name, GError **err
   g_object_set (duplex, "max-sessions", o->max_sessions > 0 ? o->max_sessions + 1 : 0, NULL);
   if (o->batch_deadline_ms >= 0)
     g_object_set (duplex, "batch-deadline", (guint64) o->batch_deadline_ms * GST_MSECOND, NULL);
-  if (o->voice_prompt)
-    g_object_set (duplex, "voice-prompt", o->voice_prompt, NULL);
-  if (o->text_prompt)
+  const char *voice = call && call->voice_prompt ? call->voice_prompt : o->voice_prompt;
+  if (voice)
+    g_object_set (duplex, "voice-prompt", voice, NULL);
+  if (call && call->text_prompt)
+    g_object_set (duplex, "text-prompt", call->text_prompt, NULL);
+  else if (o->text_prompt)
     g_object_set (duplex, "text-prompt", o->text_prompt, NULL);
-  if (o->text_prompt_tokens)
+  else if (o->text_prompt_tokens)
     g_object_set (duplex, "text-prompt-tokens", o->text_prompt_tokens, NULL);
+  if (call && call->has_temp_text)
+    g_object_set (duplex, "temp-text", (float) call->temp_text, NULL);
+  if (call && call->has_temp_audio)
+    g_object_set (duplex, "temp-audio", (float) call->temp_audio, NULL);
+  if (call && call->has_topk_text)
+    g_object_set (duplex, "topk-text", call->topk_text, NULL);
+  if (call && call->has_topk_audio)
+    g_object_set (duplex, "topk-audio", call->topk_audio, NULL);
   return duplex;
 }
 
@@ -78,27 +91,43 @@ take_bus_error (GstElement *pipeline, const char *model_dir, GError **error)
   }
 }
 
-PpxWebrtcModelKeeper *
-ppx_webrtc_model_keeper_new (const PpxWebrtcOptions *o, GError **error)
+PpxServerModelKeeper *
+ppx_server_model_keeper_new (const PpxServerOptions *o, GError **error)
 {
-  GstElement *duplex = ppx_webrtc_duplex_new (o, "model-keeper", error);
+  GstElement *duplex = ppx_server_duplex_new (o, NULL, "model-keeper", error);
   if (!duplex)
     return NULL;
-  PpxWebrtcModelKeeper *k = g_new0 (PpxWebrtcModelKeeper, 1);
+  PpxServerModelKeeper *k = g_new0 (PpxServerModelKeeper, 1);
   k->pipeline = gst_pipeline_new ("model-keeper");
   k->duplex = duplex;
   gst_bin_add (GST_BIN (k->pipeline), duplex);
   /* No sink: PAUSED is reached at once, after the element loaded the model and ran the prompts. */
   if (gst_element_set_state (k->pipeline, GST_STATE_PAUSED) == GST_STATE_CHANGE_FAILURE) {
     take_bus_error (k->pipeline, o->model_dir, error);
-    ppx_webrtc_model_keeper_free (k);
+    ppx_server_model_keeper_free (k);
     return NULL;
   }
   return k;
 }
 
+int
+ppx_server_model_keeper_device (PpxServerModelKeeper *k)
+{
+  int device = 0;
+  g_object_get (k->duplex, "device", &device, NULL);
+  return device;
+}
+
+GstStructure *
+ppx_server_model_keeper_stats (PpxServerModelKeeper *k)
+{
+  GstStructure *stats = NULL;
+  g_object_get (k->duplex, "stats", &stats, NULL);
+  return stats;
+}
+
 char *
-ppx_webrtc_model_keeper_describe (PpxWebrtcModelKeeper *k)
+ppx_server_model_keeper_describe (PpxServerModelKeeper *k)
 {
   g_autoptr (GstStructure) stats = NULL;
   g_object_get (k->duplex, "stats", &stats, NULL);
@@ -108,7 +137,7 @@ ppx_webrtc_model_keeper_describe (PpxWebrtcModelKeeper *k)
 }
 
 void
-ppx_webrtc_model_keeper_engine (PpxWebrtcModelKeeper *k, PpxWebrtcEngineInfo *info)
+ppx_server_model_keeper_engine (PpxServerModelKeeper *k, PpxServerEngineInfo *info)
 {
   g_autoptr (GstStructure) stats = NULL;
   memset (info, 0, sizeof *info);
@@ -121,7 +150,7 @@ ppx_webrtc_model_keeper_engine (PpxWebrtcModelKeeper *k, PpxWebrtcEngineInfo *in
 }
 
 void
-ppx_webrtc_model_keeper_free (PpxWebrtcModelKeeper *k)
+ppx_server_model_keeper_free (PpxServerModelKeeper *k)
 {
   if (!k)
     return;

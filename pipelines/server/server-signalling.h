@@ -1,4 +1,4 @@
-/* personaplex-webrtc: the JSON messages between server and page.
+/* personaplex-server: the JSON messages between server and page.
  *
  * WebSocket, page -> server:
  *   {"type":"answer","sdp":"v=0..."}
@@ -17,8 +17,8 @@
  *
  * Parsing never trusts the page: anything that is not one of the two page messages with the right
  * types and sane sizes is refused with a message saying why. */
-#ifndef PPX_WEBRTC_SIGNALLING_H
-#define PPX_WEBRTC_SIGNALLING_H
+#ifndef PPX_SERVER_SIGNALLING_H
+#define PPX_SERVER_SIGNALLING_H
 
 #include <glib.h>
 

@@ -1,0 +1,27 @@
+/* personaplex-server: who may use it. The token (--auth-token) that every call and /metrics must present, and
+ * the web origins allowed to open calls from a browser (issue 17, defect 4): the server's own addresses with
+ * their ports, and the --allowed-origin values. A request without Origin is not from a browser page and passes
+ * the origin check (the token, if any, still applies). */
+#ifndef PPX_SERVER_AUTH_H
+#define PPX_SERVER_AUTH_H
+
+#include <libsoup/soup.h>
+
+G_BEGIN_DECLS
+
+/* TRUE when no token is set, or the request carries it: "Authorization: Bearer TOKEN", or token=TOKEN in the
+ * query (browsers cannot set headers on a WebSocket). Compared in constant time. */
+gboolean ppx_auth_token_ok (SoupServerMessage *msg, GHashTable *query, const char *token);
+
+typedef struct _PpxOrigins PpxOrigins;
+
+/* The origins of the addresses `soup` listens on (every local interface address for a wildcard address;
+ * "localhost" beside loopback), with `scheme` ("http" or "https"), plus `allowed`. */
+PpxOrigins *ppx_origins_new (SoupServer *soup, const char *scheme, const char *const *allowed);
+gboolean ppx_origins_allow (const PpxOrigins *o, const char *origin);
+/* The list, for the log ("http://127.0.0.1:8080, http://localhost:8080"; g_free). */
+char *ppx_origins_describe (const PpxOrigins *o);
+void ppx_origins_free (PpxOrigins *o);
+
+G_END_DECLS
+#endif

@@ -1,0 +1,634 @@
+/* personaplex-server: one /api/chat call (server-chat.h).
+ *
+ * Threads: the main thread owns the call; GStreamer's streaming threads (the answer's appsink, the bus's sync
+ * handler) hand what they produce to the main context as a Delivery holding a reference, dropped there when the
+ * call ended meanwhile; state changes run on the worker pool (server-worker.h). */
+#include "server-chat.h"
+
+#include <gst/app/app.h>
+#include <string.h>
+
+#include "ogg-page.h"
+#include "server-worker.h"
+#include "server-ws.h"
+
+#define RECEIVE_CHAIN \
+  "appsrc name=in is-live=true format=bytes caps=application/ogg max-bytes=1048576 leaky-type=downstream ! " \
+  "oggdemux ! opusdec max-errors=0 ! audioconvert ! audioresample ! " \
+  "audio/x-raw,format=F32LE,rate=24000,channels=1,layout=interleaved ! " \
+  "queue name=decoded leaky=downstream max-size-time=400000000 max-size-buffers=0 max-size-bytes=0"
+/* The Opus packets become Ogg pages here (answer_packet), not in oggmux: oggmux holds each packet until the next
+ * one arrives (to know whether it is the last), which would hold every frame's last page for a frame (80 ms). */
+#define SEND_CHAIN \
+  "audioconvert name=convert ! opusenc frame-size=20 audio-type=voice ! appsink name=out sync=false async=false"
+#define PACKETS_PER_PAGE 2
+
+enum { KIND_HANDSHAKE = 0x00, KIND_AUDIO = 0x01, KIND_TEXT = 0x02, KIND_ERROR = 0x05 };
+
+typedef enum { JOINING, TALKING, ENDED } ChatState;
+
+typedef struct {
+  gint refcount;
+  PpxServer *server;
+  PpxServerCall *slot; /* NULL once removed */
+  guint id;
+  char *peer;
+  PpxCallParams params;
+  PpxWs *ws;
+  gboolean ws_pending; /* the upgrade is not complete yet */
+  GstElement *pipeline, *appsrc;
+  PpxOggReader *ogg;   /* checks the client's stream */
+  gboolean have_head, input_ended;
+  GByteArray *early;   /* audio before the handshake */
+  ChatState state;
+  gboolean joining, torn_down;
+  gint64 last_audio_us;
+  guint media_timer;
+  char *end_reason;    /* the metrics label of how it ended */
+  GMutex lock;         /* first_error: written by the bus's sync handler */
+  char *first_error;
+  gboolean busy;       /* the engine refused the session (no free slot) */
+  /* the answer's Ogg stream: the appsink's streaming thread only */
+  guint32 ogg_serial, ogg_sequence;
+  GPtrArray *ogg_packets; /* GBytes: packets of the page being filled */
+  gint64 ogg_granule;
+} Chat;
+
+typedef enum { DELIVER_AUDIO, DELIVER_TEXT, DELIVER_ERROR, DELIVER_EOS } DeliveryKind;
+
+typedef struct {
+  Chat *chat; /* a reference */
+  DeliveryKind kind;
+  GBytes *data;
+} Delivery;
+
+static void chat_end (Chat *chat, const char *reason, const char *why, gboolean tell_client);
+
+static Chat *
+chat_ref (Chat *chat)
+{
+  g_atomic_int_inc (&chat->refcount);
+  return chat;
+}
+
+static void
+chat_unref (gpointer data)
+{
+  Chat *chat = data;
+  if (!g_atomic_int_dec_and_test (&chat->refcount))
+    return;
+  ppx_ws_free (chat->ws);
+  if (chat->pipeline)
+    gst_object_unref (chat->pipeline);
+  if (chat->appsrc)
+    gst_object_unref (chat->appsrc);
+  ppx_ogg_reader_free (chat->ogg);
+  g_byte_array_unref (chat->early);
+  g_ptr_array_unref (chat->ogg_packets);
+  ppx_call_params_clear (&chat->params);
+  g_mutex_clear (&chat->lock);
+  g_free (chat->first_error);
+  g_free (chat->end_reason);
+  g_free (chat->peer);
+  g_free (chat);
+}
+
+/* ---- sending ---- */
+
+static gboolean
+send_kind (Chat *chat, guint8 kind, const void *data, gsize len)
+{
+  if (!chat->ws || !ppx_ws_is_open (chat->ws))
+    return FALSE;
+  g_autofree guint8 *msg = g_malloc (len + 1);
+  msg[0] = kind;
+  if (len)
+    memcpy (msg + 1, data, len);
+  if (ppx_ws_send_binary (chat->ws, msg, len + 1))
+    return TRUE;
+  if (ppx_ws_end_reason (chat->ws))
+    chat_end (chat, ppx_ws_end_label (chat->ws), ppx_ws_end_reason (chat->ws), FALSE);
+  return FALSE;
+}
+
+/* ---- deliveries from the streaming threads ---- */
+
+static gboolean
+deliver (gpointer data)
+{
+  Delivery *d = data;
+  Chat *chat = d->chat;
+  if (chat->state != TALKING)
+    return G_SOURCE_REMOVE;
+  gsize len = 0;
+  const char *bytes = d->data ? g_bytes_get_data (d->data, &len) : NULL;
+  switch (d->kind) {
+    case DELIVER_AUDIO:
+      send_kind (chat, KIND_AUDIO, bytes, len);
+      break;
+    case DELIVER_TEXT:
+      send_kind (chat, KIND_TEXT, bytes, len);
+      break;
+    case DELIVER_ERROR: {
+      g_autofree char *why = g_strndup (bytes, len);
+      chat_end (chat, "error", why, TRUE);
+      break;
+    }
+    case DELIVER_EOS:
+      chat_end (chat, "end_of_stream", "the client's audio ended (Ogg end of stream) and was all answered", FALSE);
+      break;
+  }
+  return G_SOURCE_REMOVE;
+}
+
+static void
+delivery_free (gpointer data)
+{
+  Delivery *d = data;
+  chat_unref (d->chat);
+  if (d->data)
+    g_bytes_unref (d->data);
+  g_free (d);
+}
+
+/* From any thread; takes `bytes`. */
+static void
+post (Chat *chat, DeliveryKind kind, GBytes *bytes)
+{
+  Delivery *d = g_new0 (Delivery, 1);
+  d->chat = chat_ref (chat);
+  d->kind = kind;
+  d->data = bytes;
+  g_main_context_invoke_full (g_main_context_default (), G_PRIORITY_DEFAULT, deliver, d, delivery_free);
+}
+
+/* Sends the packets gathered as one page (of `flags`). */
+static void
+answer_page (Chat *chat, guint8 flags)
+{
+  gint64 granule = chat->ogg_sequence < 2 ? 0 : chat->ogg_granule; /* headers: 0 */
+  GBytes *page = ppx_ogg_page_build (chat->ogg_serial, chat->ogg_sequence++, flags, granule,
+                                     (const GBytes *const *) chat->ogg_packets->pdata, chat->ogg_packets->len);
+  g_ptr_array_set_size (chat->ogg_packets, 0);
+  post (chat, DELIVER_AUDIO, page);
+}
+
+/* The header pages, from opusenc's caps (streamheader: OpusHead, then OpusTags): a page each, the first flagged
+ * BOS. The granule positions start at OpusHead's pre-skip. */
+static void
+answer_headers (Chat *chat, GstCaps *caps)
+{
+  const GValue *headers = caps ? gst_structure_get_value (gst_caps_get_structure (caps, 0), "streamheader") : NULL;
+  for (guint i = 0; headers && GST_VALUE_HOLDS_ARRAY (headers) && i < gst_value_array_get_size (headers); i++) {
+    GstBuffer *header = gst_value_get_buffer (gst_value_array_get_value (headers, i));
+    GstMapInfo map;
+    if (!header || !gst_buffer_map (header, &map, GST_MAP_READ))
+      continue;
+    guint pre_skip;
+    if (ppx_ogg_opus_head (map.data, map.size, NULL, &pre_skip))
+      chat->ogg_granule = pre_skip;
+    g_ptr_array_add (chat->ogg_packets, g_bytes_new (map.data, map.size));
+    gst_buffer_unmap (header, &map);
+    answer_page (chat, i == 0 ? PPX_OGG_FLAG_BOS : 0);
+  }
+}
+
+/* One Opus packet of opusenc: a page every PACKETS_PER_PAGE packets, sent at once. Granule positions count 48 kHz
+ * samples, pre-skip included; opusenc's durations leave out what its clipping takes off (the pre-skip of the
+ * first packet, the padding of the last), so the last page's granule ends exactly at the answer's end. */
+static void
+answer_packet (Chat *chat, GstBuffer *buf)
+{
+  GstMapInfo map;
+  if (!gst_buffer_map (buf, &map, GST_MAP_READ))
+    return;
+  g_ptr_array_add (chat->ogg_packets, g_bytes_new (map.data, map.size));
+  gst_buffer_unmap (buf, &map);
+  if (GST_BUFFER_DURATION_IS_VALID (buf))
+    chat->ogg_granule += (gint64) gst_util_uint64_scale_round (GST_BUFFER_DURATION (buf), 48000, GST_SECOND);
+  if (chat->ogg_packets->len >= PACKETS_PER_PAGE)
+    answer_page (chat, 0);
+}
+
+static GstFlowReturn
+on_answer (GstAppSink *sink, gpointer user_data)
+{
+  Chat *chat = user_data;
+  GstSample *sample = gst_app_sink_pull_sample (sink);
+  if (!sample)
+    return GST_FLOW_EOS;
+  if (chat->ogg_sequence == 0)
+    answer_headers (chat, gst_sample_get_caps (sample));
+  GstBuffer *buf = gst_sample_get_buffer (sample);
+  if (buf && gst_buffer_get_size (buf))
+    answer_packet (chat, buf);
+  gst_sample_unref (sample);
+  return GST_FLOW_OK;
+}
+
+static void
+on_answer_eos (GstAppSink *sink, gpointer user_data)
+{
+  Chat *chat = user_data;
+  if (chat->ogg_sequence >= 2) /* the last packets, or an empty page that ends the stream */
+    answer_page (chat, PPX_OGG_FLAG_EOS);
+  post (user_data, DELIVER_EOS, NULL);
+}
+
+/* Everything the pipeline posts is read here, on the thread that posts it, and dropped. */
+static GstBusSyncReply
+on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
+{
+  Chat *chat = user_data;
+  if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+    g_autoptr (GError) e = NULL;
+    gst_message_parse_error (msg, &e, NULL);
+    g_autofree char *text = g_strdup_printf ("%s: %s", GST_OBJECT_NAME (GST_MESSAGE_SRC (msg)), e->message);
+    g_mutex_lock (&chat->lock);
+    gboolean first = !chat->first_error;
+    if (first) {
+      chat->first_error = g_strdup (text);
+      chat->busy = g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_BUSY);
+    }
+    g_mutex_unlock (&chat->lock);
+    if (first)
+      post (chat, DELIVER_ERROR, g_bytes_new (text, strlen (text)));
+  } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ELEMENT) {
+    const GstStructure *s = gst_message_get_structure (msg);
+    double step_ms;
+    const char *text;
+    if (gst_structure_has_name (s, "personaplex-frame") && gst_structure_get_double (s, "step-ms", &step_ms))
+      ppx_metrics_frame (step_ms);
+    else if (gst_structure_has_name (s, "personaplex-text") && (text = gst_structure_get_string (s, "text")) &&
+             *text)
+      post (chat, DELIVER_TEXT, g_bytes_new (text, strlen (text)));
+  }
+  return GST_BUS_DROP;
+}
+
+/* ---- the pipeline ---- */
+
+/* A bin of `description` whose element `sink` / `src` (NULL: none) get ghost pads. Unlinked pads are not
+ * ghosted automatically: oggdemux's delayed link to opusdec would find opusdec's sink taken by a ghost pad. */
+static GstElement *
+parse_chain (const char *description, const char *name, const char *sink, const char *src, GError **error)
+{
+  GstElement *bin = gst_parse_bin_from_description_full (description, FALSE, NULL, GST_PARSE_FLAG_FATAL_ERRORS,
+                                                         error);
+  if (!bin)
+    return NULL;
+  gst_object_set_name (GST_OBJECT (bin), name);
+  const char *names[] = {sink, src}, *pads[] = {"sink", "src"};
+  for (int i = 0; i < 2; i++) {
+    if (!names[i])
+      continue;
+    g_autoptr (GstElement) e = gst_bin_get_by_name (GST_BIN (bin), names[i]);
+    g_autoptr (GstPad) pad = gst_element_get_static_pad (e, pads[i]);
+    gst_element_add_pad (bin, gst_ghost_pad_new (pads[i], pad));
+  }
+  return bin;
+}
+
+static gboolean
+build_pipeline (Chat *chat, GError **error)
+{
+  const PpxServerOptions *o = ppx_server_get_options (chat->server);
+  g_autofree char *name = g_strdup_printf ("chat-%u", chat->id);
+  chat->pipeline = gst_pipeline_new (name);
+  GstElement *receive, *duplex, *send, *text_sink;
+  if (!(receive = parse_chain (RECEIVE_CHAIN, "receive", NULL, "decoded", error)))
+    return FALSE;
+  gst_bin_add (GST_BIN (chat->pipeline), receive);
+  if (!(duplex = ppx_server_duplex_new (o, &chat->params, "duplex", error)))
+    return FALSE;
+  gst_bin_add (GST_BIN (chat->pipeline), duplex);
+  if (!(send = parse_chain (SEND_CHAIN, "send", "convert", NULL, error)))
+    return FALSE;
+  gst_bin_add (GST_BIN (chat->pipeline), send);
+  text_sink = gst_element_factory_make ("fakesink", "text-sink");
+  g_object_set (text_sink, "async", FALSE, "sync", FALSE, NULL);
+  gst_bin_add (GST_BIN (chat->pipeline), text_sink);
+  if (!gst_element_link (receive, duplex) || !gst_element_link_pads (duplex, "src", send, "sink") ||
+      !gst_element_link_pads (duplex, "text_src", text_sink, "sink")) {
+    g_set_error (error, g_quark_from_static_string ("ppx-server-chat"), 0, "linking personaplexduplex failed");
+    return FALSE;
+  }
+  chat->appsrc = gst_bin_get_by_name (GST_BIN (receive), "in");
+  g_autoptr (GstElement) out = gst_bin_get_by_name (GST_BIN (send), "out");
+  GstAppSinkCallbacks callbacks = {.new_sample = on_answer, .eos = on_answer_eos};
+  gst_app_sink_set_callbacks (GST_APP_SINK (out), &callbacks, chat, NULL);
+  g_autoptr (GstBus) bus = gst_element_get_bus (chat->pipeline);
+  gst_bus_set_sync_handler (bus, on_bus_sync, chat, NULL);
+  return TRUE;
+}
+
+/* ---- teardown ---- */
+
+static void
+stop_pipeline (gpointer data, gpointer unused)
+{
+  Chat *chat = data;
+  gst_element_set_state (chat->pipeline, GST_STATE_NULL);
+}
+
+static gboolean
+on_stopped (gpointer data)
+{
+  Chat *chat = data;
+  g_autoptr (GstBus) bus = gst_element_get_bus (chat->pipeline);
+  gst_bus_set_sync_handler (bus, NULL, NULL, NULL);
+  chat->torn_down = TRUE;
+  if (chat->slot) {
+    ppx_server_call_remove (chat->slot, chat->end_reason ? chat->end_reason : "error");
+    chat->slot = NULL;
+  }
+  return G_SOURCE_REMOVE;
+}
+
+/* Stops the pipeline on a worker (the engine slot is freed there), once the join is over. */
+static void
+teardown (Chat *chat)
+{
+  if (chat->joining || chat->torn_down)
+    return;
+  ppx_server_work (stop_pipeline, on_stopped, chat_ref (chat), chat_unref);
+}
+
+/* Ends the call once: one log line; 0x05 with `why` when `tell_client`; the WebSocket closed; teardown. */
+static void
+chat_end (Chat *chat, const char *reason, const char *why, gboolean tell_client)
+{
+  if (chat->state == ENDED)
+    return;
+  chat->state = ENDED;
+  chat->end_reason = g_strdup (reason);
+  if (chat->media_timer) {
+    g_source_remove (chat->media_timer);
+    chat->media_timer = 0;
+  }
+  g_printerr ("personaplex-server: call %u (%s): ended: %s\n", chat->id, chat->peer, why);
+  if (chat->ws && ppx_ws_is_open (chat->ws)) {
+    if (tell_client)
+      send_kind (chat, KIND_ERROR, why, strlen (why));
+    gboolean normal = g_str_equal (reason, "end_of_stream");
+    gboolean bad_input = g_str_equal (reason, "bad_input");
+    ppx_ws_close (chat->ws, normal ? SOUP_WEBSOCKET_CLOSE_NORMAL
+                            : bad_input ? SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION
+                            : g_str_equal (reason, "drain") ? SOUP_WEBSOCKET_CLOSE_GOING_AWAY
+                            : SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, NULL);
+  }
+  teardown (chat);
+}
+
+/* ---- the client's audio ---- */
+
+static void
+push_audio (Chat *chat, const guint8 *data, gsize len)
+{
+  gst_app_src_push_buffer (GST_APP_SRC (chat->appsrc), gst_buffer_new_memdup (data, len));
+  if (chat->input_ended)
+    gst_app_src_end_of_stream (GST_APP_SRC (chat->appsrc));
+}
+
+/* Checks the pages these bytes complete: Ogg pages with valid checksums, the first one an OpusHead. */
+static gboolean
+check_ogg (Chat *chat, const guint8 *data, gsize len, GError **error)
+{
+  ppx_ogg_reader_push (chat->ogg, data, len);
+  PpxOggPage page;
+  while (ppx_ogg_reader_next (chat->ogg, &page, error)) {
+    guint channels = 0;
+    if (!chat->have_head &&
+        (!(page.flags & PPX_OGG_FLAG_BOS) || !ppx_ogg_opus_head (page.body, page.body_len, &channels, NULL) ||
+         channels < 1 || channels > 2)) {
+      g_set_error (error, g_quark_from_static_string ("ppx-server-chat"), 0,
+                   "not an Ogg Opus stream: its first page is not an OpusHead of 1 or 2 channels");
+      return FALSE;
+    }
+    chat->have_head = TRUE;
+    if (page.flags & PPX_OGG_FLAG_EOS)
+      chat->input_ended = TRUE;
+  }
+  return !*error;
+}
+
+static void
+on_audio (Chat *chat, const guint8 *data, gsize len)
+{
+  g_autoptr (GError) error = NULL;
+  if (chat->input_ended) {
+    chat_end (chat, "bad_input", "audio after the Ogg end-of-stream page", TRUE);
+    return;
+  }
+  if (!check_ogg (chat, data, len, &error)) {
+    g_autofree char *why = g_strdup_printf ("malformed Ogg: %s", error->message);
+    chat_end (chat, "bad_input", why, TRUE);
+    return;
+  }
+  chat->last_audio_us = g_get_monotonic_time ();
+  if (chat->input_ended && chat->media_timer) {
+    g_source_remove (chat->media_timer); /* no more audio to wait for: the rest is answered, then it ends */
+    chat->media_timer = 0;
+  }
+  if (chat->state == TALKING) {
+    push_audio (chat, data, len);
+  } else if (chat->early->len + len <= PPX_CHAT_MAX_EARLY_AUDIO) {
+    g_byte_array_append (chat->early, data, (guint) len);
+  } else {
+    chat_end (chat, "bad_input", "more than 256 KiB of audio before the handshake", TRUE);
+  }
+}
+
+static void
+on_message (PpxWs *ws, gint type, GBytes *message, gpointer user_data)
+{
+  Chat *chat = user_data;
+  if (chat->state == ENDED)
+    return;
+  gsize len;
+  const guint8 *data = g_bytes_get_data (message, &len);
+  if (type != SOUP_WEBSOCKET_DATA_BINARY) {
+    chat_end (chat, "bad_input", "a text message: the protocol's messages are binary", TRUE);
+  } else if (len == 0) {
+    chat_end (chat, "bad_input", "an empty message (no kind byte)", TRUE);
+  } else if (data[0] == KIND_AUDIO) {
+    on_audio (chat, data + 1, len - 1);
+  } else {
+    g_autofree char *why = g_strdup_printf ("a message of unknown kind 0x%02x", data[0]);
+    chat_end (chat, "bad_input", why, TRUE);
+  }
+}
+
+static void
+on_closed (PpxWs *ws, gpointer user_data)
+{
+  Chat *chat = user_data;
+  if (chat->state != ENDED) {
+    const char *reason = ppx_ws_end_reason (ws);
+    g_autofree char *why = reason ? g_strdup (reason)
+                                  : g_strdup_printf ("closed by the client (code %u)%s", ppx_ws_peer_close_code (ws),
+                                                     chat->state == JOINING ? " during the prompts" : "");
+    chat_end (chat, ppx_ws_end_label (ws), why, FALSE);
+  }
+  chat_unref (chat); /* the WebSocket's reference */
+}
+
+static gboolean
+on_media_check (gpointer user_data)
+{
+  Chat *chat = user_data;
+  int timeout = ppx_server_get_options (chat->server)->media_timeout;
+  if (g_get_monotonic_time () - chat->last_audio_us <= (gint64) timeout * G_USEC_PER_SEC)
+    return G_SOURCE_CONTINUE;
+  chat->media_timer = 0;
+  g_autofree char *why = g_strdup_printf ("no audio from the client for %d s", timeout);
+  chat_end (chat, "timeout", why, TRUE);
+  return G_SOURCE_REMOVE;
+}
+
+/* ---- the join ---- */
+
+static void
+start_pipeline (gpointer data, gpointer unused)
+{
+  Chat *chat = data;
+  if (gst_element_set_state (chat->pipeline, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
+    g_mutex_lock (&chat->lock);
+    if (!chat->first_error)
+      chat->first_error = g_strdup ("the call's pipeline could not start");
+    g_mutex_unlock (&chat->lock);
+  }
+}
+
+static void
+send_handshake (Chat *chat)
+{
+  chat->state = TALKING;
+  ppx_server_call_joined (chat->slot);
+  send_kind (chat, KIND_HANDSHAKE, NULL, 0);
+  g_printerr ("personaplex-server: call %u (%s): prompts done, handshake sent\n", chat->id, chat->peer);
+  chat->last_audio_us = g_get_monotonic_time ();
+  if (!chat->input_ended)
+    chat->media_timer = g_timeout_add_seconds (1, on_media_check, chat);
+  if (chat->early->len) {
+    push_audio (chat, chat->early->data, chat->early->len);
+    g_byte_array_set_size (chat->early, 0);
+  }
+}
+
+static gboolean
+on_started (gpointer data)
+{
+  Chat *chat = data;
+  chat->joining = FALSE;
+  g_mutex_lock (&chat->lock);
+  g_autofree char *error = g_strdup (chat->first_error);
+  gboolean busy = chat->busy;
+  g_mutex_unlock (&chat->lock);
+  if (chat->state == ENDED) {
+    teardown (chat); /* it ended during the prompts (the client left): stop now */
+  } else if (error) {
+    chat_end (chat, busy ? "engine_full" : "error", busy ? "the server is full (the engine has no free slot)"
+                                                         : error, TRUE);
+  } else if (chat->ws_pending) {
+    chat->state = TALKING; /* the handshake follows the upgrade */
+  } else {
+    send_handshake (chat);
+  }
+  return G_SOURCE_REMOVE;
+}
+
+static void
+on_upgraded (PpxWs *ws, gpointer user_data)
+{
+  Chat *chat = user_data;
+  chat->ws_pending = FALSE;
+  if (!ws) {
+    chat_end (chat, "client_closed", "the client left before the upgrade", FALSE);
+    chat_unref (chat);
+    return;
+  }
+  chat->ws = ws;
+  PpxWsCallbacks callbacks = {on_message, on_closed, chat}; /* keeps the upgrade's reference */
+  ppx_ws_set_callbacks (ws, &callbacks);
+  if (chat->state == TALKING)
+    send_handshake (chat);
+  else if (chat->state == ENDED)
+    ppx_ws_close (ws, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, NULL);
+}
+
+/* ---- the server's view ---- */
+
+static void
+server_end (gpointer call, const char *why)
+{
+  chat_end (call, "drain", why, TRUE);
+}
+
+static void
+server_destroy (gpointer call)
+{
+  Chat *chat = call;
+  chat->state = ENDED;
+  chat->slot = NULL;
+  if (chat->media_timer)
+    g_source_remove (chat->media_timer);
+  chat->media_timer = 0;
+  if (!chat->torn_down) {
+    gst_element_set_state (chat->pipeline, GST_STATE_NULL);
+    g_autoptr (GstBus) bus = gst_element_get_bus (chat->pipeline);
+    gst_bus_set_sync_handler (bus, NULL, NULL, NULL);
+    chat->torn_down = TRUE;
+  }
+  if (chat->ws)
+    ppx_ws_close (chat->ws, SOUP_WEBSOCKET_CLOSE_GOING_AWAY, "server stopping");
+}
+
+static const PpxServerCallClass chat_class = {server_end, server_destroy};
+
+void
+ppx_server_chat_start (PpxServer *server, SoupServerMessage *msg, PpxCallParams *params)
+{
+  const PpxServerOptions *o = ppx_server_get_options (server);
+  PpxWsLimits limits = {PPX_CHAT_MAX_MESSAGE, PPX_CHAT_MAX_SEND_QUEUE, (guint) o->ping_interval,
+                        (guint) o->ping_timeout};
+  Chat *chat = g_new0 (Chat, 1);
+  chat->refcount = 1; /* the upgrade's, then the WebSocket's */
+  chat->server = server;
+  chat->params = *params;
+  memset (params, 0, sizeof *params);
+  chat->ogg = ppx_ogg_reader_new ();
+  chat->early = g_byte_array_new ();
+  chat->ogg_packets = g_ptr_array_new_with_free_func ((GDestroyNotify) g_bytes_unref);
+  chat->ogg_serial = g_random_int ();
+  g_mutex_init (&chat->lock);
+  if (!ppx_ws_accept (msg, &limits, on_upgraded, chat)) {
+    g_printerr ("personaplex-server: refused /api/chat from %s: not a WebSocket handshake\n",
+                soup_server_message_get_remote_host (msg));
+    ppx_metrics_refused (PPX_PROTO_CHAT, "bad_request");
+    chat_unref (chat);
+    return;
+  }
+  chat->ws_pending = TRUE;
+  chat->id = ppx_server_next_call_id (server);
+  chat->peer = g_strdup_printf ("%s:%u", soup_server_message_get_remote_host (msg),
+                                g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (
+                                    soup_server_message_get_remote_address (msg))));
+  chat->slot = ppx_server_call_add (server, PPX_PROTO_CHAT, &chat_class, chat);
+  g_printerr ("personaplex-server: call %u (%s): /api/chat, voice %s, text prompt %s%s\n", chat->id, chat->peer,
+              chat->params.voice_prompt ? chat->params.voice_prompt : o->voice_prompt ? o->voice_prompt : "none",
+              chat->params.text_prompt ? "of the call" : o->text_prompt || o->text_prompt_tokens ? "default" : "none",
+              chat->params.has_seed ? ", seed of the call" : "");
+  g_autoptr (GError) error = NULL;
+  if (!build_pipeline (chat, &error)) {
+    chat->state = ENDED;
+    chat->end_reason = g_strdup ("error");
+    g_printerr ("personaplex-server: call %u (%s): ended: %s\n", chat->id, chat->peer, error->message);
+    chat->torn_down = TRUE;
+    ppx_server_call_remove (chat->slot, "error");
+    chat->slot = NULL;
+    return; /* the upgrade's callback closes the WebSocket */
+  }
+  chat->joining = TRUE;
+  ppx_server_work (start_pipeline, on_started, chat_ref (chat), chat_unref);
+}

@@ -1,0 +1,61 @@
+/* personaplex-server: the HTTP server (libsoup 3) and the calls it holds.
+ *
+ *   /api/chat    the PersonaPlex WebSocket protocol (server-chat.h)
+ *   /ws          WebRTC signalling for the built-in page (server-webrtc.h)
+ *   /api/voices  the model's voices (JSON)
+ *   /health      200 while a call can be taken, 503 when full or draining (server-metrics.h)
+ *   /metrics     Prometheus text
+ *   /            the WebRTC page, or the --static web client (server-static.h)
+ *
+ * Before a call's upgrade: the Origin (403), the token (401), the capacity and drain (/api/chat: 503; /ws: the
+ * page is told the server is busy) and the call's parameters (400); nothing of this costs model time. Every
+ * call, of either protocol, holds one of the engine's slots from its acceptance until its teardown finished. */
+#ifndef PPX_SERVER_HTTP_H
+#define PPX_SERVER_HTTP_H
+
+#include <libsoup/soup.h>
+
+#include "server-metrics.h"
+#include "server-model.h"
+#include "server-options.h"
+#include "server-params.h"
+
+G_BEGIN_DECLS
+
+typedef struct _PpxServer PpxServer;
+typedef struct _PpxServerCall PpxServerCall;
+
+/* Listens on options->address:options->port (TLS when asked). `options` and `keeper` must outlive the server;
+ * more than `max_calls` calls at once are refused. */
+PpxServer *ppx_server_new (const PpxServerOptions *options, PpxServerModelKeeper *keeper, int max_calls,
+                           GError **error);
+/* "http://127.0.0.1:8080/" or "https://..." (g_free). */
+char *ppx_server_get_url (PpxServer *server);
+/* SIGTERM: takes no more calls; open calls run on for --drain-timeout, then each is ended; `loop` is quit once
+ * none is left. */
+void ppx_server_drain (PpxServer *server, GMainLoop *loop);
+/* Ends every call at once and stops listening. */
+void ppx_server_free (PpxServer *server);
+
+/* ---- for the calls ---- */
+
+typedef struct {
+  /* The server ends the call (drain timeout): it tells the client why (0x05, or the page's error message), closes
+   * its WebSocket and tears down as usual, then calls ppx_server_call_remove. */
+  void (*end) (gpointer call, const char *why);
+  /* At exit: stop and free now (synchronously; no ppx_server_call_remove). */
+  void (*destroy) (gpointer call);
+} PpxServerCallClass;
+
+const PpxServerOptions *ppx_server_get_options (PpxServer *server);
+const char *ppx_server_get_model (PpxServer *server); /* "cpu / bf16" */
+guint ppx_server_next_call_id (PpxServer *server);
+/* Takes a slot for a call (a logged line says so); the server counts it until ppx_server_call_remove. */
+PpxServerCall *ppx_server_call_add (PpxServer *server, PpxProto proto, const PpxServerCallClass *klass, gpointer call);
+/* The call's prompts are done: its join time (from ppx_server_call_add) goes to the metrics. */
+void ppx_server_call_joined (PpxServerCall *c);
+/* The call's teardown finished; `reason` is its metrics label (server-metrics.h). Frees `c`. */
+void ppx_server_call_remove (PpxServerCall *c, const char *reason);
+
+G_END_DECLS
+#endif

@@ -1,0 +1,245 @@
+/* personaplex-server: counters and histograms for /health and /metrics (server-metrics.h). */
+#include "server-metrics.h"
+
+#include <json-glib/json-glib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FRAME_MS 80.0
+#define RECENT_FRAMES 1024 /* the window of tick_ms_p50 / p99 */
+
+static const double tick_bounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.16, 0.32, 0.64};
+static const double join_bounds[] = {0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64};
+#define N_TICK (G_N_ELEMENTS (tick_bounds) + 1)
+#define N_JOIN (G_N_ELEMENTS (join_bounds) + 1)
+
+static const char *const proto_names[PPX_PROTO_N] = {"chat", "webrtc"};
+
+typedef struct {
+  guint64 buckets[N_JOIN > N_TICK ? N_JOIN : N_TICK]; /* not cumulative; the last is +Inf */
+  guint64 count;
+  double sum;
+} Histogram;
+
+static struct {
+  GMutex lock;
+  GHashTable *counts; /* "series{labels}" -> guint64* */
+  Histogram ticks, joins[PPX_PROTO_N];
+  double recent[RECENT_FRAMES];
+  guint n_recent, next_recent;
+  guint64 overruns;
+} M;
+
+static void
+observe (Histogram *h, const double *bounds, guint n_bounds, double v)
+{
+  guint i = 0;
+  while (i < n_bounds && v > bounds[i])
+    i++;
+  h->buckets[i]++;
+  h->count++;
+  h->sum += v;
+}
+
+static void
+count (const char *series, PpxProto proto, const char *reason)
+{
+  g_autofree char *key = reason ? g_strdup_printf ("%s{protocol=\"%s\",reason=\"%s\"}", series, proto_names[proto],
+                                                   reason)
+                                : g_strdup_printf ("%s{protocol=\"%s\"}", series, proto_names[proto]);
+  g_mutex_lock (&M.lock);
+  if (!M.counts)
+    M.counts = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, g_free);
+  guint64 *n = g_hash_table_lookup (M.counts, key);
+  if (!n) {
+    n = g_new0 (guint64, 1);
+    g_hash_table_insert (M.counts, g_steal_pointer (&key), n);
+  }
+  (*n)++;
+  g_mutex_unlock (&M.lock);
+}
+
+void
+ppx_metrics_accepted (PpxProto proto)
+{
+  count ("personaplex_calls_accepted_total", proto, NULL);
+}
+
+void
+ppx_metrics_refused (PpxProto proto, const char *reason)
+{
+  count ("personaplex_calls_refused_total", proto, reason);
+}
+
+void
+ppx_metrics_ended (PpxProto proto, const char *reason)
+{
+  count ("personaplex_calls_ended_total", proto, reason);
+}
+
+void
+ppx_metrics_join (PpxProto proto, double seconds)
+{
+  g_mutex_lock (&M.lock);
+  observe (&M.joins[proto], join_bounds, G_N_ELEMENTS (join_bounds), seconds);
+  g_mutex_unlock (&M.lock);
+}
+
+void
+ppx_metrics_frame (double step_ms)
+{
+  g_mutex_lock (&M.lock);
+  observe (&M.ticks, tick_bounds, G_N_ELEMENTS (tick_bounds), step_ms / 1000.0);
+  if (step_ms > FRAME_MS)
+    M.overruns++;
+  M.recent[M.next_recent] = step_ms;
+  M.next_recent = (M.next_recent + 1) % RECENT_FRAMES;
+  M.n_recent = MIN (M.n_recent + 1, RECENT_FRAMES);
+  g_mutex_unlock (&M.lock);
+}
+
+static int
+compare_doubles (const void *a, const void *b)
+{
+  double x = *(const double *) a, y = *(const double *) b;
+  return x < y ? -1 : x > y;
+}
+
+void
+ppx_metrics_ticks (double *p50, double *p99, guint64 *overruns)
+{
+  double sorted[RECENT_FRAMES];
+  g_mutex_lock (&M.lock);
+  guint n = M.n_recent;
+  memcpy (sorted, M.recent, n * sizeof (double));
+  *overruns = M.overruns;
+  g_mutex_unlock (&M.lock);
+  qsort (sorted, n, sizeof (double), compare_doubles);
+  /* nearest rank */
+  *p50 = n ? sorted[(guint) ((n - 1) * 0.50 + 0.5)] : 0.0;
+  *p99 = n ? sorted[(guint) ((n - 1) * 0.99 + 0.5)] : 0.0;
+}
+
+/* ---- /health ---- */
+
+char *
+ppx_metrics_health_json (const PpxServerGauges *g)
+{
+  double p50, p99;
+  guint64 overruns;
+  ppx_metrics_ticks (&p50, &p99, &overruns);
+  g_autoptr (JsonBuilder) b = json_builder_new ();
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "sessions");
+  json_builder_add_int_value (b, g->sessions);
+  json_builder_set_member_name (b, "capacity");
+  json_builder_add_int_value (b, g->capacity);
+  json_builder_set_member_name (b, "free");
+  json_builder_add_int_value (b, g->capacity > g->sessions && !g->draining ? g->capacity - g->sessions : 0);
+  json_builder_set_member_name (b, "draining");
+  json_builder_add_boolean_value (b, g->draining);
+  json_builder_set_member_name (b, "tick_ms_p50");
+  json_builder_add_double_value (b, p50);
+  json_builder_set_member_name (b, "tick_ms_p99");
+  json_builder_add_double_value (b, p99);
+  json_builder_set_member_name (b, "overruns");
+  json_builder_add_int_value (b, (gint64) overruns);
+  const char *names[] = {"backend", "device", "quantization", "kv_cache_format"};
+  const char *values[] = {g->backend, g->device, g->quantization, g->kv_cache_format};
+  for (guint i = 0; i < G_N_ELEMENTS (names); i++) {
+    json_builder_set_member_name (b, names[i]);
+    json_builder_add_string_value (b, values[i] ? values[i] : "unknown");
+  }
+  json_builder_end_object (b);
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  return json_to_string (root, FALSE);
+}
+
+/* ---- /metrics ---- */
+
+/* Numbers in the C locale, whatever LC_NUMERIC says. */
+static const char *
+num (char *buf, const char *format, double v)
+{
+  return g_ascii_formatd (buf, G_ASCII_DTOSTR_BUF_SIZE, format, v);
+}
+
+static void
+histogram_text (GString *out, const char *name, const char *labels, const Histogram *h, const double *bounds,
+                guint n_bounds)
+{
+  guint64 cumulative = 0;
+  const char *sep = *labels ? "," : "";
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  for (guint i = 0; i <= n_bounds; i++) {
+    cumulative += h->buckets[i];
+    if (i < n_bounds)
+      g_string_append_printf (out, "%s_bucket{%s%sle=\"%s\"} %" G_GUINT64_FORMAT "\n", name, labels, sep,
+                              num (buf, "%g", bounds[i]), cumulative);
+    else
+      g_string_append_printf (out, "%s_bucket{%s%sle=\"+Inf\"} %" G_GUINT64_FORMAT "\n", name, labels, sep,
+                              cumulative);
+  }
+  g_autofree char *braces = *labels ? g_strdup_printf ("{%s}", labels) : g_strdup ("");
+  g_string_append_printf (out, "%s_sum%s %s\n%s_count%s %" G_GUINT64_FORMAT "\n", name, braces,
+                          num (buf, "%.6f", h->sum), name, braces, h->count);
+}
+
+static void
+counters_text (GString *out, const char *series, const char *help)
+{
+  g_string_append_printf (out, "# HELP %s %s\n# TYPE %s counter\n", series, help, series);
+  g_autoptr (GList) keys = g_hash_table_get_keys (M.counts);
+  keys = g_list_sort (keys, (GCompareFunc) strcmp);
+  gsize len = strlen (series);
+  for (GList *l = keys; l; l = l->next)
+    if (strncmp (l->data, series, len) == 0 && ((char *) l->data)[len] == '{')
+      g_string_append_printf (out, "%s %" G_GUINT64_FORMAT "\n", (char *) l->data,
+                              *(guint64 *) g_hash_table_lookup (M.counts, l->data));
+}
+
+char *
+ppx_metrics_prometheus (const PpxServerGauges *g)
+{
+  GString *out = g_string_new (NULL);
+  g_string_append_printf (out,
+                          "# HELP personaplex_sessions_active Calls holding (or about to hold) an engine slot.\n"
+                          "# TYPE personaplex_sessions_active gauge\npersonaplex_sessions_active %u\n"
+                          "# HELP personaplex_sessions_capacity Calls the engine holds at once.\n"
+                          "# TYPE personaplex_sessions_capacity gauge\npersonaplex_sessions_capacity %u\n"
+                          "# HELP personaplex_draining 1 after SIGTERM while open calls finish.\n"
+                          "# TYPE personaplex_draining gauge\npersonaplex_draining %d\n",
+                          g->sessions, g->capacity, g->draining ? 1 : 0);
+  g_string_append_printf (out,
+                          "# HELP personaplex_device_memory_bytes Device memory held (host memory on the CPU): the "
+                          "model's weights and the engine (every call's state and the batch scratch).\n"
+                          "# TYPE personaplex_device_memory_bytes gauge\n"
+                          "personaplex_device_memory_bytes{backend=\"%s\",part=\"weights\"} %" G_GUINT64_FORMAT "\n"
+                          "personaplex_device_memory_bytes{backend=\"%s\",part=\"engine\"} %" G_GUINT64_FORMAT "\n",
+                          g->backend ? g->backend : "unknown", g->weight_bytes, g->backend ? g->backend : "unknown",
+                          g->engine_bytes);
+  g_mutex_lock (&M.lock);
+  if (!M.counts)
+    M.counts = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, g_free);
+  counters_text (out, "personaplex_calls_accepted_total", "Calls accepted, by protocol.");
+  counters_text (out, "personaplex_calls_refused_total", "Calls refused before they started, by protocol and "
+                 "reason.");
+  counters_text (out, "personaplex_calls_ended_total", "Calls ended, by protocol and reason.");
+  g_string_append (out, "# HELP personaplex_overruns_total Call frames whose engine tick took longer than 80 ms.\n"
+                        "# TYPE personaplex_overruns_total counter\n");
+  g_string_append_printf (out, "personaplex_overruns_total %" G_GUINT64_FORMAT "\n", M.overruns);
+  g_string_append (out, "# HELP personaplex_tick_duration_seconds Wall time of the engine tick that stepped each "
+                        "call frame (one observation per call frame).\n"
+                        "# TYPE personaplex_tick_duration_seconds histogram\n");
+  histogram_text (out, "personaplex_tick_duration_seconds", "", &M.ticks, tick_bounds, G_N_ELEMENTS (tick_bounds));
+  g_string_append (out, "# HELP personaplex_join_duration_seconds From the connection to the handshake (the "
+                        "call's prompts done), by protocol.\n"
+                        "# TYPE personaplex_join_duration_seconds histogram\n");
+  for (int p = 0; p < PPX_PROTO_N; p++) {
+    g_autofree char *labels = g_strdup_printf ("protocol=\"%s\"", proto_names[p]);
+    histogram_text (out, "personaplex_join_duration_seconds", labels, &M.joins[p], join_bounds,
+                    G_N_ELEMENTS (join_bounds));
+  }
+  g_mutex_unlock (&M.lock);
+  return g_string_free (out, FALSE);
+}

@@ -1,0 +1,42 @@
+/* personaplex-server: the shared model. Every session's personaplexduplex names the same
+ * model-instance-id, so the process loads the weights once; a keeper element holds them between
+ * sessions and makes a bad model directory or prompt fail at startup instead of at the first call. */
+#ifndef PPX_SERVER_MODEL_H
+#define PPX_SERVER_MODEL_H
+
+#include <gst/gst.h>
+
+#include "server-options.h"
+#include "server-params.h"
+
+G_BEGIN_DECLS
+
+/* A new personaplexduplex with the options' model and model-instance-id, and the call's prompts and sampling
+ * (`call` NULL: the server's defaults); NULL with an error when the element is not installed. A call's element
+ * posts a personaplex-frame message every frame (the server's tick figures; server-metrics.h). */
+GstElement *ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, const char *name,
+                                   GError **error);
+
+typedef struct _PpxServerModelKeeper PpxServerModelKeeper;
+
+/* Loads the model (and runs the prompts once, as every session will). Slow for a large model. */
+PpxServerModelKeeper *ppx_server_model_keeper_new (const PpxServerOptions *o, GError **error);
+/* Backend and quantization the model was loaded with, e.g. "cpu / bf16". */
+char *ppx_server_model_keeper_describe (PpxServerModelKeeper *k);
+/* The CUDA device index the model was asked for. */
+int ppx_server_model_keeper_device (PpxServerModelKeeper *k);
+/* The keeper's personaplex-stats (backend, quantization, kv-cache-format, memory-bytes, engine-bytes...). */
+GstStructure *ppx_server_model_keeper_stats (PpxServerModelKeeper *k);
+
+/* The engine every session shares: its slots (the keeper holds one), bytes of one session's state and
+ * of the whole engine, and its KV cache format ("bf16"; g_free). */
+typedef struct {
+  guint max_sessions;
+  guint64 session_bytes, engine_bytes;
+  char *kv_cache_format;
+} PpxServerEngineInfo;
+void ppx_server_model_keeper_engine (PpxServerModelKeeper *k, PpxServerEngineInfo *info);
+void ppx_server_model_keeper_free (PpxServerModelKeeper *k);
+
+G_END_DECLS
+#endif

@@ -1,0 +1,81 @@
+/* What the personaplex-server tests share: a tiny model directory with a tokenizer and voices, a server started
+ * as a user starts it (127.0.0.1, --port 0) with its log captured, plain HTTP requests, a raw WebSocket client
+ * (for what no well-behaved client sends), and the server's resident memory. Environment (tests/meson.build):
+ * PPX_SERVER, PPX_MAKE_MODEL, PPX_MAKE_TOKENIZER, GST_PLUGIN_PATH_1_0; speech from ../shared/data when present. */
+#ifndef PPX_SERVER_FIXTURE_H
+#define PPX_SERVER_FIXTURE_H
+
+#include <gio/gio.h>
+
+#include "chat-client.h"
+
+G_BEGIN_DECLS
+
+/* The model directory (made once per test program): the tiny model, a SentencePiece tokenizer (text pieces),
+ * voices/VOICE1.wav and VOICE2.wav (1-1.5 s of speech), voices/NATF0.pt (embeddings) and voices/LONG.wav
+ * (60 s: a long prompt phase). Removed at exit. */
+const char *fixture_model_dir (void);
+/* Speech (or a synthetic voice-like signal without ../shared/data), 24 kHz mono, `seconds` long, starting
+ * `offset` seconds in. */
+PpxChatAudio *fixture_speech (double offset, double seconds);
+
+typedef struct {
+  GSubprocess *proc;
+  char *url;       /* "http://127.0.0.1:PORT/" */
+  char *ws_url;    /* "ws://127.0.0.1:PORT/api/chat" */
+  guint port;
+  GString *log;    /* stderr so far (fixture_server_log reads more) */
+  GInputStream *err;
+} FixtureServer;
+
+/* Starts the server with --model-dir, --port 0 and `args` (NULL-terminated); fails the test if it does not
+ * serve within 60 s. */
+FixtureServer *fixture_server_start (const char *const *args);
+/* The log so far (reads what the server wrote since the last call). */
+const char *fixture_server_log (FixtureServer *s);
+/* Lines of the log containing `needle`. */
+guint fixture_server_log_count (FixtureServer *s, const char *needle);
+/* Waits (iterating the default context) until the log contains `needle`; FALSE after timeout_ms. */
+gboolean fixture_server_wait_log (FixtureServer *s, const char *needle, guint timeout_ms);
+/* SIGTERM and waits; returns the exit status (-1: it had to be killed after timeout_ms). */
+int fixture_server_stop (FixtureServer *s, guint timeout_ms);
+void fixture_server_signal (FixtureServer *s, int signum);
+/* Waits for an exit; the status, or -1 after timeout_ms. */
+int fixture_server_wait_exit (FixtureServer *s, guint timeout_ms);
+void fixture_server_free (FixtureServer *s);
+/* The server's resident memory (kB), from /proc. */
+guint64 fixture_server_rss_kb (FixtureServer *s);
+
+/* A call on the default context with `params` (key, value, ...; NULL-terminated or NULL) saying `audio`. */
+PpxChatCall *fixture_call_new (FixtureServer *s, const char *const *params, PpxChatAudio *audio, PpxChatPacing pacing,
+                               gboolean end_of_stream);
+/* The same, keeping the bytes of every 0x01 message (kind byte removed) in `answer`. */
+PpxChatCall *fixture_call_new_recording (FixtureServer *s, const char *const *params, PpxChatAudio *audio,
+                                         PpxChatPacing pacing, gboolean end_of_stream, GByteArray *answer);
+
+/* An HTTP request (GET unless `method`) with extra headers ("Name: value" strings, NULL-terminated or NULL):
+ * the status, and the body when `body` is not NULL; *ms the time it took. */
+guint fixture_http (FixtureServer *s, const char *method, const char *path, const char *const *headers, char **body,
+                    double *ms);
+
+/* ---- a raw WebSocket client (RFC 6455 by hand, on a blocking socket) ---- */
+typedef struct {
+  GSocketConnection *conn;
+  GSocket *socket;
+  guint status;        /* the HTTP status of the upgrade */
+  GByteArray *pending; /* bytes read past the handshake */
+} RawWs;
+
+/* Connects to `path` (with `extra` request headers, e.g. "Origin: ..."); NULL only when the TCP connection fails. */
+RawWs *raw_ws_connect (FixtureServer *s, const char *path, const char *const *extra);
+/* Sends one frame (masked, as a client must); FALSE when the socket refused (the server closed it). */
+gboolean raw_ws_send_frame (RawWs *ws, guint8 opcode, gboolean fin, const void *payload, gsize len);
+/* Reads the next frame (up to timeout_ms): its opcode (-1 on timeout or end), payload in *out (g_free). */
+int raw_ws_read_frame (RawWs *ws, guint8 **out, gsize *len, guint timeout_ms);
+/* Reads until the server's close frame or the end of the connection: the close code, 1006 without one,
+ * -1 on timeout. */
+int raw_ws_wait_close (RawWs *ws, guint timeout_ms);
+void raw_ws_free (RawWs *ws);
+
+G_END_DECLS
+#endif

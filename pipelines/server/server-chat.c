@@ -12,9 +12,12 @@
 #include "server-worker.h"
 #include "server-ws.h"
 
+/* capssetter: oggdemux puts the OpusHead's input sample rate in the caps (44100 from a browser whose audio runs
+ * at 44.1 kHz, as the reference web client's encoder writes it) and opusdec refuses any rate Opus does not
+ * decode at; that field is informational (RFC 7845 5.1), so the caps say 48000, the rate of every Opus stream. */
 #define RECEIVE_CHAIN \
   "appsrc name=in is-live=true format=bytes caps=application/ogg max-bytes=1048576 leaky-type=downstream ! " \
-  "oggdemux ! opusdec max-errors=0 ! audioconvert ! audioresample ! " \
+  "oggdemux ! capssetter caps=audio/x-opus,rate=48000 ! opusdec max-errors=0 ! audioconvert ! audioresample ! " \
   "audio/x-raw,format=F32LE,rate=24000,channels=1,layout=interleaved ! " \
   "queue name=decoded leaky=downstream max-size-time=400000000 max-size-buffers=0 max-size-bytes=0"
 /* The Opus packets become Ogg pages here (answer_packet), not in oggmux: oggmux holds each packet until the next

@@ -4,7 +4,7 @@
 # The client is built here by scripts/build-reference-client.sh into $PPX_WEBCLIENT_BUILD, once per client
 # version (later runs reuse it). Skips (77) without node, npm, chromium, the client's sources (no checkout,
 # mirror or network: set PPX_PERSONAPLEX_SOURCE to a checkout) or the npm registry.
-# Environment (set by tests/meson.build): PPX_SERVER, PPX_MAKE_MODEL, PPX_MAKE_TOKENIZER,
+# Environment (set by tests/meson.build): PPX_SERVER, PPX_MAKE_MODEL, PPX_MAKE_TOKENIZER, PPX_MAKE_VOICE,
 # PPX_WEBCLIENT_BUILD, PPX_WEBCLIENT_ARTIFACTS, PPX_SOURCE_ROOT.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

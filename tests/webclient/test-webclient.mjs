@@ -11,17 +11,13 @@
 //      the agent's text appears in the text display;
 //   4. a screenshot; Disconnect ends the call; the server stops cleanly on SIGTERM.
 // Artifacts (screenshots, server, browser and page logs) go to $PPX_WEBCLIENT_ARTIFACTS.
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Browser, headlessChromiumArgs } from '../webrtc/cdp.mjs';
+import { env, sleep, check, failures, waitFor, makeTinyModel, ServerProcess } from '../webrtc/harness.mjs';
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set`);
-  return value;
-};
 const artifacts = env('PPX_WEBCLIENT_ARTIFACTS');
 const serverExe = env('PPX_SERVER');
 const makeModel = env('PPX_MAKE_MODEL');
@@ -35,66 +31,12 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const PERSONA = 'You work for a bakery called Crumbs and take orders for birthday cakes.';
 const VOICE = 'NATM1.pt'; // not the client's default (NATF0.pt): the choice must travel
 const SILENCE_RMS = 1e-3; // -60 dBFS
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-let failures = 0;
 
-function check(ok, what) {
-  console.log(`${ok ? 'ok' : 'FAIL'} - ${what}`);
-  if (!ok) failures++;
-  return ok;
-}
-
-async function waitFor(what, probe, timeoutMs, intervalMs = 250) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const value = await probe();
-    if (value) return value;
-    await sleep(intervalMs);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-}
-
-// ---- the model and the server ----
-
+// The tiny model, and two of the voice names the client lists (its default one and ours).
 function makeModelDir() {
-  const dir = path.join(artifacts, 'model');
-  fs.rmSync(dir, { recursive: true, force: true });
-  execFileSync(makeModel, ['--preset', 'tiny', '--output-dir', dir], { stdio: 'inherit' });
-  execFileSync(makeTokenizer, [dir], { stdio: 'inherit' });
-  // The client lists its own voice names: the model needs files of the default one and of ours.
+  const dir = makeTinyModel(path.join(artifacts, 'model'), makeModel, makeTokenizer);
   execFileSync(makeVoice, [dir, 'NATF0.pt', VOICE], { stdio: 'inherit' });
   return dir;
-}
-
-class Server {
-  constructor(args) {
-    this.log = fs.createWriteStream(path.join(artifacts, 'server.log'));
-    this.output = '';
-    this.proc = spawn(serverExe, ['--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
-    this.running = true;
-    this.exited.then(() => { this.running = false; });
-    this.url = new Promise((resolve, reject) => {
-      const take = (d) => {
-        this.output += d;
-        this.log.write(d);
-        const m = this.output.match(/serving (http:\/\/\S+)/);
-        if (m) resolve(m[1].endsWith('/') ? m[1] : m[1] + '/');
-      };
-      this.proc.stdout.on('data', take);
-      this.proc.stderr.on('data', take);
-      this.exited.then(({ code }) => reject(new Error(`the server exited (${code}) before serving:\n${this.output}`)));
-    });
-  }
-
-  async stop() {
-    if (this.running) this.proc.kill('SIGTERM');
-    const timer = setTimeout(() => this.proc.kill('SIGKILL'), 40000);
-    const result = await this.exited;
-    clearTimeout(timer);
-    this.log.end();
-    return result;
-  }
 }
 
 // ---- the client's files ----
@@ -260,15 +202,13 @@ async function saveClientLogs(page) {
 async function main() {
   fs.mkdirSync(artifacts, { recursive: true });
   const modelDir = makeModelDir();
-  const server = new Server(['--model-dir', modelDir, '--static', dist]);
+  const server = new ServerProcess(serverExe, ['--model-dir', modelDir, '--port', '0', '--static', dist],
+    path.join(artifacts, 'server.log'));
   const userDataDir = fs.mkdtempSync(path.join(artifacts, 'chromium-profile-'));
   const browserLog = fs.createWriteStream(path.join(artifacts, 'chromium.log'));
   let browser, page, result;
   try {
-    let timer;
-    const url = await Promise.race([server.url, new Promise((resolve, reject) => {
-      timer = setTimeout(() => reject(new Error('the server did not start within 120 s')), 120000);
-    })]).finally(() => clearTimeout(timer));
+    const url = await server.started(120000);
     check(/^http:\/\/127\.0\.0\.1:\d+\/$/.test(url), `the server listens on 127.0.0.1 (${url})`);
     await testStaticFiles(url);
 
@@ -286,13 +226,13 @@ async function main() {
     if (browser) await browser.close();
     browserLog.end();
     fs.rmSync(userDataDir, { recursive: true, force: true });
-    result = await server.stop();
+    result = await server.stop(40000);
   }
   check(result.code === 0, `the server stops cleanly on SIGTERM (exit ${result.code}, signal ${result.signal})`);
-  check(!/CRITICAL|WARNING \*\*/.test(server.output), 'no GLib criticals or warnings in the server log');
+  check(!/CRITICAL|WARNING \*\*/.test(server.stderr), 'no GLib criticals or warnings in the server log');
   console.log(`artifacts: ${artifacts}`);
-  if (failures) {
-    console.log(`${failures} check(s) failed; server log:\n${server.output.slice(-6000)}`);
+  if (failures()) {
+    console.log(`${failures()} check(s) failed; server log:\n${server.stderr.slice(-6000)}`);
     process.exit(1);
   }
 }

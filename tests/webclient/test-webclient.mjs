@@ -1,8 +1,8 @@
 // The reference PersonaPlex web client (NVIDIA/personaplex client/, built by
 // scripts/build-reference-client.sh) served by personaplex-server --static, driven by headless Chromium with
 // a fake microphone as a user drives it (run by tests/test-webclient.sh):
-//   1. a tiny random model with a small tokenizer and two of the voices the client lists; the server on 127.0.0.1, any free port,
-//      serving the client's dist/;
+//   1. a tiny random model with a small tokenizer and two of the voices the client lists; the server on
+//      127.0.0.1, any free port, on the CPU, serving the client's dist/;
 //   2. the server hands out the client's files with the types a browser insists on;
 //   3. in the page: type a persona, pick a voice, press Connect (the page asks for the microphone);
 //      the WebSocket goes to /api/chat with them, the handshake arrives and the page says so (its button

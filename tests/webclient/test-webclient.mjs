@@ -202,8 +202,8 @@ async function saveClientLogs(page) {
 async function main() {
   fs.mkdirSync(artifacts, { recursive: true });
   const modelDir = makeModelDir();
-  const server = new ServerProcess(serverExe, ['--model-dir', modelDir, '--port', '0', '--static', dist],
-    path.join(artifacts, 'server.log'));
+  const server = new ServerProcess(serverExe,
+    ['--model-dir', modelDir, '--backend', 'cpu', '--port', '0', '--static', dist], path.join(artifacts, 'server.log'));
   const userDataDir = fs.mkdtempSync(path.join(artifacts, 'chromium-profile-'));
   const browserLog = fs.createWriteStream(path.join(artifacts, 'chromium.log'));
   let browser, page, result;

@@ -10,7 +10,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root="${PPX_SOURCE_ROOT:-$here/..}"
 
-. "$here/browser-env.sh" "${PPX_WEBCLIENT_AUDIO:-$root/../shared/data/input_assistant.wav}"
+. "$here/browser-env.sh" "${PPX_WEBCLIENT_AUDIO:-${PPX_DATA_DIR:-$root/../shared/data}/input_assistant.wav}"
 
 status=0
 dist=$(timeout 540 "$root/scripts/build-reference-client.sh" --out "$PPX_WEBCLIENT_BUILD" | tail -1) || status=$?

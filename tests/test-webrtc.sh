@@ -6,5 +6,5 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-. "$here/browser-env.sh" "${PPX_WEBRTC_AUDIO:-${PPX_SOURCE_ROOT:-$here/..}/../shared/data/input_assistant.wav}"
+. "$here/browser-env.sh" "${PPX_WEBRTC_AUDIO:-${PPX_DATA_DIR:-${PPX_SOURCE_ROOT:-$here/..}/../shared/data}/input_assistant.wav}"
 exec node "$here/webrtc/test-webrtc.mjs"

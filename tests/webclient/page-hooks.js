@@ -6,9 +6,10 @@
 //            the 0x02 text and 0x05 errors,
 //            when and how it closed, the first 25 messages sent (hex);
 //   levels:  the RMS of what the client's player (its 'moshi-processor' audio worklet, which feeds the
-//            speakers) puts out, every 100 ms, through an analyser of our own on that node's output.
+//            speakers) puts out, every 100 ms, through an analyser of our own on that node's output;
+//   micLevels: the RMS of the microphone as the client takes it in, every 100 ms.
 (() => {
-  const state = (window.__ppx = { sockets: [], levels: [], sampleRate: null, audioState: null });
+  const state = (window.__ppx = { sockets: [], levels: [], micLevels: [], sampleRate: null, audioState: null });
   const kindName = ['handshake', 'audio', 'text', 'control', 'metadata', 'error', 'ping'];
   const count = (table, kind) => {
     const name = kindName[kind] ?? `kind ${kind}`;
@@ -64,6 +65,25 @@
     }
   };
 
+  // RMS of an analyser's input now.
+  const levelOf = (analyser, samples) => {
+    analyser.getFloatTimeDomainData(samples);
+    let sum = 0;
+    for (const x of samples) sum += x * x;
+    return Math.sqrt(sum / samples.length);
+  };
+
+  // The microphone as the client takes it in (its meter's source).
+  const nativeCreateSource = AudioContext.prototype.createMediaStreamSource;
+  AudioContext.prototype.createMediaStreamSource = function (stream) {
+    const source = nativeCreateSource.call(this, stream);
+    const analyser = this.createAnalyser();
+    source.connect(analyser);
+    const samples = new Float32Array(analyser.fftSize);
+    setInterval(() => state.micLevels.push(levelOf(analyser, samples)), 100);
+    return source;
+  };
+
   const NativeWorkletNode = window.AudioWorkletNode;
   window.AudioWorkletNode = class extends NativeWorkletNode {
     constructor(context, name, options) {
@@ -75,10 +95,7 @@
       const samples = new Float32Array(analyser.fftSize);
       state.sampleRate = context.sampleRate;
       setInterval(() => {
-        analyser.getFloatTimeDomainData(samples);
-        let sum = 0;
-        for (const x of samples) sum += x * x;
-        state.levels.push(Math.sqrt(sum / samples.length));
+        state.levels.push(levelOf(analyser, samples));
         state.audioState = context.state;
       }, 100);
     }

@@ -139,11 +139,24 @@ async function testConversation(page, url) {
   }, 10000).catch(() => null);
   check(ui !== null && ui.dot === 'bg-[#76b900]', `the page shows the call: button "${ui?.button}", status dot ${ui?.dot}`);
 
-  // Listen: the client's own figure and our analyser on its player's output.
+  // Listen for 8 s: the client's own figure and our analyser on its player's output. The screenshot is the
+  // last one taken (at most one a second) in the second half while the microphone is heard (the speech in
+  // the file has pauses) and text is shown.
   const before = await state(page);
   const playedBefore = (await shown(page)).played ?? 0;
-  await sleep(8000);
+  let shot = null, shotAt = 0;
+  for (const end = Date.now() + 8000; Date.now() < end;) {
+    await sleep(100);
+    if (end - Date.now() > 4000 || Date.now() - shotAt < 1000) continue;
+    const now = await page.evaluate('({ mic: window.__ppx.micLevels.at(-1) ?? 0, text: document.querySelector(".player-text")?.innerText.trim() })');
+    if (now.mic > 0.01 && now.text) {
+      shot = await page.screenshot();
+      shotAt = Date.now();
+    }
+  }
   const after = await state(page);
+  const micLoud = after.micLevels.slice(before.micLevels.length).filter((x) => x > SILENCE_RMS).length;
+  check(micLoud > 0, `the client takes in the fake microphone (${micLoud} level samples above -60 dBFS)`);
   const s = after.sockets.at(-1);
   const levels = after.levels.slice(before.levels.length);
   const loud = levels.filter((x) => x > SILENCE_RMS).length;
@@ -156,8 +169,11 @@ async function testConversation(page, url) {
   check(playedAfter - playedBefore >= 2, `the client plays the agent's audio: "Audio played" went from ${playedBefore.toFixed(2)} s to ${playedAfter.toFixed(2)} s in 8 s (its "Missed audio" ${stats.missed} s, "Latency" ${stats.latency} s)`);
   console.log(`# audio sent: ${gapFigures(s.sentAudioTimes)}`);
   console.log(`# audio received: ${gapFigures(s.audioTimes)}`);
-  check(levels.length >= 40 && loud >= levels.length * 0.6,
-    `what the player sends to the speakers is not silent (${loud}/${levels.length} level samples above -60 dBFS; AudioContext ${after.audioState} at ${after.sampleRate} Hz)`);
+  // The player is silent while it waits for audio (the "Missed audio" above): while it plays (a sample every
+  // 100 ms), it plays sound.
+  const playing = Math.round((playedAfter - playedBefore) * 10);
+  check(levels.length >= 40 && loud >= 10 && loud >= playing * 0.7,
+    `what the player sends to the speakers is not silent (${loud}/${levels.length} level samples above -60 dBFS, for ${playing} samples' worth of audio played; AudioContext ${after.audioState} at ${after.sampleRate} Hz)`);
 
   const text = await waitFor('text in the text display', async () => {
     const [page_, seen] = [await shown(page), await socketOf(page)];
@@ -165,9 +181,13 @@ async function testConversation(page, url) {
   }, 20000).catch(() => null);
   check(text !== null && text.shown.replace(/\s+/g, ' ') === text.received.trim().replace(/\s+/g, ' '),
     `the agent's text appears in the text display (${JSON.stringify(text?.shown.slice(0, 80))})`);
-  const shot = await page.screenshot();
+  shot ??= await page.screenshot();
   fs.writeFileSync(path.join(artifacts, 'reference-client.png'), shot);
   check(shot.length > 10000, `screenshot: ${path.join(artifacts, 'reference-client.png')} (${shot.length} bytes)`);
+
+  const health = await (await fetch(new URL('/health', url))).json();
+  check(health.sessions === 1, `the server's /health counts the page's call (sessions ${health.sessions})`);
+  console.log(`# server ticks: p50 ${health.tick_ms_p50} ms, p99 ${health.tick_ms_p99} ms, ${health.overruns} overrun(s)`);
 
   const final = await socketOf(page);
 
@@ -176,7 +196,7 @@ async function testConversation(page, url) {
   return final;
 }
 
-async function testDisconnect(page) {
+async function testDisconnect(page, url) {
   await page.click(buttonNamed('Disconnect'), 'Disconnect button');
   const closed = await waitFor('the WebSocket to close', async () => {
     const s = await socketOf(page);
@@ -185,6 +205,11 @@ async function testDisconnect(page) {
   const ui = await shown(page);
   check(closed !== null && ui.button === 'New Conversation',
     `Disconnect closes the WebSocket (code ${closed?.closeCode}) and the page offers a new conversation ("${ui.button}")`);
+  const ended = await waitFor('the server to end the call', async () => {
+    const h = await (await fetch(new URL('/health', url))).json();
+    return h.sessions === 0 ? h : null;
+  }, 10000).catch(() => null);
+  check(ended !== null, 'the server ends the call (/health: 0 sessions)');
 }
 
 // The page's console, and the start of what the client sent (its Ogg Opus stream, without the 0x01 bytes:
@@ -215,7 +240,7 @@ async function main() {
     browser = new Browser(chromium, headlessChromiumArgs(userDataDir, '1100,850', micFile), (s) => browserLog.write(s));
     page = await browser.newPage(url, { initScript: fs.readFileSync(path.join(here, 'page-hooks.js'), 'utf8') });
     await testConversation(page, url);
-    await testDisconnect(page);
+    await testDisconnect(page, url);
     const sockets = (await state(page)).sockets;
     check(sockets.length === 1, `the page opened one WebSocket (${sockets.length})`);
     const exceptions = page.consoleLines.filter((l) => /^exception|Decoder worker error|Uncaught/.test(l));

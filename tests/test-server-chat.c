@@ -113,6 +113,135 @@ test_call (void)
   fixture_server_free (s);
 }
 
+/* The handshake comes when the call's prompts are done: a 60 s voice prompt (750 prompt frames, and the voice
+ * read and encoded) makes a call wait longer for it than a 1 s one; the handshake is the first message. */
+static void
+test_handshake_after_prompts (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  double join[2];
+  const char *voices[] = {"VOICE2.wav", "LONG.wav"};
+  for (int i = 0; i < 2; i++) {
+    const char *params[] = {"voice_prompt", voices[i], NULL};
+    g_autoptr (PpxChatCall) call = fixture_call_new (s, params, NULL, PPX_CHAT_PACE_FAST, FALSE);
+    gint64 deadline = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
+    while (!ppx_chat_call_get_record (call)->handshake_us && !ppx_chat_call_is_finished (call) &&
+           g_get_monotonic_time () < deadline)
+      g_main_context_iteration (NULL, TRUE);
+    const PpxChatRecord *r = ppx_chat_call_get_record (call);
+    g_assert_cmpint (r->handshake_us, >, 0);
+    g_assert_cmpint (event (r, 0)->kind, ==, PPX_CHAT_HANDSHAKE);
+    join[i] = ppx_chat_record_join_ms (r);
+    ppx_chat_call_close (call);
+    g_assert_true (ppx_chat_call_wait (call, 10000));
+  }
+  g_printerr ("join with a 1 s voice prompt: %.1f ms; with a 60 s one: %.1f ms\n", join[0], join[1]);
+  g_assert_cmpfloat (join[1], >, join[0]);
+  g_assert_cmpuint (fixture_server_log_count (s, "prompts done, handshake sent"), ==, 2);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
+typedef struct {
+  const char *const *params;
+  double offset;
+} Caller;
+
+/* Two calls at once on one engine, each with its own persona, voice, seed and speech, answer exactly as each
+ * does alone (the CPU engine is batch-independent, sampling is keyed by seed and frame): the same Opus decodes to
+ * the same PCM, the same text. Frame alignment is off (it would lead a joining call with silence). */
+static void
+test_two_calls_equal_solo (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", "--no-align-frames", NULL});
+  const char *a[] = {"text_prompt", "You are a pirate captain.", "voice_prompt", "VOICE1.wav", "seed", "11", NULL};
+  const char *b[] = {"text_prompt", "<system> You teach music. <system>", "voice_prompt", "NATF0.pt", "seed", "22",
+                     "text_temperature", "0.9", "audio_topk", "100", NULL};
+  Caller callers[2] = {{a, 3.0}, {b, 11.0}};
+  PpxChatAudio *audio[2];
+  GArray *solo_pcm[2];
+  char *solo_text[2];
+  for (int i = 0; i < 2; i++) {
+    audio[i] = fixture_speech (callers[i].offset, 3.0);
+    g_autoptr (PpxChatCall) call = fixture_call_new (s, callers[i].params, audio[i], PPX_CHAT_PACE_REALTIME, TRUE);
+    const PpxChatRecord *r = run_call (call, 60000);
+    g_assert_cmpint (r->close_code, ==, 1000);
+    solo_pcm[i] = g_array_ref (r->pcm);
+    solo_text[i] = g_strdup (r->text->str);
+  }
+  PpxChatCall *both[2];
+  for (int i = 0; i < 2; i++)
+    both[i] = fixture_call_new (s, callers[i].params, audio[i], PPX_CHAT_PACE_REALTIME, TRUE);
+  g_assert_true (ppx_chat_calls_wait (both, 2, NULL, 60000));
+  for (int i = 0; i < 2; i++) {
+    const PpxChatRecord *r = ppx_chat_call_get_record (both[i]);
+    g_assert_cmpint (r->close_code, ==, 1000);
+    g_printerr ("caller %d: %u samples alone and %u together, text '%s'\n", i, solo_pcm[i]->len, r->pcm->len,
+                r->text->str);
+    g_assert_cmpuint (r->pcm->len, ==, solo_pcm[i]->len);
+    g_assert_cmpmem (r->pcm->data, r->pcm->len * sizeof (float), solo_pcm[i]->data, solo_pcm[i]->len * sizeof (float));
+    g_assert_cmpstr (r->text->str, ==, solo_text[i]);
+    ppx_chat_call_free (both[i]);
+    g_array_unref (solo_pcm[i]);
+    g_free (solo_text[i]);
+    ppx_chat_audio_unref (audio[i]);
+  }
+  /* different personas, voices and seeds do give different answers */
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
+/* Bad parameters are refused with 400 before the upgrade (no call starts); parameters without a counterpart are
+ * accepted and named once in the log. */
+static void
+test_params (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "1", NULL});
+  const char *bad[][2] = {
+    {"text_temperature", "abc"}, {"text_temperature", "-1"}, {"audio_temperature", "11"}, {"text_topk", "0"},
+    {"audio_topk", "70000"}, {"text_topk", "2.5"}, {"seed", "-5"}, {"seed", "x"},
+    {"voice_prompt", "NOPE.pt"}, {"voice_prompt", "../voices/VOICE1.wav"}, {"voice_prompt", "/etc/passwd"},
+    {"text_temperature", "nan"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (bad); i++) {
+    const char *params[] = {bad[i][0], bad[i][1], NULL};
+    g_autoptr (PpxChatCall) call = fixture_call_new (s, params, NULL, PPX_CHAT_PACE_FAST, FALSE);
+    const PpxChatRecord *r = run_call (call, 10000);
+    g_assert_cmpuint (r->http_status, ==, 400);
+    g_assert_cmpint (r->handshake_us, ==, 0);
+  }
+  g_autofree char *long_prompt = g_strnfill (5000, 'a');
+  const char *too_long[] = {"text_prompt", long_prompt, NULL};
+  g_autoptr (PpxChatCall) refused = fixture_call_new (s, too_long, NULL, PPX_CHAT_PACE_FAST, FALSE);
+  g_assert_cmpuint (run_call (refused, 10000)->http_status, ==, 400);
+  g_assert_cmpuint (fixture_server_log_count (s, "/api/chat, voice"), ==, 0); /* no call started */
+  /* what the reference client sends, all of it */
+  const char *reference[] = {"text_temperature", "0.7", "text_topk", "25", "audio_temperature", "0.8",
+                             "audio_topk", "250", "pad_mult", "0", "text_seed", "123", "audio_seed", "456",
+                             "repetition_penalty_context", "64", "repetition_penalty", "1.0",
+                             "text_prompt", "You are a wise and friendly teacher.", "voice_prompt", "NATF0", NULL};
+  for (int i = 0; i < 2; i++) {
+    g_autoptr (PpxChatCall) call = fixture_call_new (s, reference, NULL, PPX_CHAT_PACE_FAST, FALSE);
+    while (!ppx_chat_call_get_record (call)->handshake_us && !ppx_chat_call_is_finished (call))
+      g_main_context_iteration (NULL, TRUE);
+    g_assert_cmpuint (ppx_chat_call_get_record (call)->http_status, ==, 101);
+    g_assert_cmpint (ppx_chat_call_get_record (call)->handshake_us, >, 0);
+    ppx_chat_call_close (call);
+    g_assert_true (ppx_chat_call_wait (call, 10000));
+    g_assert_true (fixture_server_wait_log (s, "ended: closed by the client", 10000));
+    for (int tries = 0; fixture_server_log_count (s, "torn down") < (guint) i + 1 && tries < 500; tries++)
+      g_usleep (20000);
+    g_assert_cmpuint (fixture_server_log_count (s, "torn down"), ==, (guint) i + 1);
+  }
+  const char *ignored[] = {"pad_mult", "audio_seed", "repetition_penalty_context", "repetition_penalty"};
+  for (guint i = 0; i < G_N_ELEMENTS (ignored); i++) {
+    g_autofree char *note = g_strdup_printf ("call parameter '%s' has no counterpart", ignored[i]);
+    g_assert_cmpuint (fixture_server_log_count (s, note), ==, 1);
+  }
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -120,5 +249,8 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   fixture_model_dir ();
   g_test_add_func ("/server-chat/call", test_call);
+  g_test_add_func ("/server-chat/handshake-after-prompts", test_handshake_after_prompts);
+  g_test_add_func ("/server-chat/two-calls-equal-solo", test_two_calls_equal_solo);
+  g_test_add_func ("/server-chat/params", test_params);
   return g_test_run ();
 }

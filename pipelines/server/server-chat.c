@@ -12,14 +12,18 @@
 #include "server-worker.h"
 #include "server-ws.h"
 
-/* capssetter: oggdemux puts the OpusHead's input sample rate in the caps (44100 from a browser whose audio runs
+/* The client's audio is read no faster than the model answers it: when INPUT_HIGH bytes of Ogg wait in appsrc (the
+ * decoded queue in front of the model being full), the server stops reading the WebSocket, and TCP flow control
+ * slows the client down; appsrc asks for more below half of it. Nothing is dropped.
+ * capssetter: oggdemux puts the OpusHead's input sample rate in the caps (44100 from a browser whose audio runs
  * at 44.1 kHz, as the reference web client's encoder writes it) and opusdec refuses any rate Opus does not
  * decode at; that field is informational (RFC 7845 5.1), so the caps say 48000, the rate of every Opus stream. */
+#define INPUT_HIGH (64 * 1024)
 #define RECEIVE_CHAIN \
-  "appsrc name=in is-live=true format=bytes caps=application/ogg max-bytes=1048576 leaky-type=downstream ! " \
+  "appsrc name=in is-live=true format=bytes caps=application/ogg max-bytes=65536 min-percent=50 ! " \
   "oggdemux ! capssetter caps=audio/x-opus,rate=48000 ! opusdec max-errors=0 ! audioconvert ! audioresample ! " \
   "audio/x-raw,format=F32LE,rate=24000,channels=1,layout=interleaved ! " \
-  "queue name=decoded leaky=downstream max-size-time=400000000 max-size-buffers=0 max-size-bytes=0"
+  "queue name=decoded max-size-time=200000000 max-size-buffers=0 max-size-bytes=0"
 /* The Opus packets become Ogg pages here (answer_packet), not in oggmux: oggmux holds each packet until the next
  * one arrives (to know whether it is the last), which would hold every frame's last page for a frame (80 ms). */
 #define SEND_CHAIN \
@@ -42,6 +46,7 @@ typedef struct {
   GstElement *pipeline, *appsrc;
   PpxOggReader *ogg;   /* checks the client's stream */
   gboolean have_head, input_ended;
+  gboolean reading_paused; /* the model is behind this call's input */
   GByteArray *early;   /* audio before the handshake */
   ChatState state;
   gboolean joining, torn_down;
@@ -57,7 +62,7 @@ typedef struct {
   gint64 ogg_granule;
 } Chat;
 
-typedef enum { DELIVER_AUDIO, DELIVER_TEXT, DELIVER_ERROR, DELIVER_EOS } DeliveryKind;
+typedef enum { DELIVER_AUDIO, DELIVER_TEXT, DELIVER_ERROR, DELIVER_BAD_INPUT, DELIVER_EOS, DELIVER_RESUME } DeliveryKind;
 
 typedef struct {
   Chat *chat; /* a reference */
@@ -132,11 +137,18 @@ deliver (gpointer data)
     case DELIVER_TEXT:
       send_kind (chat, KIND_TEXT, bytes, len);
       break;
-    case DELIVER_ERROR: {
+    case DELIVER_ERROR:
+    case DELIVER_BAD_INPUT: {
       g_autofree char *why = g_strndup (bytes, len);
-      chat_end (chat, "error", why, TRUE);
+      chat_end (chat, d->kind == DELIVER_BAD_INPUT ? "bad_input" : "error", why, TRUE);
       break;
     }
+    case DELIVER_RESUME:
+      if (chat->ws && chat->reading_paused) {
+        chat->reading_paused = FALSE;
+        ppx_ws_pause_reading (chat->ws, FALSE);
+      }
+      break;
     case DELIVER_EOS:
       chat_end (chat, "end_of_stream", "the client's audio ended (Ogg end of stream) and was all answered", FALSE);
       break;
@@ -246,7 +258,10 @@ on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
   if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
     g_autoptr (GError) e = NULL;
     gst_message_parse_error (msg, &e, NULL);
-    g_autofree char *text = g_strdup_printf ("%s: %s", GST_OBJECT_NAME (GST_MESSAGE_SRC (msg)), e->message);
+    /* the demuxer and the decoder fail on what the client sent */
+    const char *source = GST_OBJECT_NAME (GST_MESSAGE_SRC (msg));
+    gboolean bad_input = g_str_has_prefix (source, "oggdemux") || g_str_has_prefix (source, "opusdec");
+    g_autofree char *text = g_strdup_printf ("%s%s: %s", bad_input ? "malformed Ogg Opus: " : "", source, e->message);
     g_mutex_lock (&chat->lock);
     gboolean first = !chat->first_error;
     if (first) {
@@ -255,7 +270,7 @@ on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
     }
     g_mutex_unlock (&chat->lock);
     if (first)
-      post (chat, DELIVER_ERROR, g_bytes_new (text, strlen (text)));
+      post (chat, bad_input ? DELIVER_BAD_INPUT : DELIVER_ERROR, g_bytes_new (text, strlen (text)));
   } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ELEMENT) {
     const GstStructure *s = gst_message_get_structure (msg);
     double step_ms;
@@ -268,6 +283,8 @@ on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
   }
   return GST_BUS_DROP;
 }
+
+static void on_need_data (GstAppSrc *src, guint length, gpointer user_data);
 
 /* ---- the pipeline ---- */
 
@@ -317,6 +334,8 @@ build_pipeline (Chat *chat, GError **error)
     return FALSE;
   }
   chat->appsrc = gst_bin_get_by_name (GST_BIN (receive), "in");
+  GstAppSrcCallbacks src_callbacks = {.need_data = on_need_data};
+  gst_app_src_set_callbacks (GST_APP_SRC (chat->appsrc), &src_callbacks, chat, NULL);
   g_autoptr (GstElement) out = gst_bin_get_by_name (GST_BIN (send), "out");
   GstAppSinkCallbacks callbacks = {.new_sample = on_answer, .eos = on_answer_eos};
   gst_app_sink_set_callbacks (GST_APP_SINK (out), &callbacks, chat, NULL);
@@ -391,6 +410,17 @@ push_audio (Chat *chat, const guint8 *data, gsize len)
   gst_app_src_push_buffer (GST_APP_SRC (chat->appsrc), gst_buffer_new_memdup (data, len));
   if (chat->input_ended)
     gst_app_src_end_of_stream (GST_APP_SRC (chat->appsrc));
+  if (!chat->reading_paused && gst_app_src_get_current_level_bytes (GST_APP_SRC (chat->appsrc)) >= INPUT_HIGH) {
+    chat->reading_paused = TRUE;
+    ppx_ws_pause_reading (chat->ws, TRUE);
+  }
+}
+
+/* appsrc's streaming thread: its queue went below half */
+static void
+on_need_data (GstAppSrc *src, guint length, gpointer user_data)
+{
+  post (user_data, DELIVER_RESUME, NULL);
 }
 
 /* Checks the pages these bytes complete: Ogg pages with valid checksums, the first one an OpusHead. */
@@ -481,6 +511,8 @@ on_media_check (gpointer user_data)
 {
   Chat *chat = user_data;
   int timeout = ppx_server_get_options (chat->server)->media_timeout;
+  if (chat->reading_paused)
+    chat->last_audio_us = g_get_monotonic_time (); /* its audio waits for the model, not the other way round */
   if (g_get_monotonic_time () - chat->last_audio_us <= (gint64) timeout * G_USEC_PER_SEC)
     return G_SOURCE_CONTINUE;
   chat->media_timer = 0;
@@ -617,7 +649,7 @@ ppx_server_chat_start (PpxServer *server, SoupServerMessage *msg, PpxCallParams 
   chat->peer = g_strdup_printf ("%s:%u", soup_server_message_get_remote_host (msg),
                                 g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (
                                     soup_server_message_get_remote_address (msg))));
-  chat->slot = ppx_server_call_add (server, PPX_PROTO_CHAT, &chat_class, chat);
+  chat->slot = ppx_server_call_add (server, PPX_PROTO_CHAT, chat->id, &chat_class, chat);
   g_printerr ("personaplex-server: call %u (%s): /api/chat, voice %s, text prompt %s%s\n", chat->id, chat->peer,
               chat->params.voice_prompt ? chat->params.voice_prompt : o->voice_prompt ? o->voice_prompt : "none",
               chat->params.text_prompt ? "of the call" : o->text_prompt || o->text_prompt_tokens ? "default" : "none",

@@ -32,6 +32,7 @@ struct _PpxServer {
 struct _PpxServerCall {
   PpxServer *server;
   PpxProto proto;
+  guint id;
   const PpxServerCallClass *klass;
   gpointer call;
   gint64 start_us;
@@ -64,11 +65,12 @@ ppx_server_next_call_id (PpxServer *server)
 }
 
 PpxServerCall *
-ppx_server_call_add (PpxServer *server, PpxProto proto, const PpxServerCallClass *klass, gpointer call)
+ppx_server_call_add (PpxServer *server, PpxProto proto, guint id, const PpxServerCallClass *klass, gpointer call)
 {
   PpxServerCall *c = g_new0 (PpxServerCall, 1);
   c->server = server;
   c->proto = proto;
+  c->id = id;
   c->klass = klass;
   c->call = call;
   c->start_us = g_get_monotonic_time ();
@@ -98,6 +100,8 @@ ppx_server_call_remove (PpxServerCall *c, const char *reason)
   PpxServer *server = c->server;
   server->calls = g_list_remove (server->calls, c);
   ppx_metrics_ended (c->proto, reason);
+  g_printerr ("personaplex-server: %s %u: torn down (%s), %u call(s) open\n",
+              c->proto == PPX_PROTO_CHAT ? "call" : "session", c->id, reason, g_list_length (server->calls));
   g_free (c);
   quit_when_drained (server);
 }

@@ -50,11 +50,12 @@ typedef struct {
 const PpxServerOptions *ppx_server_get_options (PpxServer *server);
 const char *ppx_server_get_model (PpxServer *server); /* "cpu / bf16" */
 guint ppx_server_next_call_id (PpxServer *server);
-/* Takes a slot for a call (a logged line says so); the server counts it until ppx_server_call_remove. */
-PpxServerCall *ppx_server_call_add (PpxServer *server, PpxProto proto, const PpxServerCallClass *klass, gpointer call);
+/* Takes a slot for call `id`; the server counts it until ppx_server_call_remove. */
+PpxServerCall *ppx_server_call_add (PpxServer *server, PpxProto proto, guint id, const PpxServerCallClass *klass,
+                                    gpointer call);
 /* The call's prompts are done: its join time (from ppx_server_call_add) goes to the metrics. */
 void ppx_server_call_joined (PpxServerCall *c);
-/* The call's teardown finished; `reason` is its metrics label (server-metrics.h). Frees `c`. */
+/* The call's teardown finished (a log line says so); `reason` is its metrics label (server-metrics.h). Frees `c`. */
 void ppx_server_call_remove (PpxServerCall *c, const char *reason);
 
 G_END_DECLS

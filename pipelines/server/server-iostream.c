@@ -1,6 +1,9 @@
 /* personaplex-server: the counting GIOStream (server-iostream.h). */
 #include "server-iostream.h"
 
+/* While input is paused, a reader waiting on the stream is woken this often to try again. */
+#define PAUSED_POLL_MS 50
+
 /* ---- the input side ---- */
 
 #define PPX_TYPE_COUNTING_INPUT (ppx_counting_input_get_type ())
@@ -29,6 +32,7 @@ struct _PpxCountingStream {
   PpxCountingInput *input;
   PpxCountingOutput *output;
   GCancellable *cut; /* cancelled when the stream is cut: wakes the pollable sources */
+  GCancellable *resume; /* non-NULL while input is paused */
   guint64 bytes_read, bytes_written;
   gint64 last_read_us;
   PpxCountingReadHook hook;
@@ -54,12 +58,23 @@ static void ppx_counting_input_pollable_init (GPollableInputStreamInterface *ifa
 G_DEFINE_TYPE_WITH_CODE (PpxCountingInput, ppx_counting_input, G_TYPE_INPUT_STREAM,
                          G_IMPLEMENT_INTERFACE (G_TYPE_POLLABLE_INPUT_STREAM, ppx_counting_input_pollable_init))
 
+static gboolean
+paused (PpxCountingInput *in, GError **error)
+{
+  if (!in->owner->resume || g_cancellable_is_cancelled (in->owner->cut))
+    return FALSE;
+  g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK, "reading is paused");
+  return TRUE;
+}
+
 static gssize
 input_read (GInputStream *stream, void *buffer, gsize count, GCancellable *cancellable, GError **error)
 {
   PpxCountingInput *in = PPX_COUNTING_INPUT (stream);
   if (g_cancellable_is_cancelled (in->owner->cut))
     return 0;
+  if (paused (in, error))
+    return -1;
   gssize n = g_input_stream_read (in->base, buffer, count, cancellable, error);
   return account_read (in->owner, n) ? n : 0;
 }
@@ -81,16 +96,18 @@ input_is_readable (GPollableInputStream *stream)
 {
   PpxCountingInput *in = PPX_COUNTING_INPUT (stream);
   return g_cancellable_is_cancelled (in->owner->cut) ||
-         g_pollable_input_stream_is_readable (G_POLLABLE_INPUT_STREAM (in->base));
+         (!in->owner->resume && g_pollable_input_stream_is_readable (G_POLLABLE_INPUT_STREAM (in->base)));
 }
 
 static GSource *
 input_create_source (GPollableInputStream *stream, GCancellable *cancellable)
 {
   PpxCountingInput *in = PPX_COUNTING_INPUT (stream);
-  g_autoptr (GSource) child = g_pollable_input_stream_create_source (G_POLLABLE_INPUT_STREAM (in->base),
-                                                                     cancellable);
-  /* ready when the base is, or at once when the stream is cut */
+  /* ready when the base is (or, paused, when reading resumes), or at once when the stream is cut */
+  g_autoptr (GSource) child = in->owner->resume
+                                  ? g_timeout_source_new (PAUSED_POLL_MS)
+                                  : g_pollable_input_stream_create_source (G_POLLABLE_INPUT_STREAM (in->base),
+                                                                           cancellable);
   return g_pollable_source_new_full (stream, child, in->owner->cut);
 }
 
@@ -100,6 +117,8 @@ input_read_nonblocking (GPollableInputStream *stream, void *buffer, gsize count,
   PpxCountingInput *in = PPX_COUNTING_INPUT (stream);
   if (g_cancellable_is_cancelled (in->owner->cut))
     return 0;
+  if (paused (in, error))
+    return -1;
   gssize n = g_pollable_input_stream_read_nonblocking (G_POLLABLE_INPUT_STREAM (in->base), buffer, count, NULL,
                                                        error);
   return account_read (in->owner, n) ? n : 0;
@@ -285,6 +304,7 @@ stream_finalize (GObject *object)
   PpxCountingStream *s = PPX_COUNTING_STREAM (object);
   g_object_unref (s->base);
   g_object_unref (s->cut);
+  g_clear_object (&s->resume);
   G_OBJECT_CLASS (ppx_counting_stream_parent_class)->finalize (object);
 }
 
@@ -344,6 +364,22 @@ gint64
 ppx_counting_stream_last_read_us (PpxCountingStream *s)
 {
   return s->last_read_us;
+}
+
+void
+ppx_counting_stream_pause_input (PpxCountingStream *s, gboolean pause)
+{
+  if (pause && !s->resume) {
+    s->resume = g_cancellable_new ();
+  } else if (!pause && s->resume) {
+    g_clear_object (&s->resume); /* a reader waiting on the stream tries again within PAUSED_POLL_MS */
+  }
+}
+
+gboolean
+ppx_counting_stream_input_paused (PpxCountingStream *s)
+{
+  return s->resume != NULL;
 }
 
 void

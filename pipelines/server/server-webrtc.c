@@ -264,6 +264,6 @@ ppx_server_webrtc_start (PpxServer *server, SoupServerMessage *msg, PpxCallParam
     s->ended = TRUE;
     return;
   }
-  s->slot = ppx_server_call_add (server, PPX_PROTO_WEBRTC, &session_class, s);
+  s->slot = ppx_server_call_add (server, PPX_PROTO_WEBRTC, s->id, &session_class, s);
   g_printerr ("personaplex-server: session %u: started (%s)\n", s->id, soup_server_message_get_remote_host (msg));
 }

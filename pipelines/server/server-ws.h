@@ -51,6 +51,9 @@ void ppx_ws_set_callbacks (PpxWs *ws, const PpxWsCallbacks *callbacks);
  * cut (the reason says so). */
 gboolean ppx_ws_send_binary (PpxWs *ws, const void *data, gsize len);
 gboolean ppx_ws_send_text (PpxWs *ws, const char *text);
+/* Stops reading the peer's bytes (TCP flow control then slows the peer down) or reads on; the ping timeout does not
+ * run while paused. */
+void ppx_ws_pause_reading (PpxWs *ws, gboolean paused);
 /* A close frame after what is queued; libsoup drops a peer that does not answer within 5 s. */
 void ppx_ws_close (PpxWs *ws, gushort code, const char *reason);
 gboolean ppx_ws_is_open (PpxWs *ws);

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "../pt-fixtures.h"
 #include "../test-util.h"
@@ -180,6 +181,13 @@ on_stderr (GObject *stream, gpointer user_data)
   return drain_stderr (user_data);
 }
 
+/* A test that fails (abort) must not leave its server running. */
+static void
+die_with_parent (gpointer unused)
+{
+  prctl (PR_SET_PDEATHSIG, SIGKILL);
+}
+
 FixtureServer *
 fixture_server_start (const char *const *args)
 {
@@ -195,8 +203,10 @@ fixture_server_start (const char *const *args)
   FixtureServer *s = g_new0 (FixtureServer, 1);
   s->log = g_string_new (NULL);
   g_autoptr (GError) error = NULL;
-  s->proc = g_subprocess_newv ((const char *const *) argv->pdata,
-                               G_SUBPROCESS_FLAGS_STDOUT_PIPE | G_SUBPROCESS_FLAGS_STDERR_PIPE, &error);
+  g_autoptr (GSubprocessLauncher) launcher =
+      g_subprocess_launcher_new (G_SUBPROCESS_FLAGS_STDOUT_PIPE | G_SUBPROCESS_FLAGS_STDERR_PIPE);
+  g_subprocess_launcher_set_child_setup (launcher, die_with_parent, NULL, NULL);
+  s->proc = g_subprocess_launcher_spawnv (launcher, (const char *const *) argv->pdata, &error);
   g_assert_no_error (error);
   s->err = g_subprocess_get_stderr_pipe (s->proc);
   GSource *src = g_pollable_input_stream_create_source (G_POLLABLE_INPUT_STREAM (s->err), NULL);
@@ -463,7 +473,8 @@ raw_ws_send_frame (RawWs *ws, guint8 opcode, gboolean fin, const void *payload, 
     frame[h + i] = ((const guint8 *) payload)[i] ^ mask[i & 3];
   g_autoptr (GError) error = NULL;
   gsize sent = 0;
-  g_socket_set_timeout (ws->socket, 10);
+  if (!g_socket_get_timeout (ws->socket))
+    g_socket_set_timeout (ws->socket, 10);
   while (sent < h + len) {
     gssize n = g_socket_send (ws->socket, (const char *) frame + sent, h + len - sent, NULL, &error);
     if (n <= 0)

@@ -351,21 +351,16 @@ static void
 gst_personaplex_duplex_init (GstPersonaplexDuplex * self)
 {
   GstPersonaplexSettings *s = &self->settings;
+  GstPad *sinkpad, *srcpad, *textpad;
 
-  self->sinkpad = gst_pad_new_from_static_template (&sink_template, "sink");
-  self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
-  self->textpad =
-      gst_pad_new_from_static_template (&text_src_template, "text_src");
-  gst_pp_stream_setup_pads (self);
-  gst_pp_text_pad_init (self);
-  gst_element_add_pad (GST_ELEMENT (self), self->sinkpad);
-  gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
-  gst_element_add_pad (GST_ELEMENT (self), self->textpad);
-
-  self->flow_combiner = gst_flow_combiner_new ();
-  gst_flow_combiner_add_pad (self->flow_combiner, self->srcpad);
-  gst_flow_combiner_add_pad (self->flow_combiner, self->textpad);
-  self->adapter = gst_adapter_new ();
+  sinkpad = gst_pad_new_from_static_template (&sink_template, "sink");
+  srcpad = gst_pad_new_from_static_template (&src_template, "src");
+  textpad = gst_pad_new_from_static_template (&text_src_template, "text_src");
+  gst_pp_stream_init (&self->stream, GST_ELEMENT (self), sinkpad, srcpad,
+      textpad, &self->settings);
+  gst_element_add_pad (GST_ELEMENT (self), sinkpad);
+  gst_element_add_pad (GST_ELEMENT (self), srcpad);
+  gst_element_add_pad (GST_ELEMENT (self), textpad);
 
   s->voice_normalize = DEFAULT_VOICE_NORMALIZE;
   s->greedy = DEFAULT_GREEDY;
@@ -385,8 +380,6 @@ gst_personaplex_duplex_init (GstPersonaplexDuplex * self)
   s->processing_deadline = DEFAULT_PROCESSING_DEADLINE;
   s->reset_on_discont = DEFAULT_RESET_ON_DISCONT;
   s->frame_messages = DEFAULT_FRAME_MESSAGES;
-  self->stats.last_pts = GST_CLOCK_TIME_NONE;
-  self->stats.last_running_time = GST_CLOCK_TIME_NONE;
 }
 
 static void
@@ -401,9 +394,7 @@ gst_personaplex_duplex_finalize (GObject * object)
   g_free (s->text_prompt);
   g_free (s->text_prompt_tokens);
   g_free (s->model_instance_id);
-  gst_flow_combiner_free (self->flow_combiner);
-  g_object_unref (self->adapter);
-  gst_pp_text_pad_finalize (self);
+  gst_pp_stream_clear (&self->stream);
 
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
@@ -611,7 +602,7 @@ gst_personaplex_duplex_get_property (GObject * object, guint prop_id,
       break;
     case PROP_STATS:
       g_value_take_boxed (value,
-          gst_pp_stats_structure_new (&self->stats, self->model));
+          gst_pp_stats_structure_new (&self->stream.stats, self->model));
       break;
     case PROP_STATS_INTERVAL:
       g_value_set_uint (value, s->stats_interval);
@@ -783,10 +774,7 @@ open_model (GstPersonaplexDuplex * self)
     gst_pp_model_pool_release (handle);
     return FALSE;
   }
-  self->frame_size = ppx_model_frame_size (model);
   GST_OBJECT_LOCK (self);
-  self->member = gst_pp_ticker_join (gst_pp_model_handle_get_ticker (handle),
-      self->session);
   self->model = handle;
   GST_OBJECT_UNLOCK (self);
 
@@ -806,29 +794,13 @@ close_model (GstPersonaplexDuplex * self)
 {
   GstPpModelHandle *model;
 
-  GstPpTickerMember *member;
-
-  /* under the object lock: FLUSH_START may come from another thread */
-  GST_OBJECT_LOCK (self);
-  member = self->member;
-  self->member = NULL;
-  GST_OBJECT_UNLOCK (self);
-  gst_pp_ticker_leave (member);
+  /* the stream has left the ticker (gst_pp_stream_stop) */
   g_clear_pointer (&self->session, ppx_session_free);
   GST_OBJECT_LOCK (self);
   model = self->model;
   self->model = NULL;
   GST_OBJECT_UNLOCK (self);
   gst_pp_model_pool_release (model);
-}
-
-void
-gst_pp_duplex_set_flushing (GstPersonaplexDuplex * self, gboolean flushing)
-{
-  /* the ticker's lock is never held while taking the object lock */
-  GST_OBJECT_LOCK (self);
-  gst_pp_ticker_set_flushing (self->member, flushing);
-  GST_OBJECT_UNLOCK (self);
 }
 
 static GstStateChangeReturn
@@ -842,13 +814,13 @@ gst_personaplex_duplex_change_state (GstElement * element,
     case GST_STATE_CHANGE_READY_TO_PAUSED:
       if (!open_model (self))
         return GST_STATE_CHANGE_FAILURE;
-      gst_pp_stream_start (self);
+      gst_pp_stream_start (&self->stream, self->model, self->session);
       break;
     case GST_STATE_CHANGE_PAUSED_TO_READY:
       /* a frame waiting for the other sessions' frames returns at once, so
        * deactivating the pads (which takes the stream lock) never waits
        * for a tick */
-      gst_pp_duplex_set_flushing (self, TRUE);
+      gst_pp_stream_set_flushing (&self->stream, TRUE);
       break;
     default:
       break;
@@ -857,7 +829,7 @@ gst_personaplex_duplex_change_state (GstElement * element,
   ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
   if (ret == GST_STATE_CHANGE_FAILURE) {
     if (transition == GST_STATE_CHANGE_READY_TO_PAUSED) {
-      gst_pp_stream_stop (self);
+      gst_pp_stream_stop (&self->stream);
       close_model (self);
     }
     return ret;
@@ -865,7 +837,7 @@ gst_personaplex_duplex_change_state (GstElement * element,
 
   switch (transition) {
     case GST_STATE_CHANGE_PAUSED_TO_READY:
-      gst_pp_stream_stop (self);
+      gst_pp_stream_stop (&self->stream);
       close_model (self);
       break;
     default:

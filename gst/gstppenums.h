@@ -7,7 +7,7 @@
 G_BEGIN_DECLS
 
 /* Values equal PpxQuantization, PpxBackendKind and PpxKvFormat
- * (model/personaplex.h). */
+ * (model/ppx-types.h, which names them). */
 #define GST_TYPE_PERSONAPLEX_QUANTIZATION (gst_personaplex_quantization_get_type ())
 GType gst_personaplex_quantization_get_type (void);
 

@@ -4,7 +4,8 @@
 #ifndef __GST_PP_MESSAGES_H__
 #define __GST_PP_MESSAGES_H__
 
-#include "gstpersonaplexduplex.h"
+#include "gstppmodelpool.h"
+#include "gstppsettings.h"
 
 G_BEGIN_DECLS
 

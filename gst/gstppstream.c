@@ -29,8 +29,8 @@
 #include <string.h>
 
 #include "gstppmessages.h"
-#include "gstpptextpad.h"
 
+GST_DEBUG_CATEGORY_EXTERN (gst_personaplex_duplex_debug);
 #define GST_CAT_DEFAULT gst_personaplex_duplex_debug
 
 #define RATE 24000
@@ -51,16 +51,51 @@ static gboolean src_query (GstPad * pad, GstObject * parent,
     GstQuery * query);
 
 void
-gst_pp_stream_setup_pads (GstPersonaplexDuplex * self)
+gst_pp_stream_init (GstPpStream * st, GstElement * element, GstPad * sinkpad,
+    GstPad * srcpad, GstPad * textpad, const GstPersonaplexSettings * settings)
 {
-  gst_pad_set_chain_function (self->sinkpad, GST_DEBUG_FUNCPTR (sink_chain));
-  gst_pad_set_event_function (self->sinkpad, GST_DEBUG_FUNCPTR (sink_event));
-  gst_pad_set_query_function (self->sinkpad, GST_DEBUG_FUNCPTR (sink_query));
-  gst_pad_set_event_function (self->srcpad, GST_DEBUG_FUNCPTR (src_event));
-  gst_pad_set_query_function (self->srcpad, GST_DEBUG_FUNCPTR (src_query));
-  gst_pad_set_event_function (self->textpad, GST_DEBUG_FUNCPTR (src_event));
-  gst_pad_set_query_function (self->textpad, GST_DEBUG_FUNCPTR (src_query));
-  gst_pad_use_fixed_caps (self->textpad);
+  memset (st, 0, sizeof (*st));
+  st->element = element;
+  st->sinkpad = sinkpad;
+  st->srcpad = srcpad;
+  st->textpad = textpad;
+  st->settings = settings;
+  gst_pad_set_element_private (sinkpad, st);
+  gst_pad_set_element_private (srcpad, st);
+  gst_pad_set_element_private (textpad, st);
+  gst_pad_set_chain_function (st->sinkpad, GST_DEBUG_FUNCPTR (sink_chain));
+  gst_pad_set_event_function (st->sinkpad, GST_DEBUG_FUNCPTR (sink_event));
+  gst_pad_set_query_function (st->sinkpad, GST_DEBUG_FUNCPTR (sink_query));
+  gst_pad_set_event_function (st->srcpad, GST_DEBUG_FUNCPTR (src_event));
+  gst_pad_set_query_function (st->srcpad, GST_DEBUG_FUNCPTR (src_query));
+  gst_pad_set_event_function (st->textpad, GST_DEBUG_FUNCPTR (src_event));
+  gst_pad_set_query_function (st->textpad, GST_DEBUG_FUNCPTR (src_query));
+  gst_pad_use_fixed_caps (st->textpad);
+  gst_pp_text_pad_init (&st->text, textpad);
+
+  st->flow_combiner = gst_flow_combiner_new ();
+  gst_flow_combiner_add_pad (st->flow_combiner, st->srcpad);
+  gst_flow_combiner_add_pad (st->flow_combiner, st->textpad);
+  st->adapter = gst_adapter_new ();
+  st->stats.last_pts = GST_CLOCK_TIME_NONE;
+  st->stats.last_running_time = GST_CLOCK_TIME_NONE;
+}
+
+void
+gst_pp_stream_clear (GstPpStream * st)
+{
+  gst_flow_combiner_free (st->flow_combiner);
+  g_object_unref (st->adapter);
+  gst_pp_text_pad_clear (&st->text);
+}
+
+void
+gst_pp_stream_set_flushing (GstPpStream * st, gboolean flushing)
+{
+  /* the ticker's lock is never held while taking the object lock */
+  GST_OBJECT_LOCK (st->element);
+  gst_pp_ticker_set_flushing (st->member, flushing);
+  GST_OBJECT_UNLOCK (st->element);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -68,96 +103,117 @@ gst_pp_stream_setup_pads (GstPersonaplexDuplex * self)
 
 /* Forgets the timeline (the next buffer resyncs) and any partial frame. */
 static void
-reset_timeline (GstPersonaplexDuplex * self)
+reset_timeline (GstPpStream * st)
 {
-  gst_adapter_clear (self->adapter);
-  if (self->align)
-    gst_audio_stream_align_mark_discont (self->align);
-  self->resync_pts = GST_CLOCK_TIME_NONE;
-  self->samples_since_resync = 0;
-  self->lead_samples = 0;
-  self->next_is_discont = TRUE;
+  gst_adapter_clear (st->adapter);
+  if (st->align)
+    gst_audio_stream_align_mark_discont (st->align);
+  st->resync_pts = GST_CLOCK_TIME_NONE;
+  st->samples_since_resync = 0;
+  st->lead_samples = 0;
+  st->next_is_discont = TRUE;
 }
 
 /* Starts a new conversation with the same prompts. */
 static gboolean
-reset_conversation (GstPersonaplexDuplex * self)
+reset_conversation (GstPpStream * st)
 {
   GError *err = NULL;
 
-  self->conversation_frame = 0;
-  if (self->session == NULL || ppx_session_reset (self->session, &err))
+  st->conversation_frame = 0;
+  if (st->session == NULL || ppx_session_reset (st->session, &err))
     return TRUE;
-  GST_ELEMENT_ERROR (self, STREAM, FAILED,
+  GST_ELEMENT_ERROR (st->element, STREAM, FAILED,
       ("Could not reset the conversation: %s", err->message), (NULL));
   g_error_free (err);
   return FALSE;
 }
 
 void
-gst_pp_stream_start (GstPersonaplexDuplex * self)
+gst_pp_stream_start (GstPpStream * st, GstPpModelHandle * model,
+    PpxSession * session)
 {
-  self->in_frame = g_new0 (gfloat, self->frame_size);
-  self->out_frame = g_new0 (gfloat, self->frame_size);
-  self->raw_frame = g_new0 (guint8, self->frame_size * sizeof (gfloat));
-  self->align = gst_audio_stream_align_new (RATE, ALIGNMENT_THRESHOLD,
-      DISCONT_WAIT);
-  gst_audio_info_init (&self->info);
-  self->have_caps = FALSE;
-  self->text_caps_queued = FALSE;
-  gst_segment_init (&self->segment, GST_FORMAT_TIME);
-  gst_flow_combiner_reset (self->flow_combiner);
-  reset_timeline (self);
-  self->conversation_frame = 0;
-  self->frames_since_stats = 0;
-  self->last_seek_seqnum = GST_SEQNUM_INVALID;
+  GstPpTickerMember *member =
+      gst_pp_ticker_join (gst_pp_model_handle_get_ticker (model), session);
 
-  GST_OBJECT_LOCK (self);
-  memset (&self->stats, 0, sizeof (self->stats));
-  self->stats.last_pts = GST_CLOCK_TIME_NONE;
-  self->stats.last_running_time = GST_CLOCK_TIME_NONE;
-  GST_OBJECT_UNLOCK (self);
+  st->session = session;
+  st->frame_size =
+      ppx_model_frame_size (gst_pp_model_handle_get_model (model));
+  GST_OBJECT_LOCK (st->element);
+  st->member = member;
+  st->model = model;
+  GST_OBJECT_UNLOCK (st->element);
+  st->in_frame = g_new0 (gfloat, st->frame_size);
+  st->out_frame = g_new0 (gfloat, st->frame_size);
+  st->raw_frame = g_new0 (guint8, st->frame_size * sizeof (gfloat));
+  st->align = gst_audio_stream_align_new (RATE, ALIGNMENT_THRESHOLD,
+      DISCONT_WAIT);
+  gst_audio_info_init (&st->info);
+  st->have_caps = FALSE;
+  st->text_caps_queued = FALSE;
+  gst_segment_init (&st->segment, GST_FORMAT_TIME);
+  gst_flow_combiner_reset (st->flow_combiner);
+  reset_timeline (st);
+  st->conversation_frame = 0;
+  st->frames_since_stats = 0;
+  st->last_seek_seqnum = GST_SEQNUM_INVALID;
+
+  GST_OBJECT_LOCK (st->element);
+  memset (&st->stats, 0, sizeof (st->stats));
+  st->stats.last_pts = GST_CLOCK_TIME_NONE;
+  st->stats.last_running_time = GST_CLOCK_TIME_NONE;
+  GST_OBJECT_UNLOCK (st->element);
 }
 
 void
-gst_pp_stream_stop (GstPersonaplexDuplex * self)
+gst_pp_stream_stop (GstPpStream * st)
 {
-  gst_adapter_clear (self->adapter);
-  g_clear_pointer (&self->align, gst_audio_stream_align_free);
-  g_clear_pointer (&self->in_frame, g_free);
-  g_clear_pointer (&self->out_frame, g_free);
-  g_clear_pointer (&self->raw_frame, g_free);
-  self->have_caps = FALSE;
+  GstPpTickerMember *member;
+
+  /* under the object lock: FLUSH_START may come from another thread */
+  GST_OBJECT_LOCK (st->element);
+  member = st->member;
+  st->member = NULL;
+  st->model = NULL;
+  GST_OBJECT_UNLOCK (st->element);
+  gst_pp_ticker_leave (member);
+  st->session = NULL;
+  gst_adapter_clear (st->adapter);
+  g_clear_pointer (&st->align, gst_audio_stream_align_free);
+  g_clear_pointer (&st->in_frame, g_free);
+  g_clear_pointer (&st->out_frame, g_free);
+  g_clear_pointer (&st->raw_frame, g_free);
+  st->have_caps = FALSE;
 }
 
 static GstClockTime
-frame_duration (GstPersonaplexDuplex * self)
+frame_duration (GstPpStream * st)
 {
-  gint frame_size = self->frame_size > 0 ? self->frame_size : 1920;
+  gint frame_size = st->frame_size > 0 ? st->frame_size : 1920;
 
   return gst_util_uint64_scale_int (frame_size, GST_SECOND, RATE);
 }
 
 GstClockTime
-gst_pp_stream_own_latency (GstPersonaplexDuplex * self)
+gst_pp_stream_own_latency (GstPpStream * st)
 {
-  GstPersonaplexSettings *s = &self->settings;
+  const GstPersonaplexSettings *s = st->settings;
   GstClockTime deadline;
 
-  GST_OBJECT_LOCK (self);
+  GST_OBJECT_LOCK (st->element);
   deadline = s->processing_deadline;
   /* a shared engine: a frame may wait for the other sessions' frames */
   if (s->model_instance_id != NULL && s->model_instance_id[0] != '\0')
     deadline += s->batch_deadline;
-  GST_OBJECT_UNLOCK (self);
-  return frame_duration (self) + deadline;
+  GST_OBJECT_UNLOCK (st->element);
+  return frame_duration (st) + deadline;
 }
 
 /* PTS of the sample @n samples after the resync point. */
 static GstClockTime
-sample_time (GstPersonaplexDuplex * self, guint64 n)
+sample_time (GstPpStream * st, guint64 n)
 {
-  return self->resync_pts + gst_util_uint64_scale_int (n, GST_SECOND, RATE);
+  return st->resync_pts + gst_util_uint64_scale_int (n, GST_SECOND, RATE);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -201,89 +257,89 @@ f32_to_samples (GstAudioFormat format, const gfloat * in, guint n,
 /* One frame                                                                */
 
 static GstPpFramePosition
-frame_position (GstPersonaplexDuplex * self, guint n_samples)
+frame_position (GstPpStream * st, guint n_samples)
 {
   GstPpFramePosition pos;
 
-  pos.frame = self->conversation_frame;
-  pos.pts = sample_time (self, self->samples_since_resync);
-  pos.duration = sample_time (self, self->samples_since_resync + n_samples)
+  pos.frame = st->conversation_frame;
+  pos.pts = sample_time (st, st->samples_since_resync);
+  pos.duration = sample_time (st, st->samples_since_resync + n_samples)
       - pos.pts;
-  pos.running_time = gst_segment_to_running_time (&self->segment,
+  pos.running_time = gst_segment_to_running_time (&st->segment,
       GST_FORMAT_TIME, pos.pts);
-  pos.stream_time = gst_segment_to_stream_time (&self->segment,
+  pos.stream_time = gst_segment_to_stream_time (&st->segment,
       GST_FORMAT_TIME, pos.pts);
   return pos;
 }
 
 /* Accounts one step; returns a stats message when one is due. */
 static GstMessage *
-update_stats (GstPersonaplexDuplex * self, gdouble step_ms,
+update_stats (GstPpStream * st, gdouble step_ms,
     const GstPpTickInfo * tick, const GstPpFramePosition * pos,
     gboolean * frame_messages)
 {
-  GstPersonaplexStats *st = &self->stats;
-  gdouble frame_ms = (gdouble) frame_duration (self) / GST_MSECOND;
+  GstPersonaplexStats *stats = &st->stats;
+  gdouble frame_ms = (gdouble) frame_duration (st) / GST_MSECOND;
   GstStructure *s = NULL;
   guint interval;
 
-  GST_OBJECT_LOCK (self);
-  st->frames++;
-  st->total_step_ms += step_ms;
-  st->max_step_ms = MAX (st->max_step_ms, step_ms);
+  GST_OBJECT_LOCK (st->element);
+  stats->frames++;
+  stats->total_step_ms += step_ms;
+  stats->max_step_ms = MAX (stats->max_step_ms, step_ms);
   if (step_ms > frame_ms)
-    st->overruns++;
-  st->batch_size = tick->batch_size;
-  st->tick_ms = tick->tick_ms;
-  st->last_pts = pos->pts;
-  st->last_running_time = pos->running_time;
-  interval = self->settings.stats_interval;
-  *frame_messages = self->settings.frame_messages;
-  if (interval > 0 && ++self->frames_since_stats >= interval) {
-    self->frames_since_stats = 0;
-    s = gst_pp_stats_structure_new (st, self->model);
+    stats->overruns++;
+  stats->batch_size = tick->batch_size;
+  stats->tick_ms = tick->tick_ms;
+  stats->last_pts = pos->pts;
+  stats->last_running_time = pos->running_time;
+  interval = st->settings->stats_interval;
+  *frame_messages = st->settings->frame_messages;
+  if (interval > 0 && ++st->frames_since_stats >= interval) {
+    st->frames_since_stats = 0;
+    s = gst_pp_stats_structure_new (stats, st->model);
   }
-  GST_OBJECT_UNLOCK (self);
+  GST_OBJECT_UNLOCK (st->element);
 
   if (step_ms > frame_ms)
-    GST_DEBUG_OBJECT (self, "overrun: step took %.1f ms for a %.0f ms frame",
+    GST_DEBUG_OBJECT (st->element, "overrun: step took %.1f ms for a %.0f ms frame",
         step_ms, frame_ms);
-  return s ? gst_message_new_element (GST_OBJECT (self), s) : NULL;
+  return s ? gst_message_new_element (GST_OBJECT (st->element), s) : NULL;
 }
 
 static void
-post_stats (GstPersonaplexDuplex * self)
+post_stats (GstPpStream * st)
 {
   GstStructure *s;
 
-  GST_OBJECT_LOCK (self);
-  s = gst_pp_stats_structure_new (&self->stats, self->model);
-  self->frames_since_stats = 0;
-  GST_OBJECT_UNLOCK (self);
-  gst_element_post_message (GST_ELEMENT (self),
-      gst_message_new_element (GST_OBJECT (self), s));
+  GST_OBJECT_LOCK (st->element);
+  s = gst_pp_stats_structure_new (&st->stats, st->model);
+  st->frames_since_stats = 0;
+  GST_OBJECT_UNLOCK (st->element);
+  gst_element_post_message (st->element,
+      gst_message_new_element (GST_OBJECT (st->element), s));
 }
 
 static GstFlowReturn
-push_audio (GstPersonaplexDuplex * self, const gfloat * samples,
+push_audio (GstPpStream * st, const gfloat * samples,
     guint n_samples, const GstPpFramePosition * pos)
 {
-  GstAudioFormat format = GST_AUDIO_INFO_FORMAT (&self->info);
+  GstAudioFormat format = GST_AUDIO_INFO_FORMAT (&st->info);
   GstBuffer *buf;
   GstMapInfo map;
 
-  buf = gst_buffer_new_allocate (NULL, n_samples * self->info.bpf, NULL);
+  buf = gst_buffer_new_allocate (NULL, n_samples * st->info.bpf, NULL);
   gst_buffer_map (buf, &map, GST_MAP_WRITE);
   f32_to_samples (format, samples, n_samples, map.data);
   gst_buffer_unmap (buf, &map);
   GST_BUFFER_PTS (buf) = pos->pts;
   GST_BUFFER_DURATION (buf) = pos->duration;
-  if (self->next_is_discont) {
+  if (st->next_is_discont) {
     GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_DISCONT);
     GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_RESYNC);
-    self->next_is_discont = FALSE;
+    st->next_is_discont = FALSE;
   }
-  return gst_pad_push (self->srcpad, buf);
+  return gst_pad_push (st->srcpad, buf);
 }
 
 /* A text buffer, or a GAP event when the frame has no text (so that
@@ -291,28 +347,28 @@ push_audio (GstPersonaplexDuplex * self, const gfloat * samples,
  * own thread (gstpptextpad.c). Returns the flow of the last text buffer that
  * thread pushed. */
 static GstFlowReturn
-push_text (GstPersonaplexDuplex * self, const gchar * text,
+push_text (GstPpStream * st, const gchar * text,
     const GstPpFramePosition * pos)
 {
   GstBuffer *buf;
 
   if (text == NULL || text[0] == '\0') {
-    gst_pp_text_pad_queue (self, GST_MINI_OBJECT_CAST (gst_event_new_gap
+    gst_pp_text_pad_queue (&st->text, GST_MINI_OBJECT_CAST (gst_event_new_gap
             (pos->pts, pos->duration)));
   } else {
     buf = gst_buffer_new_memdup (text, strlen (text));
     GST_BUFFER_PTS (buf) = pos->pts;
     GST_BUFFER_DURATION (buf) = pos->duration;
-    gst_pp_text_pad_queue (self, GST_MINI_OBJECT_CAST (buf));
+    gst_pp_text_pad_queue (&st->text, GST_MINI_OBJECT_CAST (buf));
   }
-  return gst_pp_text_pad_last_flow (self);
+  return gst_pp_text_pad_last_flow (&st->text);
 }
 
-/* Steps the frame in self->in_frame (frame_size samples: @lead samples of
+/* Steps the frame in st->in_frame (frame_size samples: @lead samples of
  * silence, then @n_samples of real input, then silence) and pushes the
  * answer to the real input: @n_samples from @lead on. */
 static GstFlowReturn
-step_and_push (GstPersonaplexDuplex * self, guint lead, guint n_samples)
+step_and_push (GstPpStream * st, guint lead, guint n_samples)
 {
   PpxFrameResult res = { 0 };
   GstPpTickInfo tick = { 0 };
@@ -323,50 +379,50 @@ step_and_push (GstPersonaplexDuplex * self, guint lead, guint n_samples)
   GstFlowReturn ret;
   GError *err = NULL;
 
-  GST_OBJECT_LOCK (self);
-  batch_deadline = self->settings.batch_deadline;
-  GST_OBJECT_UNLOCK (self);
-  switch (gst_pp_ticker_step (self->member, self->in_frame, self->out_frame,
+  GST_OBJECT_LOCK (st->element);
+  batch_deadline = st->settings->batch_deadline;
+  GST_OBJECT_UNLOCK (st->element);
+  switch (gst_pp_ticker_step (st->member, st->in_frame, st->out_frame,
           &res, batch_deadline, &tick, &err)) {
     case GST_PP_TICK_OK:
       break;
     case GST_PP_TICK_FLUSHING:
-      GST_DEBUG_OBJECT (self, "flushing: frame not stepped");
+      GST_DEBUG_OBJECT (st->element, "flushing: frame not stepped");
       return GST_FLOW_FLUSHING;
     default:
-      GST_ELEMENT_ERROR (self, STREAM, FAILED,
+      GST_ELEMENT_ERROR (st->element, STREAM, FAILED,
           ("PersonaPlex step failed: %s", err->message), (NULL));
       g_error_free (err);
       return GST_FLOW_ERROR;
   }
-  GST_LOG_OBJECT (self, "stepped in a tick of %u session(s): waited %.1f ms,"
+  GST_LOG_OBJECT (st->element, "stepped in a tick of %u session(s): waited %.1f ms,"
       " tick %.1f ms", tick.batch_size, tick.wait_ms, tick.tick_ms);
 
-  pos = frame_position (self, n_samples);
-  self->samples_since_resync += n_samples;
-  self->conversation_frame++;
+  pos = frame_position (st, n_samples);
+  st->samples_since_resync += n_samples;
+  st->conversation_frame++;
 
-  stats_msg = update_stats (self, res.step_ms, &tick, &pos,
+  stats_msg = update_stats (st, res.step_ms, &tick, &pos,
       &frame_messages);
   if (res.text != NULL && res.text[0] != '\0')
-    text_msg = gst_pp_text_message_new (GST_OBJECT (self), res.text, &pos);
+    text_msg = gst_pp_text_message_new (GST_OBJECT (st->element), res.text, &pos);
   if (frame_messages)
-    frame_msg = gst_pp_frame_message_new (GST_OBJECT (self), &res, &pos);
+    frame_msg = gst_pp_frame_message_new (GST_OBJECT (st->element), &res, &pos);
 
   /* The text goes to text_src's own thread, so a text branch without a
    * queue does not block the audio during preroll. */
-  ret = push_text (self, res.text, &pos);
-  gst_flow_combiner_update_pad_flow (self->flow_combiner, self->textpad, ret);
-  ret = push_audio (self, self->out_frame + lead, n_samples, &pos);
-  ret = gst_flow_combiner_update_pad_flow (self->flow_combiner,
-      self->srcpad, ret);
+  ret = push_text (st, res.text, &pos);
+  gst_flow_combiner_update_pad_flow (st->flow_combiner, st->textpad, ret);
+  ret = push_audio (st, st->out_frame + lead, n_samples, &pos);
+  ret = gst_flow_combiner_update_pad_flow (st->flow_combiner,
+      st->srcpad, ret);
 
   if (frame_msg)
-    gst_element_post_message (GST_ELEMENT (self), frame_msg);
+    gst_element_post_message (st->element, frame_msg);
   if (text_msg)
-    gst_element_post_message (GST_ELEMENT (self), text_msg);
+    gst_element_post_message (st->element, text_msg);
   if (stats_msg)
-    gst_element_post_message (GST_ELEMENT (self), stats_msg);
+    gst_element_post_message (st->element, stats_msg);
   return ret;
 }
 
@@ -374,34 +430,34 @@ step_and_push (GstPersonaplexDuplex * self, guint lead, guint n_samples)
  * timeline's lead of silence (frame alignment, first frame only) and padded
  * with silence, steps the frame and pushes an answer of @n_samples. */
 static GstFlowReturn
-step_from_adapter (GstPersonaplexDuplex * self, guint n_samples)
+step_from_adapter (GstPpStream * st, guint n_samples)
 {
-  gsize bytes = (gsize) n_samples * self->info.bpf;
-  guint lead = self->lead_samples;
+  gsize bytes = (gsize) n_samples * st->info.bpf;
+  guint lead = st->lead_samples;
 
-  self->lead_samples = 0;
-  gst_adapter_copy (self->adapter, self->raw_frame, 0, bytes);
-  gst_adapter_flush (self->adapter, bytes);
-  memset (self->in_frame, 0, lead * sizeof (gfloat));
-  samples_to_f32 (GST_AUDIO_INFO_FORMAT (&self->info), self->raw_frame,
-      n_samples, self->in_frame + lead);
-  if (lead + n_samples < (guint) self->frame_size)
-    memset (self->in_frame + lead + n_samples, 0,
-        (self->frame_size - lead - n_samples) * sizeof (gfloat));
-  return step_and_push (self, lead, n_samples);
+  st->lead_samples = 0;
+  gst_adapter_copy (st->adapter, st->raw_frame, 0, bytes);
+  gst_adapter_flush (st->adapter, bytes);
+  memset (st->in_frame, 0, lead * sizeof (gfloat));
+  samples_to_f32 (GST_AUDIO_INFO_FORMAT (&st->info), st->raw_frame,
+      n_samples, st->in_frame + lead);
+  if (lead + n_samples < (guint) st->frame_size)
+    memset (st->in_frame + lead + n_samples, 0,
+        (st->frame_size - lead - n_samples) * sizeof (gfloat));
+  return step_and_push (st, lead, n_samples);
 }
 
 static GstFlowReturn
-step_complete_frames (GstPersonaplexDuplex * self)
+step_complete_frames (GstPpStream * st)
 {
   GstFlowReturn ret = GST_FLOW_OK;
 
   while (ret == GST_FLOW_OK) {
-    guint need = self->frame_size - self->lead_samples;
+    guint need = st->frame_size - st->lead_samples;
 
-    if (gst_adapter_available (self->adapter) < (gsize) need * self->info.bpf)
+    if (gst_adapter_available (st->adapter) < (gsize) need * st->info.bpf)
       break;
-    ret = step_from_adapter (self, need);
+    ret = step_from_adapter (st, need);
   }
   return ret;
 }
@@ -411,52 +467,52 @@ step_complete_frames (GstPersonaplexDuplex * self)
  * silence that makes this stream's frames complete together with those of
  * the other streams ticking on the shared engine. */
 static guint
-alignment_lead (GstPersonaplexDuplex * self, guint n_samples)
+alignment_lead (GstPpStream * st, guint n_samples)
 {
   gboolean align, shared, live = FALSE;
   GstQuery *q;
   gint64 now, period, granularity, lead;
 
-  GST_OBJECT_LOCK (self);
-  align = self->settings.align_frames;
-  shared = self->settings.model_instance_id != NULL
-      && self->settings.model_instance_id[0] != '\0';
-  GST_OBJECT_UNLOCK (self);
+  GST_OBJECT_LOCK (st->element);
+  align = st->settings->align_frames;
+  shared = st->settings->model_instance_id != NULL
+      && st->settings->model_instance_id[0] != '\0';
+  GST_OBJECT_UNLOCK (st->element);
   /* a buffer of half a frame or more leaves little to align */
-  if (!align || !shared || self->member == NULL
-      || n_samples >= (guint) self->frame_size / 2)
+  if (!align || !shared || st->member == NULL
+      || n_samples >= (guint) st->frame_size / 2)
     return 0;
   q = gst_query_new_latency ();
-  if (gst_pad_peer_query (self->sinkpad, q))
+  if (gst_pad_peer_query (st->sinkpad, q))
     gst_query_parse_latency (q, &live, NULL, NULL);
   gst_query_unref (q);
   if (!live) {
-    GST_DEBUG_OBJECT (self, "frame alignment: upstream is not live");
+    GST_DEBUG_OBJECT (st->element, "frame alignment: upstream is not live");
     return 0;
   }
   now = g_get_monotonic_time ();
-  period = (gint64) self->frame_size * G_USEC_PER_SEC / RATE;
+  period = (gint64) st->frame_size * G_USEC_PER_SEC / RATE;
   granularity = (gint64) n_samples * G_USEC_PER_SEC / RATE;
-  lead = gst_pp_ticker_lead_in (self->member, now + period - granularity,
+  lead = gst_pp_ticker_lead_in (st->member, now + period - granularity,
       period, granularity);
   return (guint) MIN (lead * RATE / G_USEC_PER_SEC,
-      (gint64) self->frame_size - 1);
+      (gint64) st->frame_size - 1);
 }
 
 /* The last partial frame of a timeline (EOS, discontinuity): stepped
  * zero-padded, answered with its real length. */
 static GstFlowReturn
-step_partial_frame (GstPersonaplexDuplex * self)
+step_partial_frame (GstPpStream * st)
 {
   guint n_samples;
   GstFlowReturn ret = GST_FLOW_OK;
 
-  if (!self->have_caps || self->session == NULL)
+  if (!st->have_caps || st->session == NULL)
     return GST_FLOW_OK;
-  n_samples = gst_adapter_available (self->adapter) / self->info.bpf;
+  n_samples = gst_adapter_available (st->adapter) / st->info.bpf;
   if (n_samples > 0)
-    ret = step_from_adapter (self, n_samples);
-  gst_adapter_clear (self->adapter);
+    ret = step_from_adapter (st, n_samples);
+  gst_adapter_clear (st->adapter);
   return ret;
 }
 
@@ -466,34 +522,34 @@ step_partial_frame (GstPersonaplexDuplex * self)
 /* Decides whether @buffer starts a new timeline; if so, finishes the old
  * one (partial frame, optional conversation reset) and resyncs. */
 static GstFlowReturn
-handle_timeline (GstPersonaplexDuplex * self, GstBuffer * buffer,
+handle_timeline (GstPpStream * st, GstBuffer * buffer,
     guint n_samples)
 {
   GstClockTime pts = GST_BUFFER_PTS (buffer);
   gboolean flagged = GST_BUFFER_FLAG_IS_SET (buffer, GST_BUFFER_FLAG_DISCONT)
       || GST_BUFFER_FLAG_IS_SET (buffer, GST_BUFFER_FLAG_RESYNC);
-  gboolean first = !GST_CLOCK_TIME_IS_VALID (self->resync_pts);
+  gboolean first = !GST_CLOCK_TIME_IS_VALID (st->resync_pts);
   gboolean discont;
   GstClockTime expected = GST_CLOCK_TIME_NONE;
   GstFlowReturn ret = GST_FLOW_OK;
 
   if (!first)
-    expected = sample_time (self, self->samples_since_resync +
-        gst_adapter_available (self->adapter) / self->info.bpf);
+    expected = sample_time (st, st->samples_since_resync +
+        gst_adapter_available (st->adapter) / st->info.bpf);
 
   if (GST_CLOCK_TIME_IS_VALID (pts)) {
     GstClockTime out_ts, out_dur;
     guint64 out_pos;
 
-    discont = gst_audio_stream_align_process (self->align, flagged, pts,
+    discont = gst_audio_stream_align_process (st->align, flagged, pts,
         n_samples, &out_ts, &out_dur, &out_pos);
     /* A DISCONT flag on a buffer that continues the timeline exactly (e.g.
      * after upstream packet-loss concealment) does not break our frames. */
     if (discont && !first && flagged
         && (GstClockTimeDiff) ABS (GST_CLOCK_DIFF (expected, pts)) <
         (GstClockTimeDiff) ALIGNMENT_THRESHOLD) {
-      GST_DEBUG_OBJECT (self, "DISCONT flag on a continuous timestamp");
-      self->next_is_discont = TRUE;
+      GST_DEBUG_OBJECT (st->element, "DISCONT flag on a continuous timestamp");
+      st->next_is_discont = TRUE;
       return GST_FLOW_OK;
     }
   } else {
@@ -503,49 +559,49 @@ handle_timeline (GstPersonaplexDuplex * self, GstBuffer * buffer,
     return GST_FLOW_OK;
 
   if (!first) {
-    GST_INFO_OBJECT (self, "discontinuity: expected %" GST_TIME_FORMAT
+    GST_INFO_OBJECT (st->element, "discontinuity: expected %" GST_TIME_FORMAT
         ", got %" GST_TIME_FORMAT, GST_TIME_ARGS (expected),
         GST_TIME_ARGS (pts));
     gboolean reset;
 
-    ret = step_partial_frame (self);
-    expected = sample_time (self, self->samples_since_resync);
-    GST_OBJECT_LOCK (self);
-    reset = self->settings.reset_on_discont;
-    GST_OBJECT_UNLOCK (self);
-    if (reset && !reset_conversation (self))
+    ret = step_partial_frame (st);
+    expected = sample_time (st, st->samples_since_resync);
+    GST_OBJECT_LOCK (st->element);
+    reset = st->settings->reset_on_discont;
+    GST_OBJECT_UNLOCK (st->element);
+    if (reset && !reset_conversation (st))
       ret = GST_FLOW_ERROR;
   }
 
   if (GST_CLOCK_TIME_IS_VALID (pts))
-    self->resync_pts = pts;
+    st->resync_pts = pts;
   else if (GST_CLOCK_TIME_IS_VALID (expected))
-    self->resync_pts = expected;
-  else if (self->segment.format == GST_FORMAT_TIME
-      && GST_CLOCK_TIME_IS_VALID (self->segment.start))
-    self->resync_pts = self->segment.start;
+    st->resync_pts = expected;
+  else if (st->segment.format == GST_FORMAT_TIME
+      && GST_CLOCK_TIME_IS_VALID (st->segment.start))
+    st->resync_pts = st->segment.start;
   else
-    self->resync_pts = 0;
-  self->samples_since_resync = 0;
-  self->next_is_discont = TRUE;
-  self->lead_samples = alignment_lead (self, n_samples);
-  GST_DEBUG_OBJECT (self, "timeline starts at %" GST_TIME_FORMAT
+    st->resync_pts = 0;
+  st->samples_since_resync = 0;
+  st->next_is_discont = TRUE;
+  st->lead_samples = alignment_lead (st, n_samples);
+  GST_DEBUG_OBJECT (st->element, "timeline starts at %" GST_TIME_FORMAT
       " (a first buffer of %u samples), frames led by %u samples of silence",
-      GST_TIME_ARGS (self->resync_pts), n_samples, self->lead_samples);
+      GST_TIME_ARGS (st->resync_pts), n_samples, st->lead_samples);
   return ret;
 }
 
 static GstFlowReturn
 sink_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
 {
-  GstPersonaplexDuplex *self = GST_PERSONAPLEX_DUPLEX (parent);
+  GstPpStream *st = gst_pad_get_element_private (pad);
   gsize size = gst_buffer_get_size (buffer);
   gsize carried;
   guint n_samples;
   GstFlowReturn ret;
 
-  if (!self->have_caps) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
+  if (!st->have_caps) {
+    GST_ELEMENT_ERROR (st->element, CORE, NEGOTIATION, (NULL),
         ("received a buffer before caps"));
     gst_buffer_unref (buffer);
     return GST_FLOW_NOT_NEGOTIATED;
@@ -553,30 +609,30 @@ sink_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
   /* Buffers need not hold whole samples (a 16-bit stream cut at an odd
    * byte): the bytes of a split sample wait in the adapter for the rest.
    * @n_samples counts the samples this buffer completes. */
-  carried = gst_adapter_available (self->adapter) % self->info.bpf;
-  n_samples = (carried + size) / self->info.bpf;
+  carried = gst_adapter_available (st->adapter) % st->info.bpf;
+  n_samples = (carried + size) / st->info.bpf;
   if (size == 0) {
     gst_buffer_unref (buffer);
     return GST_FLOW_OK;
   }
   if (n_samples == 0) {
-    gst_adapter_push (self->adapter, buffer);
+    gst_adapter_push (st->adapter, buffer);
     return GST_FLOW_OK;
   }
 
-  ret = handle_timeline (self, buffer, n_samples);
+  ret = handle_timeline (st, buffer, n_samples);
   if (ret != GST_FLOW_OK && ret != GST_FLOW_NOT_LINKED) {
     gst_buffer_unref (buffer);
     return ret;
   }
-  gst_adapter_push (self->adapter, buffer);
-  return step_complete_frames (self);
+  gst_adapter_push (st->adapter, buffer);
+  return step_complete_frames (st);
 }
 
 /* GAP: silence in, so the model keeps its 80 ms clock and keeps talking.
  * Fed through the chain one frame at a time (bounded memory). */
 static gboolean
-handle_gap (GstPersonaplexDuplex * self, GstEvent * event)
+handle_gap (GstPpStream * st, GstEvent * event)
 {
   GstClockTime ts, duration;
   guint64 total, done = 0;
@@ -584,23 +640,23 @@ handle_gap (GstPersonaplexDuplex * self, GstEvent * event)
 
   gst_event_parse_gap (event, &ts, &duration);
   gst_event_unref (event);
-  if (!self->have_caps || !GST_CLOCK_TIME_IS_VALID (duration)) {
-    GST_DEBUG_OBJECT (self, "ignoring GAP without caps or duration");
+  if (!st->have_caps || !GST_CLOCK_TIME_IS_VALID (duration)) {
+    GST_DEBUG_OBJECT (st->element, "ignoring GAP without caps or duration");
     return TRUE;
   }
   if (!GST_CLOCK_TIME_IS_VALID (ts)
-      && GST_CLOCK_TIME_IS_VALID (self->resync_pts))
-    ts = sample_time (self, self->samples_since_resync +
-        gst_adapter_available (self->adapter) / self->info.bpf);
+      && GST_CLOCK_TIME_IS_VALID (st->resync_pts))
+    ts = sample_time (st, st->samples_since_resync +
+        gst_adapter_available (st->adapter) / st->info.bpf);
   total = gst_util_uint64_scale_round (duration, RATE, GST_SECOND);
-  GST_DEBUG_OBJECT (self, "GAP at %" GST_TIME_FORMAT ": %" G_GUINT64_FORMAT
+  GST_DEBUG_OBJECT (st->element, "GAP at %" GST_TIME_FORMAT ": %" G_GUINT64_FORMAT
       " samples of silence", GST_TIME_ARGS (ts), total);
 
   while (done < total && (ret == GST_FLOW_OK || ret == GST_FLOW_NOT_LINKED)) {
-    guint n = MIN (total - done, (guint64) self->frame_size);
-    GstBuffer *buf = gst_buffer_new_allocate (NULL, n * self->info.bpf, NULL);
+    guint n = MIN (total - done, (guint64) st->frame_size);
+    GstBuffer *buf = gst_buffer_new_allocate (NULL, n * st->info.bpf, NULL);
 
-    gst_buffer_memset (buf, 0, 0, n * self->info.bpf);
+    gst_buffer_memset (buf, 0, 0, n * st->info.bpf);
     if (GST_CLOCK_TIME_IS_VALID (ts)) {
       GST_BUFFER_PTS (buf) =
           ts + gst_util_uint64_scale_int (done, GST_SECOND, RATE);
@@ -609,7 +665,7 @@ handle_gap (GstPersonaplexDuplex * self, GstEvent * event)
           GST_BUFFER_PTS (buf);
     }
     GST_BUFFER_FLAG_SET (buf, GST_BUFFER_FLAG_GAP);
-    ret = sink_chain (self->sinkpad, GST_OBJECT (self), buf);
+    ret = sink_chain (st->sinkpad, GST_OBJECT (st->element), buf);
     done += n;
   }
   return ret == GST_FLOW_OK || ret == GST_FLOW_NOT_LINKED
@@ -626,7 +682,7 @@ audio_info_same_format (const GstAudioInfo * a, const GstAudioInfo * b)
 }
 
 static gboolean
-handle_caps (GstPersonaplexDuplex * self, GstEvent * event)
+handle_caps (GstPpStream * st, GstEvent * event)
 {
   GstCaps *caps, *src_caps;
   GstAudioInfo info;
@@ -634,51 +690,51 @@ handle_caps (GstPersonaplexDuplex * self, GstEvent * event)
 
   gst_event_parse_caps (event, &caps);
   if (!gst_audio_info_from_caps (&info, caps)) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, (NULL),
+    GST_ELEMENT_ERROR (st->element, CORE, NEGOTIATION, (NULL),
         ("invalid audio caps %" GST_PTR_FORMAT, caps));
     gst_event_unref (event);
     return FALSE;
   }
-  if (self->have_caps) {
-    gboolean same = audio_info_same_format (&self->info, &info);
+  if (st->have_caps) {
+    gboolean same = audio_info_same_format (&st->info, &info);
 
     if (!same)
-      GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+      GST_ELEMENT_ERROR (st->element, CORE, NEGOTIATION,
           ("The input format changed mid-stream from %s to %s; "
               "personaplexduplex keeps one format per stream (put an "
               "audioconvert before it)",
-              gst_audio_format_to_string (GST_AUDIO_INFO_FORMAT (&self->info)),
+              gst_audio_format_to_string (GST_AUDIO_INFO_FORMAT (&st->info)),
               gst_audio_format_to_string (GST_AUDIO_INFO_FORMAT (&info))),
           ("new caps %" GST_PTR_FORMAT, caps));
     gst_event_unref (event);
     return same;
   }
 
-  self->info = info;
-  self->have_caps = TRUE;
+  st->info = info;
+  st->have_caps = TRUE;
   /* the stream starts: the engine's other sessions wait for its frames */
-  gst_pp_ticker_set_active (self->member, TRUE);
+  gst_pp_ticker_set_active (st->member, TRUE);
   src_caps = gst_audio_info_to_caps (&info);
-  ok = gst_pad_push_event (self->srcpad, gst_event_new_caps (src_caps));
+  ok = gst_pad_push_event (st->srcpad, gst_event_new_caps (src_caps));
   gst_caps_unref (src_caps);
-  if (!self->text_caps_queued) {
-    GstCaps *text_caps = gst_pad_get_pad_template_caps (self->textpad);
+  if (!st->text_caps_queued) {
+    GstCaps *text_caps = gst_pad_get_pad_template_caps (st->textpad);
 
-    gst_pp_text_pad_queue (self,
+    gst_pp_text_pad_queue (&st->text,
         GST_MINI_OBJECT_CAST (gst_event_new_caps (text_caps)));
     gst_caps_unref (text_caps);
-    self->text_caps_queued = TRUE;
+    st->text_caps_queued = TRUE;
   }
   gst_event_unref (event);
   if (!ok)
-    self->have_caps = FALSE;
+    st->have_caps = FALSE;
   return ok;
 }
 
 /* Same stream-start for audio; `<id>/text` with the same group id for
  * text_src. */
 static gboolean
-handle_stream_start (GstPersonaplexDuplex * self, GstEvent * event)
+handle_stream_start (GstPpStream * st, GstEvent * event)
 {
   const gchar *stream_id;
   gchar *text_id;
@@ -692,33 +748,33 @@ handle_stream_start (GstPersonaplexDuplex * self, GstEvent * event)
   if (gst_event_parse_group_id (event, &group_id))
     gst_event_set_group_id (text_event, group_id);
   gst_event_set_seqnum (text_event, gst_event_get_seqnum (event));
-  gst_pp_text_pad_queue (self, GST_MINI_OBJECT_CAST (text_event));
-  return gst_pad_push_event (self->srcpad, event);
+  gst_pp_text_pad_queue (&st->text, GST_MINI_OBJECT_CAST (text_event));
+  return gst_pad_push_event (st->srcpad, event);
 }
 
 /* Serialized events go to src directly and to text_src through its queue
  * (pushing them on text_src here would wait for its thread); the others
  * to both pads at once. */
 static gboolean
-forward_event (GstPersonaplexDuplex * self, GstEvent * event)
+forward_event (GstPpStream * st, GstEvent * event)
 {
   if (!GST_EVENT_IS_SERIALIZED (event))
-    return gst_pad_event_default (self->sinkpad, GST_OBJECT (self), event);
-  gst_pp_text_pad_queue (self, GST_MINI_OBJECT_CAST (gst_event_ref (event)));
-  return gst_pad_push_event (self->srcpad, event);
+    return gst_pad_event_default (st->sinkpad, GST_OBJECT (st->element), event);
+  gst_pp_text_pad_queue (&st->text, GST_MINI_OBJECT_CAST (gst_event_ref (event)));
+  return gst_pad_push_event (st->srcpad, event);
 }
 
 static gboolean
 sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
 {
-  GstPersonaplexDuplex *self = GST_PERSONAPLEX_DUPLEX (parent);
+  GstPpStream *st = gst_pad_get_element_private (pad);
 
-  GST_LOG_OBJECT (self, "sink event %" GST_PTR_FORMAT, event);
+  GST_LOG_OBJECT (st->element, "sink event %" GST_PTR_FORMAT, event);
   switch (GST_EVENT_TYPE (event)) {
     case GST_EVENT_STREAM_START:
-      return handle_stream_start (self, event);
+      return handle_stream_start (st, event);
     case GST_EVENT_CAPS:
-      return handle_caps (self, event);
+      return handle_caps (st, event);
     case GST_EVENT_SEGMENT:{
       const GstSegment *segment;
 
@@ -727,49 +783,49 @@ sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
         /* our output is timestamped: downstream gets a TIME segment */
         guint32 seqnum = gst_event_get_seqnum (event);
 
-        GST_DEBUG_OBJECT (self, "replacing a %s segment by a TIME one",
+        GST_DEBUG_OBJECT (st->element, "replacing a %s segment by a TIME one",
             gst_format_get_name (segment->format));
-        gst_segment_init (&self->segment, GST_FORMAT_TIME);
+        gst_segment_init (&st->segment, GST_FORMAT_TIME);
         gst_event_unref (event);
-        event = gst_event_new_segment (&self->segment);
+        event = gst_event_new_segment (&st->segment);
         gst_event_set_seqnum (event, seqnum);
       } else {
-        gst_segment_copy_into (segment, &self->segment);
+        gst_segment_copy_into (segment, &st->segment);
       }
-      return forward_event (self, event);
+      return forward_event (st, event);
     }
     case GST_EVENT_GAP:
-      return handle_gap (self, event);
+      return handle_gap (st, event);
     case GST_EVENT_EOS:
-      step_partial_frame (self);
-      gst_pp_ticker_set_active (self->member, FALSE);
-      post_stats (self);
-      return forward_event (self, event);
+      step_partial_frame (st);
+      gst_pp_ticker_set_active (st->member, FALSE);
+      post_stats (st);
+      return forward_event (st, event);
     case GST_EVENT_FLUSH_START:{
       gboolean ok;
 
       /* a frame waiting for a tick comes back at once */
-      gst_pp_duplex_set_flushing (self, TRUE);
+      gst_pp_stream_set_flushing (st, TRUE);
       ok = gst_pad_event_default (pad, parent, event);
 
-      gst_pp_text_pad_flush_start (self);
+      gst_pp_text_pad_flush_start (&st->text);
       return ok;
     }
     case GST_EVENT_FLUSH_STOP:{
       gboolean ok;
 
       /* serialized: the chain function has returned */
-      gst_pp_duplex_set_flushing (self, FALSE);
-      reset_timeline (self);
-      reset_conversation (self);
-      gst_segment_init (&self->segment, GST_FORMAT_TIME);
-      gst_flow_combiner_reset (self->flow_combiner);
-      ok = gst_pad_push_event (self->srcpad, gst_event_ref (event));
+      gst_pp_stream_set_flushing (st, FALSE);
+      reset_timeline (st);
+      reset_conversation (st);
+      gst_segment_init (&st->segment, GST_FORMAT_TIME);
+      gst_flow_combiner_reset (st->flow_combiner);
+      ok = gst_pad_push_event (st->srcpad, gst_event_ref (event));
       /* as gst_pad_event_default: TRUE when one pad took it */
-      return gst_pp_text_pad_flush_stop (self, event) || ok;
+      return gst_pp_text_pad_flush_stop (&st->text, event) || ok;
     }
     default:
-      return forward_event (self, event);
+      return forward_event (st, event);
   }
 }
 
@@ -779,10 +835,10 @@ sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
 /* The caps of @pad: its template, narrowed by what the peer of the audio
  * pad on the other side accepts (both sides carry the same format). */
 static GstCaps *
-query_audio_caps (GstPersonaplexDuplex * self, GstPad * pad,
+query_audio_caps (GstPpStream * st, GstPad * pad,
     GstCaps * filter)
 {
-  GstPad *other = pad == self->sinkpad ? self->srcpad : self->sinkpad;
+  GstPad *other = pad == st->sinkpad ? st->srcpad : st->sinkpad;
   GstCaps *templ = gst_pad_get_pad_template_caps (pad);
   GstCaps *peer = gst_pad_peer_query_caps (other, templ);
   GstCaps *result;
@@ -803,14 +859,14 @@ query_audio_caps (GstPersonaplexDuplex * self, GstPad * pad,
 static gboolean
 sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
 {
-  GstPersonaplexDuplex *self = GST_PERSONAPLEX_DUPLEX (parent);
+  GstPpStream *st = gst_pad_get_element_private (pad);
 
   switch (GST_QUERY_TYPE (query)) {
     case GST_QUERY_CAPS:{
       GstCaps *filter, *caps;
 
       gst_query_parse_caps (query, &filter);
-      caps = query_audio_caps (self, pad, filter);
+      caps = query_audio_caps (st, pad, filter);
       gst_query_set_caps_result (query, caps);
       gst_caps_unref (caps);
       return TRUE;
@@ -823,16 +879,16 @@ sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
 /* Our output for input frame j can only be computed once frame j has fully
  * arrived (one frame) and then takes up to processing-deadline. */
 static gboolean
-handle_latency_query (GstPersonaplexDuplex * self, GstQuery * query)
+handle_latency_query (GstPpStream * st, GstQuery * query)
 {
   gboolean live;
   GstClockTime min, max, ours;
 
-  if (!gst_pad_peer_query (self->sinkpad, query))
+  if (!gst_pad_peer_query (st->sinkpad, query))
     return FALSE;
   gst_query_parse_latency (query, &live, &min, &max);
-  ours = gst_pp_stream_own_latency (self);
-  GST_DEBUG_OBJECT (self, "upstream latency min %" GST_TIME_FORMAT " max %"
+  ours = gst_pp_stream_own_latency (st);
+  GST_DEBUG_OBJECT (st->element, "upstream latency min %" GST_TIME_FORMAT " max %"
       GST_TIME_FORMAT ", ours %" GST_TIME_FORMAT, GST_TIME_ARGS (min),
       GST_TIME_ARGS (max), GST_TIME_ARGS (ours));
   min += ours;
@@ -845,17 +901,17 @@ handle_latency_query (GstPersonaplexDuplex * self, GstQuery * query)
 static gboolean
 src_query (GstPad * pad, GstObject * parent, GstQuery * query)
 {
-  GstPersonaplexDuplex *self = GST_PERSONAPLEX_DUPLEX (parent);
+  GstPpStream *st = gst_pad_get_element_private (pad);
 
   switch (GST_QUERY_TYPE (query)) {
     case GST_QUERY_LATENCY:
-      return handle_latency_query (self, query);
+      return handle_latency_query (st, query);
     case GST_QUERY_CAPS:
-      if (pad == self->srcpad) {
+      if (pad == st->srcpad) {
         GstCaps *filter, *caps;
 
         gst_query_parse_caps (query, &filter);
-        caps = query_audio_caps (self, pad, filter);
+        caps = query_audio_caps (st, pad, filter);
         gst_query_set_caps_result (query, caps);
         gst_caps_unref (caps);
         return TRUE;
@@ -869,21 +925,21 @@ src_query (GstPad * pad, GstObject * parent, GstQuery * query)
 static gboolean
 src_event (GstPad * pad, GstObject * parent, GstEvent * event)
 {
-  GstPersonaplexDuplex *self = GST_PERSONAPLEX_DUPLEX (parent);
+  GstPpStream *st = gst_pad_get_element_private (pad);
 
   if (GST_EVENT_TYPE (event) == GST_EVENT_SEEK) {
     guint32 seqnum = gst_event_get_seqnum (event);
     gboolean duplicate;
 
-    GST_OBJECT_LOCK (self);
-    duplicate = seqnum == self->last_seek_seqnum;
-    self->last_seek_seqnum = seqnum;
-    GST_OBJECT_UNLOCK (self);
+    GST_OBJECT_LOCK (st->element);
+    duplicate = seqnum == st->last_seek_seqnum;
+    st->last_seek_seqnum = seqnum;
+    GST_OBJECT_UNLOCK (st->element);
     if (duplicate) {
       GST_DEBUG_OBJECT (pad, "seek %u already forwarded", seqnum);
       gst_event_unref (event);
       return TRUE;
     }
   }
-  return gst_pad_push_event (self->sinkpad, event);
+  return gst_pad_push_event (st->sinkpad, event);
 }

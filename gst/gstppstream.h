@@ -1,23 +1,93 @@
 /* personaplexduplex: the streaming side (pads, framing, events, queries).
- * Internal to the plugin. */
+ * Internal to the plugin.
+ *
+ * The element owns one GstPpStream and calls into it; the stream knows
+ * nothing of the element's type: it gets the pads, the element (for its
+ * object lock, messages and errors) and the element's settings when it is
+ * made, and the model, the session and its ticker membership between
+ * gst_pp_stream_start and gst_pp_stream_stop. The pads' functions find the
+ * stream through their element_private pointer. */
 #ifndef __GST_PP_STREAM_H__
 #define __GST_PP_STREAM_H__
 
-#include "gstpersonaplexduplex.h"
+#include <gst/gst.h>
+#include <gst/audio/audio.h>
+#include <gst/base/base.h>
+
+#include "gstppmodelpool.h"
+#include "gstppsettings.h"
+#include "gstpptextpad.h"
+#include "gstppticker.h"
 
 G_BEGIN_DECLS
 
-/* Installs the chain, event and query functions on the element's pads. */
-void gst_pp_stream_setup_pads (GstPersonaplexDuplex * self);
+typedef struct
+{
+  GstElement *element;          /* the owner (not a reference) */
+  GstPad *sinkpad, *srcpad, *textpad;
+  const GstPersonaplexSettings *settings;       /* the owner's (object lock) */
+  GstPersonaplexStats stats;    /* object lock */
 
-/* READY->PAUSED, after the session exists: fresh streaming state. */
-void gst_pp_stream_start (GstPersonaplexDuplex * self);
+  /* Between start and stop. The session is stepped through the engine's
+   * ticker by `member`, only with the sink stream lock held (flushing is set
+   * from any thread); model and member are set and cleared under the object
+   * lock. */
+  GstPpModelHandle *model;
+  PpxSession *session;
+  GstPpTickerMember *member;
+  gint frame_size;              /* samples per frame (1920) */
 
-/* PAUSED->READY, after the pads are deactivated: frees frame buffers. */
-void gst_pp_stream_stop (GstPersonaplexDuplex * self);
+  /* Streaming state, guarded by the sink pad's stream lock. */
+  GstFlowCombiner *flow_combiner;
+  GstAudioInfo info;
+  gboolean have_caps;
+  GstSegment segment;
+  GstAdapter *adapter;
+  GstAudioStreamAlign *align;
+  GstClockTime resync_pts;      /* PTS of the first sample since a resync */
+  guint64 samples_since_resync; /* samples already stepped since then */
+  guint lead_samples;           /* silence before the timeline's first frame (frame alignment) */
+  gboolean next_is_discont;
+  guint64 conversation_frame;   /* frames since the prompts (reset on flush) */
+  guint frames_since_stats;
+  gfloat *in_frame;
+  gfloat *out_frame;
+  guint8 *raw_frame;
+  gboolean text_caps_queued;    /* caps queued for this stream */
+
+  /* text_src's own streaming thread (gstpptextpad.c) */
+  GstPpTextPad text;
+
+  /* Upstream SEEKs arrive on both source pads; forward each seqnum once
+   * (object lock). */
+  guint32 last_seek_seqnum;
+} GstPpStream;
+
+/* Installs the pads' chain, event, query and activation functions; the
+ * settings stay the element's, read under its object lock. */
+void gst_pp_stream_init (GstPpStream * st, GstElement * element,
+    GstPad * sinkpad, GstPad * srcpad, GstPad * textpad,
+    const GstPersonaplexSettings * settings);
+
+/* Frees what the stream holds (finalize). */
+void gst_pp_stream_clear (GstPpStream * st);
+
+/* READY->PAUSED, after the session exists: joins the model's ticker with
+ * @session and starts fresh streaming state (@model and @session stay the
+ * caller's, borrowed until gst_pp_stream_stop). */
+void gst_pp_stream_start (GstPpStream * st, GstPpModelHandle * model,
+    PpxSession * session);
+
+/* PAUSED->READY, after the pads are deactivated: leaves the ticker, frees
+ * frame buffers and forgets the model and session. */
+void gst_pp_stream_stop (GstPpStream * st);
+
+/* Sets the ticker membership flushing: a frame waiting for a tick returns
+ * at once (any thread; nothing before start). */
+void gst_pp_stream_set_flushing (GstPpStream * st, gboolean flushing);
 
 /* The element's own latency: one frame plus processing-deadline. */
-GstClockTime gst_pp_stream_own_latency (GstPersonaplexDuplex * self);
+GstClockTime gst_pp_stream_own_latency (GstPpStream * st);
 
 G_END_DECLS
 

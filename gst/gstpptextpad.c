@@ -11,11 +11,15 @@
  * branch. The queue holds one item per 80 ms frame (a short string or a
  * GAP), and the audio side stops producing when its own sink blocks.
  *
- * Locking: text_lock guards the queue, the flushing flag and the last flow
+ * Locking: text->lock guards the queue, the flushing flag and the last flow
  * return; the task pushes without holding it. */
 #include "gstpptextpad.h"
 
+GST_DEBUG_CATEGORY_EXTERN (gst_personaplex_duplex_debug);
 #define GST_CAT_DEFAULT gst_personaplex_duplex_debug
+
+/* The pad's GstPpTextPad, for its activation function. */
+#define TEXT_PAD_KEY "gst-pp-text-pad"
 
 /* Beyond this many waiting items, say once that the text branch is stuck. */
 #define TEXT_QUEUE_WARN 1000
@@ -23,43 +27,43 @@
 static void
 text_loop (gpointer user_data)
 {
-  GstPersonaplexDuplex *self = user_data;
+  GstPpTextPad *text = user_data;
   GstMiniObject *item;
   GstFlowReturn ret;
 
-  g_mutex_lock (&self->text_lock);
-  while (!self->text_flushing && g_queue_is_empty (&self->text_items))
-    g_cond_wait (&self->text_cond, &self->text_lock);
-  if (self->text_flushing) {
-    g_mutex_unlock (&self->text_lock);
-    gst_pad_pause_task (self->textpad);
+  g_mutex_lock (&text->lock);
+  while (!text->flushing && g_queue_is_empty (&text->items))
+    g_cond_wait (&text->cond, &text->lock);
+  if (text->flushing) {
+    g_mutex_unlock (&text->lock);
+    gst_pad_pause_task (text->pad);
     return;
   }
-  item = g_queue_pop_head (&self->text_items);
-  g_mutex_unlock (&self->text_lock);
+  item = g_queue_pop_head (&text->items);
+  g_mutex_unlock (&text->lock);
 
   if (GST_IS_BUFFER (item)) {
-    ret = gst_pad_push (self->textpad, GST_BUFFER_CAST (item));
-    GST_LOG_OBJECT (self, "text buffer pushed: %s", gst_flow_get_name (ret));
-    g_mutex_lock (&self->text_lock);
+    ret = gst_pad_push (text->pad, GST_BUFFER_CAST (item));
+    GST_LOG_OBJECT (text->pad, "text buffer pushed: %s", gst_flow_get_name (ret));
+    g_mutex_lock (&text->lock);
     /* FLUSHING belongs to a flush that resets the flow anyway */
-    if (!self->text_flushing && ret != GST_FLOW_FLUSHING)
-      self->text_flow = ret;
-    g_mutex_unlock (&self->text_lock);
+    if (!text->flushing && ret != GST_FLOW_FLUSHING)
+      text->flow = ret;
+    g_mutex_unlock (&text->lock);
   } else {
-    gst_pad_push_event (self->textpad, GST_EVENT_CAST (item));
+    gst_pad_push_event (text->pad, GST_EVENT_CAST (item));
   }
 }
 
 /* Everything queued goes, except the sticky events that survive a flush
  * (stream-start, caps, tags): they still have to reach the peer first. */
 static void
-drop_queue_locked (GstPersonaplexDuplex * self)
+drop_queue_locked (GstPpTextPad * text)
 {
   GQueue keep = G_QUEUE_INIT;
   GstMiniObject *item;
 
-  while ((item = g_queue_pop_head (&self->text_items))) {
+  while ((item = g_queue_pop_head (&text->items))) {
     if (GST_IS_EVENT (item) && GST_EVENT_IS_STICKY (item)
         && GST_EVENT_TYPE (item) != GST_EVENT_SEGMENT
         && GST_EVENT_TYPE (item) != GST_EVENT_EOS)
@@ -67,118 +71,122 @@ drop_queue_locked (GstPersonaplexDuplex * self)
     else
       gst_mini_object_unref (item);
   }
-  self->text_items = keep;
+  text->items = keep;
 }
 
 static void
-set_flushing (GstPersonaplexDuplex * self, gboolean flushing)
+set_flushing (GstPpTextPad * text, gboolean flushing)
 {
-  g_mutex_lock (&self->text_lock);
-  self->text_flushing = flushing;
-  self->text_flow = GST_FLOW_OK;
-  self->text_warned = FALSE;
+  g_mutex_lock (&text->lock);
+  text->flushing = flushing;
+  text->flow = GST_FLOW_OK;
+  text->warned = FALSE;
   if (flushing)
-    drop_queue_locked (self);
-  g_cond_signal (&self->text_cond);
-  g_mutex_unlock (&self->text_lock);
+    drop_queue_locked (text);
+  g_cond_signal (&text->cond);
+  g_mutex_unlock (&text->lock);
 }
 
 static gboolean
 text_activate_mode (GstPad * pad, GstObject * parent, GstPadMode mode,
     gboolean active)
 {
-  GstPersonaplexDuplex *self = GST_PERSONAPLEX_DUPLEX (parent);
+  GstPpTextPad *text = g_object_get_data (G_OBJECT (pad), TEXT_PAD_KEY);
 
   if (mode != GST_PAD_MODE_PUSH)
     return FALSE;
-  if (active) {
-    set_flushing (self, FALSE);
-    return gst_pad_start_task (pad, text_loop, self, NULL);
-  }
-  set_flushing (self, TRUE);
-  g_mutex_lock (&self->text_lock);
-  g_queue_clear_full (&self->text_items,
-      (GDestroyNotify) gst_mini_object_unref);
-  g_mutex_unlock (&self->text_lock);
+  /* Deactivated, the queue is cleared and stays empty until the next
+   * activation: the sink pad is deactivated after text_src, so its thread
+   * may still queue this run's sticky events (a CAPS), which must not be
+   * pushed ahead of the next run's STREAM_START. */
+  g_mutex_lock (&text->lock);
+  text->active = active;
+  g_queue_clear_full (&text->items, (GDestroyNotify) gst_mini_object_unref);
+  g_mutex_unlock (&text->lock);
+  set_flushing (text, !active);
+  if (active)
+    return gst_pad_start_task (pad, text_loop, text, NULL);
   return gst_pad_stop_task (pad);
 }
 
 void
-gst_pp_text_pad_init (GstPersonaplexDuplex * self)
+gst_pp_text_pad_init (GstPpTextPad * text, GstPad * pad)
 {
-  g_mutex_init (&self->text_lock);
-  g_cond_init (&self->text_cond);
-  g_queue_init (&self->text_items);
-  self->text_flushing = TRUE;
-  self->text_flow = GST_FLOW_OK;
-  gst_pad_set_activatemode_function (self->textpad,
+  text->pad = pad;
+  g_mutex_init (&text->lock);
+  g_cond_init (&text->cond);
+  g_queue_init (&text->items);
+  text->flushing = TRUE;
+  text->flow = GST_FLOW_OK;
+  g_object_set_data (G_OBJECT (pad), TEXT_PAD_KEY, text);
+  gst_pad_set_activatemode_function (text->pad,
       GST_DEBUG_FUNCPTR (text_activate_mode));
 }
 
 void
-gst_pp_text_pad_finalize (GstPersonaplexDuplex * self)
+gst_pp_text_pad_clear (GstPpTextPad * text)
 {
-  g_queue_clear_full (&self->text_items,
+  g_queue_clear_full (&text->items,
       (GDestroyNotify) gst_mini_object_unref);
-  g_mutex_clear (&self->text_lock);
-  g_cond_clear (&self->text_cond);
+  g_mutex_clear (&text->lock);
+  g_cond_clear (&text->cond);
 }
 
 void
-gst_pp_text_pad_queue (GstPersonaplexDuplex * self, GstMiniObject * item)
+gst_pp_text_pad_queue (GstPpTextPad * text, GstMiniObject * item)
 {
   guint waiting;
 
-  g_mutex_lock (&self->text_lock);
-  /* while flushing (or inactive), only the sticky events are kept */
-  if (self->text_flushing && !(GST_IS_EVENT (item)
+  g_mutex_lock (&text->lock);
+  /* inactive: nothing is kept; flushing: only the sticky events */
+  if (!text->active || (text->flushing && !(GST_IS_EVENT (item)
           && GST_EVENT_IS_STICKY (item)
           && GST_EVENT_TYPE (item) != GST_EVENT_SEGMENT
-          && GST_EVENT_TYPE (item) != GST_EVENT_EOS)) {
-    g_mutex_unlock (&self->text_lock);
+          && GST_EVENT_TYPE (item) != GST_EVENT_EOS))) {
+    g_mutex_unlock (&text->lock);
     gst_mini_object_unref (item);
     return;
   }
-  g_queue_push_tail (&self->text_items, item);
-  waiting = g_queue_get_length (&self->text_items);
-  g_cond_signal (&self->text_cond);
-  if (waiting > TEXT_QUEUE_WARN && !self->text_warned) {
-    self->text_warned = TRUE;
-    g_mutex_unlock (&self->text_lock);
-    GST_WARNING_OBJECT (self, "%u text items wait for text_src's peer, "
+  g_queue_push_tail (&text->items, item);
+  waiting = g_queue_get_length (&text->items);
+  g_cond_signal (&text->cond);
+  if (waiting > TEXT_QUEUE_WARN && !text->warned) {
+    text->warned = TRUE;
+    g_mutex_unlock (&text->lock);
+    GST_WARNING_OBJECT (text->pad, "%u text items wait for text_src's peer, "
         "which takes none", waiting);
     return;
   }
-  g_mutex_unlock (&self->text_lock);
+  g_mutex_unlock (&text->lock);
 }
 
 GstFlowReturn
-gst_pp_text_pad_last_flow (GstPersonaplexDuplex * self)
+gst_pp_text_pad_last_flow (GstPpTextPad * text)
 {
   GstFlowReturn ret;
 
-  g_mutex_lock (&self->text_lock);
-  ret = self->text_flow;
-  g_mutex_unlock (&self->text_lock);
+  g_mutex_lock (&text->lock);
+  ret = text->flow;
+  g_mutex_unlock (&text->lock);
   return ret;
 }
 
 void
-gst_pp_text_pad_flush_start (GstPersonaplexDuplex * self)
+gst_pp_text_pad_flush_start (GstPpTextPad * text)
 {
-  set_flushing (self, TRUE);
+  set_flushing (text, TRUE);
   /* the peer was flushed first, so a push in progress returns now */
-  gst_pad_pause_task (self->textpad);
+  gst_pad_pause_task (text->pad);
 }
 
 gboolean
-gst_pp_text_pad_flush_stop (GstPersonaplexDuplex * self, GstEvent * event)
+gst_pp_text_pad_flush_stop (GstPpTextPad * text, GstEvent * event)
 {
-  gboolean ok = gst_pad_push_event (self->textpad, event);
+  gboolean ok = gst_pad_push_event (text->pad, event);
 
-  if (!GST_PAD_IS_ACTIVE (self->textpad))
+  if (!GST_PAD_IS_ACTIVE (text->pad))
     return ok;
-  set_flushing (self, FALSE);
-  gst_pad_start_task (self->textpad, text_loop, self, NULL);
+  set_flushing (text, FALSE);
+  gst_pad_start_task (text->pad, text_loop, text, NULL);
   return ok;
 }

@@ -3,31 +3,44 @@
 #ifndef __GST_PP_TEXT_PAD_H__
 #define __GST_PP_TEXT_PAD_H__
 
-#include "gstpersonaplexduplex.h"
+#include <gst/gst.h>
 
 G_BEGIN_DECLS
 
-/* Installs the activation function of text_src (which starts and stops its
+/* The text pad's queue and task state; lock guards everything but pad. */
+typedef struct
+{
+  GstPad *pad;                  /* text_src (not a reference) */
+  GMutex lock;
+  GCond cond;
+  GQueue items;                 /* GstBuffer / serialized GstEvent */
+  gboolean active;              /* text_src is active: items may be queued */
+  gboolean flushing;
+  gboolean warned;
+  GstFlowReturn flow;           /* the peer's answer to the last buffer */
+} GstPpTextPad;
+
+/* Installs the activation function of @pad (which starts and stops its
  * task) and initialises the queue. */
-void gst_pp_text_pad_init (GstPersonaplexDuplex * self);
+void gst_pp_text_pad_init (GstPpTextPad * text, GstPad * pad);
 
 /* Frees what is still queued. */
-void gst_pp_text_pad_finalize (GstPersonaplexDuplex * self);
+void gst_pp_text_pad_clear (GstPpTextPad * text);
 
 /* Queues a buffer or a serialized event for text_src (takes ownership);
- * never blocks. */
-void gst_pp_text_pad_queue (GstPersonaplexDuplex * self, GstMiniObject * item);
+ * never blocks. While text_src is inactive nothing is kept; while it is
+ * flushing, only the sticky events that survive a flush. */
+void gst_pp_text_pad_queue (GstPpTextPad * text, GstMiniObject * item);
 
 /* What text_src's peer answered to the last buffer pushed (GST_FLOW_OK
  * before any). */
-GstFlowReturn gst_pp_text_pad_last_flow (GstPersonaplexDuplex * self);
+GstFlowReturn gst_pp_text_pad_last_flow (GstPpTextPad * text);
 
 /* FLUSH_START (after it was sent downstream) and FLUSH_STOP (before it is
  * sent downstream; pushes it itself): drop the queue, park and restart the
  * task. */
-void gst_pp_text_pad_flush_start (GstPersonaplexDuplex * self);
-gboolean gst_pp_text_pad_flush_stop (GstPersonaplexDuplex * self,
-    GstEvent * event);
+void gst_pp_text_pad_flush_start (GstPpTextPad * text);
+gboolean gst_pp_text_pad_flush_stop (GstPpTextPad * text, GstEvent * event);
 
 G_END_DECLS
 

@@ -18,12 +18,6 @@ ppx_backend_cuda_new (int device, GError **error)
   return NULL;
 }
 
-const char *
-ppx_backend_cuda_device_name (const PpxBackend *be)
-{
-  return NULL;
-}
-
 gboolean
 ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const PpxTensor *x, PpxTensor *y, int M,
                               int calls, int reps, double *us, GError **error)

@@ -10,84 +10,31 @@
  * grows: its growth marks recorded graphs stale like the scratch buffer's, and a recording asks ppx_backend_graph_end
  * to grow it instead of allocating).
  *
- * Graphs (backend.h): ppx_backend_graph_begin captures the calling thread's ops on a second stream
- * (cudaStreamCaptureModeThreadLocal, so other threads' ops and allocations on the backend are unaffected);
- * graph_end instantiates the capture, and a launch replays it on the backend's stream. An op that needs
- * scratch memory or a RoPE table the backend has not allocated yet gets none inside a recording (nothing
- * may allocate there): graph_end allocates it and fails, and the caller records again. A graph remembers
- * the scratch buffer it was recorded with (scratch_epoch); one recorded before the buffer moved is stale
- * and not launched.
- *
  * Ops cannot fail through the interface (backend.h): a CUDA error inside one is a programming error or a
- * lost device, reported with g_critical() naming the op and the CUDA error. */
-#include "backend-cuda.h"
+ * lost device, reported with g_critical() naming the op and the CUDA error.
+ *
+ * Graph capture is in backend-cuda-graph.c, the tuning and benchmark extras of backend-cuda.h in
+ * backend-cuda-tune.c; backend-cuda-internal.h is what they share. */
+#include "backend-cuda-internal.h"
 
-#include "backend-impl.h"
-#include "cuda-kernels.h"
 #include "quant.h"
 
 #include <math.h>
 
-/* A device buffer grown on demand (device_buffer_grow). */
-typedef struct {
-  void *ptr;
-  gsize bytes;
-  gsize capture_need; /* bytes an op asked for during the recording (ppx_backend_graph_end grows it) */
-} DeviceBuffer;
+_Thread_local PpxBackend *cuda_tls_recording;
 
-typedef struct {
-  int device;
-  void *stream;
-  char device_name[256];
-  GMutex scratch_lock;
-  DeviceBuffer scratch;
-  guint64 scratch_epoch; /* +1 whenever the scratch buffer or the linear workspace moves: graphs recorded before are stale */
-  GMutex rope_lock;
-  GArray *rope_tables; /* RopeTable: device frequency tables by (Dh, max_period) */
-  GMutex linear_lock;
-  DeviceBuffer linear_ws; /* split-K workspace of the linear kernels (cuda-kernels.h) */
-  /* graphs: one recording at a time per backend, on a stream of its own (capture_lock held throughout) */
-  GMutex capture_lock;
-  void *capture_stream;
-  guint64 capture_epoch; /* scratch_epoch when the recording began */
-  GArray *capture_rope;  /* RopeTable keys (freqs NULL) an op asked for during the recording */
-} CudaPriv;
-
-typedef struct {
-  PpxGraph g;
-  void *exec;     /* cudaGraphExec_t */
-  guint64 epoch;  /* the scratch_epoch it was recorded with */
-} CudaGraph;
-
-/* The backend the calling thread records a graph on (ppx_backend_graph_begin .. _end), or NULL. Its ops
- * then go to that backend's capture stream; other threads keep using the backend's stream. */
-static _Thread_local PpxBackend *tls_recording;
-
-typedef struct {
-  int Dh;
-  float max_period;
-  float *freqs; /* device, Dh/2 floats */
-} RopeTable;
-
-#define PRIV(be) ((CudaPriv *) (be)->priv)
-/* The stream an op of this thread goes to: the capture stream while this thread records a graph. */
-#define STREAM(be) (tls_recording == (be) ? PRIV (be)->capture_stream : PRIV (be)->stream)
-#define F32(t) ((float *) (t)->data)
-#define I32(t) ((int32_t *) (t)->data)
-
-/* PPX_CUDA_PROFILE=1 (cuda-profile.cu): enter() opens an event pair on the op's stream and check() closes it
- * under the op's name plus prof_shape (set by ops whose cost depends on their shape), outside recordings. */
+/* PPX_CUDA_PROFILE=1 (cuda-profile.cu): cuda_enter() opens an event pair on the op's stream and cuda_check()
+ * closes it under the op's name plus prof_shape (set by ops whose cost depends on their shape), outside recordings. */
 static _Thread_local char prof_shape[160];
-#define PROFILING(be) (ppx_cuda_profile_enabled () && tls_recording != (be))
+#define PROFILING(be) (ppx_cuda_profile_enabled () && cuda_tls_recording != (be))
 #define PROF_SHAPE(be, ...) \
   do { \
     if (PROFILING (be)) \
       g_snprintf (prof_shape, sizeof prof_shape, __VA_ARGS__); \
   } while (0)
 
-/* Makes the backend's device current for this thread (ops may come from any thread). */
-static void
-enter (PpxBackend *be)
+void
+cuda_enter (PpxBackend *be)
 {
   int e = ppx_cuda_set_device (PRIV (be)->device);
   if (e)
@@ -98,8 +45,8 @@ enter (PpxBackend *be)
   }
 }
 
-static void
-check (PpxBackend *be, int err, const char *what)
+void
+cuda_check (PpxBackend *be, int err, const char *what)
 {
   if (err)
     g_critical ("CUDA backend (GPU %d): %s failed: %s", PRIV (be)->device, what, ppx_cuda_error_string (err));
@@ -115,20 +62,20 @@ check (PpxBackend *be, int err, const char *what)
  * device is out of memory. Growing waits for queued work that may still read the old buffer and marks the graphs
  * recorded with it stale (scratch_epoch). */
 static void *
-device_buffer_grow (PpxBackend *be, DeviceBuffer *b, gsize bytes, gsize zero_bytes, const char *what)
+cuda_device_buffer_grow (PpxBackend *be, DeviceBuffer *b, gsize bytes, gsize zero_bytes, const char *what)
 {
   CudaPriv *p = PRIV (be);
   if (bytes <= b->bytes)
     return b->ptr;
-  if (tls_recording == be) {
+  if (cuda_tls_recording == be) {
     b->capture_need = MAX (b->capture_need, bytes);
     return NULL;
   }
   gsize want = MAX (bytes, b->bytes * 2);
   p->scratch_epoch++;
-  check (be, ppx_cuda_stream_sync (p->stream), what);
+  cuda_check (be, ppx_cuda_stream_sync (p->stream), what);
   if (b->ptr)
-    check (be, ppx_cuda_free (b->ptr), what);
+    cuda_check (be, ppx_cuda_free (b->ptr), what);
   b->ptr = NULL;
   b->bytes = 0;
   int e = ppx_cuda_malloc (&b->ptr, want);
@@ -139,24 +86,24 @@ device_buffer_grow (PpxBackend *be, DeviceBuffer *b, gsize bytes, gsize zero_byt
     return NULL;
   }
   if (zero_bytes)
-    check (be, ppx_cuda_memset_async (b->ptr, 0, MIN (zero_bytes, want), p->stream), what);
+    cuda_check (be, ppx_cuda_memset_async (b->ptr, 0, MIN (zero_bytes, want), p->stream), what);
   b->bytes = want;
   return b->ptr;
 }
 
 /* The scratch buffer, at least `bytes` large; call with scratch_lock held. */
-static void *
-scratch_get (PpxBackend *be, gsize bytes)
+void *
+cuda_scratch_get (PpxBackend *be, gsize bytes)
 {
-  return device_buffer_grow (be, &PRIV (be)->scratch, bytes, 0, "scratch");
+  return cuda_device_buffer_grow (be, &PRIV (be)->scratch, bytes, 0, "scratch");
 }
 
 static void
 cuda_free (PpxBackend *be)
 {
   CudaPriv *p = PRIV (be);
-  enter (be);
-  check (be, ppx_cuda_stream_sync (p->stream), "final sync");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_stream_sync (p->stream), "final sync");
   if (ppx_cuda_profile_enabled ())
     ppx_cuda_profile_dump (p->device_name);
   if (p->scratch.ptr)
@@ -181,14 +128,14 @@ cuda_free (PpxBackend *be)
 static void
 cuda_sync (PpxBackend *be)
 {
-  enter (be);
-  check (be, ppx_cuda_stream_sync (STREAM (be)), "sync");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_stream_sync (STREAM (be)), "sync");
 }
 
 static guint64
 cuda_free_bytes (PpxBackend *be)
 {
-  enter (be);
+  cuda_enter (be);
   size_t n = 0;
   return ppx_cuda_mem_free (&n) == 0 ? (guint64) n : 0;
 }
@@ -196,7 +143,7 @@ cuda_free_bytes (PpxBackend *be)
 static void *
 cuda_alloc (PpxBackend *be, gsize bytes, GError **error)
 {
-  enter (be);
+  cuda_enter (be);
   void *p = NULL;
   int e = ppx_cuda_malloc (&p, bytes);
   if (e) {
@@ -205,7 +152,7 @@ cuda_alloc (PpxBackend *be, gsize bytes, GError **error)
                  ppx_cuda_error_string (e));
     return NULL;
   }
-  check (be, ppx_cuda_memset_async (p, 0, bytes, PRIV (be)->stream), "zero fill");
+  cuda_check (be, ppx_cuda_memset_async (p, 0, bytes, PRIV (be)->stream), "zero fill");
   __atomic_add_fetch (&be->allocated, bytes, __ATOMIC_RELAXED);
   return p;
 }
@@ -213,33 +160,33 @@ cuda_alloc (PpxBackend *be, gsize bytes, GError **error)
 static void
 cuda_dealloc (PpxBackend *be, void *ptr, gsize bytes)
 {
-  enter (be);
+  cuda_enter (be);
   __atomic_sub_fetch (&be->allocated, bytes, __ATOMIC_RELAXED);
-  check (be, ppx_cuda_free (ptr), "free"); /* cudaFree waits for work that may still use ptr */
+  cuda_check (be, ppx_cuda_free (ptr), "free"); /* cudaFree waits for work that may still use ptr */
 }
 
 static void
 cuda_upload (PpxBackend *be, void *dst, const void *src, gsize bytes)
 {
-  enter (be);
-  check (be, ppx_cuda_upload (dst, src, bytes, STREAM (be)), "upload");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_upload (dst, src, bytes, STREAM (be)), "upload");
 }
 
 static void
 cuda_download (PpxBackend *be, void *dst, const void *src, gsize bytes)
 {
-  enter (be);
-  check (be, ppx_cuda_download (dst, src, bytes, STREAM (be)), "download");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_download (dst, src, bytes, STREAM (be)), "download");
 }
 
 static void
 cuda_fill (PpxBackend *be, PpxTensor *t, float value)
 {
-  enter (be);
+  cuda_enter (be);
   if (t->type == PPX_TENSOR_F32)
-    check (be, ppx_cuda_fill_f32 (F32 (t), t->n, value, STREAM (be)), "fill");
+    cuda_check (be, ppx_cuda_fill_f32 (F32 (t), t->n, value, STREAM (be)), "fill");
   else
-    check (be, ppx_cuda_fill_i32 (I32 (t), t->n, (int32_t) value, STREAM (be)), "fill");
+    cuda_check (be, ppx_cuda_fill_i32 (I32 (t), t->n, (int32_t) value, STREAM (be)), "fill");
 }
 
 /* Overlapping source and destination (one buffer shifted in place) go through the scratch buffer, which
@@ -248,22 +195,22 @@ static void
 cuda_copy2d (PpxBackend *be, PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *src, gsize soff, gsize sld,
              gsize rows, gsize cols)
 {
-  enter (be);
+  cuda_enter (be);
   uint32_t *d = (uint32_t *) dst->data + doff;
   const uint32_t *s = (const uint32_t *) src->data + soff;
   const uint32_t *d_end = d + (rows - 1) * dld + cols, *s_end = s + (rows - 1) * sld + cols;
   void *stream = STREAM (be);
   if ((const uint32_t *) d < s_end && s < d_end) {
     g_mutex_lock (&PRIV (be)->scratch_lock);
-    uint32_t *tmp = scratch_get (be, rows * cols * 4);
+    uint32_t *tmp = cuda_scratch_get (be, rows * cols * 4);
     if (tmp) {
-      check (be, ppx_cuda_copy2d (tmp, cols, s, sld, rows, cols, stream), "copy2d (staging)");
-      check (be, ppx_cuda_copy2d (d, dld, tmp, cols, rows, cols, stream), "copy2d");
+      cuda_check (be, ppx_cuda_copy2d (tmp, cols, s, sld, rows, cols, stream), "copy2d (staging)");
+      cuda_check (be, ppx_cuda_copy2d (d, dld, tmp, cols, rows, cols, stream), "copy2d");
     }
     g_mutex_unlock (&PRIV (be)->scratch_lock);
     return;
   }
-  check (be, ppx_cuda_copy2d (d, dld, s, sld, rows, cols, stream), "copy2d");
+  cuda_check (be, ppx_cuda_copy2d (d, dld, s, sld, rows, cols, stream), "copy2d");
 }
 
 static void *
@@ -277,7 +224,7 @@ weight_copy (PpxBackend *be, const void *src, gsize bytes, const char *what, GEr
                  ppx_cuda_error_string (e));
     return NULL;
   }
-  check (be, ppx_cuda_upload (p, src, bytes, PRIV (be)->stream), "weight upload");
+  cuda_check (be, ppx_cuda_upload (p, src, bytes, PRIV (be)->stream), "weight upload");
   __atomic_add_fetch (&be->allocated, bytes, __ATOMIC_RELAXED);
   return p;
 }
@@ -287,7 +234,7 @@ static void cuda_weight_release (PpxBackend *be, PpxWeight *w);
 static gboolean
 cuda_weight_init (PpxBackend *be, PpxWeight *w, const PpxWeightDesc *d, GError **error)
 {
-  enter (be);
+  cuda_enter (be);
   gsize scale_bytes;
   gsize data_bytes = ppx_weight_desc_bytes (d, &scale_bytes);
   if (data_bytes == 0) {
@@ -325,21 +272,21 @@ cuda_weight_init (PpxBackend *be, PpxWeight *w, const PpxWeightDesc *d, GError *
 static void
 cuda_weight_release (PpxBackend *be, PpxWeight *w)
 {
-  enter (be);
+  cuda_enter (be);
   if (w->owned_data) {
     __atomic_sub_fetch (&be->allocated, w->data_bytes, __ATOMIC_RELAXED);
-    check (be, ppx_cuda_free (w->owned_data), "weight free");
+    cuda_check (be, ppx_cuda_free (w->owned_data), "weight free");
     w->owned_data = NULL;
   }
   if (w->owned_scales) {
     __atomic_sub_fetch (&be->allocated, w->scale_bytes, __ATOMIC_RELAXED);
-    check (be, ppx_cuda_free (w->owned_scales), "weight free");
+    cuda_check (be, ppx_cuda_free (w->owned_scales), "weight free");
     w->owned_scales = NULL;
   }
 }
 
-static PpxCudaWeight
-device_weight (const PpxWeight *w)
+PpxCudaWeight
+cuda_device_weight (const PpxWeight *w)
 {
   PpxCudaWeight cw = {.format = (int) w->format,
                       .rows = w->rows,
@@ -353,15 +300,15 @@ device_weight (const PpxWeight *w)
 /* The linear kernels' workspace, at least `bytes` large (call with linear_lock held): its first
  * PPX_CUDA_LINEAR_COUNTER_BYTES are zero when it is made, and the kernels leave them zero. NULL (and a
  * critical) if the device is out of memory. Growing waits for queued work that may still use the old one. */
-static void *
-linear_workspace (PpxBackend *be, gsize bytes)
+void *
+cuda_linear_workspace (PpxBackend *be, gsize bytes)
 {
   CudaPriv *p = PRIV (be);
   if (bytes <= p->linear_ws.bytes)
     return p->linear_ws.ptr;
   /* scratch_lock: no graph launch slips in between the sync and the free (the growth marks graphs stale) */
   g_mutex_lock (&p->scratch_lock);
-  void *ws = device_buffer_grow (be, &p->linear_ws, bytes, PPX_CUDA_LINEAR_COUNTER_BYTES, "linear workspace");
+  void *ws = cuda_device_buffer_grow (be, &p->linear_ws, bytes, PPX_CUDA_LINEAR_COUNTER_BYTES, "linear workspace");
   g_mutex_unlock (&p->scratch_lock);
   return ws;
 }
@@ -376,7 +323,7 @@ linear_ws_acquire (PpxBackend *be, const PpxCudaWeight *cw, int M, gsize *bytes)
   if (*bytes == 0)
     return NULL;
   g_mutex_lock (&PRIV (be)->linear_lock);
-  return linear_workspace (be, *bytes);
+  return cuda_linear_workspace (be, *bytes);
 }
 
 static void
@@ -390,14 +337,14 @@ static void
 cuda_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, PpxTensor *y, gsize ldy, int M,
              gboolean accumulate)
 {
-  enter (be);
-  PpxCudaWeight cw = device_weight (w);
+  cuda_enter (be);
+  PpxCudaWeight cw = cuda_device_weight (w);
   PROF_SHAPE (be, "%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format), cw.rows,
               cw.cols, M);
   gsize ws_bytes;
   void *ws = linear_ws_acquire (be, &cw, M, &ws_bytes);
   if (ws || !ws_bytes)
-    check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, ws, STREAM (be)), "linear");
+    cuda_check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, ws, STREAM (be)), "linear");
   linear_ws_release (be, ws_bytes);
 }
 
@@ -408,16 +355,16 @@ cuda_rmsnorm_linear (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha,
                      const PpxWeight *w, PpxTensor *y, gsize ldy, int M, gboolean accumulate)
 {
   (void) h;
-  PpxCudaWeight cw = device_weight (w);
+  PpxCudaWeight cw = cuda_device_weight (w);
   if (!ppx_cuda_linear_rmsnorm_fuses (&cw, F32 (x), (size_t) cw.cols, F32 (alpha), M))
     return FALSE;
-  enter (be);
+  cuda_enter (be);
   PROF_SHAPE (be, "rmsnorm+%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format),
               cw.rows, cw.cols, M);
   gsize ws_bytes;
   void *ws = linear_ws_acquire (be, &cw, M, &ws_bytes);
   if (ws || !ws_bytes)
-    check (be, ppx_cuda_linear_rmsnorm (&cw, F32 (x), (size_t) cw.cols, F32 (alpha), eps, F32 (y), ldy, M, accumulate,
+    cuda_check (be, ppx_cuda_linear_rmsnorm (&cw, F32 (x), (size_t) cw.cols, F32 (alpha), eps, F32 (y), ldy, M, accumulate,
                                         ws, STREAM (be)),
            "rmsnorm+linear");
   linear_ws_release (be, ws_bytes);
@@ -431,16 +378,16 @@ cuda_silu_gate_linear (PpxBackend *be, const PpxTensor *h, PpxTensor *u, const P
                        int M, gboolean accumulate)
 {
   (void) u;
-  PpxCudaWeight cw = device_weight (w);
+  PpxCudaWeight cw = cuda_device_weight (w);
   if (!ppx_cuda_linear_gate_fuses (&cw, F32 (h), M))
     return FALSE;
-  enter (be);
+  cuda_enter (be);
   PROF_SHAPE (be, "silu_gate+%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format),
               cw.rows, cw.cols, M);
   gsize ws_bytes;
   void *ws = linear_ws_acquire (be, &cw, M, &ws_bytes);
   if (ws || !ws_bytes)
-    check (be, ppx_cuda_linear_gate (&cw, F32 (h), F32 (y), ldy, M, accumulate, ws, STREAM (be)), "silu_gate+linear");
+    cuda_check (be, ppx_cuda_linear_gate (&cw, F32 (h), F32 (y), ldy, M, accumulate, ws, STREAM (be)), "silu_gate+linear");
   linear_ws_release (be, ws_bytes);
   return TRUE;
 }
@@ -449,67 +396,67 @@ static void
 cuda_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int id_index, int id_stride, PpxTensor *out,
             int M, gboolean accumulate)
 {
-  enter (be);
-  PpxCudaWeight cw = device_weight (table);
-  check (be, ppx_cuda_embed (&cw, I32 (ids), id_index, id_stride, F32 (out), M, accumulate, STREAM (be)),
+  cuda_enter (be);
+  PpxCudaWeight cw = cuda_device_weight (table);
+  cuda_check (be, ppx_cuda_embed (&cw, I32 (ids), id_index, id_stride, F32 (out), M, accumulate, STREAM (be)),
          "embed");
 }
 
 static void
 cuda_act (PpxBackend *be, PpxActivation act, const PpxTensor *x, PpxTensor *y, gsize n)
 {
-  enter (be);
-  check (be, ppx_cuda_act ((int) act, F32 (x), F32 (y), n, STREAM (be)), "activation");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_act ((int) act, F32 (x), F32 (y), n, STREAM (be)), "activation");
 }
 
 static void
 cuda_add (PpxBackend *be, const PpxTensor *a, const PpxTensor *b, PpxTensor *y, gsize n)
 {
-  enter (be);
-  check (be, ppx_cuda_add (F32 (a), F32 (b), F32 (y), n, STREAM (be)), "add");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_add (F32 (a), F32 (b), F32 (y), n, STREAM (be)), "add");
 }
 
 static void
 cuda_add_scaled (PpxBackend *be, const PpxTensor *x, const PpxTensor *gamma, PpxTensor *y, gsize rows, gsize D)
 {
-  enter (be);
-  check (be, ppx_cuda_add_scaled (F32 (x), F32 (gamma), F32 (y), rows, D, STREAM (be)), "add_scaled");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_add_scaled (F32 (x), F32 (gamma), F32 (y), rows, D, STREAM (be)), "add_scaled");
 }
 
 static void
 cuda_silu_gate (PpxBackend *be, const PpxTensor *h, PpxTensor *u, gsize rows, gsize H)
 {
-  enter (be);
-  check (be, ppx_cuda_silu_gate (F32 (h), F32 (u), rows, H, STREAM (be)), "silu_gate");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_silu_gate (F32 (h), F32 (u), rows, H, STREAM (be)), "silu_gate");
 }
 
 static void
 cuda_rmsnorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha, PpxTensor *y, gsize rows, gsize D, float eps)
 {
-  enter (be);
-  check (be, ppx_cuda_rmsnorm (F32 (x), F32 (alpha), F32 (y), rows, D, eps, STREAM (be)), "rmsnorm");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_rmsnorm (F32 (x), F32 (alpha), F32 (y), rows, D, eps, STREAM (be)), "rmsnorm");
 }
 
 static void
 cuda_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y, gsize rows,
                 gsize D, float eps)
 {
-  enter (be);
-  check (be, ppx_cuda_layernorm (F32 (x), F32 (w), F32 (b), F32 (y), rows, D, eps, STREAM (be)), "layernorm");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_layernorm (F32 (x), F32 (w), F32 (b), F32 (y), rows, D, eps, STREAM (be)), "layernorm");
 }
 
 static void
 cuda_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize A, gsize B)
 {
-  enter (be);
-  check (be, ppx_cuda_transpose (F32 (x), F32 (y), M, A, B, STREAM (be)), "transpose");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_transpose (F32 (x), F32 (y), M, A, B, STREAM (be)), "transpose");
 }
 
 /* The rotation frequencies for (Dh, max_period) in device memory, computed once on the host exactly as
  * the CPU backend does (its expf, not the device's, which may differ by an ulp: at position 3000 an ulp
  * of a frequency moves the angle by 1e-4). */
-static const float *
-rope_freqs (PpxBackend *be, int Dh, float max_period)
+const float *
+cuda_rope_freqs (PpxBackend *be, int Dh, float max_period)
 {
   CudaPriv *p = PRIV (be);
   const float *found = NULL;
@@ -519,7 +466,7 @@ rope_freqs (PpxBackend *be, int Dh, float max_period)
     if (t->Dh == Dh && t->max_period == max_period)
       found = t->freqs;
   }
-  if (!found && tls_recording == be) { /* no allocation inside a recording: made by ppx_backend_graph_end */
+  if (!found && cuda_tls_recording == be) { /* no allocation inside a recording: made by ppx_backend_graph_end */
     RopeTable t = {Dh, max_period, NULL};
     g_array_append_val (p->capture_rope, t);
   } else if (!found) {
@@ -533,7 +480,7 @@ rope_freqs (PpxBackend *be, int Dh, float max_period)
     if (e) {
       g_critical ("CUDA backend (GPU %d): out of memory for RoPE frequencies: %s", p->device, ppx_cuda_error_string (e));
     } else {
-      check (be, ppx_cuda_upload (t.freqs, host, half * sizeof (float), p->stream), "rope table upload");
+      cuda_check (be, ppx_cuda_upload (t.freqs, host, half * sizeof (float), p->stream), "rope table upload");
       g_array_append_val (p->rope_tables, t);
       found = t.freqs;
     }
@@ -545,10 +492,10 @@ rope_freqs (PpxBackend *be, int Dh, float max_period)
 static void
 cuda_rope (PpxBackend *be, PpxTensor *qkv, const PpxTensor *pos, gsize rows, int H, int Dh, float max_period)
 {
-  enter (be);
-  const float *freqs = rope_freqs (be, Dh, max_period);
+  cuda_enter (be);
+  const float *freqs = cuda_rope_freqs (be, Dh, max_period);
   if (freqs)
-    check (be, ppx_cuda_rope (F32 (qkv), I32 (pos), rows, H, Dh, freqs, STREAM (be)), "rope");
+    cuda_check (be, ppx_cuda_rope (F32 (qkv), I32 (pos), rows, H, Dh, freqs, STREAM (be)), "rope");
 }
 
 static void
@@ -556,11 +503,12 @@ cuda_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, cons
                 PpxTensor *kcache, PpxTensor *vcache, PpxTensor *out, int M, int T, int H, int Dh, int cap,
                 int context)
 {
-  enter (be);
+  cuda_enter (be);
   const int kv = kcache->type == PPX_TENSOR_FP8 ? PPX_CUDA_KV_FP8
                  : kcache->type == PPX_TENSOR_BF16 ? PPX_CUDA_KV_BF16
                                                    : PPX_CUDA_KV_F32;
-  PROF_SHAPE (be, "%s M=%d T=%d H=%d Dh=%d cap=%d", kv == PPX_CUDA_KV_FP8 ? "fp8" : kv == PPX_CUDA_KV_BF16 ? "bf16" : "f32",
+  PROF_SHAPE (be, "%s M=%d T=%d H=%d Dh=%d cap=%d",
+              ppx_kv_format_name (kv == PPX_CUDA_KV_FP8 ? PPX_KV_FP8 : kv == PPX_CUDA_KV_BF16 ? PPX_KV_BF16 : PPX_KV_F32),
               M, T, H, Dh, cap);
   float *ks = NULL, *vs = NULL;
   if (kv == PPX_CUDA_KV_FP8) {
@@ -569,9 +517,9 @@ cuda_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, cons
   }
   g_mutex_lock (&PRIV (be)->scratch_lock);
   const gsize floats = ppx_cuda_attention_scratch_floats (M, T, H, Dh, cap);
-  float *part = floats ? scratch_get (be, floats * sizeof (float)) : NULL;
+  float *part = floats ? cuda_scratch_get (be, floats * sizeof (float)) : NULL;
   if (!floats || part)
-    check (be,
+    cuda_check (be,
            ppx_cuda_attention (kv, F32 (qkv), I32 (pos), I32 (kv_slot), kcache->data, vcache->data, ks, vs, F32 (out),
                                M, T, H, Dh, cap, context, part, STREAM (be)),
            "attention");
@@ -583,13 +531,13 @@ cuda_conv1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTen
              PpxTensor *prev, const PpxTensor *res, PpxTensor *y, int M, int Cin, int Cout, int K, int Lin, int stride,
              int dilation, int groups)
 {
-  enter (be);
+  cuda_enter (be);
   PROF_SHAPE (be, "%d->%d K=%d s=%d d=%d L=%d M=%d", Cin, Cout, K, stride, dilation, Lin, M);
   g_mutex_lock (&PRIV (be)->scratch_lock);
   const gsize bytes = ppx_cuda_conv1d_scratch_bytes (M, Cin, Cout, K, Lin, stride, dilation, groups, prev != NULL);
-  float *ws = bytes ? scratch_get (be, bytes) : NULL;
+  float *ws = bytes ? cuda_scratch_get (be, bytes) : NULL;
   if (!bytes || ws)
-    check (be,
+    cuda_check (be,
            ppx_cuda_conv1d ((int) act, F32 (w), bias ? F32 (bias) : NULL, F32 (x), prev ? F32 (prev) : NULL,
                             res ? F32 (res) : NULL, F32 (y), M, Cin, Cout, K, Lin, stride, dilation, groups, ws,
                             STREAM (be)),
@@ -602,13 +550,13 @@ cuda_conv_transpose1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, co
                        const PpxTensor *x, PpxTensor *partial, PpxTensor *y, int M, int Cin, int Cout, int K, int T,
                        int stride, int groups)
 {
-  enter (be);
+  cuda_enter (be);
   PROF_SHAPE (be, "%d->%d K=%d s=%d T=%d M=%d", Cin, Cout, K, stride, T, M);
   g_mutex_lock (&PRIV (be)->scratch_lock);
   const gsize bytes = ppx_cuda_conv_transpose1d_scratch_bytes (M, Cin, Cout, K, T, stride, groups, partial != NULL);
-  float *ws = bytes ? scratch_get (be, bytes) : NULL;
+  float *ws = bytes ? cuda_scratch_get (be, bytes) : NULL;
   if (!bytes || ws)
-    check (be,
+    cuda_check (be,
            ppx_cuda_conv_transpose1d ((int) act, F32 (w), bias ? F32 (bias) : NULL, F32 (x),
                                       partial ? F32 (partial) : NULL, F32 (y), M, Cin, Cout, K, T, stride, groups, ws,
                                       STREAM (be)),
@@ -620,12 +568,12 @@ static void
 cuda_vq_encode (PpxBackend *be, const PpxTensor *codebooks, PpxTensor *r, PpxTensor *codes, int code_off,
                 int code_stride, int M, int ncb, int bins, int dim)
 {
-  enter (be);
+  cuda_enter (be);
   g_mutex_lock (&PRIV (be)->scratch_lock);
   const gsize floats = ppx_cuda_vq_encode_scratch_floats (M, ncb, bins, dim);
-  float *scratch = floats ? scratch_get (be, floats * sizeof (float)) : NULL;
+  float *scratch = floats ? cuda_scratch_get (be, floats * sizeof (float)) : NULL;
   if (!floats || scratch)
-    check (be,
+    cuda_check (be,
            ppx_cuda_vq_encode (F32 (codebooks), F32 (r), I32 (codes), code_off, code_stride, M, ncb, bins, dim, scratch,
                                STREAM (be)),
            "vq_encode");
@@ -636,8 +584,8 @@ static void
 cuda_vq_decode (PpxBackend *be, const PpxTensor *codebooks, const PpxTensor *codes, int code_off, int code_stride,
                 PpxTensor *y, int M, int ncb, int bins, int dim)
 {
-  enter (be);
-  check (be,
+  cuda_enter (be);
+  cuda_check (be,
          ppx_cuda_vq_decode (F32 (codebooks), I32 (codes), code_off, code_stride, F32 (y), M, ncb, bins, dim,
                              STREAM (be)),
          "vq_decode");
@@ -647,11 +595,11 @@ static void
 cuda_sample (PpxBackend *be, const PpxTensor *logits, int V, PpxTensor *tokens, int tok_off, int tok_stride,
              const PpxTensor *params, int stream, int M)
 {
-  enter (be);
+  cuda_enter (be);
   g_mutex_lock (&PRIV (be)->scratch_lock);
-  void *scratch = scratch_get (be, ppx_cuda_sample_scratch_bytes (M, V)); /* per-row parameters: any row may need it */
+  void *scratch = cuda_scratch_get (be, ppx_cuda_sample_scratch_bytes (M, V)); /* per-row parameters: any row may need it */
   if (scratch)
-    check (be,
+    cuda_check (be,
            ppx_cuda_sample (F32 (logits), V, I32 (tokens), tok_off, tok_stride, (const uint32_t *) params->data,
                             stream, M, scratch, STREAM (be)),
            "sample");
@@ -662,8 +610,8 @@ static void
 cuda_force_tokens (PpxBackend *be, PpxTensor *tokens, int off, int stride, const PpxTensor *forced, int foff,
                    int fstride, int M)
 {
-  enter (be);
-  check (be, ppx_cuda_force_tokens (I32 (tokens), off, stride, I32 (forced), foff, fstride, M, STREAM (be)),
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_force_tokens (I32 (tokens), off, stride, I32 (forced), foff, fstride, M, STREAM (be)),
          "force_tokens");
 }
 
@@ -672,8 +620,8 @@ cuda_lmgen_prepare (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, con
                     const PpxTensor *codes, int code_off, int code_stride, PpxTensor *ids, PpxTensor *forced,
                     PpxTensor *pos, PpxTensor *params, int M)
 {
-  enter (be);
-  check (be,
+  cuda_enter (be);
+  cuda_check (be,
          ppx_cuda_lmgen_prepare (d, I32 (state), (int) (state->n / PPX_LMGEN_STATE), I32 (slot), I32 (codes), code_off,
                                  code_stride, I32 (ids), I32 (forced), I32 (pos), I32 (params), M, STREAM (be)),
          "lmgen_prepare");
@@ -683,8 +631,8 @@ static void
 cuda_lmgen_finish (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, const PpxTensor *slot,
                    const PpxTensor *sampled, PpxTensor *out, int out_stride, int M)
 {
-  enter (be);
-  check (be,
+  cuda_enter (be);
+  cuda_check (be,
          ppx_cuda_lmgen_finish (d, I32 (state), (int) (state->n / PPX_LMGEN_STATE), I32 (slot), I32 (sampled),
                                 I32 (out), out_stride, M, STREAM (be)),
          "lmgen_finish");
@@ -693,129 +641,23 @@ cuda_lmgen_finish (PpxBackend *be, const PpxLmgenDims *d, PpxTensor *state, cons
 static void
 cuda_positions (PpxBackend *be, PpxTensor *offsets, PpxTensor *pos, int M, int T)
 {
-  enter (be);
-  check (be, ppx_cuda_positions (I32 (offsets), I32 (pos), M, T, STREAM (be)), "positions");
+  cuda_enter (be);
+  cuda_check (be, ppx_cuda_positions (I32 (offsets), I32 (pos), M, T, STREAM (be)), "positions");
 }
 
-/* ---- graphs: stream capture on the capture stream, replay on the backend's stream ---- */
-
-static gboolean
-cuda_graph_begin (PpxBackend *be, GError **error)
+static const char *
+cuda_device_name (const PpxBackend *be)
 {
-  CudaPriv *p = PRIV (be);
-  if (tls_recording) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "CUDA backend: this thread records a graph already");
-    return FALSE;
-  }
-  enter (be);
-  g_mutex_lock (&p->capture_lock); /* one recording at a time: the capture stream and fields are shared */
-  int e = p->capture_stream ? 0 : ppx_cuda_stream_create (&p->capture_stream);
-  if (!e) {
-    g_mutex_lock (&p->scratch_lock);
-    p->capture_epoch = p->scratch_epoch;
-    p->scratch.capture_need = 0;
-    g_mutex_unlock (&p->scratch_lock);
-    g_mutex_lock (&p->linear_lock);
-    p->linear_ws.capture_need = 0;
-    g_mutex_unlock (&p->linear_lock);
-    g_array_set_size (p->capture_rope, 0);
-    e = ppx_cuda_capture_begin (p->capture_stream);
-  }
-  if (e) {
-    g_mutex_unlock (&p->capture_lock);
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): cannot record a graph: %s",
-                 p->device, ppx_cuda_error_string (e));
-    return FALSE;
-  }
-  tls_recording = be;
-  return TRUE;
-}
-
-static PpxGraph *
-cuda_graph_end (PpxBackend *be, GError **error)
-{
-  CudaPriv *p = PRIV (be);
-  if (tls_recording != be) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "CUDA backend: this thread records no graph on this backend");
-    return NULL;
-  }
-  enter (be);
-  void *exec = NULL;
-  size_t nodes = 0;
-  const int e = ppx_cuda_capture_end (p->capture_stream, &exec, &nodes);
-  tls_recording = NULL;
-  /* what the recorded ops could not allocate is allocated now, so the next recording succeeds */
-  for (guint i = 0; i < p->capture_rope->len; i++) {
-    const RopeTable *t = &g_array_index (p->capture_rope, RopeTable, i);
-    rope_freqs (be, t->Dh, t->max_period);
-  }
-  const gboolean rope_missing = p->capture_rope->len > 0;
-  g_array_set_size (p->capture_rope, 0);
-  g_mutex_lock (&p->linear_lock);
-  const gsize linear_need = p->linear_ws.capture_need;
-  if (linear_need > p->linear_ws.bytes)
-    linear_workspace (be, linear_need); /* bumps scratch_epoch: checked below */
-  p->linear_ws.capture_need = 0;
-  g_mutex_unlock (&p->linear_lock);
-  g_mutex_lock (&p->scratch_lock);
-  const gsize need = p->scratch.capture_need;
-  const gboolean moved = p->scratch_epoch != p->capture_epoch;
-  if (need > p->scratch.bytes)
-    scratch_get (be, need);
-  const guint64 epoch = p->scratch_epoch;
-  g_mutex_unlock (&p->scratch_lock);
-  g_mutex_unlock (&p->capture_lock);
-  if (e) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): recording a graph failed: %s",
-                 p->device, ppx_cuda_error_string (e));
-    return NULL;
-  }
-  if (need > 0 || linear_need > 0 || rope_missing || moved) {
-    ppx_cuda_graph_destroy (exec);
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
-                 "CUDA backend (GPU %d): the graph's ops needed %s; allocated now, record again", p->device,
-                 moved ? "scratch memory that moved during the recording"
-                 : rope_missing ? "RoPE tables" : linear_need > 0 ? "a larger linear workspace" : "more scratch memory");
-    return NULL;
-  }
-  CudaGraph *g = g_new0 (CudaGraph, 1);
-  g->g.be = be;
-  g->g.nodes = nodes;
-  g->g.priv = g;
-  g->exec = exec;
-  g->epoch = epoch;
-  return &g->g;
-}
-
-static gboolean
-cuda_graph_launch (PpxBackend *be, PpxGraph *graph)
-{
-  CudaPriv *p = PRIV (be);
-  CudaGraph *g = graph->priv;
-  enter (be);
-  g_mutex_lock (&p->scratch_lock); /* the scratch buffer cannot move between the check and the launch */
-  const gboolean fresh = g->epoch == p->scratch_epoch;
-  if (fresh)
-    check (be, ppx_cuda_graph_launch (g->exec, STREAM (be)), "graph launch");
-  g_mutex_unlock (&p->scratch_lock);
-  return fresh;
-}
-
-static void
-cuda_graph_free (PpxGraph *graph)
-{
-  CudaGraph *g = graph->priv;
-  enter (graph->be);
-  check (graph->be, ppx_cuda_graph_destroy (g->exec), "graph free");
-  g_free (g);
+  return PRIV (be)->device_name;
 }
 
 static const PpxBackendOps cuda_ops = {
-  .name = "cuda",
+  .kind = PPX_BACKEND_CUDA,
   .kv_formats = (1u << PPX_TENSOR_F32) | (1u << PPX_TENSOR_BF16) | (1u << PPX_TENSOR_FP8),
   .free = cuda_free,
   .sync = cuda_sync,
   .free_bytes = cuda_free_bytes,
+  .device_name = cuda_device_name,
   .alloc = cuda_alloc,
   .dealloc = cuda_dealloc,
   .upload = cuda_upload,
@@ -851,6 +693,12 @@ static const PpxBackendOps cuda_ops = {
   .graph_launch = cuda_graph_launch,
   .graph_free = cuda_graph_free,
 };
+
+gboolean
+cuda_is_backend (const PpxBackend *be)
+{
+  return be->ops == &cuda_ops;
+}
 
 gboolean
 ppx_backend_cuda_available (int *n_devices)
@@ -904,105 +752,4 @@ ppx_backend_cuda_new (int device, GError **error)
   be->n_threads = 1;
   be->priv = p;
   return be;
-}
-
-gboolean
-ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const PpxTensor *x, PpxTensor *y, int M,
-                              int calls, int reps, double *us, GError **error)
-{
-  if (be->ops != &cuda_ops || n < 1) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_backend_cuda_time_linear: not a CUDA backend, or no weights");
-    return FALSE;
-  }
-  enter (be);
-  PpxCudaWeight *cw = g_new (PpxCudaWeight, n);
-  for (int i = 0; i < n; i++)
-    cw[i] = device_weight (w[i]);
-  g_mutex_lock (&PRIV (be)->linear_lock);
-  const gsize ws_bytes = ppx_cuda_linear_workspace_bytes (&cw[0], M);
-  void *ws = ws_bytes ? linear_workspace (be, ws_bytes) : NULL;
-  check (be, ppx_cuda_stream_sync (PRIV (be)->stream), "sync before timing");
-  const char *step = "workspace";
-  int e = ws_bytes && !ws ? 2 /* cudaErrorMemoryAllocation */
-                          : ppx_cuda_linear_time (cw, n, F32 (x), F32 (y), M, ws, calls, reps, us, &step);
-  g_mutex_unlock (&PRIV (be)->linear_lock);
-  g_free (cw);
-  if (e) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): timing linear layers failed (%s): %s",
-                 PRIV (be)->device, step, ppx_cuda_error_string (e));
-    return FALSE;
-  }
-  return TRUE;
-}
-
-void
-ppx_backend_cuda_conv_force (int cfg, int split)
-{
-  ppx_cuda_conv_set_plan (cfg, split);
-}
-
-int
-ppx_backend_cuda_conv_n_configs (void)
-{
-  return ppx_cuda_conv_n_configs ();
-}
-
-gboolean
-ppx_backend_cuda_conv_plan (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L, int stride,
-                            int dilation, int groups, gboolean streaming, int force_cfg, int force_split, int *cfg,
-                            int *split, int *tile_rows, int *tile_cols)
-{
-  if (be->ops != &cuda_ops)
-    return FALSE;
-  enter (be);
-  ppx_cuda_conv_plan_info (transposed, M, Cin, Cout, K, L, stride, dilation, groups, streaming, force_cfg, force_split,
-                           cfg, split, tile_rows, tile_cols);
-  return TRUE;
-}
-
-gboolean
-ppx_backend_cuda_time_conv (PpxBackend *be, gboolean transposed, PpxActivation act, gboolean residual, int M,
-                            int Cin, int Cout, int K, int L, int stride, int dilation, int groups, gboolean streaming,
-                            int n_plans, const int *cfgs, const int *splits, int calls, int reps, double *us,
-                            GError **error)
-{
-  if (be->ops != &cuda_ops) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_backend_cuda_time_conv: not a CUDA backend");
-    return FALSE;
-  }
-  enter (be);
-  check (be, ppx_cuda_stream_sync (PRIV (be)->stream), "sync before timing");
-  const char *step = "setup";
-  const int e = ppx_cuda_conv_time (transposed, (int) act, residual, M, Cin, Cout, K, L, stride, dilation, groups,
-                                    streaming, n_plans, cfgs, splits, calls, reps, us, &step);
-  if (e) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "CUDA backend (GPU %d): timing a conv failed (%s): %s",
-                 PRIV (be)->device, step, ppx_cuda_error_string (e));
-    return FALSE;
-  }
-  return TRUE;
-}
-
-const char *
-ppx_backend_cuda_device_name (const PpxBackend *be)
-{
-  return be->ops == &cuda_ops ? PRIV (be)->device_name : NULL;
-}
-
-gboolean
-ppx_backend_cuda_pdl_active (PpxBackend *be)
-{
-  return be->ops == &cuda_ops && ppx_cuda_set_device (PRIV (be)->device) == 0 && ppx_cuda_pdl_mode () != 0;
-}
-
-void
-ppx_backend_cuda_fuse_gate (int mode)
-{
-  ppx_cuda_gate_fusion_set (mode);
-}
-
-void
-ppx_backend_cuda_pdl_allow (gboolean allow)
-{
-  ppx_cuda_pdl_allow (allow);
 }

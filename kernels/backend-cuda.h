@@ -1,13 +1,12 @@
-/* The CUDA backend's extras beyond backend.h (where ppx_backend_cuda_new/_available are declared). */
+/* The CUDA backend's tuning and benchmark extras beyond backend.h (where ppx_backend_cuda_new/_available are
+ * declared; the GPU's name is ppx_backend_device_name there), for tests and benchmarks; backend-cuda-tune.c
+ * implements them, backend-cuda-none.c in a build without CUDA. */
 #ifndef PPX_BACKEND_CUDA_H
 #define PPX_BACKEND_CUDA_H
 
 #include "backend.h"
 
 G_BEGIN_DECLS
-
-/* The GPU's name ("NVIDIA H100 80GB HBM3") of a CUDA backend; NULL for other backends. */
-const char *ppx_backend_cuda_device_name (const PpxBackend *be);
 
 /* Benchmarks (test-backend-cuda --bench): the GPU time of one ppx_op_linear (x [M, cols] and y [M, rows],
  * dense) in microseconds, the median of `reps` replays of a CUDA graph of `calls` calls cycling over the n

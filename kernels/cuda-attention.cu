@@ -1,25 +1,26 @@
 /* CUDA backend: interleaved RoPE and causal attention over per-session ring KV caches.
  *
  * Attention is split-K ("flash-decoding"): the ring of each (session, head) is cut into chunks of
- * physical ring indices, one block per (chunk, head, session). A block first stores the new k/v rows of
- * this call whose ring index falls in its chunk (converted to the cache's format, rows of a session in
- * order so a later row wins a shared slot, as on the CPU), so no other block ever touches those indices
- * and no separate write launch is needed. Then for each of the session's T query rows it scores the
- * ring indices of its chunk whose position lies in the row's window (keys are stored after RoPE, so
- * the order inside the window does not matter), takes the chunk's max and sum of exp, accumulates the
- * exp-weighted values, and writes a partial (max, sum, Dh sums). A second launch combines the partials
- * of each (row, head) with log-sum-exp rescaling; with a single chunk the block writes the output itself.
+ * physical ring indices, one block of four warps per (head, chunk, session). A block first stores the new
+ * k/v rows of this call whose ring index falls in its chunk (converted to the cache's format, rows of a
+ * session in order so a later row wins a shared slot, as on the CPU), so no other block ever touches those
+ * indices and no separate write launch is needed. Then for each of the session's T query rows the warps
+ * stream the chunk's in-window positions (keys are stored after RoPE, so the order inside the window does
+ * not matter) in tiles, each warp its own tiles with an online softmax (running max, sum of exp and
+ * exp-weighted values, rescaled when the max grows): a tile's K and V rows are loaded together, 16 bytes a
+ * lane, and the dot products of a tile's positions are reduced over their lanes with one shuffle per
+ * position. The block's four warps are combined in order into a partial (max, sum, Dh sums); a second
+ * launch combines the partials of each (row, head) with log-sum-exp rescaling; with a single chunk the
+ * block writes the output itself.
  *
- * Reads are 16-byte loads: a group of Dh*size/16 lanes (at most 32) holds one position's head row, each
- * lane a 16-byte piece (4 f32, 8 bf16 or 16 e4m3 values) and the matching q values in registers; a
- * group reduces its dot product with shuffles. Head sizes 16..256 that are powers of two take that path;
- * other sizes (up to 256) a scalar one. Scratch: the partials, M*T*H*chunks*(Dh+2) floats (no score
- * buffer over the whole cache). See docs/cuda.md. */
+ * Head sizes 16..256 that are powers of two take the 16-byte path; other sizes (up to 256) a scalar one.
+ * Scratch: the partials, M*T*H*chunks*(Dh+2) floats. See docs/cuda.md ("Attention"). */
 #include "cuda-common.cuh"
 #include "kv-format.h"
 
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <type_traits>
 
@@ -61,9 +62,8 @@ ppx_cuda_rope (float *qkv, const int32_t *pos, size_t rows, int H, int Dh, const
 
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / 32)
-#define ATT_MAX_CHUNK 1024 /* positions per block: its scores live in shared memory */
-#define ATT_UNROLL 4       /* positions per group in flight */
 #define ATT_MAX_DH 256
+#define ATT_FULL 0xffffffffu
 
 /* ---- storage formats ---- */
 
@@ -81,17 +81,23 @@ template <> struct Kv<PPX_CUDA_KV_FP8> {
   static const int ES = 1;
 };
 
-/* The lane layout for head size DH (0: any size up to ATT_MAX_DH, scalar loads). */
+/* The lane layout for head size DH (0: any size up to ATT_MAX_DH, scalar loads). A group of LPP lanes holds
+ * one position's head row (NV loads of VEC values each per lane); a warp is G groups; each group takes U
+ * positions per tile (their K and V loads all in flight together), so a warp tile is SPL = G * U positions.
+ * After the dot products are reduced, each lane holds the scores of NS positions (REP lanes hold each). */
 template <int KV, int DH> struct Shape {
   static const int ES = Kv<KV>::ES;
   static const bool GENERIC = DH == 0;
   static const int VEC = GENERIC ? 1 : 16 / ES;                            /* values per load */
   static const int LPP = GENERIC ? 32 : (DH / VEC < 32 ? DH / VEC : 32);    /* lanes per position */
   static const int NV = GENERIC ? ATT_MAX_DH / 32 : DH / (VEC * LPP);       /* loads per lane per position */
-  static const int PPW = 32 / LPP;                                          /* positions per warp */
-  static const int GROUPS = PPW * ATT_WARPS;                                /* positions per block step */
+  static const int G = 32 / LPP;                                            /* groups (positions) per warp */
   static const int DPL = NV * VEC;                                          /* dims per lane */
-  static constexpr float FP8_UNIT = GENERIC ? 1.0f : 256.0f;                /* see unpack */
+  static const int WORDS = NV * (GENERIC ? 1 : 4);                          /* registers of one position's loads */
+  static const int U = 32 / WORDS < 8 ? 32 / WORDS : 8;                     /* positions per group per tile */
+  static const int NS = U >= LPP ? U / LPP : 1;                             /* scores per lane after the reduction */
+  static const int REP = LPP > U ? LPP / U : 1;                             /* lanes holding each score */
+  static const int SPL = G * U;                                             /* positions per warp tile */
   typedef typename Kv<KV>::T T;
   /* what one lane loads for one position */
   typedef typename std::conditional<GENERIC, T, uint4>::type Raw;
@@ -117,21 +123,42 @@ unpack (const uint4 &r, float *v, std::integral_constant<int, PPX_CUDA_KV_BF16>)
   }
 }
 
-/* e4m3 -> f32 through f16 bits (exact, any architecture): an e4m3 byte b becomes the f16 with sign b7 and
- * exponent/mantissa b6..b0 shifted down by one bit, i.e. the value / 256 (the exponent biases differ by
- * 8; subnormals included). The caller multiplies the scale by 256 (FP8_UNIT). */
+/* e4m3 -> f32 (exact) through f16x2. sm_89 and later: the hardware conversion (one instruction for two
+ * values), which gives the value itself. Older architectures (and the compute_80 PTX): an e4m3 byte b becomes
+ * the f16 with sign b7 and exponent/mantissa b6..b0 shifted down by one bit, i.e. the value / 256 (the
+ * exponent biases differ by 8; subnormals included); the caller multiplies the scale by fp8_unit(). */
+__device__ __forceinline__ float
+fp8_unit (void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return 1.0f;
+#else
+  return 256.0f;
+#endif
+}
+
 __device__ __forceinline__ void
 unpack (const uint4 &r, float *v, std::integral_constant<int, PPX_CUDA_KV_FP8>)
 {
   const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
   for (int i = 0; i < 4; i++) {
+    uint32_t h[2];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm ("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;\n\t}"
+         : "=r"(h[0]), "=r"(h[1])
+         : "r"(w[i]));
+#else
 #pragma unroll
     for (int j = 0; j < 2; j++) {
       const uint32_t p = __byte_perm (w[i], 0u, j ? 0x3424u : 0x1404u); /* two bytes into the high byte of each half */
-      const uint32_t hbits = (p & 0x80008000u) | ((p >> 1) & 0x3f803f80u);
+      h[j] = (p & 0x80008000u) | ((p >> 1) & 0x3f803f80u);
+    }
+#endif
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
       __half2 hv;
-      memcpy (&hv, &hbits, 4);
+      memcpy (&hv, &h[j], 4);
       const float2 f = __half22float2 (hv);
       v[4 * i + 2 * j] = f.x;
       v[4 * i + 2 * j + 1] = f.y;
@@ -155,21 +182,42 @@ scalar (uint8_t x)
   return ppx_kv_from_e4m3 (x);
 }
 
-/* Lane li's loads of one head row (DH values at `row`). Fast path: load n covers dims
- * [(n*LPP + li)*VEC, +VEC); generic path: dims n*32 + li below Dh. */
+/* The scale an fp8 code times the cache's scale is multiplied by (see unpack); 1 elsewhere. */
+template <int KV, int DH>
+__device__ __forceinline__ float
+code_unit (void)
+{
+  return KV == PPX_CUDA_KV_FP8 && DH != 0 ? fp8_unit () : 1.0f;
+}
+
+/* Lane li's loads of one head row; p points at the lane's first value of the row (row + li * VEC, or row + li
+ * on the generic path). Fast path: load n covers dims [(n*LPP + li)*VEC, +VEC); generic path: dim n*32 + li
+ * below Dh. */
 template <int KV, int DH>
 __device__ __forceinline__ void
-load_row (const typename Kv<KV>::T *row, int li, int Dh, typename Shape<KV, DH>::Raw (&raw)[Shape<KV, DH>::NV])
+load_row (const typename Kv<KV>::T *p, int li, int Dh, typename Shape<KV, DH>::Raw (&raw)[Shape<KV, DH>::NV])
 {
   typedef Shape<KV, DH> S;
 #pragma unroll
   for (int n = 0; n < S::NV; n++) {
-    if constexpr (S::GENERIC) {
-      const int d = n * 32 + li;
-      raw[n] = d < Dh ? row[d] : (typename S::T) 0;
-    } else {
-      raw[n] = *reinterpret_cast<const uint4 *> (row + (n * S::LPP + li) * S::VEC);
-    }
+    if constexpr (S::GENERIC)
+      raw[n] = n * 32 + li < Dh ? p[n * 32] : (typename S::T) 0;
+    else
+      raw[n] = *reinterpret_cast<const uint4 *> (p + n * S::LPP * S::VEC);
+  }
+}
+
+template <int KV, int DH>
+__device__ __forceinline__ void
+zero_row (typename Shape<KV, DH>::Raw (&raw)[Shape<KV, DH>::NV])
+{
+  typedef Shape<KV, DH> S;
+#pragma unroll
+  for (int n = 0; n < S::NV; n++) {
+    if constexpr (S::GENERIC)
+      raw[n] = (typename S::T) 0;
+    else
+      raw[n] = make_uint4 (0u, 0u, 0u, 0u);
   }
 }
 
@@ -184,6 +232,40 @@ decode_row (const typename Shape<KV, DH>::Raw (&raw)[Shape<KV, DH>::NV], float (
       v[n] = scalar (raw[n]);
     else
       unpack (raw[n], v + n * S::VEC, std::integral_constant<int, KV> ());
+  }
+}
+
+/* The dimension of the lane's value i (the order of qv and acc). */
+template <int KV, int DH>
+__device__ __forceinline__ int
+lane_dim (int li, int i)
+{
+  typedef Shape<KV, DH> S;
+  return S::GENERIC ? i * 32 + li : ((i / S::VEC) * S::LPP + li) * S::VEC + i % S::VEC;
+}
+
+/* Sums each of the U partial dot products p[u] of a group over its LPP lanes. Each level (lane distance D)
+ * halves the values a lane holds: the lane keeps one half (by bit D of its index) and adds its partner's copy
+ * of that half, one shuffle per value kept; once a lane holds one value the levels are plain sums. At the end
+ * lane li holds the sums of positions (li * U) / LPP + j in p[j], j < NS. */
+template <int N, int D, int U>
+__device__ __forceinline__ void
+group_reduce (float (&p)[U], int li)
+{
+  if constexpr (D >= 1) {
+    if constexpr (N > 1) {
+      const bool hi = (li & D) != 0;
+#pragma unroll
+      for (int i = 0; i < N / 2; i++) {
+        const float keep = hi ? p[i + N / 2] : p[i];
+        const float send = hi ? p[i] : p[i + N / 2];
+        p[i] = keep + __shfl_xor_sync (ATT_FULL, send, D);
+      }
+      group_reduce<N / 2, D / 2, U> (p, li);
+    } else {
+      p[0] += __shfl_xor_sync (ATT_FULL, p[0], D);
+      group_reduce<1, D / 2, U> (p, li);
+    }
   }
 }
 
@@ -222,23 +304,128 @@ struct AttnArgs {
   int T, H, Dh, cap, context, chunk, n_chunks;
 };
 
-/* Block (chunk c, head h, session m). */
+/* The chunk indices (0..n_pos-1) a query row reads: [a1, b1] and [a2, b2] (empty when a > b). */
+struct Window {
+  int a1, b1, a2, b2;
+};
+
+__device__ __forceinline__ bool
+window_has (const Window &w, int k)
+{
+  return (k >= w.a1 && k <= w.b1) || (k >= w.a2 && k <= w.b2);
+}
+
+/* |[a, b] ∩ [lo, hi]| */
+__device__ __forceinline__ int
+overlap (int a, int b, int lo, int hi)
+{
+  return max (0, min (b, hi) - max (a, lo) + 1);
+}
+
+/* One warp tile: the SPL positions from chunk index k0, U per group, folded into the warp's running softmax
+ * (max mrun, sum lsum, exp-weighted values acc). CHECK: some positions are outside the window (or past the
+ * chunk); they are neither loaded nor counted. kl/vl: the lane's pointers into the chunk's first position
+ * (group gg's row, lane li's values); ks/vs: FP8 scales from the chunk's first position. */
+template <int KV, int DH, bool CHECK>
+__device__ __forceinline__ void
+attend_tile (const typename Kv<KV>::T *kl, const typename Kv<KV>::T *vl, const float *ks, const float *vs, size_t HD,
+             int Dh, int k0, int gg, int li, const Window &win, const float (&qv)[Shape<KV, DH>::DPL], float qscale,
+             float &mrun, float &lsum, float (&acc)[Shape<KV, DH>::DPL])
+{
+  typedef Shape<KV, DH> S;
+  const float unit = code_unit<KV, DH> ();
+  /* every load of the tile first: U positions' K and V rows, the held positions' scales */
+  typename S::Raw kr[S::U][S::NV], vr[S::U][S::NV];
+#pragma unroll
+  for (int u = 0; u < S::U; u++) {
+    const size_t off = (size_t) (k0 + u * S::G) * HD;
+    if (!CHECK || window_has (win, k0 + u * S::G + gg)) {
+      load_row<KV, DH> (kl + off, li, Dh, kr[u]);
+      load_row<KV, DH> (vl + off, li, Dh, vr[u]);
+    } else {
+      zero_row<KV, DH> (kr[u]);
+      zero_row<KV, DH> (vr[u]);
+    }
+  }
+  bool ok[S::NS];
+  float ksc[S::NS], vsc[S::NS];
+#pragma unroll
+  for (int j = 0; j < S::NS; j++) {
+    const int k = k0 + ((li * S::U) / S::LPP + j) * S::G + gg;
+    ok[j] = !CHECK || window_has (win, k);
+    ksc[j] = vsc[j] = 1.0f;
+    if constexpr (KV == PPX_CUDA_KV_FP8) {
+      ksc[j] = ok[j] ? ks[k] : 0.0f;
+      vsc[j] = ok[j] ? vs[k] : 0.0f;
+    }
+  }
+  /* scores: each lane's partial dot products, reduced over the group */
+  float p[S::U];
+#pragma unroll
+  for (int u = 0; u < S::U; u++) {
+    float kv[S::DPL];
+    decode_row<KV, DH> (kr[u], kv);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < S::DPL; i++)
+      s += qv[i] * kv[i];
+    p[u] = s;
+  }
+  group_reduce<S::U, S::LPP / 2, S::U> (p, li);
+  float sc[S::NS], tmax = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < S::NS; j++) {
+    float s = p[j];
+    if constexpr (KV == PPX_CUDA_KV_FP8)
+      s = s * (ksc[j] * unit);
+    sc[j] = ok[j] ? s * qscale : -INFINITY;
+    tmax = fmaxf (tmax, sc[j]);
+  }
+  /* the running max (the tile has a position in the window, so mnew is finite for finite inputs) */
+  const float mnew = fmaxf (mrun, ppx_warp_max (tmax));
+  const float corr = expf (mrun - mnew); /* 0 for the first tile */
+  mrun = mnew;
+  lsum *= corr;
+#pragma unroll
+  for (int i = 0; i < S::DPL; i++)
+    acc[i] *= corr;
+  float w[S::NS];
+#pragma unroll
+  for (int j = 0; j < S::NS; j++) {
+    const float e = expf (sc[j] - mnew);
+    if (li % S::REP == 0)
+      lsum += e;
+    w[j] = KV == PPX_CUDA_KV_FP8 ? e * (vsc[j] * unit) : e;
+  }
+  /* values: position u's weight from the lane that holds it */
+#pragma unroll
+  for (int u = 0; u < S::U; u++) {
+    const float wu = __shfl_sync (ATT_FULL, w[u % S::NS], gg * S::LPP + (u / S::NS) * S::REP);
+    float vv[S::DPL];
+    decode_row<KV, DH> (vr[u], vv);
+#pragma unroll
+    for (int i = 0; i < S::DPL; i++)
+      acc[i] += wu * vv[i];
+  }
+}
+
+/* Block (head h, chunk c, session m): the heads of a chunk are neighbours in the launch order, so the blocks
+ * that run together read the same cache rows (all heads of a position are one contiguous row). */
 template <int KV, int DH>
-__global__ void __launch_bounds__ (ATT_THREADS)
+__global__ void __launch_bounds__ (ATT_THREADS, 4)
 attention_split_kernel (AttnArgs a)
 {
   ppx_pdl_enter ();
   typedef Shape<KV, DH> S;
   typedef typename Kv<KV>::T T;
-  extern __shared__ float smem[]; /* scores[chunk], then the group sums [GROUPS][Dh] */
-  __shared__ float red[32];
-  const int c = blockIdx.x, h = blockIdx.y, m = blockIdx.z;
+  __shared__ float wacc[ATT_WARPS][ATT_MAX_DH]; /* each warp's exp-weighted sums, */
+  __shared__ float wml[ATT_WARPS][2];           /* its max and sum of exp */
+  const int h = blockIdx.x, c = blockIdx.y, m = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = warp * S::PPW + lane / S::LPP, li = lane % S::LPP;
+  const int gg = lane / S::LPP, li = lane % S::LPP;
   const int T_ = a.T, H = a.H, Dh = DH ? DH : a.Dh, cap = a.cap;
   const size_t HD = (size_t) H * Dh;
   const int r0 = c * a.chunk, n_pos = min (a.chunk, cap - r0);
-  float *sc = smem, *gsum = smem + a.chunk;
   const int slot = a.kv_slot[m];
   T *kc = (T *) a.kc + (size_t) slot * cap * HD + (size_t) h * Dh;
   T *vc = (T *) a.vc + (size_t) slot * cap * HD + (size_t) h * Dh;
@@ -259,158 +446,112 @@ attention_split_kernel (AttnArgs a)
   }
   __syncthreads ();
 
-  /* The position held at ring index r0 + k, relative to the session's last position E - 1: in
-   * [-(cap - 1), 0]; stepping k by one adds one, wrapping from 0 down by cap. */
+  /* The position held at ring index r0 + k, relative to the session's last position E - 1: rel0 + k for
+   * k <= back0, rel0 + k - cap after (rel0 = -back0, in [-(cap - 1), 0]). */
   const int64_t E = (int64_t) pos[T_ - 1] + 1;
-  const int64_t back0 = ((E - 1 - r0) % cap + cap) % cap;
-  const int rel0 = (int) -back0;
+  const int back0 = (int) (((E - 1 - r0) % cap + cap) % cap);
+  const int rel0 = -back0;
   const float att_scale = 1.0f / sqrtf ((float) Dh);
+  const size_t lane_off = (size_t) gg * HD + (size_t) li * (S::GENERIC ? 1 : S::VEC);
+  const T *kl = kc + (size_t) r0 * HD + lane_off, *vl = vc + (size_t) r0 * HD + lane_off;
+  const float *ksr = ks ? ks + r0 : NULL, *vsr = vs ? vs + r0 : NULL;
+  const int n_tiles = (n_pos + S::SPL - 1) / S::SPL;
 
   for (int t = 0; t < T_; t++) {
     const size_t row = (size_t) m * T_ + t;
     const int64_t q = pos[t];
     const int64_t lo = max (max ((int64_t) 0, E - cap + 1), q - a.context + 1);
-    /* window [lo, q] relative to E - 1 (clamped: an empty window has rlo > rhi) */
+    /* window [lo, q] relative to E - 1 (clamped: an empty window has rlo > rhi), then as chunk indices */
     const int rhi = (int) min ((int64_t) 0, max ((int64_t) -cap, q - (E - 1)));
     const int rlo = (int) min ((int64_t) 1, max ((int64_t) -cap, lo - (E - 1)));
+    const Window win = {max (0, rlo - rel0), min (min (back0, rhi - rel0), n_pos - 1), max (back0 + 1, rlo - rel0 + cap),
+                        min (n_pos - 1, rhi - rel0 + cap)};
+    float *part = a.n_chunks > 1 ? a.part + ((row * H + h) * a.n_chunks + c) * (Dh + 2) : NULL;
+    float *out = a.out + row * HD + (size_t) h * Dh;
 
-    float qv[S::DPL];
-    {
-      const float *qr = a.qkv + row * 3 * HD + (size_t) h * Dh;
-#pragma unroll
-      for (int n = 0; n < S::NV; n++) {
-#pragma unroll
-        for (int i = 0; i < S::VEC; i++) {
-          const int d = S::GENERIC ? n * 32 + li : (n * S::LPP + li) * S::VEC + i;
-          qv[n * S::VEC + i] = d < Dh ? qr[d] : 0.0f;
-        }
-      }
-    }
-
-    /* scores of the chunk's in-window positions (others -inf) and their max */
-    float mx = -INFINITY;
-    for (int base = 0; base < n_pos; base += S::GROUPS * ATT_UNROLL) {
-      typename S::Raw raw[ATT_UNROLL][S::NV];
-      bool ok[ATT_UNROLL];
-      float ksc[ATT_UNROLL];
-#pragma unroll
-      for (int u = 0; u < ATT_UNROLL; u++) {
-        const int k = base + u * S::GROUPS + g;
-        int rel = rel0 + k;
-        rel = rel > 0 ? rel - cap : rel;
-        ok[u] = k < n_pos && rel >= rlo && rel <= rhi;
-        ksc[u] = 1.0f;
-        if (ok[u]) {
-          load_row<KV, DH> (kc + (size_t) (r0 + k) * HD, li, Dh, raw[u]);
-          if constexpr (KV == PPX_CUDA_KV_FP8)
-            ksc[u] = ks[r0 + k] * S::FP8_UNIT;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < ATT_UNROLL; u++) {
-        const int k = base + u * S::GROUPS + g;
-        float s = 0.0f;
-        if (ok[u]) {
-          float kv[S::DPL];
-          decode_row<KV, DH> (raw[u], kv);
-#pragma unroll
-          for (int i = 0; i < S::DPL; i++)
-            s += qv[i] * kv[i];
-        }
-#pragma unroll
-        for (int o = S::LPP / 2; o > 0; o >>= 1)
-          s += __shfl_xor_sync (0xffffffffu, s, o);
-        if (ok[u]) {
-          s = s * ksc[u] * att_scale;
-          mx = fmaxf (mx, s);
-        }
-        if (li == 0 && k < n_pos)
-          sc[k] = ok[u] ? s : -INFINITY;
-      }
-    }
-    mx = ppx_block_max (mx, red); /* its barriers also publish the scores */
-
-    if (mx == -INFINITY) { /* nothing of this row's window in the chunk */
+    if (overlap (win.a1, win.b1, 0, n_pos - 1) + overlap (win.a2, win.b2, 0, n_pos - 1) == 0) {
+      /* nothing of this row's window in the chunk */
       for (int d = threadIdx.x; d < Dh; d += ATT_THREADS) {
         if (a.n_chunks == 1)
-          a.out[row * HD + (size_t) h * Dh + d] = 0.0f;
+          out[d] = 0.0f;
         else
-          a.part[((row * H + h) * a.n_chunks + c) * (Dh + 2) + 2 + d] = 0.0f;
+          part[2 + d] = 0.0f;
       }
       if (a.n_chunks > 1 && threadIdx.x == 0) {
-        float *p = a.part + ((row * H + h) * a.n_chunks + c) * (Dh + 2);
-        p[0] = -INFINITY;
-        p[1] = 0.0f;
+        part[0] = -INFINITY;
+        part[1] = 0.0f;
       }
-      __syncthreads ();
       continue;
     }
 
-    float sum = 0.0f;
-    for (int k = threadIdx.x; k < n_pos; k += ATT_THREADS) {
-      const float e = sc[k] == -INFINITY ? 0.0f : expf (sc[k] - mx);
-      sc[k] = e;
-      sum += e;
-    }
-    sum = ppx_block_sum (sum, red); /* publishes the weights */
-
-    /* exp-weighted values */
-    float acc[S::DPL];
+    float qv[S::DPL], acc[S::DPL];
+    {
+      const float *qr = a.qkv + row * 3 * HD + (size_t) h * Dh;
 #pragma unroll
-    for (int i = 0; i < S::DPL; i++)
-      acc[i] = 0.0f;
-    for (int base = 0; base < n_pos; base += S::GROUPS * ATT_UNROLL) {
-      typename S::Raw raw[ATT_UNROLL][S::NV];
-      float w[ATT_UNROLL];
-#pragma unroll
-      for (int u = 0; u < ATT_UNROLL; u++) {
-        const int k = base + u * S::GROUPS + g;
-        w[u] = k < n_pos ? sc[k] : 0.0f;
-        if (w[u] != 0.0f) {
-          load_row<KV, DH> (vc + (size_t) (r0 + k) * HD, li, Dh, raw[u]);
-          if constexpr (KV == PPX_CUDA_KV_FP8)
-            w[u] *= vs[r0 + k] * S::FP8_UNIT;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < ATT_UNROLL; u++) {
-        if (w[u] != 0.0f) {
-          float vv[S::DPL];
-          decode_row<KV, DH> (raw[u], vv);
-#pragma unroll
-          for (int i = 0; i < S::DPL; i++)
-            acc[i] += w[u] * vv[i];
-        }
+      for (int i = 0; i < S::DPL; i++) {
+        const int d = lane_dim<KV, DH> (li, i);
+        qv[i] = d < Dh ? qr[d] : 0.0f;
+        acc[i] = 0.0f;
       }
     }
-    /* sum the groups' accumulators (fixed order) */
-    if (li < S::LPP) {
+    /* the warp's tiles (warp w takes tiles w, w + ATT_WARPS, ...), an online softmax over them */
+    float mrun = -INFINITY, lsum = 0.0f;
+    for (int tile = warp; tile < n_tiles; tile += ATT_WARPS) {
+      const int k0 = tile * S::SPL, k1 = k0 + S::SPL - 1;
+      const int n = overlap (win.a1, win.b1, k0, k1) + overlap (win.a2, win.b2, k0, k1);
+      if (n == S::SPL)
+        attend_tile<KV, DH, false> (kl, vl, ksr, vsr, HD, Dh, k0, gg, li, win, qv, att_scale, mrun, lsum, acc);
+      else if (n > 0)
+        attend_tile<KV, DH, true> (kl, vl, ksr, vsr, HD, Dh, k0, gg, li, win, qv, att_scale, mrun, lsum, acc);
+    }
+    /* the warp's groups hold the same dims of different positions: sum them, then the lanes' sums of exp */
 #pragma unroll
-      for (int n = 0; n < S::NV; n++) {
+    for (int o = S::LPP; o < 32; o <<= 1) {
 #pragma unroll
-        for (int i = 0; i < S::VEC; i++) {
-          const int d = S::GENERIC ? n * 32 + li : (n * S::LPP + li) * S::VEC + i;
-          if (d < Dh)
-            gsum[g * Dh + d] = acc[n * S::VEC + i];
-        }
+      for (int i = 0; i < S::DPL; i++)
+        acc[i] += __shfl_xor_sync (ATT_FULL, acc[i], o);
+    }
+    lsum = ppx_warp_sum (lsum);
+    if (gg == 0) {
+#pragma unroll
+      for (int i = 0; i < S::DPL; i++) {
+        const int d = lane_dim<KV, DH> (li, i);
+        if (d < Dh)
+          wacc[warp][d] = acc[i];
       }
+    }
+    if (lane == 0) {
+      wml[warp][0] = mrun;
+      wml[warp][1] = lsum;
     }
     __syncthreads ();
+    /* the block's warps, in order, rescaled to their common max */
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < ATT_WARPS; w++)
+      if (wml[w][1] > 0.0f)
+        mx = fmaxf (mx, wml[w][0]);
+    float coef[ATT_WARPS], sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < ATT_WARPS; w++) {
+      coef[w] = wml[w][1] > 0.0f ? expf (wml[w][0] - mx) : 0.0f;
+      sum += coef[w] * wml[w][1];
+    }
     for (int d = threadIdx.x; d < Dh; d += ATT_THREADS) {
       float o = 0.0f;
-      for (int j = 0; j < S::GROUPS; j++)
-        o += gsum[j * Dh + d];
+#pragma unroll
+      for (int w = 0; w < ATT_WARPS; w++)
+        o += coef[w] * wacc[w][d];
       if (a.n_chunks == 1)
-        a.out[row * HD + (size_t) h * Dh + d] = o / sum;
+        out[d] = sum > 0.0f ? o / sum : 0.0f;
       else
-        a.part[((row * H + h) * a.n_chunks + c) * (Dh + 2) + 2 + d] = o;
+        part[2 + d] = o;
     }
     if (a.n_chunks > 1 && threadIdx.x == 0) {
-      float *p = a.part + ((row * H + h) * a.n_chunks + c) * (Dh + 2);
-      p[0] = mx;
-      p[1] = sum;
+      part[0] = sum > 0.0f ? mx : -INFINITY;
+      part[1] = sum;
     }
-    __syncthreads (); /* sc and gsum are reused by the next row */
+    __syncthreads (); /* wacc and wml are reused by the next row */
   }
 }
 
@@ -452,13 +593,29 @@ typedef struct {
 /* The chunk plan depends on the cache's capacity only, never on M (or the GPU): every row's partial sums and
  * their combination are then the same operations at any batch size, so a batched step gives each session the
  * bits of its one-session step (the engine's requirement, docs/engine.md). 256 positions a chunk for the
- * temporal transformer's long rings (12 chunks at cap 3000: 384 blocks of 32 heads at M = 1, a few per SM;
- * 24576 at M = 64), 128 for rings under 1024 (Mimi's 250: two chunks), one chunk for rings of at most 128
- * (the depformer's). */
+ * temporal transformer's long rings (12 chunks at cap 3000: 384 blocks of 32 heads at M = 1, all resident at
+ * once on an H100; 24576 at M = 64), 128 for rings under 1024 (Mimi's 250: two chunks), one chunk for rings of
+ * at most 128 (the depformer's). PPX_CUDA_ATTENTION_CHUNK=N (a benchmarking knob, read once) sets the chunk of
+ * rings of 1024 or more instead; it stays a function of the capacity within a process. */
+static int
+chunk_override (void)
+{
+  static int cached = -1;
+  int v = __atomic_load_n (&cached, __ATOMIC_RELAXED);
+  if (v < 0) {
+    const char *env = getenv ("PPX_CUDA_ATTENTION_CHUNK");
+    v = env && *env ? atoi (env) : 0;
+    if (v < 0)
+      v = 0;
+    __atomic_store_n (&cached, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
 static Plan
 plan (int cap)
 {
-  int chunk = cap >= 1024 ? 256 : 128;
+  int chunk = cap >= 1024 ? (chunk_override () ? chunk_override () : 256) : 128;
   if (chunk > cap)
     chunk = cap;
   Plan p = {chunk, (cap + chunk - 1) / chunk};
@@ -480,29 +637,28 @@ launch_fmt (const AttnArgs &a, int M, cudaStream_t s)
 {
   typedef void (*Kern) (AttnArgs);
   Kern k;
-  int groups;
   switch (a.Dh) {
-#define CASE(D)                                                                                                     \
-  case D:                                                                                                           \
-    k = attention_split_kernel<KV, D>;                                                                              \
-    groups = Shape<KV, D>::GROUPS;                                                                                  \
-    break;
-    CASE (16)
-    CASE (32)
-    CASE (64)
-    CASE (128)
-    CASE (256)
-#undef CASE
+    case 16:
+      k = attention_split_kernel<KV, 16>;
+      break;
+    case 32:
+      k = attention_split_kernel<KV, 32>;
+      break;
+    case 64:
+      k = attention_split_kernel<KV, 64>;
+      break;
+    case 128:
+      k = attention_split_kernel<KV, 128>;
+      break;
+    case 256:
+      k = attention_split_kernel<KV, 256>;
+      break;
     default:
       k = attention_split_kernel<KV, 0>;
-      groups = Shape<KV, 0>::GROUPS;
       break;
   }
-  const size_t smem = ((size_t) a.chunk + (size_t) groups * a.Dh) * sizeof (float);
-  if (smem > 48 * 1024)
-    cudaFuncSetAttribute (k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
-  dim3 grid ((unsigned) a.n_chunks, (unsigned) a.H, (unsigned) M);
-  ppx_launch (k, grid, ATT_THREADS, smem, s, a);
+  dim3 grid ((unsigned) a.H, (unsigned) a.n_chunks, (unsigned) M);
+  ppx_launch (k, grid, ATT_THREADS, 0, s, a);
 }
 
 extern "C" int
@@ -512,10 +668,12 @@ ppx_cuda_attention (int kv_type, const float *qkv, const int32_t *pos, const int
 {
   if (M <= 0 || T <= 0 || H <= 0 || Dh <= 0)
     return 0;
-  if (Dh > ATT_MAX_DH || cap <= 0 || M > 65535 || H > 65535)
+  if (Dh > ATT_MAX_DH || cap <= 0 || M > 65535)
     return (int) cudaErrorInvalidValue;
   cudaStream_t s = PPX_CUDA_STREAM (stream);
   const Plan p = plan (cap);
+  if (p.n_chunks > 65535)
+    return (int) cudaErrorInvalidValue;
   AttnArgs a = {qkv, pos, kv_slot, kcache, vcache, kscales, vscales, out, scratch, T, H, Dh, cap, context,
                 p.chunk, p.n_chunks};
   switch (kv_type) {

@@ -12,40 +12,16 @@
 #include <glib.h>
 #include <stdint.h>
 
+#include "ppx-types.h"
+
 G_BEGIN_DECLS
 
-/* Every GError the library sets is in this domain, with one of these codes. */
-#define PPX_ERROR (ppx_error_quark ())
-GQuark ppx_error_quark (void);
-
-typedef enum {
-  PPX_ERROR_IO,          /* a file could not be opened, read or written */
-  PPX_ERROR_FORMAT,      /* a file is corrupt, truncated or not what it claims */
-  PPX_ERROR_SHAPE,       /* a tensor's shape or dtype does not match the config */
-  PPX_ERROR_MISSING,     /* a required tensor, file or key is absent */
-  PPX_ERROR_CONFIG,      /* bad configuration values */
-  PPX_ERROR_INVALID,     /* bad argument from the caller */
-  PPX_ERROR_UNSUPPORTED, /* valid but not supported by this build or backend */
-  PPX_ERROR_NOMEM,       /* out of (device) memory */
-  PPX_ERROR_LIMIT,       /* an engine already holds max_sessions sessions */
-} PpxErrorCode;
+/* The error domain and codes, PpxQuantization, PpxBackendKind and PpxKvFormat, and their names
+ * (ppx_quantization_name, ppx_kv_format_from_name, ...): ppx-types.h. */
 
 typedef struct PpxModel PpxModel;
 typedef struct PpxSession PpxSession;
 typedef struct PpxEngine PpxEngine;
-
-typedef enum {
-  PPX_QUANT_AUTO = 0, /* pre-quantized files as they are, otherwise bf16 */
-  PPX_QUANT_BF16,
-  PPX_QUANT_INT8,
-  PPX_QUANT_INT4,
-} PpxQuantization;
-
-typedef enum {
-  PPX_BACKEND_AUTO = 0, /* CUDA when built and a GPU is present, else CPU */
-  PPX_BACKEND_CPU,
-  PPX_BACKEND_CUDA,
-} PpxBackendKind;
 
 typedef struct {
   const char *model_dir;       /* published layout: model.safetensors, tokenizer-*.safetensors, ... */
@@ -73,16 +49,6 @@ guint64 ppx_model_weight_bytes (const PpxModel *model);
 char *ppx_model_token_text (const PpxModel *model, int token);
 /* Tokenizes a text prompt the reference's way ("<system> text <system>", no BOS/EOS). */
 int *ppx_model_tokenize_prompt (const PpxModel *model, const char *text, int *n_tokens, GError **error);
-
-/* How the temporal transformer's KV cache is stored (per session: layers x 2 x context x dim values). */
-typedef enum {
-  PPX_KV_AUTO = 0, /* the library's default: f32 for now, bf16 once the element exposes the choice (docs/engine.md) */
-  PPX_KV_F32,      /* exact reference numerics (golden tests) */
-  PPX_KV_BF16,
-  PPX_KV_FP8,      /* e4m3, one f32 scale per (position, head); half of bf16's memory */
-} PpxKvFormat;
-
-const char *ppx_kv_format_name (PpxKvFormat f);
 
 typedef struct {
   const char *voice_prompt;     /* audio file, .pt file, or NAME (DIR/voices/NAME.pt); NULL: none */

@@ -1,8 +1,8 @@
 #include "ppx-common.h"
 
+#include <errno.h>
+#include <glib/gstdio.h>
 #include <math.h>
-
-G_DEFINE_QUARK (ppx-error-quark, ppx_error)
 
 static const struct {
   const char *name;
@@ -115,4 +115,17 @@ ppx_convert_to_f32 (PpxDType dt, const void *src, float *dst, gsize n)
     default:
       return FALSE;
   }
+}
+
+const char *
+ppx_file_problem (const char *path)
+{
+  GStatBuf st;
+  if (g_stat (path, &st) != 0)
+    return errno == ENOENT || errno == ENOTDIR ? "no such file" : g_strerror (errno);
+  if (S_ISDIR (st.st_mode))
+    return "is a directory";
+  if (!S_ISREG (st.st_mode))
+    return "not a regular file (a device, pipe or socket)";
+  return NULL;
 }

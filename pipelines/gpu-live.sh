@@ -2,7 +2,7 @@
 # The element live on a GPU: personaplexduplex in a live pipeline for minutes (past the model's 3000-frame
 # context), timed by personaplex-live-bench: per-frame step time p50/p99/max, the latency query's answer,
 # overruns and late buffers (must be 0), GPU memory every 10 s (must be flat). Runs from a GStreamer pack
-# (kernels/device-pack-gst.sh) on a machine without GStreamer, or from a build tree with the system's.
+# (scripts/device/device-pack-gst.sh) on a machine without GStreamer, or from a build tree with the system's.
 #
 #   pipelines/gpu-live.sh [--pack DIR | --build DIR] (--model-dir DIR | --make-model PRESET:FORMAT)
 #                         [--model-root DIR] [--backend cuda] [--quantization auto] [--seconds 330]
@@ -64,7 +64,7 @@ if [ -z "$pack" ] && [ -z "$build" ] && [ -x "$root/build-devpack-gst/run" ]; th
   pack=$root/build-devpack-gst
 fi
 if [ -n "$pack" ]; then
-  [ -x "$pack/run" ] || { echo "gpu-live.sh: $pack/run not found: make the pack with kernels/device-pack-gst.sh" >&2; exit 1; }
+  [ -x "$pack/run" ] || { echo "gpu-live.sh: $pack/run not found: make the pack with scripts/device/device-pack-gst.sh" >&2; exit 1; }
   pack=$(cd "$pack" && pwd)
   run_in () { "$pack/run" "$@"; }
 elif [ -n "$build" ]; then
@@ -72,7 +72,7 @@ elif [ -n "$build" ]; then
   build=$(cd "$build" && pwd)
   run_in () { GST_PLUGIN_PATH="$build/gst${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}" PATH="$build/tools:$PATH" "$@"; }
 else
-  echo "gpu-live.sh: no pack (kernels/device-pack-gst.sh BUILD build-devpack-gst) and no --build DIR" >&2
+  echo "gpu-live.sh: no pack (scripts/device/device-pack-gst.sh BUILD build-devpack-gst) and no --build DIR" >&2
   exit 2
 fi
 mkdir -p "$out" || exit 1

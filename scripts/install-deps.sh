@@ -13,7 +13,7 @@ set -euo pipefail
 RUN_PKGS=(
   build-essential meson ninja-build pkg-config python3
   libglib2.0-dev libjson-glib-dev libsndfile1-dev libebur128-dev libsamplerate0-dev
-  libsentencepiece-dev libzip-dev libopus-dev libsoup-3.0-dev
+  libsentencepiece-dev libzip-dev libopus-dev libsoup-3.0-dev glib-networking libgnutls28-dev
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   gstreamer1.0-plugins-bad gstreamer1.0-nice

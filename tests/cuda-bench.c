@@ -95,11 +95,56 @@ bench_linear (Fmt f, int64_t rows, int64_t cols, const int *Ms, int n_ms)
 
 /* ---- attention bandwidth ---- */
 
-/* T = 1 attention at full context (cap 3000, 32 heads of 128, positions past 3000) for M sessions:
- * time per call and the KV bytes it reads (M x 2 x 3000 x 4096 values, plus fp8 scales) per second.
- * Enough copies of the caches (one per layer, as in a frame) that the set is well over the L2. */
+/* Best of 5 timings of `iters` attention calls rotating over the cache copies, in microseconds a call:
+ * launched one by one and timed on the host (*host), and recorded once as a CUDA graph and replayed
+ * (*graph: no launch gaps, as the engine's tick runs it; NAN when the backend records no graphs). */
 static void
-bench_attention (PpxKvFormat fmt, int M)
+time_attention (PpxTensor *qkv, PpxTensor *p, PpxTensor *sl, PpxTensor **k, PpxTensor **v, int copies, PpxTensor *out,
+                int M, int T, int H, int Dh, int cap, double *host, double *graph)
+{
+  const int iters = copies * MAX (1, 64 / copies);
+  for (int i = 0; i < copies * 2; i++)
+    ppx_op_attention (gpu, qkv, p, sl, k[i % copies], v[i % copies], out, M, T, H, Dh, cap, cap);
+  ppx_backend_sync (gpu);
+  *host = *graph = INFINITY;
+  for (int rep = 0; rep < 5; rep++) {
+    gint64 t0 = g_get_monotonic_time ();
+    for (int i = 0; i < iters; i++)
+      ppx_op_attention (gpu, qkv, p, sl, k[i % copies], v[i % copies], out, M, T, H, Dh, cap, cap);
+    ppx_backend_sync (gpu);
+    *host = MIN (*host, (double) (g_get_monotonic_time () - t0) / iters);
+  }
+  g_autoptr (GError) err = NULL;
+  PpxGraph *g = NULL;
+  for (int attempt = 0; attempt < 2 && !g && ppx_backend_supports_graphs (gpu); attempt++) {
+    g_clear_error (&err);
+    if (!ppx_backend_graph_begin (gpu, &err))
+      break;
+    for (int i = 0; i < iters; i++)
+      ppx_op_attention (gpu, qkv, p, sl, k[i % copies], v[i % copies], out, M, T, H, Dh, cap, cap);
+    g = ppx_backend_graph_end (gpu, &err);
+  }
+  if (!g) {
+    *graph = NAN;
+    return;
+  }
+  for (int rep = 0; rep < 6; rep++) {
+    gint64 t0 = g_get_monotonic_time ();
+    if (!ppx_backend_graph_launch (gpu, g))
+      break;
+    ppx_backend_sync (gpu);
+    if (rep > 0) /* the first replay uploads the graph */
+      *graph = MIN (*graph, (double) (g_get_monotonic_time () - t0) / iters);
+  }
+  ppx_graph_free (g);
+}
+
+/* Attention at full context (cap 3000, 32 heads of 128, positions past 3000) for M sessions of T rows: time
+ * per call and the KV bytes it reads (M x 2 x 3000 x 4096 values, plus fp8 scales) per second. Enough copies
+ * of the caches (one per layer, as in a frame) that the set is well over the L2. T > 1 is a prompt prefill:
+ * rows at consecutive positions, each reading the whole ring once. */
+static void
+bench_attention (PpxKvFormat fmt, int M, int T)
 {
   const int H = 32, Dh = 128, cap = 3000;
   const gsize HD = (gsize) H * Dh;
@@ -159,33 +204,26 @@ bench_attention (PpxKvFormat fmt, int M)
       }
     }
   }
-  g_autofree int32_t *pos = g_new (int32_t, M), *slots = g_new (int32_t, M);
+  g_autofree int32_t *pos = g_new (int32_t, M * T), *slots = g_new (int32_t, M);
   for (int m = 0; m < M; m++) {
-    pos[m] = 6000 + 37 * m;
+    for (int t = 0; t < T; t++)
+      pos[m * T + t] = 6000 + 37 * m + t;
     slots[m] = m;
   }
-  PpxTensor *p = ppx_tensor_new (gpu, PPX_TENSOR_I32, M, &err), *sl = ppx_tensor_new (gpu, PPX_TENSOR_I32, M, &err);
-  ppx_tensor_upload (p, 0, pos, M);
+  PpxTensor *p = ppx_tensor_new (gpu, PPX_TENSOR_I32, (gsize) M * T, &err);
+  PpxTensor *sl = ppx_tensor_new (gpu, PPX_TENSOR_I32, M, &err);
+  ppx_tensor_upload (p, 0, pos, (gsize) M * T);
   ppx_tensor_upload (sl, 0, slots, M);
-  PpxTensor *qkv = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * 3 * HD, &err);
-  PpxTensor *out = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * HD, &err);
-  g_autofree float *q = random_floats ((gsize) M * 3 * HD, -1, 1);
-  ppx_tensor_upload (qkv, 0, q, (gsize) M * 3 * HD);
-  for (int i = 0; i < copies * 2; i++)
-    ppx_op_attention (gpu, qkv, p, sl, k[i % copies], v[i % copies], out, M, 1, H, Dh, cap, cap);
-  ppx_backend_sync (gpu);
-  double best = INFINITY;
-  const int iters = copies * MAX (1, 64 / copies);
-  for (int rep = 0; rep < 5; rep++) {
-    gint64 t0 = g_get_monotonic_time ();
-    for (int i = 0; i < iters; i++)
-      ppx_op_attention (gpu, qkv, p, sl, k[i % copies], v[i % copies], out, M, 1, H, Dh, cap, cap);
-    ppx_backend_sync (gpu);
-    best = MIN (best, (double) (g_get_monotonic_time () - t0) / iters);
-  }
+  PpxTensor *qkv = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * T * 3 * HD, &err);
+  PpxTensor *out = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * T * HD, &err);
+  g_autofree float *q = random_floats ((gsize) M * T * 3 * HD, -1, 1);
+  ppx_tensor_upload (qkv, 0, q, (gsize) M * T * 3 * HD);
+  double host, graph;
+  time_attention (qkv, p, sl, k, v, copies, out, M, T, H, Dh, cap, &host, &graph);
   const double read = (double) pair_bytes; /* the whole ring of every session is in the window */
-  printf ("%-5s M=%-3d %8.1f us/layer %8.2f ms/frame (32 layers) %9.1f MB read %7.0f GB/s  (%d cache copies)\n",
-          ppx_kv_format_name (fmt), M, best, best * 32 / 1000, read / 1e6, read / best / 1e3, copies);
+  printf ("%-5s M=%-3d T=%-2d %8.1f us/call %7.0f GB/s  graph %8.1f us/call %7.0f GB/s  %9.1f MB  (%d cache copies)\n",
+          ppx_kv_format_name (fmt), M, T, host, read / host / 1e3, graph, read / graph / 1e3, read / 1e6, copies);
+  fflush (stdout);
   for (int i = 0; i < copies; i++) {
     ppx_tensor_free (k[i]);
     ppx_tensor_free (v[i]);
@@ -198,16 +236,46 @@ bench_attention (PpxKvFormat fmt, int M)
   ppx_tensor_free (out);
 }
 
+/* A comma-separated list of integers from the environment (at most max), or the default. */
+static int
+env_ints (const char *name, const int *dflt, int n_dflt, int *out, int max)
+{
+  const char *env = g_getenv (name);
+  if (!env || !*env) {
+    memcpy (out, dflt, n_dflt * sizeof (int));
+    return n_dflt;
+  }
+  g_auto (GStrv) parts = g_strsplit (env, ",", -1);
+  int n = 0;
+  for (int i = 0; parts[i] && n < max; i++)
+    if (atoi (parts[i]) > 0)
+      out[n++] = atoi (parts[i]);
+  return n;
+}
+
+/* test-backend-cuda --bench-attention: T = 1 at M = 1..96 sessions per KV format, then prompt prefills (M = 1,
+ * T = 16 and 64). PPX_BENCH_ATTENTION_M, PPX_BENCH_ATTENTION_T (comma lists) and PPX_BENCH_ATTENTION_KV
+ * (f32,bf16,fp8) narrow it. */
 int
 run_bench_attention (void)
 {
-  printf ("attention, T = 1, cap = context = 3000 (full rings), 32 heads x 128, on %s:\n"
-          "best of 5 runs of >= 64 back-to-back calls; GB/s = KV bytes in the window (scales included) / time\n",
-          ppx_backend_cuda_device_name (gpu));
-  const int Ms[] = {1, 8, 32, 64};
-  for (guint f = 0; f < G_N_ELEMENTS (kv_formats); f++)
-    for (guint i = 0; i < G_N_ELEMENTS (Ms); i++)
-      bench_attention (kv_formats[f], Ms[i]);
+  printf ("attention, cap = context = 3000 (full rings), 32 heads x 128, on %s:\n"
+          "best of 5 runs of >= 64 calls (launched one by one, host-timed; and replayed as one CUDA graph);\n"
+          "GB/s = KV bytes in the window (scales included) / time\n",
+          ppx_backend_device_name (gpu));
+  static const int dflt_m[] = {1, 2, 4, 8, 16, 32, 64, 80, 96}, dflt_t[] = {16, 64};
+  int Ms[16], Ts[8];
+  const int n_m = env_ints ("PPX_BENCH_ATTENTION_M", dflt_m, G_N_ELEMENTS (dflt_m), Ms, 16);
+  const int n_t = env_ints ("PPX_BENCH_ATTENTION_T", dflt_t, G_N_ELEMENTS (dflt_t), Ts, 8);
+  const char *kv = g_getenv ("PPX_BENCH_ATTENTION_KV");
+  for (guint f = 0; f < G_N_ELEMENTS (kv_formats); f++) {
+    if (kv && *kv && !strstr (kv, ppx_kv_format_name (kv_formats[f])))
+      continue;
+    for (int i = 0; i < n_m; i++)
+      bench_attention (kv_formats[f], Ms[i], 1);
+    for (int i = 0; i < n_t; i++)
+      bench_attention (kv_formats[f], 1, Ts[i]);
+  }
   return 0;
 }
 
@@ -246,7 +314,7 @@ run_bench_conv (void)
   printf ("Mimi SEANet convs on %s: GPU time per call in us (median of 5 replays of a CUDA graph of 2..20 calls\n"
           "over weight copies that exceed the L2); old = direct kernels, new = planned path "
           "[tile rows x cols / leaves]\n",
-          ppx_backend_cuda_device_name (gpu));
+          ppx_backend_device_name (gpu));
   const int Ms[] = {1, 8, 32, 64};
   MimiConv convs[64];
   for (int dec = 0; dec < 2; dec++) {
@@ -299,7 +367,7 @@ run_bench_conv_sweep (int argc, char **argv)
     for (int i = 0; i < argc && nm < 8; i++)
       Ms[nm++] = atoi (argv[i]);
   }
-  printf ("conv sweep on %s (GPU us per call, median of 3 replays of 8 calls)\n", ppx_backend_cuda_device_name (gpu));
+  printf ("conv sweep on %s (GPU us per call, median of 3 replays of 8 calls)\n", ppx_backend_device_name (gpu));
   MimiConv convs[64];
   const int ncfg = ppx_backend_cuda_conv_n_configs ();
   for (int dec = 0; dec < 2; dec++) {
@@ -349,7 +417,7 @@ run_bench (const char *only, const char *shape)
   }
   printf ("linear layers on %s: GPU time per call (median of 9 replays of a CUDA graph of >= 120 calls cycling over\n"
           "copies of the matrix that do not fit in L2); GB/s = weight bytes (data + scales) / time\n",
-          ppx_backend_cuda_device_name (gpu));
+          ppx_backend_device_name (gpu));
   const Fmt f[] = {{PPX_WFMT_INT4, 64}, {PPX_WFMT_INT8, 0}, {PPX_WFMT_BF16, 0}, {PPX_WFMT_F32, 0}};
   const char *names[] = {"int4", "int8", "bf16", "f32"};
   static const int64_t shapes[][2] = {{12288, 4096}, {4096, 4096}, {22528, 4096}, {4096, 11264}, {32000, 4096}};

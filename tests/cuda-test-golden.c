@@ -28,7 +28,7 @@ test_golden (void)
   double secs = (g_get_monotonic_time () - t0) / 1e6;
   g_printerr ("  golden on %s: %d frames in %.2f s, %d token mismatches, pcm max abs err %.3g, text logits rel %.3g, "
               "audio logits rel %.3g\n",
-              ppx_backend_cuda_device_name (gpu), r.frames, secs, r.token_mismatches, r.pcm_err, r.text_rel,
+              ppx_backend_device_name (gpu), r.frames, secs, r.token_mismatches, r.pcm_err, r.text_rel,
               r.audio_rel);
   g_assert_cmpint (r.token_mismatches, ==, 0);
   g_assert_cmpfloat (r.pcm_err, <, 1e-4);

@@ -45,7 +45,7 @@ main (int argc, char **argv)
   g_assert_null (ppx_backend_cuda_new (n_gpus, &err));
   g_assert_error (err, PPX_ERROR, PPX_ERROR_INVALID);
   g_clear_error (&err);
-  g_printerr ("CUDA backend on %s (%d GPU%s)\n", ppx_backend_cuda_device_name (gpu), n_gpus, n_gpus > 1 ? "s" : "");
+  g_printerr ("CUDA backend on %s (%d GPU%s)\n", ppx_backend_device_name (gpu), n_gpus, n_gpus > 1 ? "s" : "");
   rng = g_rand_new_with_seed (20260101);
   int rc;
   if (bench) {

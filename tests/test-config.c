@@ -229,11 +229,57 @@ test_load_dir (void)
   g_rmdir (dir);
 }
 
+/* The public enums' names (ppx-types.h): every value round-trips, in value order, and unknown names and
+ * values are refused. */
+static void
+test_enum_names (void)
+{
+  const char *const *q = ppx_quantization_names (), *const *b = ppx_backend_kind_names (),
+                    *const *k = ppx_kv_format_names ();
+  g_assert_cmpuint (g_strv_length ((char **) q), ==, 4);
+  g_assert_cmpuint (g_strv_length ((char **) b), ==, 3);
+  g_assert_cmpuint (g_strv_length ((char **) k), ==, 4);
+  for (int i = 0; q[i]; i++) {
+    PpxQuantization v = -1;
+    g_assert_true (ppx_quantization_from_name (q[i], &v));
+    g_assert_cmpint (v, ==, i);
+    g_assert_cmpstr (ppx_quantization_name (v), ==, q[i]);
+  }
+  for (int i = 0; b[i]; i++) {
+    PpxBackendKind v = -1;
+    g_assert_true (ppx_backend_kind_from_name (b[i], &v));
+    g_assert_cmpint (v, ==, i);
+    g_assert_cmpstr (ppx_backend_kind_name (v), ==, b[i]);
+  }
+  for (int i = 0; k[i]; i++) {
+    PpxKvFormat v = -1;
+    g_assert_true (ppx_kv_format_from_name (k[i], &v));
+    g_assert_cmpint (v, ==, i);
+    g_assert_cmpstr (ppx_kv_format_name (v), ==, k[i]);
+  }
+  g_assert_cmpstr (ppx_quantization_name (PPX_QUANT_INT4), ==, "int4");
+  g_assert_cmpstr (ppx_backend_kind_name (PPX_BACKEND_CUDA), ==, "cuda");
+  g_assert_cmpstr (ppx_kv_format_name (PPX_KV_FP8), ==, "fp8");
+  g_assert_cmpstr (ppx_kv_format_name (ppx_kv_format_resolve (PPX_KV_AUTO)), ==, "bf16");
+  g_assert_cmpstr (ppx_kv_format_name ((PpxKvFormat) 99), ==, "?");
+  PpxKvFormat kv = PPX_KV_F32;
+  g_assert_false (ppx_kv_format_from_name ("FP8", &kv));
+  g_assert_false (ppx_kv_format_from_name (NULL, &kv));
+  g_assert_cmpint (kv, ==, PPX_KV_F32);
+  g_autofree char *choice = ppx_names_choice (b);
+  g_assert_cmpstr (choice, ==, "auto, cpu or cuda");
+  const char *const one[] = {"x", NULL}, *const none[] = {NULL};
+  g_autofree char *c1 = ppx_names_choice (one), *c0 = ppx_names_choice (none);
+  g_assert_cmpstr (c1, ==, "x");
+  g_assert_cmpstr (c0, ==, "");
+}
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/config/defaults", test_defaults);
+  g_test_add_func ("/config/enum-names", test_enum_names);
   g_test_add_func ("/config/golden-json", test_golden_json);
   g_test_add_func ("/config/partial-override", test_partial_override);
   g_test_add_func ("/config/to-json-round-trip", test_to_json_round_trip);

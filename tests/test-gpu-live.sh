@@ -1,6 +1,6 @@
 #!/bin/sh
 # The GPU live-run path, exercised on the CPU: packs this build's GStreamer runtime with
-# kernels/device-pack-gst.sh (--allow-no-cuda), proves the pack runs on its own (its check.sh: `env -i`, a
+# scripts/device/device-pack-gst.sh (--allow-no-cuda), proves the pack runs on its own (its check.sh: `env -i`, a
 # fresh registry, every library the processes load taken from the pack), then runs pipelines/gpu-live.sh
 # through the pack on a tiny random model for 3 s with the CPU backend and checks personaplex-live-bench's
 # summary and raw files:
@@ -29,7 +29,7 @@ done
 export PPX_GST_REGISTRY="$tmp/registry" OMP_WAIT_POLICY=PASSIVE
 
 "$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" >/dev/null || fail "personaplex-make-model"
-sh "$src/kernels/device-pack-gst.sh" --allow-no-cuda --no-check "$build" "$tmp/pack" > "$tmp/pack.log" 2>&1 ||
+sh "$src/scripts/device/device-pack-gst.sh" --allow-no-cuda --no-check "$build" "$tmp/pack" > "$tmp/pack.log" 2>&1 ||
   { cat "$tmp/pack.log"; fail "device-pack-gst.sh"; }
 cat "$tmp/pack.log"
 sh "$tmp/pack/check.sh" "$tmp/model" > "$tmp/check.log" 2>&1 || { cat "$tmp/check.log"; fail "the pack's check.sh"; }

@@ -19,11 +19,7 @@ static PpxChatCall *
 joined_call (const char *const *params)
 {
   PpxChatCall *call = fixture_call_new (server, params, NULL, PPX_CHAT_PACE_FAST, FALSE);
-  gint64 deadline = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
-  while (!ppx_chat_call_get_record (call)->handshake_us && !ppx_chat_call_is_finished (call) &&
-         g_get_monotonic_time () < deadline)
-    g_main_context_iteration (NULL, TRUE);
-  g_assert_cmpint (ppx_chat_call_get_record (call)->handshake_us, >, 0);
+  g_assert_true (fixture_call_until_handshake (call, 60000));
   calls_made++;
   return call;
 }
@@ -177,7 +173,7 @@ static void
 test_client_stops_reading (void)
 {
   FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "1", "--media-timeout", "5", NULL});
-  guint64 rss0 = fixture_server_rss_kb (s);
+  guint64 rss0 = fixture_server_warm_rss_kb (s, "/api/chat");
   RawWs *ws = raw_ws_connect (s, "/api/chat", NULL);
   g_assert_cmpuint (ws->status, ==, 101);
   guint8 *payload = NULL;
@@ -195,13 +191,14 @@ test_client_stops_reading (void)
     g_autofree guint8 *msg = g_malloc (n + 1);
     msg[0] = PPX_CHAT_AUDIO;
     memcpy (msg + 1, page, n);
-    if (!raw_ws_send_frame (ws, 2, TRUE, msg, n + 1) || strstr (fixture_server_log (s), "): ended: "))
+      if (!raw_ws_send_frame (ws, 2, TRUE, msg, n + 1) || fixture_server_log_count (s, "): ended: ") > 1)
       break;
   }
-  g_assert_true (fixture_server_wait_log (s, "): ended: ", 60000));
+  for (int i = 0; i < 3000 && fixture_server_log_count (s, "): ended: ") < 2; i++)
+    g_usleep (20000);
   g_assert_true (fixture_server_log_count (s, "ended: the client stopped reading") +
                      fixture_server_log_count (s, "ended: no audio from the client for 5 s") == 1);
-  g_assert_cmpuint (fixture_server_log_count (s, "): ended: "), ==, 1);
+  g_assert_cmpuint (fixture_server_log_count (s, "): ended: "), ==, 2); /* the warm-up call's and this one */
   guint64 rss1 = fixture_server_rss_kb (s);
   g_printerr ("%s; server RSS %" G_GUINT64_FORMAT " kB before, %" G_GUINT64_FORMAT " kB after\n",
               fixture_server_log_count (s, "stopped reading") ? "the send queue filled" : "the audio stopped", rss0,
@@ -237,15 +234,7 @@ test_good_call_after (void)
   g_assert_cmpuint (r->errors->len, ==, 0);
   g_assert_cmpint (ABS ((gint64) r->pcm->len - (gint64) ppx_chat_audio_n_samples (audio)), <=, 960);
   check_ended_once ("the client's audio ended");
-  g_autofree char *body = NULL;
-  for (int i = 0; i < 200; i++) {
-    g_clear_pointer (&body, g_free);
-    fixture_http (server, NULL, "/health", NULL, &body, NULL);
-    if (strstr (body, "\"sessions\":0"))
-      break;
-    g_usleep (20000);
-  }
-  g_assert_nonnull (strstr (body, "\"sessions\":0"));
+  g_assert_true (fixture_server_wait_idle (server, 10000));
 }
 
 /* --max-sessions 1: a second call gets 503 before the upgrade (and /health says 503, free 0) while the first
@@ -262,13 +251,11 @@ test_full (void)
   g_autofree char *body = NULL;
   g_assert_cmpuint (fixture_http (server, NULL, "/health", NULL, &body, NULL), ==, 503);
   g_assert_nonnull (strstr (body, "\"free\":0"));
-  ppx_chat_call_close (first);
-  g_assert_true (ppx_chat_call_wait (first, 10000));
+  fixture_call_close (first);
   g_assert_true (fixture_server_wait_log (server, "torn down", 10000));
   g_autoptr (PpxChatCall) third = joined_call (NULL);
   g_assert_cmpuint (ppx_chat_call_get_record (third)->http_status, ==, 101);
-  ppx_chat_call_close (third);
-  g_assert_true (ppx_chat_call_wait (third, 10000));
+  fixture_call_close (third);
   g_assert_cmpint (fixture_server_stop (server, 20000), ==, 0);
   fixture_server_free (server);
   server = saved;

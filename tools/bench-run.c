@@ -8,14 +8,6 @@
 
 #include <math.h>
 
-/* kernels/backend-cuda.h (the GPU's name) where the build has it */
-#if defined(__has_include)
-#if __has_include("backend-cuda.h")
-#include "backend-cuda.h"
-#define HAVE_CUDA_DEVICE_NAME 1
-#endif
-#endif
-
 #define TEXT_PAD 3
 
 /* --context: the LM position a session's generator is put at (a multiple of the cache's columns). */
@@ -38,11 +30,7 @@ bench_backend_new (PpxBackendKind kind, int threads, int device, GError **error)
 char *
 bench_device_name (const PpxBackend *be)
 {
-#ifdef HAVE_CUDA_DEVICE_NAME
-  return g_strdup (ppx_backend_cuda_device_name (be));
-#else
-  return NULL;
-#endif
+  return g_strdup (ppx_backend_device_name (be));
 }
 
 /* Speech-like test audio: a gliding voiced tone (5 harmonics) under a 4 Hz syllable envelope plus a

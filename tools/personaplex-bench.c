@@ -48,39 +48,27 @@ typedef struct {
   int n_sweep_kv;
 } Options;
 
-typedef struct {
-  const char *name;
-  int value;
-} Choice;
-
-static const Choice quant_choices[] = {
-  {"auto", PPX_QUANT_AUTO}, {"bf16", PPX_QUANT_BF16}, {"int8", PPX_QUANT_INT8}, {"int4", PPX_QUANT_INT4}, {NULL, 0}};
-static const Choice backend_choices[] = {
-  {"auto", PPX_BACKEND_AUTO}, {"cpu", PPX_BACKEND_CPU}, {"cuda", PPX_BACKEND_CUDA}, {NULL, 0}};
+/* The names of --component, --cuda-graphs and --random-weights, by value; the quantization, backend and KV
+ * format names are the library's (ppx-types.h). */
 enum { COMP_ALL, COMP_MIMI, COMP_LM, COMP_SESSION };
-static const Choice component_choices[] = {
-  {"all", COMP_ALL}, {"mimi", COMP_MIMI}, {"lm", COMP_LM}, {"session", COMP_SESSION}, {NULL, 0}};
-static const Choice graphs_choices[] = {
-  {"on", BENCH_GRAPHS_ON}, {"off", BENCH_GRAPHS_OFF}, {"both", BENCH_GRAPHS_BOTH}, {NULL, 0}};
-static const Choice size_choices[] = {{"tiny", 0}, {"mid", 1}, {"full", 2}, {NULL, 0}};
-static const Choice kv_choices[] = {
-  {"auto", PPX_KV_AUTO}, {"f32", PPX_KV_F32}, {"bf16", PPX_KV_BF16}, {"fp8", PPX_KV_FP8}, {NULL, 0}};
+static const char *const component_names[] = {[COMP_ALL] = "all", [COMP_MIMI] = "mimi", [COMP_LM] = "lm",
+                                              [COMP_SESSION] = "session", NULL};
+static const char *const graphs_names[] = {[BENCH_GRAPHS_ON] = "on", [BENCH_GRAPHS_OFF] = "off",
+                                           [BENCH_GRAPHS_BOTH] = "both", NULL};
+static const char *const size_names[] = {"tiny", "mid", "full", NULL};
 
+/* *out = the index of value in names (value NULL: 0, the default). */
 static gboolean
-pick (const Choice *choices, const char *option, const char *value, int *out, GError **error)
+pick (const char *const *names, const char *option, const char *value, int *out, GError **error)
 {
-  GString *names = g_string_new (NULL);
-  for (const Choice *c = choices; c->name; c++) {
-    if (g_strcmp0 (c->name, value) == 0) {
-      *out = c->value;
-      g_string_free (names, TRUE);
+  for (int i = 0; names[i]; i++) {
+    if (!value || g_str_equal (names[i], value)) {
+      *out = i;
       return TRUE;
     }
-    g_string_append_printf (names, "%s%s", names->len ? ", " : "", c->name);
   }
-  g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--%s: unknown value '%s' (expected %s)", option, value,
-               names->str);
-  g_string_free (names, TRUE);
+  g_autofree char *list = g_strjoinv (", ", (char **) names);
+  g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--%s: unknown value '%s' (expected %s)", option, value, list);
   return FALSE;
 }
 
@@ -97,9 +85,9 @@ parse_sweep_kv (Options *o, GError **error)
                    (guint) G_N_ELEMENTS (o->sweep_kvs));
       return FALSE;
     }
-    if (!pick (kv_choices, "sweep-kv", g_strstrip (items[i]), &id, error))
+    if (!pick (ppx_kv_format_names (), "sweep-kv", g_strstrip (items[i]), &id, error))
       return FALSE;
-    o->sweep_kvs[o->n_sweep_kv++] = ppx_engine_resolve_kv ((PpxKvFormat) id);
+    o->sweep_kvs[o->n_sweep_kv++] = ppx_kv_format_resolve ((PpxKvFormat) id);
   }
   if (o->n_sweep_kv == 0) {
     g_set_error_literal (error, PPX_ERROR, PPX_ERROR_INVALID, "--sweep-kv: empty list");
@@ -178,12 +166,12 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     return FALSE;
   }
   int size_id;
-  return pick (component_choices, "component", o->component ? o->component : "all", &o->component_id, error) &&
-         pick (quant_choices, "quantization", o->quantization ? o->quantization : "auto", &o->quant_id, error) &&
-         pick (backend_choices, "backend", o->backend ? o->backend : "auto", &o->backend_id, error) &&
-         pick (kv_choices, "kv-cache-format", o->kv_cache_format ? o->kv_cache_format : "auto", &o->kv_id, error) &&
-         pick (graphs_choices, "cuda-graphs", o->cuda_graphs ? o->cuda_graphs : "on", &o->graphs_id, error) &&
-         (!o->random_size || pick (size_choices, "random-weights", o->random_size, &size_id, error)) &&
+  return pick (component_names, "component", o->component, &o->component_id, error) &&
+         pick (ppx_quantization_names (), "quantization", o->quantization, &o->quant_id, error) &&
+         pick (ppx_backend_kind_names (), "backend", o->backend, &o->backend_id, error) &&
+         pick (ppx_kv_format_names (), "kv-cache-format", o->kv_cache_format, &o->kv_id, error) &&
+         pick (graphs_names, "cuda-graphs", o->cuda_graphs, &o->graphs_id, error) &&
+         (!o->random_size || pick (size_names, "random-weights", o->random_size, &size_id, error)) &&
          (!o->sweep || bench_parse_batches (o->sweep, o->sweep_batches, G_N_ELEMENTS (o->sweep_batches), &o->n_sweep,
                                             error)) &&
          (!o->sweep || parse_sweep_kv (o, error));
@@ -247,7 +235,7 @@ make_random (const Options *o, const PpxConfig *cfg, gboolean need_lm, gboolean 
     if (lm_formats[i])
       need += random_model_lm_bytes (&cfg->lm, formats[i]);
   guint64 state = need_lm && !o->measure_load
-                      ? ppx_lm_batch_bytes (&cfg->lm, o->batch, o->batch, ppx_engine_resolve_kv ((PpxKvFormat) o->kv_id))
+                      ? ppx_lm_batch_bytes (&cfg->lm, o->batch, o->batch, ppx_kv_format_resolve ((PpxKvFormat) o->kv_id))
                       : 0;
   g_autofree char *what = g_strdup_printf ("the random %s model", o->random_size);
   if (!check_memory (need, state, what, error))
@@ -257,7 +245,7 @@ make_random (const Options *o, const PpxConfig *cfg, gboolean need_lm, gboolean 
     return FALSE;
   if (need_mimi) {
     if (!(f->mimi = mem_file_new ("tokenizer-random.safetensors", error)) ||
-        !random_model_write_mimi (&cfg->mimi, (guint64) o->seed, f->mimi->path, error))
+        !random_model_write_mimi (&cfg->mimi, (guint64) o->seed, f->mimi->path, NULL, error))
       return FALSE;
     r->mimi_file_bytes = random_model_mimi_bytes (&cfg->mimi);
   }
@@ -265,11 +253,11 @@ make_random (const Options *o, const PpxConfig *cfg, gboolean need_lm, gboolean 
     if (!lm_formats[i])
       continue;
     if (!(f->lm[i] = mem_file_new ("model.safetensors", error)) ||
-        !random_model_write_lm (&cfg->lm, formats[i], (guint64) o->seed, f->lm[i]->path, error))
+        !random_model_write_lm (&cfg->lm, formats[i], (guint64) o->seed, f->lm[i]->path, NULL, error))
       return FALSE;
     if (!r->lm_file_format) {
       r->lm_file_bytes = random_model_lm_bytes (&cfg->lm, formats[i]);
-      r->lm_file_format = g_strdup (ppx_quant_format_name (formats[i]));
+      r->lm_file_format = g_strdup (ppx_quantization_name (formats[i]));
     }
   }
   r->generate_ms = bench_now_ms () - t0;
@@ -312,7 +300,7 @@ measure_loads_dir (const Options *o, const BenchSetup *s, BenchReport *r, GError
         !bench_run_lm_load (s, "int4 quantized at load", s->lm_path, PPX_QUANT_INT4, o->load_repeats, r, error))
       return FALSE;
   } else {
-    g_autofree char *name = g_strdup_printf ("%s pre-quantized", ppx_quant_format_name (q));
+    g_autofree char *name = g_strdup_printf ("%s pre-quantized", ppx_quantization_name (q));
     if (!bench_run_lm_load (s, name, s->lm_path, PPX_QUANT_AUTO, o->load_repeats, r, error))
       return FALSE;
   }
@@ -320,7 +308,7 @@ measure_loads_dir (const Options *o, const BenchSetup *s, BenchReport *r, GError
     g_autofree char *path = g_build_filename (*d, LM_FILE, NULL);
     if (!file_format (path, &q, error))
       return FALSE;
-    g_autofree char *name = g_strdup_printf ("%s pre-quantized", ppx_quant_format_name (q));
+    g_autofree char *name = g_strdup_printf ("%s pre-quantized", ppx_quantization_name (q));
     if (!bench_run_lm_load (s, name, path, PPX_QUANT_AUTO, o->load_repeats, r, error))
       return FALSE;
   }
@@ -347,13 +335,13 @@ run (const Options *o, BenchReport *r, GError **error)
 
   BenchSetup s = {.backend = backend, .quantization = quant, .threads = o->threads, .device = o->device, .batch = o->batch,
                   .frames = o->frames, .warmup = o->warmup, .seed = (guint64) o->seed, .sequential = o->sequential,
-                  .kv_format = ppx_engine_resolve_kv ((PpxKvFormat) o->kv_id), .context = o->context,
+                  .kv_format = ppx_kv_format_resolve ((PpxKvFormat) o->kv_id), .context = o->context,
                   .cuda_graphs = o->graphs_id};
   r->cpu = bench_cpu_model ();
   r->cores = bench_cpu_cores ();
   r->load_average = bench_load_average ();
   r->threads = o->threads > 0 ? o->threads : r->cores;
-  r->quantization = ppx_quant_format_name (quant);
+  r->quantization = ppx_quantization_name (quant);
   r->kv_cache_format = ppx_kv_format_name (s.kv_format);
   r->context = o->measure_load ? 0 : o->context;
   r->batch = o->batch;

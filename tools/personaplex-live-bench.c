@@ -105,7 +105,8 @@ parse_options (Options *o, int *argc, char ***argv, GError **error)
   const struct {
     char **field;
     const char *value;
-  } defaults[] = {{&o->backend, "auto"}, {&o->quantization, "auto"}, {&o->format, "F32LE"},
+  } defaults[] = {{&o->backend, ppx_backend_kind_name (PPX_BACKEND_AUTO)},
+                  {&o->quantization, ppx_quantization_name (PPX_QUANT_AUTO)}, {&o->format, "F32LE"},
                   {&o->gpu_memory, "auto"}, {&o->source, DEFAULT_SOURCE}};
   for (guint i = 0; i < G_N_ELEMENTS (defaults); i++)
     if (!*defaults[i].field)
@@ -124,9 +125,8 @@ parse_options (Options *o, int *argc, char ***argv, GError **error)
       g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "'%s' is not PROPERTY=VALUE", *p);
       return FALSE;
     }
-  return check_choice ("--backend", o->backend, (const char *const[]){"auto", "cpu", "cuda", NULL}, error) &&
-         check_choice ("--quantization", o->quantization,
-                       (const char *const[]){"auto", "bf16", "int8", "int4", NULL}, error) &&
+  return check_choice ("--backend", o->backend, ppx_backend_kind_names (), error) &&
+         check_choice ("--quantization", o->quantization, ppx_quantization_names (), error) &&
          check_choice ("--format", o->format, (const char *const[]){"F32LE", "S16LE", NULL}, error) &&
          check_choice ("--gpu-memory", o->gpu_memory, (const char *const[]){"auto", "on", "off", NULL}, error);
 }
@@ -509,7 +509,7 @@ run (App *app)
   }
   add_probes (app);
   app->sample_gpu = g_str_equal (o->gpu_memory, "on") ||
-                    (g_str_equal (o->gpu_memory, "auto") && !g_str_equal (o->backend, "cpu") &&
+                    (g_str_equal (o->gpu_memory, "auto") && !g_str_equal (o->backend, ppx_backend_kind_name (PPX_BACKEND_CPU)) &&
                      live_memory_have_nvidia_smi ());
   if (app->sample_gpu)
     app->rec->gpu_name = live_memory_gpu_name (o->device);

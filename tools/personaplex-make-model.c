@@ -40,12 +40,8 @@ load_config (PpxConfig *cfg, const char *preset, const char *config_path, GError
 static gboolean
 parse_format (const char *name, PpxQuantization *out, GError **error)
 {
-  const PpxQuantization all[] = {PPX_QUANT_BF16, PPX_QUANT_INT8, PPX_QUANT_INT4};
-  for (guint i = 0; i < G_N_ELEMENTS (all); i++)
-    if (g_strcmp0 (name, ppx_quant_format_name (all[i])) == 0) {
-      *out = all[i];
-      return TRUE;
-    }
+  if (ppx_quantization_from_name (name, out) && *out != PPX_QUANT_AUTO)
+    return TRUE;
   g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "unknown format '%s' (expected bf16, int8 or int4)", name);
   return FALSE;
 }
@@ -62,8 +58,8 @@ make_model (const char *dir, const PpxConfig *cfg, guint64 seed, PpxQuantization
   g_autofree char *lm_path = g_build_filename (dir, LM_FILE, NULL);
   g_autofree char *mimi_path = g_build_filename (dir, MIMI_FILE, NULL);
   gboolean ok = random_model_write_config (cfg, config_path, error) &&
-                (!lm || random_model_write_lm (&cfg->lm, format, seed, lm_path, error)) &&
-                (!mimi || random_model_write_mimi (&cfg->mimi, seed, mimi_path, error));
+                (!lm || random_model_write_lm (&cfg->lm, format, seed, lm_path, "personaplex-make-model", error)) &&
+                (!mimi || random_model_write_mimi (&cfg->mimi, seed, mimi_path, "personaplex-make-model", error));
   if (!ok) { /* no half-written checkpoint left behind */
     g_unlink (lm_path);
     g_unlink (mimi_path);

@@ -10,6 +10,7 @@
 #include "quant-policy.h"
 #include "quant.h"
 #include "safetensors.h"
+#include "tool-progress.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -155,7 +156,7 @@ write_quantized (PpxStWriter *w, const PpxStTensor *t, PpxQuantization fmt, cons
     te->max_abs_err = MAX (te->max_abs_err, err.max_abs_err);
     te->n += err.n;
     g_print ("%-52s [%6" G_GINT64_FORMAT ", %6" G_GINT64_FORMAT "]  %s  rel %.5f  SNR %6.2f dB  max|err| %.3g\n",
-             t->name, rows, cols, ppx_quant_format_name (fmt), ppx_quant_error_relative (&err),
+             t->name, rows, cols, ppx_quantization_name (fmt), ppx_quant_error_relative (&err),
              ppx_quant_error_snr_db (&err), err.max_abs_err);
   }
   return TRUE;
@@ -191,7 +192,7 @@ quantize_lm (const char *in_path, const char *out_path, const Options *o, Totals
   gboolean ok = ppx_quant_file_format (st, &in_q, NULL, error);
   if (ok && in_q != PPX_QUANT_BF16) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "%s: already quantized (%s); quantize the original model instead",
-                 in_path, ppx_quant_format_name (in_q));
+                 in_path, ppx_quantization_name (in_q));
     ok = FALSE;
   }
   for (guint i = 0; ok && i < ppx_st_n_tensors (st); i++) {
@@ -214,19 +215,31 @@ quantize_lm (const char *in_path, const char *out_path, const Options *o, Totals
 
   g_autofree char *tmp_path = g_strconcat (out_path, ".partial", NULL);
   PpxStWriter *w = ppx_st_writer_new ();
-  ppx_st_writer_set_metadata (w, PPX_QUANT_META_FORMAT, ppx_quant_format_name (o->format));
+  ppx_st_writer_set_metadata (w, PPX_QUANT_META_FORMAT, ppx_quantization_name (o->format));
   ppx_st_writer_set_metadata (w, PPX_QUANT_META_VERSION, PPX_QUANT_FORMAT_VERSION);
   if (o->format == PPX_QUANT_INT4) {
     g_autofree char *gs = g_strdup_printf ("%d", o->group_size);
     ppx_st_writer_set_metadata (w, PPX_QUANT_META_GROUP_SIZE, gs);
   }
   declare_outputs (w, tensors, o);
+  /* tensor i of N and MB/s read, on a terminal (not with --report: it prints a line per tensor) */
+  guint64 in_bytes = 0, done = 0;
+  for (guint i = 0; i < tensors->len; i++)
+    in_bytes += ((const PpxStTensor *) g_ptr_array_index (tensors, i))->nbytes;
+  g_autofree char *base = g_path_get_basename (in_path);
+  ToolProgress progress;
+  tool_progress_start (&progress, PROG, base, in_bytes);
+  progress.on &= !o->report;
   ok = ppx_st_writer_begin (w, tmp_path, error);
   for (guint i = 0; ok && i < tensors->len; i++) {
     const PpxStTensor *t = g_ptr_array_index (tensors, i);
     PpxQuantization fmt = target_format (t, o);
     ok = fmt != PPX_QUANT_BF16 ? write_quantized (w, t, fmt, o, tot, error) : write_unchanged (w, t, tot, error);
+    done += t->nbytes;
+    if (ok)
+      tool_progress_update (&progress, i + 1, tensors->len, done);
   }
+  tool_progress_end (&progress);
   ok = ok && ppx_st_writer_finish (w, error);
   ppx_st_writer_free (w);
   ppx_st_close (st);
@@ -314,16 +327,11 @@ mirror_dir (const char *src_dir, const char *dst_dir, const char *skip, const ch
   return TRUE;
 }
 
+/* --format: int8 or int4 (the library's names). */
 static gboolean
 parse_format (const char *s, PpxQuantization *out)
 {
-  if (g_strcmp0 (s, "int8") == 0)
-    *out = PPX_QUANT_INT8;
-  else if (g_strcmp0 (s, "int4") == 0)
-    *out = PPX_QUANT_INT4;
-  else
-    return FALSE;
-  return TRUE;
+  return ppx_quantization_from_name (s, out) && (*out == PPX_QUANT_INT8 || *out == PPX_QUANT_INT4);
 }
 
 static int
@@ -393,15 +401,16 @@ main (int argc, char **argv)
     return fail (error->message);
 
   if (o.report) {
-    g_print ("format %s", ppx_quant_format_name (o.format));
+    g_print ("format %s", ppx_quantization_name (o.format));
     if (o.format == PPX_QUANT_INT4)
       g_print (", group size %d", o.group_size);
     g_print ("; %u tensors copied unchanged\n", tot.n_copied);
     for (int f = 0; f < 2; f++)
       if (tot.n_quantized[f])
         g_print ("%s: %u tensors, %" G_GUINT64_FORMAT " parameters, rel %.5f  SNR %.2f dB  max|err| %.3g\n",
-                 f == 0 ? "int8" : "int4", tot.n_quantized[f], tot.params[f], ppx_quant_error_relative (&tot.error[f]),
-                 ppx_quant_error_snr_db (&tot.error[f]), tot.error[f].max_abs_err);
+                 ppx_quantization_name (f == 0 ? PPX_QUANT_INT8 : PPX_QUANT_INT4), tot.n_quantized[f], tot.params[f],
+                 ppx_quant_error_relative (&tot.error[f]), ppx_quant_error_snr_db (&tot.error[f]),
+                 tot.error[f].max_abs_err);
     g_print ("%s: %" G_GUINT64_FORMAT " bytes -> %s: %" G_GUINT64_FORMAT " bytes (%.1f%%)\n", in_lm, tot.in_bytes, out_lm,
              tot.out_bytes, tot.in_bytes ? 100.0 * (double) tot.out_bytes / (double) tot.in_bytes : 0.0);
     g_print ("linked or copied %u other files into %s\n", n_files, output_dir);

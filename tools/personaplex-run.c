@@ -103,8 +103,16 @@ static gboolean
 check_voice_prompt (const RunSettings *s, GError **error)
 {
   const char *v = s->voice_prompt;
-  if (!v || g_file_test (v, G_FILE_TEST_EXISTS))
+  if (!v)
     return TRUE;
+  if (g_file_test (v, G_FILE_TEST_EXISTS)) {
+    const char *problem = ppx_file_problem (v);
+    if (problem)
+      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID,
+                   "--voice-prompt %s: %s; it takes an audio or .pt file, or a NAME of the model's voices/", v,
+                   problem);
+    return problem == NULL;
+  }
   g_autofree char *base = g_str_has_suffix (v, ".pt") ? g_strdup (v) : g_strconcat (v, ".pt", NULL);
   g_autofree char *named = g_build_filename (s->model_dir, "voices", base, NULL);
   if (!strchr (v, '/') && g_file_test (named, G_FILE_TEST_EXISTS))
@@ -139,20 +147,25 @@ finish_settings (RunSettings *s, const RawOptions *raw, GError **error)
       return FALSE;
     }
   }
-  if (raw->quantization && !run_quantization_from_name (raw->quantization, &s->quantization)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--quantization '%s': use auto, bf16, int8 or int4",
-                 raw->quantization);
-    return FALSE;
-  }
-  if (raw->backend && !run_backend_from_name (raw->backend, &s->backend)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--backend '%s': use auto, cpu or cuda", raw->backend);
-    return FALSE;
-  }
-  if (raw->kv_cache_format && !run_kv_format_from_name (raw->kv_cache_format, &s->kv_cache_format)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "--kv-cache-format '%s': use auto, f32, bf16 or fp8",
-                 raw->kv_cache_format);
-    return FALSE;
-  }
+  const struct {
+    const char *option, *value;
+    gboolean ok;
+    const char *const *names;
+  } choices[] = {
+    {"--quantization", raw->quantization, !raw->quantization || ppx_quantization_from_name (raw->quantization, &s->quantization),
+     ppx_quantization_names ()},
+    {"--backend", raw->backend, !raw->backend || ppx_backend_kind_from_name (raw->backend, &s->backend),
+     ppx_backend_kind_names ()},
+    {"--kv-cache-format", raw->kv_cache_format,
+     !raw->kv_cache_format || ppx_kv_format_from_name (raw->kv_cache_format, &s->kv_cache_format),
+     ppx_kv_format_names ()},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (choices); i++)
+    if (!choices[i].ok) {
+      g_autofree char *names = ppx_names_choice (choices[i].names);
+      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "%s '%s': use %s", choices[i].option, choices[i].value, names);
+      return FALSE;
+    }
   const struct { const char *name; double value; } temps[] = {{"--temp-audio", s->temp_audio},
                                                               {"--temp-text", s->temp_text}};
   for (guint i = 0; i < G_N_ELEMENTS (temps); i++)
@@ -186,8 +199,10 @@ finish_settings (RunSettings *s, const RawOptions *raw, GError **error)
     g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: model directory does not exist", s->model_dir);
     return FALSE;
   }
-  if (!g_file_test (s->input, G_FILE_TEST_IS_REGULAR)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: no such file", s->input);
+  const char *input_problem = ppx_file_problem (s->input);
+  if (input_problem) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: %s; --input takes an audio file", s->input,
+                 input_problem);
     return FALSE;
   }
   return check_voice_prompt (s, error) && check_writable_dir ("--output", s->output, error) &&

@@ -3,67 +3,6 @@
 
 #include "ppx-common.h"
 
-static const char *const quantization_names[] = {
-  [PPX_QUANT_AUTO] = "auto", [PPX_QUANT_BF16] = "bf16", [PPX_QUANT_INT8] = "int8", [PPX_QUANT_INT4] = "int4"};
-static const char *const backend_names[] = {
-  [PPX_BACKEND_AUTO] = "auto", [PPX_BACKEND_CPU] = "cpu", [PPX_BACKEND_CUDA] = "cuda"};
-static const char *const kv_format_names[] = {
-  [PPX_KV_AUTO] = "auto", [PPX_KV_F32] = "f32", [PPX_KV_BF16] = "bf16", [PPX_KV_FP8] = "fp8"};
-
-static int
-index_of (const char *const *names, guint n, const char *name)
-{
-  for (guint i = 0; i < n; i++)
-    if (g_strcmp0 (names[i], name) == 0)
-      return (int) i;
-  return -1;
-}
-
-gboolean
-run_quantization_from_name (const char *name, PpxQuantization *out)
-{
-  int i = index_of (quantization_names, G_N_ELEMENTS (quantization_names), name);
-  if (i >= 0)
-    *out = (PpxQuantization) i;
-  return i >= 0;
-}
-
-const char *
-run_quantization_to_name (PpxQuantization q)
-{
-  return (guint) q < G_N_ELEMENTS (quantization_names) ? quantization_names[q] : "?";
-}
-
-gboolean
-run_backend_from_name (const char *name, PpxBackendKind *out)
-{
-  int i = index_of (backend_names, G_N_ELEMENTS (backend_names), name);
-  if (i >= 0)
-    *out = (PpxBackendKind) i;
-  return i >= 0;
-}
-
-const char *
-run_backend_to_name (PpxBackendKind b)
-{
-  return (guint) b < G_N_ELEMENTS (backend_names) ? backend_names[b] : "?";
-}
-
-gboolean
-run_kv_format_from_name (const char *name, PpxKvFormat *out)
-{
-  int i = index_of (kv_format_names, G_N_ELEMENTS (kv_format_names), name);
-  if (i >= 0)
-    *out = (PpxKvFormat) i;
-  return i >= 0;
-}
-
-const char *
-run_kv_format_to_name (PpxKvFormat f)
-{
-  return (guint) f < G_N_ELEMENTS (kv_format_names) ? kv_format_names[f] : "?";
-}
-
 void
 run_settings_init (RunSettings *s)
 {

@@ -34,15 +34,6 @@ typedef struct {
   PpxKvFormat kv_cache_format;
 } RunSettings;
 
-/* The option values of --quantization and --backend <-> the library's enums. */
-gboolean run_quantization_from_name (const char *name, PpxQuantization *out);
-const char *run_quantization_to_name (PpxQuantization q);
-gboolean run_backend_from_name (const char *name, PpxBackendKind *out);
-const char *run_backend_to_name (PpxBackendKind b);
-/* --kv-cache-format: auto, f32, bf16, fp8 (the element's kv-cache-format nicks). */
-gboolean run_kv_format_from_name (const char *name, PpxKvFormat *out);
-const char *run_kv_format_to_name (PpxKvFormat f);
-
 /* Defaults: voice normalisation on, seed RUN_DEFAULT_SEED, temperatures 0.8/0.7, top-k 250/25, auto. */
 #define RUN_DEFAULT_SEED G_GUINT64_CONSTANT (42424242)
 void run_settings_init (RunSettings *s);

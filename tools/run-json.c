@@ -83,13 +83,13 @@ append_settings (GString *s, const RunSettings *st)
   append_key (s, "topk_text");
   g_string_append_printf (s, "%d", st->topk_text);
   append_key (s, "quantization");
-  append_string (s, run_quantization_to_name (st->quantization));
+  append_string (s, ppx_quantization_name (st->quantization));
   append_key (s, "backend");
-  append_string (s, run_backend_to_name (st->backend));
+  append_string (s, ppx_backend_kind_name (st->backend));
   append_key (s, "device");
   g_string_append_printf (s, "%d", st->device);
   append_key (s, "kv_cache_format");
-  append_string (s, run_kv_format_to_name (st->kv_cache_format));
+  append_string (s, ppx_kv_format_name (st->kv_cache_format));
   g_string_append (s, "\n  },\n");
 }
 

@@ -195,7 +195,7 @@ cpu_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize 
 }
 
 static const PpxBackendOps cpu_ops = {
-  .name = "cpu",
+  .kind = PPX_BACKEND_CPU,
   .borrows_host_memory = TRUE,
   .kv_formats = (1u << PPX_TENSOR_F32) | (1u << PPX_TENSOR_BF16) | (1u << PPX_TENSOR_FP8),
   .free = cpu_free,

@@ -5,7 +5,7 @@
 #include "backend.h"
 
 typedef struct {
-  const char *name;
+  PpxBackendKind kind; /* which backend this is (its name: ppx_backend_kind_name) */
   /* TRUE when weights may keep pointing into host memory given with borrow (the CPU backend's
    * zero-copy mmap); FALSE when every weight is copied to the device, so host files can be closed. */
   gboolean borrows_host_memory;
@@ -14,6 +14,7 @@ typedef struct {
   void (*free) (PpxBackend *be);
   void (*sync) (PpxBackend *be);
   guint64 (*free_bytes) (PpxBackend *be); /* may be NULL: unknown */
+  const char *(*device_name) (const PpxBackend *be); /* may be NULL: the backend names no device */
   void *(*alloc) (PpxBackend *be, gsize bytes, GError **error);
   void (*dealloc) (PpxBackend *be, void *ptr, gsize bytes);
   void (*upload) (PpxBackend *be, void *dst, const void *src, gsize bytes);

@@ -61,7 +61,19 @@ ppx_backend_free (PpxBackend *be)
 const char *
 ppx_backend_name (const PpxBackend *be)
 {
-  return be->ops->name;
+  return ppx_backend_kind_name (be->ops->kind);
+}
+
+PpxBackendKind
+ppx_backend_kind (const PpxBackend *be)
+{
+  return be->ops->kind;
+}
+
+const char *
+ppx_backend_device_name (const PpxBackend *be)
+{
+  return be->ops->device_name ? be->ops->device_name (be) : NULL;
 }
 
 void
@@ -571,7 +583,7 @@ gboolean
 ppx_backend_graph_begin (PpxBackend *be, GError **error)
 {
   if (!ppx_backend_supports_graphs (be)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "the %s backend does not record graphs", be->ops->name);
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "the %s backend does not record graphs", ppx_backend_name (be));
     return FALSE;
   }
   return be->ops->graph_begin (be, error);
@@ -581,7 +593,7 @@ PpxGraph *
 ppx_backend_graph_end (PpxBackend *be, GError **error)
 {
   if (!be->ops->graph_end) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "the %s backend does not record graphs", be->ops->name);
+    g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "the %s backend does not record graphs", ppx_backend_name (be));
     return NULL;
   }
   return be->ops->graph_end (be, error);
@@ -611,7 +623,7 @@ ppx_graph_free (PpxGraph *g)
 static PpxTensorType
 kv_tensor_type (PpxKvFormat fmt)
 {
-  switch (fmt) {
+  switch (ppx_kv_format_resolve (fmt)) {
     case PPX_KV_F32:
       return PPX_TENSOR_F32;
     case PPX_KV_FP8:
@@ -645,25 +657,10 @@ ppx_kv_cache_new (PpxBackend *be, PpxKvFormat fmt, int n_slots, int cap, int H, 
   }
   if (!(be->ops->kv_formats & (1u << kv_tensor_type (fmt)))) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "%s backend: %s KV caches are not supported",
-                 ppx_backend_name (be), ppx_kv_format_name (fmt));
+                 ppx_backend_name (be), ppx_kv_format_name (ppx_kv_format_resolve (fmt)));
     return NULL;
   }
   const gsize n = (gsize) n_slots * cap * H * Dh;
   const PpxTensorType type = kv_tensor_type (fmt);
   return tensor_alloc (be, type, n, type == PPX_TENSOR_FP8 ? (gsize) n_slots * cap * H * sizeof (float) : 0, error);
-}
-
-const char *
-ppx_kv_format_name (PpxKvFormat f)
-{
-  switch (f) {
-    case PPX_KV_AUTO:
-    case PPX_KV_BF16:
-      return "bf16";
-    case PPX_KV_F32:
-      return "f32";
-    case PPX_KV_FP8:
-      return "fp8";
-  }
-  return "?";
 }

@@ -57,7 +57,10 @@ PpxBackend *ppx_backend_cuda_new (int device, GError **error);
 /* TRUE when the build has CUDA and at least one GPU is usable; *n_devices (may be NULL) gets the count. */
 gboolean ppx_backend_cuda_available (int *n_devices);
 void ppx_backend_free (PpxBackend *be);
-const char *ppx_backend_name (const PpxBackend *be);
+const char *ppx_backend_name (const PpxBackend *be); /* ppx_backend_kind_name of its kind: "cpu", "cuda" */
+PpxBackendKind ppx_backend_kind (const PpxBackend *be);
+/* The device's name (a GPU's: "NVIDIA H100 80GB HBM3"), or NULL where the backend names none (the CPU). */
+const char *ppx_backend_device_name (const PpxBackend *be);
 void ppx_backend_sync (PpxBackend *be);
 guint64 ppx_backend_allocated_bytes (const PpxBackend *be);
 /* Device memory this backend could still allocate now (CPU: the host's available memory; CUDA: the

@@ -7,11 +7,6 @@
 #include "model-internal.h"
 #include "voice-prompt.h"
 
-/* The KV format PPX_KV_AUTO stands for: bf16, half of f32's memory; on the golden model it keeps every
- * golden token (docs/quantization.md, "KV cache"). Golden tests that compare with the f32 reference ask
- * for PPX_KV_F32 explicitly. */
-#define PPX_KV_DEFAULT PPX_KV_BF16
-
 /* max_sessions <= 0: as many as fit in the backend's free memory, at most this many on the CPU (where the
  * tick's cost grows linearly with the batch) and on a GPU. */
 #define PPX_ENGINE_AUTO_MAX_CPU 64
@@ -30,19 +25,15 @@ struct PpxEngine {
   PpxMimiBatch *mimi; /* codec state of max_sessions rows: the active sessions, compact in rows 0.. */
   PpxTensor *pcm_in, *pcm_out, *codes; /* [max, frame_size], [max, frame_size], [max, num_codebooks] */
   float *host_pcm;   /* [max, frame_size] */
-  PpxLmRow *rows;    /* [max] */
+  PpxLmRow prompt_row; /* the single row of a prompt frame */
+  PpxLmTickRow *tick_rows; /* [max]: the LM rows of a tick, in Mimi row order, padding after the sessions */
   int *order;        /* [max]: a tick's sessions sorted by row */
 
-  /* LMGen on the device (lmgen-state.h): the sessions' token machines live in gen_state by slot during
-   * the conversation; a tick writes its output tokens and each row's new state to tick_out, downloaded
-   * once, so the host copy (PpxSession.gen) is current after every tick. */
-  PpxLmgenDims dims;
-  PpxTensor *gen_state; /* [max, PPX_LMGEN_STATE] i32, by slot */
-  PpxTensor *tick_out;  /* [max, PPX_ENGINE_OUTW] i32, by row: tokens, then the state */
-  int32_t *host_out;    /* [max, PPX_ENGINE_OUTW] */
-  int32_t *row_slot;    /* [max]: the LM slot tensor's rows as last uploaded */
-  uint32_t *row_params; /* [max, PPX_SAMPLE_PARAMS]: the sampling parameter rows as last uploaded */
-  int rows_known;       /* how many of those rows are known to be on the device (0 after a prompt step) */
+  /* The LM tick (ppx_lm_batch_tick, LMGen on the device) writes each row's output tokens and new LMGen
+   * state to tick_out, downloaded once with the PCM, so the host copy (PpxSession.gen) is current after
+   * every tick. */
+  PpxTensor *tick_out;  /* [max, PPX_LM_TICK_OUT] i32, by row: tokens, then the state */
+  int32_t *host_out;    /* [max, PPX_LM_TICK_OUT] */
 
   /* The GPU tick (docs/engine.md): a tick of every active session is padded to a batch-size bucket and,
    * with graphs, replayed from one CUDA graph per bucket. */
@@ -64,9 +55,6 @@ struct PpxEngine {
   gint last_tick_us, last_batch; /* atomic */
 };
 
-/* Words of a row of tick_out: the output tokens, then the session's LMGen state. */
-#define PPX_ENGINE_OUTW (PPX_MAX_STREAMS + PPX_LMGEN_STATE)
-
 struct PpxSession {
   PpxEngine *engine; /* holds a reference */
   PpxModel *model;   /* the engine's */
@@ -78,8 +66,6 @@ struct PpxSession {
   int n_text_tokens;
   PpxVoicePrompt *voice;
   PpxLmGen gen;          /* the host copy, current after every tick; prompts run on it */
-  int32_t dev_gen[PPX_LMGEN_STATE]; /* what gen_state[slot] holds (STEPS word 0), when dev_gen_valid */
-  gboolean dev_gen_valid;
   guint64 frames;
   char *text;
 };
@@ -102,7 +88,5 @@ gboolean ppx_engine_lm_call (PpxEngine *e, PpxSession *s, const int *user, const
 /* Tests: pad ticks to buckets as on a GPU, also on a backend without graphs (the CPU: there the padded and
  * unpadded ticks must agree bit for bit). Call before the first tick. */
 void ppx_engine_force_buckets (PpxEngine *e, gboolean on);
-/* Resolves PPX_KV_AUTO. */
-PpxKvFormat ppx_engine_resolve_kv (PpxKvFormat f);
 
 #endif

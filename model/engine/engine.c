@@ -1,35 +1,30 @@
 /* The batched engine (personaplex.h, docs/engine.md): max_sessions slots of per-session state on the
  * model's backend, and the frame tick that steps many sessions as the rows of one batch: Mimi encode of
- * all rows, LMGen prepare on the device, one LM pass, LMGen finish on the device, Mimi decode of all rows,
- * with no host round trip inside (one upload of PCM before, one download of PCM + tokens after). On a
+ * all rows, the LM tick (ppx_lm_batch_tick: LMGen prepare, one LM pass, LMGen finish, on the device), Mimi
+ * decode of all rows, with no host round trip inside (one upload of PCM before, one download of PCM +
+ * tokens after). On a
  * backend that records graphs a tick of every active session is padded to a batch-size bucket and
  * replayed from one graph per bucket ("The GPU tick" in docs/engine.md). */
 #include "engine-internal.h"
 
 #include <math.h>
 
-PpxKvFormat
-ppx_engine_resolve_kv (PpxKvFormat f)
-{
-  return f == PPX_KV_AUTO ? PPX_KV_DEFAULT : f;
-}
-
 /* ---- memory ---- */
 
-/* Device bytes of an engine with n slots: LM caches + LM scratch, Mimi state + scratch, PCM/code staging. */
+/* Device bytes of an engine with n slots: LM caches, LMGen states + LM scratch, Mimi state + scratch,
+ * PCM/code staging. */
 static guint64
 engine_bytes (const PpxModel *m, PpxKvFormat kv, int n)
 {
   const PpxMimiConfig *mc = &m->cfg.mimi;
-  const guint64 staging =
-    (guint64) n * (2 * (guint64) mc->frame_size + mc->num_codebooks + PPX_ENGINE_OUTW + PPX_LMGEN_STATE) * 4;
+  const guint64 staging = (guint64) n * (2 * (guint64) mc->frame_size + mc->num_codebooks + PPX_LM_TICK_OUT) * 4;
   return ppx_lm_batch_bytes (&m->cfg.lm, n, n, kv) + ppx_mimi_batch_bytes (m->mimi, n) + staging;
 }
 
 guint64
 ppx_model_session_bytes (const PpxModel *m, PpxKvFormat kv)
 {
-  kv = ppx_engine_resolve_kv (kv);
+  kv = ppx_kv_format_resolve (kv);
   return engine_bytes (m, kv, 2) - engine_bytes (m, kv, 1);
 }
 
@@ -37,7 +32,7 @@ ppx_model_session_bytes (const PpxModel *m, PpxKvFormat kv)
 static int
 auto_sessions (PpxModel *m, PpxKvFormat kv)
 {
-  const gboolean cpu = g_strcmp0 (ppx_backend_name (m->be), "cpu") == 0;
+  const gboolean cpu = ppx_backend_kind (m->be) == PPX_BACKEND_CPU;
   const int cap = cpu ? PPX_ENGINE_AUTO_MAX_CPU : PPX_ENGINE_AUTO_MAX_GPU;
   const guint64 free_bytes = ppx_backend_free_bytes (m->be);
   if (free_bytes == 0)
@@ -76,45 +71,31 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   PpxEngine *e = g_new0 (PpxEngine, 1);
   e->refcount = 1;
   e->model = ppx_model_ref (model);
-  e->kv = ppx_engine_resolve_kv (params->kv_format);
+  e->kv = ppx_kv_format_resolve (params->kv_format);
   const int n = e->max_sessions = params->max_sessions > 0 ? params->max_sessions : auto_sessions (model, e->kv);
   g_mutex_init (&e->lock);
   g_cond_init (&e->turn);
   e->slots = g_new0 (PpxSession *, n);
   e->active = g_new0 (PpxSession *, n);
-  e->rows = g_new0 (PpxLmRow, n);
+  e->tick_rows = g_new0 (PpxLmTickRow, n);
   e->order = g_new0 (int, n);
   e->host_pcm = g_new0 (float, (gsize) n * cfg->mimi.frame_size);
-  e->host_out = g_new0 (int32_t, (gsize) n * PPX_ENGINE_OUTW);
-  e->row_slot = g_new0 (int32_t, n);
-  e->row_params = g_new0 (uint32_t, (gsize) n * PPX_SAMPLE_PARAMS);
+  e->host_out = g_new0 (int32_t, (gsize) n * PPX_LM_TICK_OUT);
   e->graph = g_new0 (PpxGraph *, n + 1);
   e->graph_failures = g_new0 (int, n + 1);
-  ppx_lmgen_dims (&cfg->lm, &e->dims);
   const gsize fs = cfg->mimi.frame_size;
   gboolean ok = (e->lm = ppx_lm_batch_new (model->lm, n, n, e->kv, error)) &&
                 (e->mimi = ppx_mimi_batch_new (model->mimi, n, error)) &&
                 (e->pcm_in = ppx_tensor_new (model->be, PPX_TENSOR_F32, n * fs, error)) &&
                 (e->pcm_out = ppx_tensor_new (model->be, PPX_TENSOR_F32, n * fs, error)) &&
                 (e->codes = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * cfg->mimi.num_codebooks, error)) &&
-                (e->gen_state = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * PPX_LMGEN_STATE, error)) &&
-                (e->tick_out = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * PPX_ENGINE_OUTW, error));
+                (e->tick_out = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * PPX_LM_TICK_OUT, error));
   if (!ok) {
     g_prefix_error (error, "engine of %d sessions (%s KV cache, %.1f MB a session): ", n, ppx_kv_format_name (e->kv),
                     ppx_model_session_bytes (model, e->kv) / 1e6);
     ppx_engine_unref (e);
     return NULL;
   }
-  /* A free slot holds a harmless conversation state (valid tokens, past the output lag): a tick padded
-   * to a bucket steps free slots as its extra rows. */
-  PpxLmGen spare;
-  ppx_lmgen_init (&spare, &cfg->lm);
-  memset (spare.cache, 0, sizeof spare.cache);
-  spare.offset = PPX_LMGEN_COLS;
-  g_autofree int32_t *st = g_new (int32_t, (gsize) n * PPX_LMGEN_STATE);
-  for (int i = 0; i < n; i++)
-    ppx_lmgen_pack (&spare, st + (gsize) i * PPX_LMGEN_STATE);
-  ppx_tensor_upload (e->gen_state, 0, st, (gsize) n * PPX_LMGEN_STATE);
   /* a bucketed tick runs the depformer up to the last stream the conversation samples (the user's
    * streams are always provided) */
   const int nq = cfg->lm.n_q / 2;
@@ -143,7 +124,6 @@ ppx_engine_unref (PpxEngine *e)
   ppx_tensor_free (e->pcm_in);
   ppx_tensor_free (e->pcm_out);
   ppx_tensor_free (e->codes);
-  ppx_tensor_free (e->gen_state);
   ppx_tensor_free (e->tick_out);
   for (int b = 0; e->graph && b <= e->max_sessions; b++)
     ppx_graph_free (e->graph[b]);
@@ -151,9 +131,7 @@ ppx_engine_unref (PpxEngine *e)
   g_free (e->graph_failures);
   g_free (e->host_pcm);
   g_free (e->host_out);
-  g_free (e->row_slot);
-  g_free (e->row_params);
-  g_free (e->rows);
+  g_free (e->tick_rows);
   g_free (e->order);
   g_free (e->slots);
   g_free (e->active);
@@ -322,12 +300,11 @@ gboolean
 ppx_engine_lm_call (PpxEngine *e, PpxSession *s, const int *user, const int *agent, int text, const float *embedding,
                     int *out)
 {
-  PpxLmRow *row = &e->rows[0];
+  PpxLmRow *row = &e->prompt_row;
   if (!ppx_lmgen_prepare (&s->gen, user, agent, text, embedding, &s->smp, row))
     return FALSE;
   row->slot = s->slot;
   ppx_lm_batch_step (e->lm, row, 1);
-  e->rows_known = 0; /* the step wrote row 0's slot and sampling parameters */
   s->lm_row = 0;
   return ppx_lmgen_finish (&s->gen, row, out);
 }
@@ -392,7 +369,7 @@ static void
 codec_runs (PpxEngine *e, PpxSession *const *sessions, int n, gboolean decode)
 {
   const int fs = e->model->cfg.mimi.frame_size, nq = e->model->cfg.mimi.num_codebooks;
-  const int stride = decode ? PPX_ENGINE_OUTW : nq;
+  const int stride = decode ? PPX_LM_TICK_OUT : nq;
   for (int b0 = 0; b0 < n;) {
     const int row0 = sessions[e->order[b0]]->row;
     int len = 1;
@@ -410,70 +387,31 @@ codec_runs (PpxEngine *e, PpxSession *const *sessions, int n, gboolean decode)
   }
 }
 
-/* The host copy of a session's LMGen state goes to the device where it differs from what the device holds
- * (after the prompts, a reset, or a caller's change to the host copy). */
-static void
-sync_gen_to_device (PpxEngine *e, PpxSession *s)
-{
-  int32_t st[PPX_LMGEN_STATE];
-  ppx_lmgen_pack (&s->gen, st);
-  if (s->dev_gen_valid && memcmp (st, s->dev_gen, sizeof st) == 0)
-    return;
-  ppx_tensor_upload (e->gen_state, (gsize) s->slot * PPX_LMGEN_STATE, st, PPX_LMGEN_STATE);
-  memcpy (s->dev_gen, st, sizeof st);
-  s->dev_gen_valid = TRUE;
-}
-
-/* Rows 0..n-1 are the tick's sessions in row order, rows n..B-1 padding on free slots (greedy): their
- * LM slots and sampling parameters go to the device where they differ from what it holds. */
+/* The tick's LM rows: rows 0..n-1 are its sessions in Mimi row order, rows n..B-1 padding on free slots. */
 static void
 set_rows (PpxEngine *e, PpxSession *const *sessions, int n, int B, const int *pad_slots)
 {
-  PpxLmBatchIo io;
-  ppx_lm_batch_io (e->lm, &io);
-  int lo = B, hi = 0; /* the rows that changed */
   for (int b = 0; b < B; b++) {
-    const PpxSession *s = b < n ? sessions[e->order[b]] : NULL;
-    uint32_t prm[PPX_SAMPLE_PARAMS];
-    const PpxSampling greedy = {.greedy = TRUE};
-    ppx_lm_sample_params (s ? &s->smp : &greedy, 0, prm); /* the frame words come from lmgen_prepare */
-    const int32_t slot = s ? s->slot : pad_slots[b - n];
-    uint32_t *have = e->row_params + (gsize) b * PPX_SAMPLE_PARAMS;
-    have[PPX_SAMPLE_FRAME_LO] = have[PPX_SAMPLE_FRAME_HI] = 0;
-    if (b >= e->rows_known || e->row_slot[b] != slot || memcmp (have, prm, sizeof prm) != 0) {
-      e->row_slot[b] = slot;
-      memcpy (have, prm, sizeof prm);
-      lo = MIN (lo, b);
-      hi = MAX (hi, b + 1);
-    }
+    PpxSession *s = b < n ? sessions[e->order[b]] : NULL;
+    e->tick_rows[b] = s ? (PpxLmTickRow){.slot = s->slot, .gen = &s->gen, .smp = &s->smp}
+                        : (PpxLmTickRow){.slot = pad_slots[b - n]};
   }
-  if (lo < hi) {
-    ppx_tensor_upload (io.slot, lo, e->row_slot + lo, hi - lo);
-    ppx_tensor_upload (io.params, (gsize) lo * PPX_SAMPLE_PARAMS, e->row_params + (gsize) lo * PPX_SAMPLE_PARAMS,
-                       (gsize) (hi - lo) * PPX_SAMPLE_PARAMS);
-  }
-  e->rows_known = MAX (e->rows_known, B);
+  ppx_lm_batch_tick_rows (e->lm, e->tick_rows, B);
 }
 
-/* The device work of a tick of M rows (n of them sessions): encode, LMGen prepare, the LM, LMGen finish,
- * decode. `full`: rows 0..M-1 are Mimi rows 0..M-1 (a bucketed tick; graph-recordable). */
+/* The device work of a tick of M rows (n of them sessions): encode -> the LM tick -> decode. `full`: rows
+ * 0..M-1 are Mimi rows 0..M-1 (a bucketed tick; graph-recordable). */
 static void
 enqueue_tick (PpxEngine *e, PpxSession *const *sessions, int n, int M, gboolean full, int n_steps)
 {
-  PpxBackend *be = e->model->be;
   const int nq = e->model->cfg.mimi.num_codebooks;
-  PpxLmBatchIo io;
-  ppx_lm_batch_io (e->lm, &io);
   if (full)
     ppx_mimi_batch_encode (e->mimi, 0, M, e->pcm_in, e->codes, 0, nq);
   else
     codec_runs (e, sessions, n, FALSE);
-  ppx_op_lmgen_prepare (be, &e->dims, e->gen_state, io.slot, e->codes, 0, nq, io.ids, io.forced, io.pos, io.params,
-                        M);
-  ppx_lm_batch_step_device (e->lm, M, n_steps);
-  ppx_op_lmgen_finish (be, &e->dims, e->gen_state, io.slot, io.out, e->tick_out, PPX_ENGINE_OUTW, M);
+  ppx_lm_batch_tick (e->lm, e->codes, 0, nq, M, n_steps, e->tick_out, PPX_LM_TICK_OUT);
   if (full)
-    ppx_mimi_batch_decode (e->mimi, 0, M, e->tick_out, 1, PPX_ENGINE_OUTW, e->pcm_out);
+    ppx_mimi_batch_decode (e->mimi, 0, M, e->tick_out, 1, PPX_LM_TICK_OUT, e->pcm_out);
   else
     codec_runs (e, sessions, n, TRUE);
 }
@@ -547,7 +485,7 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   PpxBackendCounters c0, c1;
   ppx_backend_counters (be, &c0);
 
-  /* LMGen state to the device where the host changed it; the depformer steps the rows need */
+  /* every session past its output lag; the depformer steps the rows need */
   int n_steps = -1;
   gboolean all_started = TRUE;
   for (int b = 0; b < n; b++) {
@@ -560,7 +498,6 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
       unlock_after_tick (e);
       return FALSE;
     }
-    sync_gen_to_device (e, s);
     if (sample)
       n_steps = MAX (n_steps, CLAMP (steps, 0, cfg->lm.dep_q));
     all_started &= ppx_mimi_batch_row_started (e->mimi, s->row);
@@ -598,17 +535,15 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   if (!graphed)
     enqueue_tick (e, sessions, n, B, full, full ? e->graph_steps : n_steps);
   ppx_tensor_download (e->pcm_out, 0, e->host_pcm, (gsize) n * fs);
-  ppx_tensor_download (e->tick_out, 0, e->host_out, (gsize) n * PPX_ENGINE_OUTW);
+  ppx_tensor_download (e->tick_out, 0, e->host_out, (gsize) n * PPX_LM_TICK_OUT);
   ppx_backend_counters (be, &c1);
+  ppx_lm_batch_tick_done (e->lm, e->tick_rows, n, e->host_out, PPX_LM_TICK_OUT);
 
   const double ms = (g_get_monotonic_time () - t0) / 1000.0;
   for (int b = 0; b < n; b++) {
     const int i = e->order[b];
     PpxSession *s = sessions[i];
-    const int32_t *t = e->host_out + (gsize) b * PPX_ENGINE_OUTW;
-    /* the host copy of the LMGen state, and what the device holds */
-    ppx_lmgen_unpack (&s->gen, t + PPX_MAX_STREAMS);
-    ppx_lmgen_pack (&s->gen, s->dev_gen);
+    const int32_t *t = e->host_out + (gsize) b * PPX_LM_TICK_OUT;
     s->lm_row = b;
     memcpy (out[i], e->host_pcm + (gsize) b * fs, fs * sizeof (float));
     g_free (s->text);

@@ -1,4 +1,4 @@
-/* Private: the model object, shared by the files of model/engine/ (personaplex.c loads it; engines and
+/* Private: the model object, shared by the files of model/engine/ (model.c loads it; engines and
  * sessions read its weights, config and tokenizer). */
 #ifndef PPX_MODEL_INTERNAL_H
 #define PPX_MODEL_INTERNAL_H

@@ -8,6 +8,9 @@
 
 G_BEGIN_DECLS
 
+/* Frames a voice prompt may have (embedding vectors or code frames); a file declaring more is refused. */
+#define PPX_VOICE_PROMPT_MAX_FRAMES (1 << 20)
+
 /* Read-only once made, so sessions share one (the model's voice cache, session.c); refcounted. */
 typedef struct {
   gint refcount;

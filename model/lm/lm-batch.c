@@ -1,7 +1,9 @@
 /* The LM step for a batch of sessions (spec §3.4-3.9): per-slot KV caches, row-batched scratch, one
  * temporal pass for M rows (each at its own position and slot), the text head, sampling with per-row
- * parameters and the depformer for all M rows. */
+ * parameters and the depformer for all M rows; and the conversation tick, that step with LMGen prepare
+ * and finish around it on the device (per-slot LMGen state). */
 #include "lm-internal.h"
+#include "lmgen.h"
 #include "tensor-plan.h"
 
 #define W PPX_MAX_STREAMS /* row stride of the id, forced and token tensors */
@@ -18,6 +20,16 @@ struct PpxLmBatch {
   PpxTensor *ids, *forced, *out, *prev, *params;
   PpxTensor **dlogit_step; /* views of dlogits, [dep_q][R, card] */
   PpxTensor **dep_pos_step; /* views of dep_pos, [dep_q][R] all = step */
+
+  /* The conversation tick (lmgen-state.h): each slot's LMGen state on the device, and host mirrors of what
+   * the device holds, so that a tick uploads only what changed. */
+  PpxLmgenDims dims;
+  PpxTensor *gen_state; /* [n_slots, PPX_LMGEN_STATE] i32 */
+  int32_t *gen_held;    /* [n_slots, PPX_LMGEN_STATE]: what gen_state holds (STEPS word 0), where gen_known */
+  gboolean *gen_known;  /* [n_slots] */
+  int32_t *row_slot;    /* [R]: the slot tensor's rows as last uploaded by a tick */
+  uint32_t *row_params; /* [R, PPX_SAMPLE_PARAMS]: the parameter rows as last uploaded by a tick */
+  int rows_known;       /* how many of those rows are on the device (0 after ppx_lm_batch_step) */
 };
 
 /* Every device tensor of a batch (b's tensor fields, or only the count when p->be is NULL). */
@@ -58,6 +70,7 @@ batch_plan (PpxLmBatch *b, const PpxLmConfig *c, PpxTensorPlan *p)
   b->out = ppx_plan_tensor (p, PPX_TENSOR_I32, R * W);
   b->prev = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
   b->params = ppx_plan_tensor (p, PPX_TENSOR_I32, R * PPX_SAMPLE_PARAMS);
+  b->gen_state = ppx_plan_tensor (p, PPX_TENSOR_I32, (gsize) b->n_slots * PPX_LMGEN_STATE);
 }
 
 static PpxLmBatch *
@@ -115,6 +128,21 @@ ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxKvFormat kv, GError *
   for (int m = 0; m < R; m++)
     steps[m] = m; /* the depformer cache of row m is slot m: it lives for one frame */
   ppx_tensor_upload (b->dep_slot, 0, steps, R);
+  ppx_lmgen_dims (c, &b->dims);
+  b->gen_held = g_new0 (int32_t, (gsize) n_slots * PPX_LMGEN_STATE);
+  b->gen_known = g_new0 (gboolean, n_slots);
+  b->row_slot = g_new0 (int32_t, R);
+  b->row_params = g_new0 (uint32_t, (gsize) R * PPX_SAMPLE_PARAMS);
+  /* A free slot holds a harmless conversation state (valid tokens, past the output lag): a tick padded
+   * to a bucket steps free slots as its extra rows. */
+  PpxLmGen spare;
+  ppx_lmgen_init (&spare, c);
+  memset (spare.cache, 0, sizeof spare.cache);
+  spare.offset = PPX_LMGEN_COLS;
+  g_autofree int32_t *st = g_new (int32_t, (gsize) n_slots * PPX_LMGEN_STATE);
+  for (int i = 0; i < n_slots; i++)
+    ppx_lmgen_pack (&spare, st + (gsize) i * PPX_LMGEN_STATE);
+  ppx_tensor_upload (b->gen_state, 0, st, (gsize) n_slots * PPX_LMGEN_STATE);
   return b;
 }
 
@@ -144,9 +172,13 @@ ppx_lm_batch_free (PpxLmBatch *b)
   g_free (b->dv);
   PpxTensor *ts[] = {b->t_pos, b->slot, b->dep_pos, b->dep_slot, b->x,  b->h,   b->qkv,   b->att,
                      b->ff,    b->u,    b->z,       b->text_logits, b->dx, b->dh, b->dqkv, b->datt,
-                     b->dff,   b->du,   b->dlogits, b->ids, b->forced, b->out, b->prev, b->params};
+                     b->dff,   b->du,   b->dlogits, b->ids, b->forced, b->out, b->prev, b->params, b->gen_state};
   for (guint i = 0; i < G_N_ELEMENTS (ts); i++)
     ppx_tensor_free (ts[i]);
+  g_free (b->gen_held);
+  g_free (b->gen_known);
+  g_free (b->row_slot);
+  g_free (b->row_params);
   g_free (b);
 }
 
@@ -280,6 +312,7 @@ ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M)
   ppx_tensor_upload (b->ids, 0, ids, (gsize) M * W);
   ppx_tensor_upload (b->t_pos, 0, pos, M);
   ppx_tensor_upload (b->slot, 0, slot, M);
+  b->rows_known = 0; /* the slot rows, and the parameter rows when a row samples, are this step's now */
   embed_rows (b, M);
   for (int m = 0; any_emb && m < M; m++)
     if (rows[m].emb)
@@ -292,25 +325,72 @@ ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M)
     sample_rows (b, rows, M, n_steps);
 }
 
+/* ---- the conversation tick ---- */
+
 void
-ppx_lm_batch_io (PpxLmBatch *b, PpxLmBatchIo *io)
+ppx_lm_batch_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int M)
 {
-  io->ids = b->ids;
-  io->forced = b->forced;
-  io->out = b->out;
-  io->pos = b->t_pos;
-  io->slot = b->slot;
-  io->params = b->params;
+  g_return_if_fail (M > 0 && M <= b->R);
+  int lo = M, hi = 0; /* the slot and parameter rows that changed */
+  for (int m = 0; m < M; m++) {
+    const PpxLmTickRow *r = &rows[m];
+    g_return_if_fail (r->slot >= 0 && r->slot < b->n_slots);
+    int32_t *held = b->gen_held + (gsize) r->slot * PPX_LMGEN_STATE;
+    if (r->gen) {
+      int32_t st[PPX_LMGEN_STATE];
+      ppx_lmgen_pack (r->gen, st);
+      if (!b->gen_known[r->slot] || memcmp (st, held, sizeof st) != 0) {
+        ppx_tensor_upload (b->gen_state, (gsize) r->slot * PPX_LMGEN_STATE, st, PPX_LMGEN_STATE);
+        memcpy (held, st, sizeof st);
+        b->gen_known[r->slot] = TRUE;
+      }
+    } else {
+      b->gen_known[r->slot] = FALSE; /* a padding row: the tick moves the free slot's state on */
+    }
+    uint32_t prm[PPX_SAMPLE_PARAMS];
+    const PpxSampling greedy = {.greedy = TRUE};
+    ppx_lm_sample_params (r->gen ? r->smp : &greedy, 0, prm); /* the frame words come from LMGen prepare */
+    uint32_t *have = b->row_params + (gsize) m * PPX_SAMPLE_PARAMS;
+    have[PPX_SAMPLE_FRAME_LO] = have[PPX_SAMPLE_FRAME_HI] = 0;
+    if (m >= b->rows_known || b->row_slot[m] != r->slot || memcmp (have, prm, sizeof prm) != 0) {
+      b->row_slot[m] = r->slot;
+      memcpy (have, prm, sizeof prm);
+      lo = MIN (lo, m);
+      hi = MAX (hi, m + 1);
+    }
+  }
+  if (lo < hi) {
+    ppx_tensor_upload (b->slot, lo, b->row_slot + lo, hi - lo);
+    ppx_tensor_upload (b->params, (gsize) lo * PPX_SAMPLE_PARAMS, b->row_params + (gsize) lo * PPX_SAMPLE_PARAMS,
+                       (gsize) (hi - lo) * PPX_SAMPLE_PARAMS);
+  }
+  b->rows_known = MAX (b->rows_known, M);
 }
 
 void
-ppx_lm_batch_step_device (PpxLmBatch *b, int M, int n_steps)
+ppx_lm_batch_tick (PpxLmBatch *b, const PpxTensor *codes, int code_off, int code_stride, int M, int n_steps,
+                   PpxTensor *out, int out_stride)
 {
+  PpxBackend *be = b->lm->be;
   g_return_if_fail (M > 0 && M <= b->R && n_steps <= b->lm->cfg.dep_q);
+  ppx_op_lmgen_prepare (be, &b->dims, b->gen_state, b->slot, codes, code_off, code_stride, b->ids, b->forced,
+                        b->t_pos, b->params, M);
   embed_rows (b, M);
   temporal_layers (b, M);
   if (n_steps >= 0)
     sample_device (b, M, n_steps);
+  ppx_op_lmgen_finish (be, &b->dims, b->gen_state, b->slot, b->out, out, out_stride, M);
+}
+
+void
+ppx_lm_batch_tick_done (PpxLmBatch *b, const PpxLmTickRow *rows, int n, const int32_t *host_out, int out_stride)
+{
+  for (int m = 0; m < n; m++) {
+    const PpxLmTickRow *r = &rows[m];
+    ppx_lmgen_unpack (r->gen, host_out + (gsize) m * out_stride + PPX_MAX_STREAMS);
+    ppx_lmgen_pack (r->gen, b->gen_held + (gsize) r->slot * PPX_LMGEN_STATE); /* what the slot holds now */
+    b->gen_known[r->slot] = TRUE;
+  }
 }
 
 void

@@ -7,13 +7,13 @@
 
 #include "backend.h"
 #include "config.h"
-#include "personaplex.h"
 #include "safetensors.h"
 
 G_BEGIN_DECLS
 
 typedef struct PpxLm PpxLm;
 typedef struct PpxLmBatch PpxLmBatch;
+typedef struct PpxLmGen PpxLmGen; /* lmgen.h */
 
 typedef struct {
   gboolean greedy;
@@ -44,7 +44,9 @@ typedef struct {
   int out[PPX_MAX_STREAMS];    /* out: the sampled tokens 0..n_steps (always the sample, as the reference) */
 } PpxLmRow;
 
-/* kv_format: F32, BF16 or FP8 (not AUTO). max_rows <= n_slots is not required. */
+/* kv_format: F32, BF16 or FP8 (not AUTO). max_rows <= n_slots is not required. Every slot's device LMGen
+ * state (the conversation tick, below) starts as a harmless conversation state, so a free slot can be
+ * stepped as a padding row. */
 PpxLmBatch *ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxKvFormat kv_format, GError **error);
 void ppx_lm_batch_free (PpxLmBatch *b);
 /* Device bytes ppx_lm_batch_new allocates for these sizes. */
@@ -57,17 +59,37 @@ void ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M);
 /* The sampling parameter words of a row (sample-params.h; greedy: temperatures 0). */
 void ppx_lm_sample_params (const PpxSampling *s, guint64 frame, uint32_t *row);
 
-/* ---- device-driven steps (no host round trip; the engine's conversation ticks) ----
- * The batch's row tensors, [max_rows, ...]: ids, forced and out [R, PPX_MAX_STREAMS] (out: the sampled
- * tokens), pos and slot [R], params [R, PPX_SAMPLE_PARAMS]. */
+/* ---- the conversation tick: LMGen prepare, the step and LMGen finish on the device ----
+ * During the conversation each slot's LMGen state (lmgen.h, as the words of lmgen-state.h) lives on the
+ * device, and a tick runs one LMGen call for M rows with no host round trip inside: what the engine
+ * sees is encode -> ppx_lm_batch_tick -> decode. Prompts run the host LMGen with ppx_lm_batch_step; the
+ * host copy of a session's state is uploaded where it changed, and after a tick the host copy takes the
+ * state the device computed. */
+
+/* Words of one row of the tick's output: the frame's PPX_MAX_STREAMS tokens (lmgen-state.h's finish),
+ * then the row's LMGen state after the call. */
+#define PPX_LM_TICK_OUT (PPX_MAX_STREAMS + PPX_LMGEN_STATE)
+
 typedef struct {
-  PpxTensor *ids, *forced, *out, *pos, *slot, *params;
-} PpxLmBatchIo;
-void ppx_lm_batch_io (PpxLmBatch *b, PpxLmBatchIo *io);
-/* ppx_lm_batch_step for rows 0..M-1 whose inputs are in the io tensors already (written on the device,
- * e.g. by ppx_op_lmgen_prepare): the temporal step, then, when n_steps >= 0, the text head, sampling and
- * n_steps depformer steps for all rows. Only enqueues device work: nothing is uploaded or downloaded. */
-void ppx_lm_batch_step_device (PpxLmBatch *b, int M, int n_steps);
+  int slot;               /* the row's KV cache and LMGen slot */
+  PpxLmGen *gen;          /* the session's LMGen (host copy); NULL: a padding row on a free slot (greedy) */
+  const PpxSampling *smp; /* the session's sampling (unused for padding) */
+} PpxLmTickRow;
+
+/* Before a tick, on the host: rows[m] becomes row m of the tick. Its slot and sampling parameters, and its
+ * session's LMGen state where the host copy differs from what the slot holds, go to the device; what the
+ * device holds already is not uploaded again. */
+void ppx_lm_batch_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int M);
+/* The model tick of rows 0..M-1: LMGen prepare (row m's user codes are codes[m*code_stride + code_off +
+ * q]), the temporal step, then, when n_steps >= 0, the text head, sampling and n_steps depformer steps,
+ * and LMGen finish, whose rows go to out (row m at m*out_stride, PPX_LM_TICK_OUT words). Only enqueues
+ * device work: nothing is uploaded or downloaded, so a graph can record it. */
+void ppx_lm_batch_tick (PpxLmBatch *b, const PpxTensor *codes, int code_off, int code_stride, int M, int n_steps,
+                        PpxTensor *out, int out_stride);
+/* After the tick's out was downloaded to host_out: the host copy of each of the n session rows' LMGen
+ * takes its state after the call. */
+void ppx_lm_batch_tick_done (PpxLmBatch *b, const PpxLmTickRow *rows, int n, const int32_t *host_out,
+                             int out_stride);
 /* Logits of row `row` of the last sampling step (text_card floats; card floats of depformer step `step`). */
 void ppx_lm_batch_text_logits (PpxLmBatch *b, int row, float *out);
 void ppx_lm_batch_audio_logits (PpxLmBatch *b, int row, int step, float *out);

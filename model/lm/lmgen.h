@@ -9,7 +9,7 @@ G_BEGIN_DECLS
 
 #define PPX_LMGEN_COLS 4 /* max_delay + 3 */
 
-typedef struct {
+struct PpxLmGen {
   PpxLmConfig cfg;
   int cache[PPX_MAX_STREAMS][PPX_LMGEN_COLS];
   gboolean provided[PPX_MAX_STREAMS][PPX_LMGEN_COLS];
@@ -18,7 +18,7 @@ typedef struct {
   int last_dep_steps;      /* depformer steps run by the last model call */
   GArray *capture;         /* when set: the input embedding of every model call is appended (floats);
                             * the row's capture points into it until the next prepare */
-} PpxLmGen;
+};
 
 void ppx_lmgen_init (PpxLmGen *g, const PpxLmConfig *cfg);
 /* offset 0 and nothing provided; the cache itself is kept, as in the reference. */
@@ -37,8 +37,9 @@ gboolean ppx_lmgen_prepare (PpxLmGen *g, const int *user, const int *agent, int 
 gboolean ppx_lmgen_finish (PpxLmGen *g, const PpxLmRow *row, int *out);
 
 /* ---- the same state on the device (lmgen-state.h) ----
- * During the conversation the engine keeps each session's LMGen state in a device tensor and runs the
- * calls there (ppx_op_lmgen_prepare/finish); prompts run here on the host. These convert between the two. */
+ * During the conversation the LM batch keeps each session's LMGen state in a device tensor and runs the
+ * calls there (ppx_lm_batch_tick: ppx_op_lmgen_prepare/finish); prompts run here on the host. These convert
+ * between the two. */
 void ppx_lmgen_dims (const PpxLmConfig *c, PpxLmgenDims *d);
 /* g's offset, flags, provided columns and token cache as PPX_LMGEN_STATE words (the STEPS word 0). */
 void ppx_lmgen_pack (const PpxLmGen *g, int32_t *state);

@@ -4,22 +4,6 @@
 #include "quant-policy.h"
 #include "quant.h"
 
-const char *
-ppx_quant_format_name (PpxQuantization q)
-{
-  switch (q) {
-  case PPX_QUANT_AUTO:
-    return "auto";
-  case PPX_QUANT_BF16:
-    return "bf16";
-  case PPX_QUANT_INT8:
-    return "int8";
-  case PPX_QUANT_INT4:
-    return "int4";
-  }
-  return "?";
-}
-
 gboolean
 ppx_quant_file_format (const PpxSafetensors *st, PpxQuantization *out, int *group_size, GError **error)
 {
@@ -32,14 +16,10 @@ ppx_quant_file_format (const PpxSafetensors *st, PpxQuantization *out, int *grou
     return TRUE;
 
   PpxQuantization q;
-  if (strcmp (format, "int8") == 0) {
-    q = PPX_QUANT_INT8;
-  } else if (strcmp (format, "int4") == 0) {
-    q = PPX_QUANT_INT4;
-  } else {
+  if (!ppx_quantization_from_name (format, &q) || (q != PPX_QUANT_INT8 && q != PPX_QUANT_INT4)) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
-                 "%s: unknown quantization format '%s' in metadata " PPX_QUANT_META_FORMAT " (known: int8, int4)", file,
-                 format);
+                 "%s: unknown quantization format '%s' in metadata " PPX_QUANT_META_FORMAT " (known: %s, %s)", file,
+                 format, ppx_quantization_name (PPX_QUANT_INT8), ppx_quantization_name (PPX_QUANT_INT4));
     return FALSE;
   }
   const char *version = ppx_st_metadata (st, PPX_QUANT_META_VERSION);
@@ -111,15 +91,15 @@ load_prequantized (const PpxSafetensors *st, const char *name, int64_t rows, int
   if (file_q == PPX_QUANT_BF16 || (entry_q == PPX_QUANT_INT4 && file_q != PPX_QUANT_INT4)) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_FORMAT,
                  "%s: tensor '%s' is %s-quantized but the file's metadata " PPX_QUANT_META_FORMAT " is %s", file,
-                 qt->name, ppx_quant_format_name (entry_q),
-                 file_q == PPX_QUANT_BF16 ? "missing" : ppx_quant_format_name (file_q));
+                 qt->name, ppx_quantization_name (entry_q),
+                 file_q == PPX_QUANT_BF16 ? "missing" : ppx_quantization_name (file_q));
     return FALSE;
   }
   if (want != PPX_QUANT_AUTO && want != file_q) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED,
                  "%s: tensor '%s' is stored quantized (%s model) and cannot be loaded as %s (use quantization "
                  "'auto', or the original bf16 model)",
-                 file, name, ppx_quant_format_name (file_q), ppx_quant_format_name (want));
+                 file, name, ppx_quantization_name (file_q), ppx_quantization_name (want));
     return FALSE;
   }
 

@@ -4,7 +4,6 @@
 #define PPX_QUANT_LOAD_H
 
 #include "backend.h"
-#include "personaplex.h"
 #include "safetensors.h"
 
 G_BEGIN_DECLS
@@ -19,9 +18,6 @@ G_BEGIN_DECLS
 #define PPX_QUANT_SUFFIX_Q8 ".q8"
 #define PPX_QUANT_SUFFIX_Q4 ".q4"
 #define PPX_QUANT_SUFFIX_SCALE ".scale"
-
-/* "auto", "bf16", "int8", "int4" (the names used in metadata, options and messages). */
-const char *ppx_quant_format_name (PpxQuantization q);
 
 /* Which quantization a file holds, from its metadata: PPX_QUANT_BF16 (group size 0) when it has no
  * ppx.quant.format; an error names the file for an unknown format or version or a bad group size. */

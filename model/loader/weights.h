@@ -5,7 +5,6 @@
 #define PPX_WEIGHTS_H
 
 #include "backend.h"
-#include "personaplex.h"
 #include "safetensors.h"
 
 G_BEGIN_DECLS

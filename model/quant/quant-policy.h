@@ -3,7 +3,6 @@
 #define PPX_QUANT_POLICY_H
 
 #include "ppx-common.h"
-#include "personaplex.h"
 
 G_BEGIN_DECLS
 

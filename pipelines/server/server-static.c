@@ -50,7 +50,8 @@ respond (SoupServerMessage *msg, const char *content_type, GBytes *bytes)
   soup_message_headers_replace (headers, "X-Content-Type-Options", "nosniff");
   soup_message_headers_replace (headers, "Cache-Control", "no-cache");
   soup_message_headers_set_content_type (headers, content_type, NULL);
-  soup_message_body_append_bytes (soup_server_message_get_response_body (msg), bytes);
+  if (g_bytes_get_size (bytes)) /* libsoup refuses an empty chunk; an empty file is an empty body */
+    soup_message_body_append_bytes (soup_server_message_get_response_body (msg), bytes);
   soup_server_message_set_status (msg, SOUP_STATUS_OK, NULL);
 }
 

@@ -13,6 +13,7 @@
 #include <gst/webrtc/webrtc.h>
 
 #include "server-metrics.h"
+#include "server-ice.h"
 #include "server-model.h"
 #include "server-signalling.h"
 #include "server-worker.h"
@@ -337,45 +338,6 @@ parse_chain (const char *description, const char *name, GError **error)
   return bin;
 }
 
-/* The libnice agent never asks a router to map ports (UPnP): the server answers on its own address only. */
-static void
-disable_upnp (GObject *ice)
-{
-  GObject *agent = NULL;
-  if (g_object_class_find_property (G_OBJECT_GET_CLASS (ice), "agent"))
-    g_object_get (ice, "agent", &agent, NULL);
-  if (agent && g_object_class_find_property (G_OBJECT_GET_CLASS (agent), "upnp"))
-    g_object_set (agent, "upnp", FALSE, NULL);
-  else
-    g_printerr ("personaplex-server: warning: could not turn UPnP off on the ICE agent\n");
-  g_clear_object (&agent);
-}
-
-/* Gathers only on the listening address when it is a specific one (loopback by default), so that
- * ICE never offers or probes other interfaces; never UPnP. */
-static void
-restrict_ice_addresses (GstElement *webrtc, const char *address)
-{
-  GObject *ice = NULL;
-  g_object_get (webrtc, "ice-agent", &ice, NULL);
-  if (!ice)
-    return;
-  disable_upnp (ice);
-  g_autoptr (GInetAddress) inet = g_inet_address_new_from_string (address);
-  if (!inet || g_inet_address_get_is_any (inet)) {
-    g_object_unref (ice);
-    return;
-  }
-  gboolean added = FALSE;
-  if (g_signal_lookup ("add-local-ip-address", G_OBJECT_TYPE (ice)))
-    g_signal_emit_by_name (ice, "add-local-ip-address", address, &added);
-  if (g_object_class_find_property (G_OBJECT_GET_CLASS (ice), "ice-tcp"))
-    g_object_set (ice, "ice-tcp", FALSE, NULL);
-  if (!added)
-    g_printerr ("personaplex-server: warning: ICE could not be restricted to %s\n", address);
-  g_object_unref (ice);
-}
-
 /* The agent's RTP goes from the send chain's appsink to an appsrc in front of webrtcbin: linking the
  * chain to webrtcbin directly would close a loop in the pipeline graph (webrtcbin -> ... -> webrtcbin),
  * which GStreamer cannot order for state changes. */
@@ -432,7 +394,7 @@ build_pipeline (PpxWebrtcPeer *peer, const PpxServerOptions *o, const PpxCallPar
   }
   g_object_set (peer->webrtc, "bundle-policy", GST_WEBRTC_BUNDLE_POLICY_MAX_BUNDLE, NULL);
   gst_bin_add (GST_BIN (peer->pipeline), peer->webrtc);
-  restrict_ice_addresses (peer->webrtc, o->address);
+  ppx_server_ice_configure (peer->webrtc, o->address);
 
   GstElement *duplex, *send_chain, *text_sink;
   if (!(peer->receive_chain = parse_chain (RECEIVE_CHAIN, "receive", error)))

@@ -348,6 +348,20 @@ record_answer (PpxChatCall *call, const guint8 *data, gsize len, gpointer answer
     g_byte_array_append (answer, data + 1, (guint) len - 1);
 }
 
+guint64
+fixture_server_warm_rss_kb (FixtureServer *s, const char *path)
+{
+  guint before = fixture_server_log_count (s, "torn down");
+  RawWs *ws = raw_ws_connect (s, path, NULL);
+  g_usleep (500000);
+  raw_ws_free (ws);
+  for (int i = 0; i < 500 && (fixture_server_sessions (s) != 0 || fixture_server_log_count (s, "torn down") == before);
+       i++)
+    g_usleep (20000);
+  g_usleep (200000);
+  return fixture_server_rss_kb (s);
+}
+
 PpxChatCall *
 fixture_call_new_recording (FixtureServer *s, const char *const *params, PpxChatAudio *audio, PpxChatPacing pacing,
                             gboolean end_of_stream, GByteArray *answer)
@@ -365,6 +379,44 @@ fixture_call_new (FixtureServer *s, const char *const *params, PpxChatAudio *aud
                   gboolean end_of_stream)
 {
   return fixture_call_new_recording (s, params, audio, pacing, end_of_stream, NULL);
+}
+
+gboolean
+fixture_call_until_handshake (PpxChatCall *call, guint timeout_ms)
+{
+  gint64 deadline = g_get_monotonic_time () + (gint64) timeout_ms * 1000;
+  while (!ppx_chat_call_get_record (call)->handshake_us && !ppx_chat_call_is_finished (call) &&
+         g_get_monotonic_time () < deadline)
+    g_main_context_iteration (NULL, TRUE);
+  return ppx_chat_call_get_record (call)->handshake_us != 0;
+}
+
+void
+fixture_call_close (PpxChatCall *call)
+{
+  ppx_chat_call_close (call);
+  g_assert_true (ppx_chat_call_wait (call, 10000));
+}
+
+guint
+fixture_server_sessions (FixtureServer *s)
+{
+  g_autofree char *body = NULL;
+  fixture_http (s, NULL, "/health", NULL, &body, NULL);
+  const char *at = strstr (body, "\"sessions\":");
+  return at ? (guint) g_ascii_strtoull (at + 11, NULL, 10) : G_MAXUINT;
+}
+
+gboolean
+fixture_server_wait_idle (FixtureServer *s, guint timeout_ms)
+{
+  gint64 deadline = g_get_monotonic_time () + (gint64) timeout_ms * 1000;
+  while (fixture_server_sessions (s) != 0) {
+    if (g_get_monotonic_time () > deadline)
+      return FALSE;
+    g_usleep (20000);
+  }
+  return TRUE;
 }
 
 /* ---- HTTP ---- */
@@ -393,7 +445,8 @@ fixture_http (FixtureServer *s, const char *method, const char *path, const char
   if (ms)
     *ms = (g_get_monotonic_time () - t0) / 1000.0;
   if (body)
-    *body = bytes ? g_strndup (g_bytes_get_data (bytes, NULL), g_bytes_get_size (bytes)) : g_strdup ("");
+    *body = bytes && g_bytes_get_size (bytes) ? g_strndup (g_bytes_get_data (bytes, NULL), g_bytes_get_size (bytes))
+                                              : g_strdup ("");
   return soup_message_get_status (msg);
 }
 

@@ -45,6 +45,9 @@ int fixture_server_wait_exit (FixtureServer *s, guint timeout_ms);
 void fixture_server_free (FixtureServer *s);
 /* The server's resident memory (kB), from /proc. */
 guint64 fixture_server_rss_kb (FixtureServer *s);
+/* The same once one connection to `path` came and went (what the first call allocates once, threads and
+ * plugins, is not what a later call or an attack costs). */
+guint64 fixture_server_warm_rss_kb (FixtureServer *s, const char *path);
 
 /* A call on the default context with `params` (key, value, ...; NULL-terminated or NULL) saying `audio`. */
 PpxChatCall *fixture_call_new (FixtureServer *s, const char *const *params, PpxChatAudio *audio, PpxChatPacing pacing,
@@ -52,6 +55,16 @@ PpxChatCall *fixture_call_new (FixtureServer *s, const char *const *params, PpxC
 /* The same, keeping the bytes of every 0x01 message (kind byte removed) in `answer`. */
 PpxChatCall *fixture_call_new_recording (FixtureServer *s, const char *const *params, PpxChatAudio *audio,
                                          PpxChatPacing pacing, gboolean end_of_stream, GByteArray *answer);
+
+/* Runs the default context until the call's handshake came (or the call ended, or timeout_ms); TRUE with a
+ * handshake. */
+gboolean fixture_call_until_handshake (PpxChatCall *call, guint timeout_ms);
+/* Closes the call from the client side and waits until it is finished. */
+void fixture_call_close (PpxChatCall *call);
+/* The calls /health counts (G_MAXUINT without an answer). */
+guint fixture_server_sessions (FixtureServer *s);
+/* Waits until /health counts no call (every call torn down); FALSE after timeout_ms. */
+gboolean fixture_server_wait_idle (FixtureServer *s, guint timeout_ms);
 
 /* An HTTP request (GET unless `method`) with extra headers ("Name: value" strings, NULL-terminated or NULL):
  * the status, and the body when `body` is not NULL; *ms the time it took. */

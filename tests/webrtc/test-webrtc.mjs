@@ -26,7 +26,15 @@ const SILENCE_RMS = 1e-3; // -60 dBFS
 
 // ---- the model and the server ----
 
-const makeModelDir = () => makeTinyModel(path.join(artifacts, 'model'), makeModel, makeTokenizer);
+function makeModelDir() {
+  const dir = makeTinyModel(path.join(artifacts, 'model'), makeModel, makeTokenizer);
+  // a voice for the page's voice list (a call picks it with its role)
+  if (micFile) {
+    fs.mkdirSync(path.join(dir, 'voices'));
+    fs.copyFileSync(micFile, path.join(dir, 'voices', 'ASSISTANT.wav'));
+  }
+  return dir;
+}
 
 class Server extends ServerProcess {
   constructor(modelDir, args = ['--max-sessions', '3', '--text-prompt', 'You are a friendly assistant.'],
@@ -199,7 +207,10 @@ async function testBrowsers(url, server) {
   const browserLog = fs.createWriteStream(path.join(artifacts, 'webrtc-chromium.log'));
   const browser = new Browser(chromium, chromiumArgs(userDataDir), (s) => browserLog.write(s));
   try {
-    const pages = [await browser.newPage(url + '?autostart'), await browser.newPage(url + '?autostart')];
+    // the second page picks its own role and voice (from the page's voice list), as a user would
+    const persona = micFile ? '&role=' + encodeURIComponent('You are a patient piano teacher.') + '&voice=ASSISTANT.wav'
+      : '';
+    const pages = [await browser.newPage(url + '?autostart'), await browser.newPage(url + '?autostart' + persona)];
     for (const [i, page] of pages.entries()) {
       let last = null;
       const s = await waitFor(`page ${i + 1} to connect`, async () => {
@@ -214,6 +225,12 @@ async function testBrowsers(url, server) {
       check(s.connection === 'connected', `page ${i + 1}: connection established (session ${s.session})`);
       const shown = await page.evaluate('document.getElementById("connection-state").textContent');
       check(shown === 'connected', `page ${i + 1}: the page shows "connected"`);
+    }
+    if (micFile) {
+      const options = await pages[1].evaluate('[...document.querySelectorAll("#voice option")].map((o) => o.value).join(",")');
+      check(options === ',ASSISTANT.wav', `the page lists the model's voices (${options})`);
+      check(/session \d+: started \(127\.0\.0\.1\), voice \S+ASSISTANT\.wav, text prompt of the call/.test(server.stderr),
+        'the second page\'s call has its own voice and role');
     }
     const [one, two] = await Promise.all(pages.map((p) => listen(p, 6000)));
     for (const [i, heard] of [one, two].entries()) {

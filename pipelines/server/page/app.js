@@ -1,7 +1,8 @@
 // PersonaPlex in the browser: standard WebRTC only (no libraries, nothing from the internet).
 //
 // The server offers one sendrecv Opus audio section and a data channel "transcript"; the page answers
-// with the microphone. Everything the page knows is also in window.ppxStatus (read by the tests):
+// with the microphone. The call's role (text_prompt) and voice (voice_prompt, one of GET /api/voices) go in
+// the /ws query, as /api/chat takes them; a token= in the page's own address is passed on (--auth-token). Everything the page knows is also in window.ppxStatus (read by the tests):
 //   connection, ice, signalling, session, model, dataChannel, transcript, errors,
 //   txRms / rxRms: the last 100 level samples (RMS, 0..1, every 100 ms) of the microphone and of the
 //   audio received from the server, rxAudioLevel: the same from getStats() (inbound-rtp audioLevel),
@@ -191,6 +192,38 @@ async function onSignal(message) {
   }
 }
 
+const pageQuery = new URLSearchParams(location.search);
+
+// The /ws address with the call's parameters: its role and voice, and the page's token if it has one.
+function signallingUrl() {
+  const query = new URLSearchParams();
+  const role = $('text-prompt').value.trim();
+  if (role) query.set('text_prompt', role);
+  if ($('voice').value) query.set('voice_prompt', $('voice').value);
+  if (pageQuery.has('token')) query.set('token', pageQuery.get('token'));
+  const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
+  const q = query.toString();
+  return `${scheme}://${location.host}/ws${q ? '?' + q : ''}`;
+}
+
+// The model's voices, for the voice list (the server's default stays selected: the empty value).
+async function loadVoices() {
+  try {
+    const token = pageQuery.has('token') ? `?token=${encodeURIComponent(pageQuery.get('token'))}` : '';
+    const response = await fetch(`/api/voices${token}`);
+    if (!response.ok) return;
+    const { voices } = await response.json();
+    for (const name of voices) {
+      const option = document.createElement('option');
+      option.value = name;
+      option.textContent = name.replace(/\.(pt|wav|flac)$/, '');
+      $('voice').appendChild(option);
+    }
+  } catch (e) {
+    reportError('voices: ' + e.message);
+  }
+}
+
 async function start() {
   $('start').disabled = true;
   try {
@@ -199,7 +232,8 @@ async function start() {
     await audioContext.resume();
     call = { mic, audioContext, tx: makeAnalyser(audioContext, mic), rx: null };
     call.pc = makePeerConnection();
-    call.ws = new WebSocket(`ws://${location.host}/ws`);
+    call.ws = new WebSocket(signallingUrl());
+    $('text-prompt').disabled = $('voice').disabled = true;
     status.signalling = 'connecting';
     show('signalling-state', 'connecting');
     setConnection('connecting');
@@ -248,7 +282,12 @@ function stop() {
   showLevel('rx', 0);
   $('start').textContent = 'Start conversation';
   $('start').classList.remove('stop');
+  $('text-prompt').disabled = $('voice').disabled = false;
 }
 
 $('start').addEventListener('click', () => (call ? stop() : start()));
-if (new URLSearchParams(location.search).has('autostart')) start();
+for (const [param, id] of [['role', 'text-prompt']]) if (pageQuery.has(param)) $(id).value = pageQuery.get(param);
+const voicesLoaded = loadVoices().then(() => {
+  if (pageQuery.has('voice')) $('voice').value = pageQuery.get('voice');
+});
+if (pageQuery.has('autostart')) voicesLoaded.then(start);

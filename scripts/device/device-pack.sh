@@ -2,13 +2,13 @@
 # Packs what the CUDA tests need on a GPU machine that has the NVIDIA driver but none of this project's
 # build dependencies: the test binaries (test-backend-cuda, test-gpu-tick and, when built, test-engine;
 # built here with nvcc), the shared libraries they load (all but the C library itself), the golden tiny model
-# and the speech clips. Usage: kernels/device-pack.sh BUILD_DIR OUT_DIR
+# and the speech clips. Usage: scripts/device/device-pack.sh BUILD_DIR OUT_DIR
 # (OUT_DIR must match an ignored pattern, e.g. build-cudarun). Then on the GPU machine:
 #   sh OUT_DIR/device-check.sh OUT_DIR
 set -eu
 build=$1
 out=$2
-src=$(cd "$(dirname "$0")/.." && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 golden=${PPX_GOLDEN_DIR:-$src/../shared/golden/tiny}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/golden"
@@ -32,5 +32,5 @@ if [ -d "$golden" ]; then
   cp "$golden"/golden.json "$golden"/golden.safetensors "$golden"/model.safetensors "$golden"/mimi.safetensors \
      "$golden"/voice_prompt.pt "$out/golden/"
 fi
-cp "$src/kernels/device-check.sh" "$out/"
+cp "$src/scripts/device/device-check.sh" "$out/"
 du -sh "$out"

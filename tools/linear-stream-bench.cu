@@ -1,7 +1,7 @@
 /* Stand-alone microbenchmark of the tensor-core linear kernels' weight streams, with no arithmetic: which
  * access patterns the HBM serves at what rate (docs/cuda.md, "Linear layers", "What bounds it now"). Not
- * part of the library: meson builds it as build/kernels/linear-stream-bench (or by hand:
- *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 kernels/linear-stream-bench.cu -o linear-stream-bench)
+ * part of the library: meson builds it as build/tools/linear-stream-bench (or by hand:
+ *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 tools/linear-stream-bench.cu -o linear-stream-bench)
  * Each kernel reads a rows x row_bytes matrix (copies cycled beyond the L2) the way a kernel of 256 threads
  * and 128 rows per block would: "row" = a warp reads 8 rows x 64 bytes per instruction, stage after stage
  * (the linear kernels' pattern), "tiled" = a warp's 16 rows x stage bytes contiguous; k_reg keeps PD stages

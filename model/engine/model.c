@@ -158,7 +158,7 @@ ppx_model_backend_name (const PpxModel *m)
 const char *
 ppx_model_quantization_name (const PpxModel *m)
 {
-  return ppx_quant_format_name (m->quant);
+  return ppx_quantization_name (m->quant);
 }
 
 guint64

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Proves that a GStreamer pack made by kernels/device-pack-gst.sh works on its own (copied into the pack as
+# Proves that a GStreamer pack made by scripts/device/device-pack-gst.sh works on its own (copied into the pack as
 # check.sh). Every command runs under `env -i` (no inherited LD_LIBRARY_PATH or GST_* variables) through the
 # pack's `run` wrapper, with a fresh registry, and with LD_DEBUG=files so that every library the processes
 # load (gst-plugin-scanner included) is listed: each must come from the pack, except glibc's own and the

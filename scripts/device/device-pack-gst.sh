@@ -4,7 +4,7 @@
 # CUDA tests, it copies this machine's binaries and every shared library they load except the C library
 # itself (libc, libm, libpthread, libdl, librt, ld-linux: the target's newer glibc runs them).
 #
-#   kernels/device-pack-gst.sh [--allow-no-cuda] [--no-check] BUILD_DIR OUT_DIR
+#   scripts/device/device-pack-gst.sh [--allow-no-cuda] [--no-check] BUILD_DIR OUT_DIR
 #
 # OUT_DIR (e.g. build-devpack-gst, ignored by .gitignore's build-*/) gets
 #   bin/      gst-launch-1.0, gst-inspect-1.0, personaplex-live-bench, personaplex-make-model,
@@ -39,12 +39,12 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ $# -ne 2 ]; then
-  echo "usage: kernels/device-pack-gst.sh [--allow-no-cuda] [--no-check] BUILD_DIR OUT_DIR" >&2
+  echo "usage: scripts/device/device-pack-gst.sh [--allow-no-cuda] [--no-check] BUILD_DIR OUT_DIR" >&2
   exit 2
 fi
 build=$1
 out=$2
-src=$(cd "$(dirname "$0")/.." && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 die () { echo "device-pack-gst.sh: $*" >&2; exit 1; }
 
 plugin=$build/gst/libgstpersonaplex.so
@@ -114,7 +114,7 @@ unset GST_PLUGIN_PATH GST_PLUGIN_PATH_1_0 GST_PLUGIN_SYSTEM_PATH GST_PLUGIN_SCAN
 exec "$@"
 EOF
 chmod +x "$out/run"
-cp "$src/kernels/device-check-gst.sh" "$out/check.sh"
+cp "$src/scripts/device/device-check-gst.sh" "$out/check.sh"
 
 {
   echo "personaplex GStreamer runtime pack"

@@ -14,10 +14,10 @@
 #      every op test, and memcheck on the engine with sessions joining and leaving.
 # Each step gets a timeout that keeps the whole call under BUDGET seconds (default 560); a step that would
 # not fit is skipped and said so. Logs and a summary go to $OUT (or /tmp/ppx-device).
-# Usage: [PPX_DEVICE_STEPS="ops sweep-int4 ..."] sh kernels/device-bench.sh PACK_DIR [BUDGET]
+# Usage: [PPX_DEVICE_STEPS="ops sweep-int4 ..."] sh scripts/device/device-bench.sh PACK_DIR [BUDGET]
 #   (PPX_DEVICE_STEPS: run only the steps named; the step names are the log names below)
-#   PACK_DIR: made by kernels/device-pack.sh from a -Dcuda-arch=90 build, plus bin/test-backend-cuda-sm80 and
-#   bin/personaplex-bench (kernels/device-pack-bench.sh does all of it).
+#   PACK_DIR: made by scripts/device/device-pack.sh from a -Dcuda-arch=90 build, plus bin/test-backend-cuda-sm80 and
+#   bin/personaplex-bench (scripts/device/device-pack-bench.sh does all of it).
 set -u
 dir=$(cd "$1" && pwd)
 budget=${2:-560}

@@ -1,0 +1,483 @@
+/* CUDA backend: Mimi's convolutions of groups = 1 as implicit GEMMs; the planner that picks the tiles and the
+ * leaves, the direct kernels for the other shapes and the entry points are in cuda-conv.cu.
+ *
+ * Both convolutions of groups = 1 are out[row, col] = sum over r of A[row, r] * B[r, col]:
+ * - conv1d: row = co, col = (m, t) with t < Lout, r = (ci, k); A = w[co, ci, k] (rows contiguous); B = the
+ *   virtual input concat(prev, x)[m, ci, t*stride + k*dilation], gathered when it is staged (no im2col buffer);
+ * - conv_transpose1d: row = (co, p) with p < S (the output phase), col = (m, q), r = (ci, i) with i < NT =
+ *   ceil(K/S); A = w[ci, co, p + i*S] (0 past K); B = x[m, ci, q - i] (0 outside [0, T)); the output is
+ *   z[m, co, q*S + p] for q*S + p < Lz. Every output position is one (row, col), no overlap-add.
+ *
+ * A block owns BM rows x BN cols (threads RG x CG, each TM rows x TN cols) and one leaf of the input
+ * channels; it walks its leaf in stages of CK channels (CK * KR <= 32 reduction steps, KR = K or NT): A and
+ * B tiles are staged in shared memory (coalesced global loads, A transposed to [r][row]), double-buffered
+ * with the next stage's loads held in registers while the current stage is computed.
+ *
+ * Numerics and batch independence. Each output's leaf sum is one chain of fmaf over r = (ci, tap) in
+ * increasing order from 0.0f (zero terms where a stage runs past the leaf or a tap past K: adding +0 to
+ * a partial sum changes nothing but the sign of a zero). The leaves (split) and the channels per leaf
+ * depend on the layer's shape and the GPU's SM count only, never on M, and the tile configuration does not
+ * change the chain, so y[m, co, t] is the same float operations whatever M is and wherever row m sits.
+ * One leaf: y = bias + sum (conv1d), z = sum (+ partial) (+ bias) (transposed, the CPU's steps). Several:
+ * each leaf's sums go to scratch, and a combine launch adds them in leaf order: bias + l0 + l1 + ... (conv1d),
+ * (l0 + l1 + ...) (+ partial) (+ bias) (transposed). No atomics. */
+#include "cuda-conv.cuh"
+
+#include <stdlib.h>
+
+/* A (weight) stages in shared memory: 2 (double buffer, loads through registers) or, with PIPE, a ring of
+ * 3-4 filled by cp.async, so 2-3 stages of weights are in flight while one is computed. */
+static __host__ __device__ constexpr int
+conv_a_stages (bool pipe, int BM)
+{
+  return !pipe ? 2 : BM >= 256 ? 3 : 4;
+}
+
+static __host__ __device__ constexpr size_t
+conv_smem_bytes (bool pipe, int BM, int BN)
+{
+  return (size_t) CONV_BK * (conv_a_stages (pipe, BM) * (BM + 4) + 2 * (BN + 4)) * sizeof (float);
+}
+
+/* 4-byte global -> shared copy that does not wait (sm_80+); ok = false fills a zero and reads nothing. */
+__device__ __forceinline__ void
+conv_cp_async4 (float *dst, const float *src, bool ok)
+{
+  const unsigned d = (unsigned) __cvta_generic_to_shared (dst);
+  asm volatile ("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+}
+
+__device__ __forceinline__ void
+conv_cp_commit (void)
+{
+  asm volatile ("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+__device__ __forceinline__ void
+conv_cp_wait (void)
+{
+  asm volatile ("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <bool TR, int TM, int TN, int RG, int CG, bool PIPE>
+__global__ void __launch_bounds__ (RG * CG, RG * CG >= 256 ? 2 : 4)
+conv_gemm_kernel (const ConvArgs a)
+{
+  ppx_pdl_enter ();
+  constexpr int NT = RG * CG, BM = RG * TM, BN = CG * TN;
+  constexpr int BMP = BM + 4, BNP = BN + 4;
+  constexpr int NSA = conv_a_stages (PIPE, BM);
+  constexpr int AJ = (CONV_BK * BM + NT - 1) / NT; /* A elements a thread loads per stage */
+  constexpr int BJ = (CONV_BK * BN + NT - 1) / NT; /* B elements */
+  static_assert (NT % 32 == 0 && NT % BM == 0 && NT % BN == 0, "tile shape");
+  extern __shared__ float smem[];
+  float *const As = smem;                       /* [NSA][CONV_BK][BMP] */
+  float *const Bs = smem + NSA * CONV_BK * BMP; /* [2][CONV_BK][BNP] */
+  const int tid = threadIdx.x;
+  const int row0 = blockIdx.y * BM;
+  const long n0 = (long) blockIdx.x * BN;
+  const int leaf = blockIdx.z;
+  const int ci_lo = leaf * a.cpl, ci_hi = min (a.Cin, ci_lo + a.cpl);
+  const int BK = a.CK * a.KR;
+  const int nst = (ci_hi - ci_lo + a.CK - 1) / a.CK;
+
+  /* ---- what this thread loads each stage (the same (row, r) / (r, col) pairs every stage) ----
+   * conv1d A: lanes along r (w's rows are contiguous in r): r = tid % 32, rows tid / 32 + j * NT / 32.
+   * transposed A: lanes along the rows (co, p) (w[ci, co, :] is contiguous): row = tid % BM, r = tid / BM +
+   * j * NT / BM. B: lanes along the cols: col = tid % BN, r = tid / BN + j * NT / BN. r = (channel within
+   * the stage, tap) is stepped from j to j + 1 without divisions. */
+  const int a_r0 = TR ? tid / BM : tid & 31, a_rs = TR ? NT / BM : 0;
+  const int a_rowl = TR ? tid % BM : tid >> 5;
+  const int a_ch0 = a_r0 / a.KR, a_tap0 = a_r0 % a.KR, a_dch = a_rs / a.KR, a_dtap = a_rs % a.KR;
+  const int a_row = row0 + a_rowl;
+  const int a_co = TR ? a_row / a.stride : a_row, a_p = TR ? a_row % a.stride : 0;
+  const float *a_base = TR ? a.w + (size_t) a_co * a.K + a_p : a.w + (size_t) a_row * a.Cin * a.K + a_r0;
+  const int b_r0 = tid / BN, b_rs = NT / BN;
+  const int b_ch0 = b_r0 / a.KR, b_tap0 = b_r0 % a.KR, b_dch = b_rs / a.KR, b_dtap = b_rs % a.KR;
+  const int bcol = tid % BN;
+  const long bn = n0 + bcol;
+  const bool b_ok = bn < a.N;
+  const int bm = b_ok ? (int) (bn / a.Lcols) : 0, bc = b_ok ? (int) (bn % a.Lcols) : 0;
+  const float *xm = a.x + (size_t) bm * a.Cin * a.Lin;
+  const float *pm = a.prev ? a.prev + (size_t) bm * a.Cin * a.P : NULL;
+  const int b_v0 = TR ? bc : bc * a.stride; /* transposed: input frame bc - tap; conv1d: index bc*stride + tap*dil */
+
+  /* A of stage st: through registers (ra, then store_a) or, with PIPE, by cp.async straight into a slot */
+  float ra[PIPE ? 1 : AJ], rb[BJ];
+  auto fetch_a = [&] (int st, float *slot) {
+    const int ci0 = ci_lo + st * a.CK, cnt = min (a.CK, ci_hi - ci0);
+    int ch = a_ch0, tap = a_tap0;
+#pragma unroll
+    for (int j = 0; j < AJ; j++) {
+      if constexpr (!TR) {
+        const int rowl = a_rowl + j * (NT / 32);
+        const bool ok = a_r0 < BK && a_ch0 < cnt && rowl < BM && row0 + rowl < a.rows;
+        const float *src = a_base + (size_t) j * (NT / 32) * a.Cin * a.K + (size_t) ci0 * a.K;
+        if constexpr (PIPE) {
+          if (rowl < BM)
+            conv_cp_async4 (slot + a_r0 * BMP + rowl, ok ? src : a.w, ok);
+        } else {
+          ra[j] = ok ? __ldg (src) : 0.0f;
+        }
+      } else {
+        const int r = a_r0 + j * a_rs, k = tap * a.stride;
+        const bool ok = r < BK && ch < cnt && a_row < a.rows && a_p + k < a.K;
+        const float *src = a_base + (size_t) (ci0 + ch) * a.Cout * a.K + k;
+        if constexpr (PIPE) {
+          if (r < CONV_BK)
+            conv_cp_async4 (slot + r * BMP + a_rowl, ok ? src : a.w, ok);
+        } else {
+          ra[j] = ok ? __ldg (src) : 0.0f;
+        }
+        ch += a_dch;
+        tap += a_dtap;
+        if (tap >= a.KR) {
+          tap -= a.KR;
+          ch++;
+        }
+      }
+    }
+  };
+  auto store_a = [&] (float *A) {
+    if constexpr (!PIPE) {
+#pragma unroll
+      for (int j = 0; j < AJ; j++) {
+        if constexpr (!TR) {
+          const int rowl = a_rowl + j * (NT / 32);
+          if (rowl < BM)
+            A[a_r0 * BMP + rowl] = ra[j];
+        } else {
+          const int r = a_r0 + j * a_rs;
+          if (r < CONV_BK)
+            A[r * BMP + a_rowl] = ra[j];
+        }
+      }
+    }
+  };
+  auto load_b = [&] (int st) {
+    const int ci0 = ci_lo + st * a.CK, cnt = min (a.CK, ci_hi - ci0);
+    int ch = b_ch0, tap = b_tap0;
+#pragma unroll
+    for (int j = 0; j < BJ; j++) {
+      const int r = b_r0 + j * b_rs;
+      float v = 0.0f;
+      if (b_ok && r < BK && ch < cnt) {
+        const int ci = ci0 + ch;
+        if constexpr (!TR) {
+          const int vi = b_v0 + tap * a.dil;
+          v = vi < a.P ? pm[(size_t) ci * a.P + vi] : ppx_act_apply (a.act, xm[(size_t) ci * a.Lin + (vi - a.P)]);
+        } else {
+          const int t = b_v0 - tap;
+          if (t >= 0 && t < a.Lin)
+            v = ppx_act_apply (a.act, xm[(size_t) ci * a.Lin + t]);
+        }
+      }
+      rb[j] = v;
+      ch += b_dch;
+      tap += b_dtap;
+      if (tap >= a.KR) {
+        tap -= a.KR;
+        ch++;
+      }
+    }
+  };
+  auto store_b = [&] (float *B) {
+#pragma unroll
+    for (int j = 0; j < BJ; j++) {
+      const int r = b_r0 + j * b_rs;
+      if (r < CONV_BK)
+        B[r * BNP + bcol] = rb[j];
+    }
+  };
+
+  const int cg = tid % CG, rg = tid / CG;
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; i++)
+#pragma unroll
+    for (int j = 0; j < TN; j++)
+      acc[i][j] = 0.0f;
+  /* one stage: acc += A^T B over its BK reduction steps, in order */
+  auto compute = [&] (const float *Ab, const float *Bb) {
+    const float *A = Ab + rg * TM, *B = Bb + cg * TN;
+#pragma unroll 2
+    for (int r = 0; r < BK; r++) {
+      float av[TM], bv[TN];
+      if constexpr (TM == 4) {
+        const float4 t = *reinterpret_cast<const float4 *> (A + r * BMP);
+        av[0] = t.x;
+        av[1] = t.y;
+        av[2] = t.z;
+        av[3] = t.w;
+      } else {
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+          av[i] = A[r * BMP + i];
+      }
+      if constexpr (TN % 4 == 0) {
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) {
+          const float4 t = *reinterpret_cast<const float4 *> (B + r * BNP + j);
+          bv[j] = t.x;
+          bv[j + 1] = t.y;
+          bv[j + 2] = t.z;
+          bv[j + 3] = t.w;
+        }
+      } else if constexpr (TN == 2) {
+        const float2 t = *reinterpret_cast<const float2 *> (B + r * BNP);
+        bv[0] = t.x;
+        bv[1] = t.y;
+      } else {
+#pragma unroll
+        for (int j = 0; j < TN; j++)
+          bv[j] = B[r * BNP + j];
+      }
+#pragma unroll
+      for (int i = 0; i < TM; i++)
+#pragma unroll
+        for (int j = 0; j < TN; j++)
+          acc[i][j] = fmaf (av[i], bv[j], acc[i][j]);
+    }
+  };
+
+  if constexpr (PIPE) {
+    /* A ring of NSA slots: stages st+1 .. st+NSA-2 in flight while st is computed; every iteration commits one
+     * cp.async group (empty past the last stage), so waiting until NSA-2 groups are pending means stage st
+     * has landed. One barrier per stage: after it, stage st is visible to all and everyone has finished
+     * stage st-1, whose A slot ((st-1) % NSA) and B buffer ((st+1) & 1) are then refilled. */
+#pragma unroll
+    for (int s = 0; s < NSA - 1; s++) {
+      if (s < nst)
+        fetch_a (s, As + s * CONV_BK * BMP);
+      conv_cp_commit ();
+    }
+    load_b (0);
+    store_b (Bs);
+    for (int st = 0; st < nst; st++) {
+      conv_cp_wait<NSA - 2> ();
+      __syncthreads ();
+      const int sn = st + NSA - 1;
+      if (sn < nst)
+        fetch_a (sn, As + (sn % NSA) * CONV_BK * BMP);
+      conv_cp_commit ();
+      if (st + 1 < nst)
+        load_b (st + 1);
+      compute (As + (st % NSA) * CONV_BK * BMP, Bs + (st & 1) * CONV_BK * BNP);
+      if (st + 1 < nst)
+        store_b (Bs + ((st + 1) & 1) * CONV_BK * BNP);
+    }
+  } else {
+    fetch_a (0, NULL);
+    load_b (0);
+    store_a (As);
+    store_b (Bs);
+    __syncthreads ();
+    for (int st = 0; st < nst; st++) {
+      const int buf = st & 1;
+      if (st + 1 < nst) {
+        fetch_a (st + 1, NULL);
+        load_b (st + 1);
+      }
+      compute (As + buf * CONV_BK * BMP, Bs + buf * CONV_BK * BNP);
+      if (st + 1 < nst) {
+        store_a (As + (buf ^ 1) * CONV_BK * BMP);
+        store_b (Bs + (buf ^ 1) * CONV_BK * BNP);
+      }
+      __syncthreads ();
+    }
+  }
+
+  /* ---- epilogue ---- */
+#pragma unroll
+  for (int i = 0; i < TM; i++) {
+    const int row = row0 + rg * TM + i;
+    if (row >= a.rows)
+      continue;
+#pragma unroll
+    for (int j = 0; j < TN; j++) {
+      const long n = n0 + cg * TN + j;
+      if (n >= a.N)
+        continue;
+      const int m = (int) (n / a.Lcols), c = (int) (n % a.Lcols);
+      if (!TR) {
+        const size_t idx = ((size_t) m * a.Cout + row) * a.Lcols + c;
+        if (a.split > 1)
+          a.ws[(size_t) leaf * a.N * a.Cout + idx] = acc[i][j];
+        else {
+          const float v = (a.bias ? a.bias[row] : 0.0f) + acc[i][j];
+          a.y[idx] = a.res ? a.res[idx] + v : v;
+        }
+      } else {
+        const int co = row / a.stride, jz = c * a.stride + row % a.stride;
+        if (jz >= a.Lz)
+          continue;
+        const size_t mc = (size_t) m * a.Cout + co;
+        if (a.split > 1) {
+          a.ws[((size_t) leaf * a.M * a.Cout + mc) * a.Lz + jz] = acc[i][j];
+        } else {
+          float z = acc[i][j];
+          if (a.partial && jz < a.tail)
+            z += a.partial[mc * a.tail + jz];
+          if (jz < a.Ly)
+            a.y[mc * a.Ly + jz] = z + (a.bias ? a.bias[co] : 0.0f);
+          if (a.partial && jz >= a.stride * a.Lin)
+            a.next[mc * a.tail + (jz - a.stride * a.Lin)] = z;
+        }
+      }
+    }
+  }
+}
+
+/* conv1d with several leaves: y = (res +) (bias + leaf 0 + leaf 1 + ...) (one thread per output, leaves in
+ * order); the same launch moves the history (threads < M*Cin, one channel each, as conv1d_history_kernel): the
+ * main kernel that read it has finished. */
+__global__ void
+conv1d_combine_kernel (const float *__restrict__ ws, const float *__restrict__ bias, const float *res, float *y,
+                       const float *__restrict__ x, float *__restrict__ prev, int Cout, int Lout, size_t nout,
+                       int split, size_t nch, int Lin, int P, int act)
+{
+  ppx_pdl_enter ();
+  const size_t n = nout > nch ? nout : nch;
+  for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
+    if (idx < nout) {
+      const int co = (int) ((idx / Lout) % Cout);
+      float s = bias ? bias[co] : 0.0f;
+      for (int l = 0; l < split; l++)
+        s += ws[(size_t) l * nout + idx];
+      y[idx] = res ? res[idx] + s : s;
+    }
+    if (idx < nch) {
+      float *pr = prev + idx * P;
+      const float *xr = x + idx * Lin;
+      for (int i = 0; i < P; i++) {
+        const int src = Lin + i;
+        pr[i] = src < P ? pr[src] : ppx_act_apply (act, xr[src - P]);
+      }
+    }
+  }
+}
+
+/* Transposed conv with several leaves: z = leaf 0 + leaf 1 + ... (in order), then the single-leaf epilogue.
+ * One thread per (m, co, j < max(Ly, tail)); with a partial, the thread of j < tail also makes the new
+ * partial's j (position S*T + j). in_place (S*T >= tail: position S*T + j never reads the old partial) writes
+ * it over the partial element this same thread has just read; otherwise it goes to `next` and is copied
+ * later (then tail > S*T = Ly, and the threads of j in [Ly, tail) make only that). */
+__global__ void
+convtr_combine_kernel (const float *__restrict__ ws, const float *__restrict__ bias, float *partial, float *next,
+                       float *__restrict__ y, int Cout, int S, int T, int Lz, int Ly, int tail, size_t nmc, int split,
+                       int in_place)
+{
+  ppx_pdl_enter ();
+  const int J = partial && tail > Ly ? tail : Ly;
+  const size_t n = nmc * J, nz = nmc * Lz;
+  for (size_t idx = blockIdx.x * (size_t) blockDim.x + threadIdx.x; idx < n; idx += (size_t) gridDim.x * blockDim.x) {
+    const size_t mc = idx / J;
+    const int j = (int) (idx % J), co = (int) (mc % Cout);
+    const float *w0 = ws + mc * Lz;
+    if (j < Ly) {
+      float z = w0[0 + j];
+      for (int l = 1; l < split; l++)
+        z += w0[(size_t) l * nz + j];
+      if (partial && j < tail)
+        z += partial[mc * tail + j];
+      y[mc * Ly + j] = z + (bias ? bias[co] : 0.0f);
+    }
+    if (partial && j < tail) {
+      const int j2 = S * T + j;
+      float z2 = w0[j2];
+      for (int l = 1; l < split; l++)
+        z2 += w0[(size_t) l * nz + j2];
+      if (j2 < tail)
+        z2 += partial[mc * tail + j2];
+      (in_place ? partial : next)[mc * tail + j] = z2;
+    }
+  }
+}
+
+/* PPX_CUDA_CONV_PIPE=0 selects the register double buffer for the weights instead of the cp.async ring. */
+static bool
+conv_pipe (void)
+{
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv ("PPX_CUDA_CONV_PIPE");
+    v = !(e && e[0] == '0');
+  }
+  return v != 0;
+}
+
+template <bool TR, int TM, int TN, int RG, int CG, bool PIPE>
+static int
+conv_launch_variant (const ConvArgs &a, cudaStream_t s)
+{
+  constexpr int BM = RG * TM, BN = CG * TN;
+  constexpr size_t smem = conv_smem_bytes (PIPE, BM, BN);
+  if (smem > 48 * 1024) {
+    static unsigned long long attr_set; /* bit d: done on device d */
+    int dev = 0;
+    cudaGetDevice (&dev);
+    if (dev < 0 || dev >= 64 || !(attr_set >> dev & 1)) {
+      cudaError_t e = cudaFuncSetAttribute (conv_gemm_kernel<TR, TM, TN, RG, CG, PIPE>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+      if (e != cudaSuccess)
+        return (int) e;
+      if (dev >= 0 && dev < 64)
+        __atomic_or_fetch (&attr_set, 1ull << dev, __ATOMIC_RELAXED);
+    }
+  }
+  dim3 grid ((unsigned) conv_cdiv (a.N, BN), (unsigned) conv_cdiv (a.rows, BM), (unsigned) a.split);
+  ppx_launch (conv_gemm_kernel<TR, TM, TN, RG, CG, PIPE>, grid, RG * CG, smem, s, a);
+  return ppx_cuda_launched ();
+}
+
+template <bool TR, int TM, int TN, int RG, int CG>
+static int
+conv_launch_cfg (const ConvArgs &a, cudaStream_t s)
+{
+  return conv_pipe () ? conv_launch_variant<TR, TM, TN, RG, CG, true> (a, s)
+                      : conv_launch_variant<TR, TM, TN, RG, CG, false> (a, s);
+}
+
+template <bool TR>
+static int
+conv_launch (int cfg, const ConvArgs &a, cudaStream_t s)
+{
+  switch (cfg) {
+    case 0: return conv_launch_cfg<TR, 4, 4, 16, 16> (a, s);
+    case 1: return conv_launch_cfg<TR, 4, 4, 32, 8> (a, s);
+    case 2: return conv_launch_cfg<TR, 4, 2, 32, 8> (a, s);
+    case 3: return conv_launch_cfg<TR, 4, 1, 32, 8> (a, s);
+    case 4: return conv_launch_cfg<TR, 4, 4, 8, 32> (a, s);
+    case 5: return conv_launch_cfg<TR, 4, 2, 16, 16> (a, s);
+    case 6:
+      if constexpr (TR)
+        return (int) cudaErrorInvalidValue;
+      else
+        return conv_launch_cfg<TR, 4, 1, 64, 4> (a, s);
+    case 7: return conv_launch_cfg<TR, 1, 1, 4, 32> (a, s);
+    default: return (int) cudaErrorInvalidValue;
+  }
+}
+
+int
+ppx_conv1d_gemm (int cfg, const ConvArgs &a, float *prev, size_t nch, cudaStream_t s)
+{
+  int e = conv_launch<false> (cfg, a, s);
+  if (e || a.split <= 1)
+    return e;
+  const size_t n = (size_t) a.M * a.Cout * a.Lcols;
+  ppx_launch (conv1d_combine_kernel, ppx_grid_for (n > nch ? n : nch, CONV_THREADS), CONV_THREADS, 0, s, a.ws, a.bias, a.res, a.y, a.x, prev, a.Cout, a.Lcols, n, a.split, nch, a.Lin, a.P, a.act);
+  return ppx_cuda_launched ();
+}
+
+int
+ppx_convtr_gemm (int cfg, const ConvArgs &a, float *partial, size_t nmc, int in_place, cudaStream_t s)
+{
+  int e = conv_launch<true> (cfg, a, s);
+  if (e || a.split <= 1)
+    return e;
+  const size_t items = nmc * (a.tail > a.Ly ? a.tail : a.Ly);
+  ppx_launch (convtr_combine_kernel, ppx_grid_for (items, CONV_THREADS), CONV_THREADS, 0, s, a.ws, a.bias, partial, a.next, a.y, a.Cout, a.stride, a.Lin, a.Lz, a.Ly, a.tail, nmc, a.split, in_place);
+  return ppx_cuda_launched ();
+}

@@ -1,0 +1,199 @@
+/* CUDA backend, the tensor-core path of the linear layers (cuda-linear-mma.cu): its tile configuration
+ * (TcCfg), launch arguments (TcArgs) and the device helpers of its kernel (fragment conversions, mma.sync,
+ * cp.async, the int4 word layout the weights are repacked into at load). */
+#ifndef PPX_CUDA_LINEAR_MMA_CUH
+#define PPX_CUDA_LINEAR_MMA_CUH
+
+#include "cuda-linear.cuh"
+
+#include <cuda_bf16.h>
+
+#define TC_THREADS 256
+#define TC_WARPS 8
+#define TC_MMAX 64            /* x rows per launch (8 n-tiles of 8) */
+#define TC_SPLIT_ROWS 128     /* the row-block size the leaf count is planned with */
+#define TC_PLAN_BLOCKS_PER_SM 3 /* resident blocks per SM the K split plans for (the M <= 8 kernel's occupancy) */
+#define TC_SMEM_MAX (96 * 1024) /* shared-memory ring per block: within the 99 KB that sm_86/sm_89 allow */
+#define TC_SMEM_SM (224 * 1024) /* ... and MINB of them within an sm_90 SM's 227 KB */
+#define TC_MAX_COUNTERS (PPX_CUDA_LINEAR_COUNTER_BYTES / 4)
+
+/* 32-bit words of one weight row per thread per stage (16 bytes cover 2, 4 or 8 k-steps). */
+template <int FMT> struct TcWords;
+template <> struct TcWords<PPX_CUDA_W_BF16> { static constexpr int N = 16; };
+template <> struct TcWords<PPX_CUDA_W_INT8> { static constexpr int N = 8; };
+template <> struct TcWords<PPX_CUDA_W_INT4> { static constexpr int N = 4; };
+
+/* Warp layout for NT n-tiles of x (NT * 8 >= M): WM warps along x rows (NTW n-tiles each) times
+ * TC_WARPS / WM warps along weight rows (RTW tiles of 16 each). Two warps sharing weight rows (WM = 2)
+ * halve the shared-memory reads of x per mma.
+ * Everything a stage needs goes through a ring of D shared-memory slots filled by cp.async (one commit
+ * group per stage): x [NT][8 k-steps][32 lanes] records (raw f32, converted in place to hi/lo bf16), the
+ * block's weights [row tile][row half][16-byte vector][32 lanes] (exactly the A fragments the warps read,
+ * so every 16-byte read is conflict-free), then the int4 scales [ROWS][CPS]. D stages are in flight per
+ * block, waited for with cp.async.wait_group: no register scoreboard decides how many loads are
+ * outstanding (docs/cuda.md, "Linear layers"). D is as deep as 96 KB allows, at most 4.
+ * NCH independent partial sums let the chunks of one stage run as separate mma chains when a warp has
+ * few (RTW x NTW) accumulator tiles; each chunk still starts from zero and is added to the running sum in
+ * chunk order, so the arithmetic is the same for every NT. */
+template <int FMT, int CK, int NT> struct TcCfg {
+  static constexpr int WM = NT >= 4 ? 2 : 1;
+  static constexpr int NTW = NT / WM;
+  static constexpr int RTW = (NT >= 4 && FMT != PPX_CUDA_W_BF16) ? 2 : 1;
+  static constexpr int WR = TC_WARPS / WM;
+  static constexpr int ROWS = WR * RTW * 16;
+  static constexpr int WORDS = TcWords<FMT>::N;
+  static constexpr int WV = WORDS / 4;                          /* 16-byte vectors per row per thread */
+  static constexpr int CPS = FMT == PPX_CUDA_W_INT4 ? 8 / CK : 0; /* int4 scales per row per stage */
+  static constexpr int SX = NT * 256;                            /* slot parts, in uint4 */
+  static constexpr int SW = ROWS * WV * 4;
+  static constexpr int SS = (ROWS * CPS + 3) / 4;
+  static constexpr int SLOT = SX + SW + SS;
+  static constexpr int MINB = NT == 1 ? 3 : NT <= 4 ? 2 : 1; /* blocks per SM (registers, shared memory) */
+  static constexpr int D0 = TC_SMEM_MAX / (SLOT * 16), D1 = TC_SMEM_SM / MINB / (SLOT * 16);
+  static constexpr int D = D0 < D1 ? (D0 < 4 ? D0 : 4) : (D1 < 4 ? D1 : 4);
+  static constexpr int NCHUNK = 8 / CK;
+  static constexpr int NCH0 = 2 / (RTW * NTW) > 0 ? 2 / (RTW * NTW) : 1;
+  static constexpr int NCH = NCH0 < NCHUNK ? NCH0 : NCHUNK;
+  static_assert (D >= 2, "a stage slot must fit twice in TC_SMEM_MAX");
+  static_assert (SW % TC_THREADS == 0, "weight copies are spread evenly over the threads");
+};
+
+struct TcArgs {
+  const uint8_t *w;
+  const float *scales;
+  int64_t rows;
+  int K, row_bytes, n_groups, group_size;
+  const float *x;
+  size_t ldx;
+  float *y;
+  size_t ldy;
+  int M, accumulate;
+  int n_stages, leaf_stages, S;
+  int vec_x;
+  float *partials;     /* [S][TC_MMAX][rows] when S > 1 */
+  const float *alpha;  /* non-NULL (NT = 1 only): x is RMS-normalized first, rmsnorm_kernel's arithmetic */
+  float eps;
+  int gate;            /* (NT = 1 only, no alpha): x rows hold [g | v] (v at x + K): the input is silu(g) * v */
+  unsigned *counters;  /* one per row block, zero between launches */
+};
+
+__device__ __forceinline__ uint32_t
+bf16x2_bits (__nv_bfloat162 v)
+{
+  return *reinterpret_cast<uint32_t *> (&v);
+}
+
+/* The int4 codes in bits 0-3 and 16-19 of v as bf16x2 (code - 8): 0x43000000|n is 128 + n exactly (one
+ * lop3: (v & 0x000F000F) | 0x43004300), and one bf16x2 fma (x * 1 - 136) removes the offset, exactly. */
+__device__ __forceinline__ uint32_t
+int4_pair (uint32_t v)
+{
+  uint32_t h, r;
+  asm ("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(h) : "r"(v), "r"(0x000F000Fu), "r"(0x43004300u));
+  asm ("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(h), "r"(0x3F803F80u), "r"(0xC308C308u));
+  return r;
+}
+
+/* The four int8 codes of u as two bf16x2 (bytes 0,1 and bytes 2,3): a byte permute makes 2^23 + (q + 128)
+ * in f32, a subtraction gives q exactly, and since |q| <= 128 the upper 16 bits are its exact bf16. */
+__device__ __forceinline__ void
+int8_pairs (uint32_t u, uint32_t &lo, uint32_t &hi)
+{
+  const uint32_t b = u ^ 0x80808080u;
+  float f[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++)
+    f[k] = __uint_as_float (__byte_perm (b, 0x4B000000u, 0x7540u | k)) - 8388736.0f;
+  lo = __byte_perm (__float_as_uint (f[0]), __float_as_uint (f[1]), 0x7632u);
+  hi = __byte_perm (__float_as_uint (f[2]), __float_as_uint (f[3]), 0x7632u);
+}
+
+__device__ __forceinline__ void
+mma_bf16 (float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+  asm ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+       "{%0,%1,%2,%3};"
+       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* cp.async of `bytes` (4 or 16) from global to shared memory; only the first src_bytes are read, the rest
+ * are zero-filled (src_bytes 0: zeros, nothing read). Scales (4 bytes) ask the L2 for 256-byte blocks: a
+ * row's scales are read over several stages. */
+template <int BYTES>
+__device__ __forceinline__ void
+cp_async (void *smem, const void *gmem, int src_bytes)
+{
+  const unsigned s = (unsigned) __cvta_generic_to_shared (smem);
+  if (BYTES == 16)
+    asm volatile ("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+  else
+    asm volatile ("cp.async.ca.shared.global.L2::256B [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+
+/* cp.async of 16 bytes of weights, asking the L2 for the whole 256-byte block: a row's next stages are in
+ * it (measured on an H100 with the kernel's access pattern alone: 2.3 TB/s with the hint, 1.6 without) */
+__device__ __forceinline__ void
+cp_async_w (void *smem, const void *gmem)
+{
+  const unsigned s = (unsigned) __cvta_generic_to_shared (smem);
+  asm volatile ("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+
+__device__ __forceinline__ void
+cp_async_commit (void)
+{
+  asm volatile ("cp.async.commit_group;");
+}
+
+template <int N>
+__device__ __forceinline__ void
+cp_async_wait (void)
+{
+  asm volatile ("cp.async.wait_group %0;" ::"n"(N));
+}
+
+/* The int4 word a thread holds for k-steps 2w, 2w+1 of a 128-column block, from the natural (quant.h)
+ * nibbles: for k-step q the thread's columns are c = 16q + 4t .. c+3, and their nibbles go to bit
+ * positions s, s+16, s+4, s+20 with s = 8 (q & 1), so that int4_pair(word >> s) gives the bf16x2 of
+ * (c, c+1) and int4_pair(word >> (s + 4)) that of (c+2, c+3). `nib(col)` reads one natural nibble. */
+template <typename Nib>
+__device__ __forceinline__ uint32_t
+int4_word (int64_t c0, int t, int w, Nib nib)
+{
+  uint32_t word = 0;
+#pragma unroll
+  for (int qq = 0; qq < 2; qq++) {
+    const int64_t c = c0 + 16 * (2 * w + qq) + 4 * t;
+    const int s = 8 * qq;
+    word |= nib (c) << s | nib (c + 1) << (s + 16) | nib (c + 2) << (s + 4) | nib (c + 3) << (s + 20);
+  }
+  return word;
+}
+
+/* Column of the first of the 4 x values (and weights) a thread (t = lane & 3) uses in k-step q of the stage
+ * starting at col0. Full stages: where the thread's 16-byte weight vectors put them; the tail stage (and
+ * int4, repacked): 16 consecutive columns per k-step. */
+template <int FMT>
+__device__ __forceinline__ int
+tc_col (int col0, bool full, int q, int t)
+{
+  if (!full || FMT == PPX_CUDA_W_INT4)
+    return col0 + 16 * q + 4 * t;
+  if (FMT == PPX_CUDA_W_BF16)
+    return col0 + 32 * (q >> 1) + 8 * t + 4 * (q & 1);
+  return col0 + 64 * (q >> 2) + 16 * t + 4 * (q & 3);
+}
+
+/* y[m, r] (+)= v, int8's row scale applied (the sum's last step, as the CPU backend's). */
+template <int FMT>
+__device__ __forceinline__ void
+tc_store_y (const TcArgs &a, int m, int64_t r, float v)
+{
+  if (FMT == PPX_CUDA_W_INT8)
+    v *= __ldg (a.scales + r);
+  float *yp = a.y + (size_t) m * a.ldy + r;
+  *yp = a.accumulate ? *yp + v : v;
+}
+
+#endif

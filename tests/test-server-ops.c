@@ -1,0 +1,290 @@
+/* personaplex-server for operators: the token (401 before the upgrade, no model time), /health and /metrics,
+ * SIGTERM drain (and a second SIGTERM), TLS with a self-signed --ssl-dir, --static web clients with their content
+ * types, and the start-up checks of the new options. */
+#include <gst/gst.h>
+#include <glib/gstdio.h>
+#include <libsoup/soup.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <string.h>
+
+#include "server/server-fixture.h"
+
+static PpxChatCall *
+call_with (FixtureServer *s, const char *token, gboolean in_query, const char *const *params)
+{
+  PpxChatOptions o = {.url = s->ws_url, .params = params, .token = token, .token_in_query = in_query,
+                      .accept_invalid_certificates = TRUE};
+  PpxChatCall *call = ppx_chat_call_new (&o, NULL, NULL);
+  ppx_chat_call_start (call);
+  return call;
+}
+
+/* A missing or wrong token gets 401 before the upgrade and no call starts; the header and the query both work;
+ * /metrics needs it, /health does not. */
+static void
+test_token (void)
+{
+  g_setenv ("PERSONAPLEX_AUTH_TOKEN", "s3cret-token", TRUE);
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_unsetenv ("PERSONAPLEX_AUTH_TOKEN");
+  const char *wrong[] = {NULL, "s3cret", "s3cret-token-and-more", "S3CRET-TOKEN"};
+  for (guint i = 0; i < G_N_ELEMENTS (wrong); i++)
+    for (int q = 0; q < 2; q++) {
+      g_autoptr (PpxChatCall) call = call_with (s, wrong[i], q, NULL);
+      g_assert_true (ppx_chat_call_wait (call, 10000));
+      g_assert_cmpuint (ppx_chat_call_get_record (call)->http_status, ==, 401);
+    }
+  RawWs *ws = raw_ws_connect (s, "/ws", NULL);
+  g_assert_cmpuint (ws->status, ==, 401);
+  raw_ws_free (ws);
+  g_assert_cmpuint (fixture_server_log_count (s, "/api/chat, voice"), ==, 0); /* no model time */
+  g_assert_cmpuint (fixture_server_log_count (s, "started"), ==, 0);
+  for (int q = 0; q < 2; q++) {
+    g_autoptr (PpxChatCall) call = call_with (s, "s3cret-token", q, NULL);
+    g_assert_true (fixture_call_until_handshake (call, 60000));
+    fixture_call_close (call);
+  }
+  ws = raw_ws_connect (s, "/ws?token=s3cret-token", NULL);
+  g_assert_cmpuint (ws->status, ==, 101);
+  raw_ws_free (ws);
+  g_assert_cmpuint (fixture_http (s, NULL, "/metrics", NULL, NULL, NULL), ==, 401);
+  g_assert_cmpuint (fixture_http (s, NULL, "/metrics", (const char *const[]){"Authorization: Bearer nope", NULL},
+                                  NULL, NULL), ==, 401);
+  g_assert_cmpuint (fixture_http (s, NULL, "/metrics", (const char *const[]){"Authorization: Bearer s3cret-token",
+                                                                             NULL}, NULL, NULL), ==, 200);
+  g_assert_cmpuint (fixture_http (s, NULL, "/api/voices", NULL, NULL, NULL), ==, 401);
+  g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 200);
+  g_assert_true (fixture_server_wait_idle (s, 10000));
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
+/* /health's body, /api/voices, and /metrics's series after two calls (one refused as full). */
+static void
+test_health_and_metrics (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "1", NULL});
+  g_autofree char *health = NULL, *voices = NULL, *metrics = NULL;
+  g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, &health, NULL), ==, 200);
+  const char *fields[] = {"\"sessions\":0", "\"capacity\":1", "\"free\":1", "\"draining\":false", "\"tick_ms_p50\":",
+                          "\"tick_ms_p99\":", "\"overruns\":0", "\"backend\":\"cpu\"", "\"device\":\"cpu\"",
+                          "\"quantization\":\"bf16\"", "\"kv_cache_format\":\"bf16\""};
+  for (guint i = 0; i < G_N_ELEMENTS (fields); i++)
+    g_assert_nonnull (strstr (health, fields[i]));
+  g_assert_cmpuint (fixture_http (s, NULL, "/api/voices", NULL, &voices, NULL), ==, 200);
+  g_assert_cmpstr (voices, ==, "{\"voices\":[\"LONG.wav\",\"NATF0.pt\",\"VOICE1.wav\",\"VOICE2.wav\"],"
+                               "\"default\":null}");
+  g_autoptr (PpxChatAudio) audio = fixture_speech (2, 1.0);
+  g_autoptr (PpxChatCall) call = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, FALSE);
+  g_assert_true (fixture_call_until_handshake (call, 60000));
+  g_autoptr (PpxChatCall) refused = call_with (s, NULL, FALSE, NULL);
+  g_assert_true (ppx_chat_call_wait (refused, 10000));
+  g_assert_cmpuint (ppx_chat_call_get_record (refused)->http_status, ==, 503);
+  g_autofree char *full = NULL;
+  g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, &full, NULL), ==, 503);
+  g_assert_nonnull (strstr (full, "\"sessions\":1"));
+  g_assert_nonnull (strstr (full, "\"free\":0"));
+  while (ppx_chat_call_get_record (call)->answer_samples < 20000 && !ppx_chat_call_is_finished (call))
+    g_main_context_iteration (NULL, TRUE);
+  fixture_call_close (call);
+  g_assert_true (fixture_server_wait_idle (s, 10000));
+  g_assert_cmpuint (fixture_http (s, NULL, "/metrics", NULL, &metrics, NULL), ==, 200);
+  const char *series[] = {
+    "personaplex_sessions_active 0", "personaplex_sessions_capacity 1",
+    "personaplex_calls_accepted_total{protocol=\"chat\"} 1",
+    "personaplex_calls_refused_total{protocol=\"chat\",reason=\"full\"} 1",
+    "personaplex_calls_ended_total{protocol=\"chat\",reason=\"client_closed\"} 1",
+    "personaplex_join_duration_seconds_count{protocol=\"chat\"} 1", "personaplex_overruns_total ",
+    "personaplex_tick_duration_seconds_bucket{le=\"+Inf\"} ", "personaplex_device_memory_bytes{backend=\"cpu\","
+    "part=\"weights\"} ", "# TYPE personaplex_tick_duration_seconds histogram"};
+  for (guint i = 0; i < G_N_ELEMENTS (series); i++) {
+    if (!strstr (metrics, series[i]))
+      g_error ("/metrics lacks '%s':\n%s", series[i], metrics);
+  }
+  const char *ticks = strstr (metrics, "personaplex_tick_duration_seconds_count ");
+  g_assert_nonnull (ticks);
+  g_assert_cmpuint (g_ascii_strtoull (ticks + strlen ("personaplex_tick_duration_seconds_count "), NULL, 10), >=, 10);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
+/* SIGTERM: no new calls (/health 503, draining), the open call runs on for --drain-timeout and is then ended with
+ * 0x05; the server exits 0. A second SIGTERM ends everything at once. */
+static void
+test_drain (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", "--drain-timeout", "3", NULL});
+  g_autoptr (PpxChatAudio) audio = fixture_speech (2, 20.0);
+  g_autoptr (PpxChatCall) call = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, FALSE);
+  g_assert_true (fixture_call_until_handshake (call, 60000));
+  fixture_server_signal (s, SIGTERM);
+  g_assert_true (fixture_server_wait_log (s, "draining", 5000));
+  g_autofree char *health = NULL;
+  g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, &health, NULL), ==, 503);
+  g_assert_nonnull (strstr (health, "\"draining\":true"));
+  g_autoptr (PpxChatCall) late = call_with (s, NULL, FALSE, NULL);
+  g_assert_true (ppx_chat_call_wait (late, 10000));
+  g_assert_cmpuint (ppx_chat_call_get_record (late)->http_status, ==, 503);
+  gint64 answered = ppx_chat_call_get_record (call)->answer_samples;
+  g_assert_true (ppx_chat_call_wait (call, 20000));
+  const PpxChatRecord *r = ppx_chat_call_get_record (call);
+  g_assert_cmpuint (r->errors->len, ==, 1);
+  g_assert_nonnull (strstr (r->errors->pdata[0], "shutting down"));
+  g_assert_cmpint (r->answer_samples, >, answered); /* it ran on meanwhile */
+  g_assert_cmpint (fixture_server_wait_exit (s, 20000), ==, 0);
+  fixture_server_free (s);
+
+  s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_autoptr (PpxChatCall) second = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, FALSE);
+  g_assert_true (fixture_call_until_handshake (second, 60000));
+  fixture_server_signal (s, SIGTERM);
+  g_assert_true (fixture_server_wait_log (s, "draining", 5000));
+  gint64 t0 = g_get_monotonic_time ();
+  fixture_server_signal (s, SIGTERM);
+  g_assert_cmpint (fixture_server_wait_exit (s, 10000), ==, 0);
+  g_assert_cmpint (g_get_monotonic_time () - t0, <, 5 * G_USEC_PER_SEC);
+  g_assert_true (ppx_chat_call_wait (second, 10000));
+  fixture_server_free (s);
+}
+
+/* --ssl-dir makes a self-signed pair the first time and reuses it; HTTPS and WSS work. */
+static void
+test_tls (void)
+{
+  g_autofree char *dir = g_dir_make_tmp ("ppx-server-tls-XXXXXX", NULL);
+  g_autofree char *ssl = g_build_filename (dir, "ssl", NULL);
+  g_autofree char *cert = g_build_filename (ssl, "cert.pem", NULL);
+  g_autofree char *key = g_build_filename (ssl, "key.pem", NULL);
+  for (int run = 0; run < 2; run++) {
+    FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "1", "--ssl-dir", ssl, NULL});
+    g_assert_true (g_str_has_prefix (s->url, "https://127.0.0.1:"));
+    g_assert_cmpuint (fixture_server_log_count (s, "made a self-signed certificate"), ==, run == 0);
+    g_assert_true (g_file_test (cert, G_FILE_TEST_IS_REGULAR) && g_file_test (key, G_FILE_TEST_IS_REGULAR));
+    GStatBuf st;
+    g_assert_cmpint (g_stat (key, &st), ==, 0);
+    g_assert_cmpint (st.st_mode & 077, ==, 0);
+    g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 200);
+    g_autoptr (PpxChatCall) call = call_with (s, NULL, FALSE, NULL);
+    g_assert_true (fixture_call_until_handshake (call, 60000));
+    fixture_call_close (call);
+    g_assert_true (fixture_server_wait_idle (s, 10000));
+    g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+    fixture_server_free (s);
+  }
+  g_unlink (cert);
+  g_unlink (key);
+  g_rmdir (ssl);
+  g_rmdir (dir);
+}
+
+/* --static DIR: index.html at /, files below DIR with their content types, nothing outside it or hidden; the
+ * WebRTC page stays at /webrtc/. */
+static void
+test_static (void)
+{
+  g_autofree char *dir = g_dir_make_tmp ("ppx-server-static-XXXXXX", NULL);
+  g_autofree char *assets = g_build_filename (dir, "assets", NULL);
+  g_mkdir (assets, 0755);
+  struct {
+    const char *path, *content, *type;
+  } files[] = {{"index.html", "<html>client</html>", "text/html; charset=utf-8"},
+               {"assets/index-1a2b.js", "console.log(1)", "text/javascript; charset=utf-8"},
+               {"assets/index-3c4d.css", "body{}", "text/css; charset=utf-8"},
+               {"assets/decoderWorker.min.wasm", "\0asm", "application/wasm"},
+               {"assets/favicon.ico", "ico", "image/x-icon"},
+               {"assets/empty.txt", "", "text/plain; charset=utf-8"}}; /* an empty file: an empty body */
+  for (guint i = 0; i < G_N_ELEMENTS (files); i++) {
+    g_autofree char *p = g_build_filename (dir, files[i].path, NULL);
+    g_assert_true (g_file_set_contents (p, files[i].content, -1, NULL));
+  }
+  g_autofree char *wasm = g_build_filename (dir, "assets", "decoderWorker.min.wasm", NULL);
+  g_assert_true (g_file_set_contents (wasm, "\0asm\1\0\0\0", 8, NULL));
+  g_autofree char *hidden = g_build_filename (dir, ".env", NULL);
+  g_file_set_contents (hidden, "SECRET=1", -1, NULL);
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "1", "--static", dir, NULL});
+  g_autoptr (SoupSession) session = soup_session_new ();
+  for (guint i = 0; i < G_N_ELEMENTS (files); i++) {
+    g_autofree char *url = g_strconcat (s->url, files[i].path, NULL);
+    g_autoptr (SoupMessage) msg = soup_message_new ("GET", url);
+    g_autoptr (GError) error = NULL;
+    g_autoptr (GBytes) body = soup_session_send_and_read (session, msg, NULL, &error);
+    if (error)
+      g_printerr ("GET %s: %s\n", url, error->message);
+    g_assert_cmpuint (soup_message_get_status (msg), ==, 200);
+    g_assert_cmpstr (soup_message_headers_get_one (soup_message_get_response_headers (msg), "Content-Type"), ==,
+                     files[i].type);
+  }
+  char *root = NULL;
+  g_assert_cmpuint (fixture_http (s, NULL, "/", NULL, &root, NULL), ==, 200);
+  g_assert_cmpstr (root, ==, "<html>client</html>");
+  g_free (root);
+  const char *missing[] = {"/.env", "/assets/../.env", "/%2e%2e/%2e%2e/etc/passwd", "/../../etc/passwd",
+                           "/assets/nope.js", "/app.js"};
+  for (guint i = 0; i < G_N_ELEMENTS (missing); i++)
+    g_assert_cmpuint (fixture_http (s, NULL, missing[i], NULL, NULL, NULL), ==, 404);
+  g_assert_cmpuint (fixture_http (s, "POST", "/", NULL, NULL, NULL), ==, 405);
+  char *page = NULL;
+  g_assert_cmpuint (fixture_http (s, NULL, "/webrtc/", NULL, &page, NULL), ==, 200);
+  g_assert_nonnull (strstr (page, "PersonaPlex"));
+  g_free (page);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+  const char *argv[] = {"rm", "-rf", dir, NULL};
+  g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
+}
+
+/* Bad serving options stop the server before it listens, with exit status 2 and the option named. */
+static void
+test_startup_checks (void)
+{
+  struct {
+    const char *args[6];
+    const char *message;
+  } cases[] = {
+    {{"--address", "0.0.0.0"}, "give --auth-token"},
+    {{"--address", "0.0.0.0", "--auth-token", "   "}, "give --auth-token"},
+    {{"--static", "/nonexistent-dir"}, "--static /nonexistent-dir: no index.html"},
+    {{"--tls-cert", "/etc/hostname"}, "give both --tls-cert and --tls-key"},
+    {{"--tls-cert", "/no/cert.pem", "--tls-key", "/no/key.pem"}, "--tls-cert /no/cert.pem: not a readable file"},
+    {{"--allowed-origin", "evil.example"}, "--allowed-origin 'evil.example'"},
+    {{"--ping-interval", "10", "--ping-timeout", "5"}, "--ping-timeout 5 must be longer"},
+    {{"--max-ice-candidates", "0"}, "--max-ice-candidates 0"},
+    {{"--drain-timeout", "-1"}, "--drain-timeout -1"},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
+    g_autoptr (GPtrArray) argv = g_ptr_array_new ();
+    g_ptr_array_add (argv, (gpointer) g_getenv ("PPX_SERVER"));
+    g_ptr_array_add (argv, "--model-dir");
+    g_ptr_array_add (argv, (gpointer) fixture_model_dir ());
+    g_ptr_array_add (argv, "--port");
+    g_ptr_array_add (argv, "0");
+    for (guint k = 0; cases[i].args[k]; k++)
+      g_ptr_array_add (argv, (gpointer) cases[i].args[k]);
+    g_ptr_array_add (argv, NULL);
+    g_autofree char *out = NULL, *err = NULL;
+    int status;
+    g_assert_true (g_spawn_sync (NULL, (char **) argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out, &err, &status,
+                                 NULL));
+    g_printerr ("%s", err);
+    g_assert_true (g_spawn_check_wait_status (status, NULL) == FALSE);
+    g_assert_cmpint (WEXITSTATUS (status), ==, 2);
+    g_assert_nonnull (strstr (err, cases[i].message));
+    g_assert_null (strstr (out, "serving"));
+  }
+}
+
+int
+main (int argc, char **argv)
+{
+  gst_init (&argc, &argv);
+  g_test_init (&argc, &argv, NULL);
+  fixture_model_dir ();
+  g_test_add_func ("/server-ops/token", test_token);
+  g_test_add_func ("/server-ops/health-and-metrics", test_health_and_metrics);
+  g_test_add_func ("/server-ops/drain", test_drain);
+  g_test_add_func ("/server-ops/tls", test_tls);
+  g_test_add_func ("/server-ops/static", test_static);
+  g_test_add_func ("/server-ops/startup-checks", test_startup_checks);
+  return g_test_run ();
+}

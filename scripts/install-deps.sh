@@ -4,7 +4,8 @@
 # usage: scripts/install-deps.sh [--tests]
 #   without options: what building and running needs (the set-up, scripts/setup-and-run.sh)
 #   --tests:         that plus what only the tests need (scripts/run-tests.sh): the fuzzing/sanitizer
-#                    compiler, valgrind, the browser test's Chromium and Node.js, and HAProxy for the fleet test
+#                    compiler, valgrind, the browser tests' Chromium and Node.js, npm (when missing), and
+#                    HAProxy for the fleet test
 # Packages already installed are skipped; --no-install-recommends keeps the set small.
 set -euo pipefail
 
@@ -28,7 +29,11 @@ TEST_PKGS=(
 pkgs=("${RUN_PKGS[@]}")
 case "${1:-}" in
   "") ;;
-  --tests) pkgs+=("${TEST_PKGS[@]}") ;;
+  --tests)
+    pkgs+=("${TEST_PKGS[@]}")
+    # npm builds the reference web client (scripts/build-reference-client.sh). Debian's nodejs has no npm
+    # (Debian's npm package brings it); NodeSource's nodejs has its own and conflicts with Debian's npm.
+    command -v npm >/dev/null 2>&1 || pkgs+=(npm) ;;
   -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
   *) echo "install-deps.sh: unknown option $1 (use --tests or nothing)" >&2; exit 2 ;;
 esac

@@ -14,11 +14,14 @@
 
 /* The client's audio is read no faster than the model answers it: when INPUT_HIGH bytes of Ogg wait in appsrc (the
  * decoded queue in front of the model being full), the server stops reading the WebSocket, and TCP flow control
- * slows the client down; appsrc asks for more below half of it. Nothing is dropped. */
+ * slows the client down; appsrc asks for more below half of it. Nothing is dropped.
+ * capssetter: oggdemux puts the OpusHead's input sample rate in the caps (44100 from a browser whose audio runs
+ * at 44.1 kHz, as the reference web client's encoder writes it) and opusdec refuses any rate Opus does not
+ * decode at; that field is informational (RFC 7845 5.1), so the caps say 48000, the rate of every Opus stream. */
 #define INPUT_HIGH (64 * 1024)
 #define RECEIVE_CHAIN \
   "appsrc name=in is-live=true format=bytes caps=application/ogg max-bytes=65536 min-percent=50 ! " \
-  "oggdemux ! opusdec max-errors=0 ! audioconvert ! audioresample ! " \
+  "oggdemux ! capssetter caps=audio/x-opus,rate=48000 ! opusdec max-errors=0 ! audioconvert ! audioresample ! " \
   "audio/x-raw,format=F32LE,rate=24000,channels=1,layout=interleaved ! " \
   "queue name=decoded max-size-time=200000000 max-size-buffers=0 max-size-bytes=0"
 /* The Opus packets become Ogg pages here (answer_packet), not in oggmux: oggmux holds each packet until the next

@@ -2,6 +2,23 @@
 // from it; each message is JSON followed by a NUL byte). No npm packages, no network socket.
 import { spawn } from 'node:child_process';
 
+// Headless Chromium that reaches nothing beyond the pages it is sent to, with a fake microphone (micFile:
+// an absolute WAV path without "..", or Chromium's beep when undefined) granted without a prompt and
+// audio that plays without a user gesture. size: 'WIDTH,HEIGHT'.
+export function headlessChromiumArgs(userDataDir, size, micFile) {
+  const args = [
+    '--headless=new', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    '--disable-default-apps', '--disable-extensions', '--disable-breakpad', '--no-default-browser-check',
+    '--disable-domain-reliability', '--disable-client-side-phishing-detection', '--metrics-recording-only',
+    `--user-data-dir=${userDataDir}`, `--window-size=${size}`,
+    '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
+    '--autoplay-policy=no-user-gesture-required',
+  ];
+  if (micFile) args.push(`--use-file-for-fake-audio-capture=${micFile}`);
+  return args;
+}
+
 export class Browser {
   constructor(executable, args, log) {
     this.nextId = 1;
@@ -58,12 +75,14 @@ export class Browser {
     this.listeners.push(listener);
   }
 
-  async newPage(url) {
+  // initScript: JavaScript run in the page before its own scripts (hooks that watch what the page does).
+  async newPage(url, { initScript } = {}) {
     const { targetId } = await this.send('Target.createTarget', { url: 'about:blank' });
     const { sessionId } = await this.send('Target.attachToTarget', { targetId, flatten: true });
     const page = new Page(this, targetId, sessionId);
     await page.send('Page.enable');
     await page.send('Runtime.enable');
+    if (initScript) await page.send('Page.addScriptToEvaluateOnNewDocument', { source: initScript });
     const loaded = page.nextEvent('Page.loadEventFired', 30000);
     await page.send('Page.navigate', { url });
     await loaded;
@@ -119,6 +138,26 @@ export class Page {
     const r = await this.send('Runtime.evaluate', { expression, returnByValue: true, awaitPromise: true });
     if (r.exceptionDetails) throw new Error(`evaluate ${expression}: ${r.exceptionDetails.text}`);
     return r.result.value;
+  }
+
+  // A user's click: the mouse moves to the middle of the element (a JavaScript expression giving it) and
+  // presses and releases the left button there.
+  async click(elementExpression, what) {
+    const at = await this.evaluate(`(() => {
+      const e = (${elementExpression});
+      if (!e) return null;
+      e.scrollIntoView({ block: 'center' });
+      const r = e.getBoundingClientRect();
+      return { x: r.x + r.width / 2, y: r.y + r.height / 2 };
+    })()`);
+    if (!at) throw new Error(`click: no ${what} on the page`);
+    for (const type of ['mouseMoved', 'mousePressed', 'mouseReleased'])
+      await this.send('Input.dispatchMouseEvent', { type, x: at.x, y: at.y, button: 'left', clickCount: 1 });
+  }
+
+  // Typing into the focused element (as an input method commits text: one input event).
+  insertText(text) {
+    return this.send('Input.insertText', { text });
   }
 
   async screenshot() {

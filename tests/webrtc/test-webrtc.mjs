@@ -7,53 +7,27 @@
 //   4. one page is closed: the server tears that session down, the other keeps receiving audio;
 //   5. the server stops cleanly on SIGTERM.
 // Artifacts (screenshots, server and browser logs) go to $PPX_WEBRTC_ARTIFACTS.
-import { spawn, spawnSync, execFileSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Browser } from './cdp.mjs';
+import { Browser, headlessChromiumArgs } from './cdp.mjs';
 import { WsClient } from './ws-client.mjs';
+import { env, sleep, check, failures, waitFor, makeTinyModel, ServerProcess } from './harness.mjs';
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set`);
-  return value;
-};
 const artifacts = env('PPX_WEBRTC_ARTIFACTS');
 const serverExe = env('PPX_WEBRTC_SERVER');
 const makeModel = env('PPX_MAKE_MODEL');
 const makeTokenizer = env('PPX_WEBRTC_MAKE_TOKENIZER');
 const chromium = env('PPX_CHROMIUM');
-const micFile = process.env.PPX_WEBRTC_AUDIO;
+const micFile = process.env.PPX_FAKE_MIC;
 
 const SILENCE_RMS = 1e-3; // -60 dBFS
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-let failures = 0;
-
-function check(ok, what) {
-  console.log(`${ok ? 'ok' : 'FAIL'} - ${what}`);
-  if (!ok) failures++;
-  return ok;
-}
-
-async function waitFor(what, probe, timeoutMs, intervalMs = 250) {
-  const deadline = Date.now() + timeoutMs;
-  let last;
-  while (Date.now() < deadline) {
-    last = await probe();
-    if (last) return last;
-    await sleep(intervalMs);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-}
 
 // ---- the model and the server ----
 
 function makeModelDir() {
-  const dir = path.join(artifacts, 'model');
-  fs.rmSync(dir, { recursive: true, force: true });
-  execFileSync(makeModel, ['--preset', 'tiny', '--output-dir', dir], { stdio: 'inherit' });
-  execFileSync(makeTokenizer, [dir], { stdio: 'inherit' });
+  const dir = makeTinyModel(path.join(artifacts, 'model'), makeModel, makeTokenizer);
   // a voice for the page's voice list (a call picks it with its role)
   if (micFile) {
     fs.mkdirSync(path.join(dir, 'voices'));
@@ -62,39 +36,10 @@ function makeModelDir() {
   return dir;
 }
 
-class Server {
+class Server extends ServerProcess {
   constructor(modelDir, args = ['--max-sessions', '3', '--text-prompt', 'You are a friendly assistant.'],
     logName = 'webrtc-server.log') {
-    this.log = fs.createWriteStream(path.join(artifacts, logName));
-    this.stderr = '';
-    this.proc = spawn(serverExe, ['--model-dir', modelDir, '--port', '0', ...args],
-      { stdio: ['ignore', 'pipe', 'pipe'] });
-    this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
-    this.running = true;
-    this.exited.then(() => { this.running = false; });
-    this.proc.stderr.on('data', (d) => {
-      this.stderr += d;
-      this.log.write(d);
-    });
-    this.url = new Promise((resolve, reject) => {
-      let out = '';
-      this.proc.stdout.on('data', (d) => {
-        out += d;
-        this.log.write(d);
-        const m = out.match(/serving (http:\/\/\S+)/);
-        if (m) resolve(m[1]);
-      });
-      this.exited.then(({ code }) => reject(new Error(`the server exited (${code}) before serving:\n${this.stderr}`)));
-    });
-  }
-
-  async stop() {
-    if (this.running) this.proc.kill('SIGTERM');
-    const timer = setTimeout(() => this.proc.kill('SIGKILL'), 20000);
-    const result = await this.exited;
-    clearTimeout(timer);
-    this.log.end();
-    return result;
+    super(serverExe, ['--model-dir', modelDir, '--port', '0', ...args], path.join(artifacts, logName));
   }
 }
 
@@ -231,19 +176,9 @@ async function testSignalling(url, server) {
 // ---- browsers ----
 
 function chromiumArgs(userDataDir) {
-  const args = [
-    '--headless=new', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    '--disable-default-apps', '--disable-extensions', '--disable-breakpad', '--no-default-browser-check',
-    '--disable-domain-reliability', '--disable-client-side-phishing-detection', '--metrics-recording-only',
-    `--user-data-dir=${userDataDir}`, '--window-size=900,700',
-    '--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream',
+  return [...headlessChromiumArgs(userDataDir, '900,700', micFile),
     // Host candidates as IP addresses (not mDNS names), loopback included: the call stays on 127.0.0.1.
-    '--disable-features=WebRtcHideLocalIpsWithMdns', '--allow-loopback-in-peer-connection',
-    '--autoplay-policy=no-user-gesture-required',
-  ];
-  if (micFile) args.push(`--use-file-for-fake-audio-capture=${micFile}`);
-  return args;
+    '--disable-features=WebRtcHideLocalIpsWithMdns', '--allow-loopback-in-peer-connection'];
 }
 
 const pageStatus = (page) => page.evaluate('window.ppxStatus ? JSON.parse(JSON.stringify(window.ppxStatus)) : null');
@@ -362,10 +297,7 @@ async function main() {
   const server = new Server(modelDir);
   let result;
   try {
-    let timer;
-    const url = await Promise.race([server.url, new Promise((resolve, reject) => {
-      timer = setTimeout(() => reject(new Error('the server did not start within 120 s')), 120000);
-    })]).finally(() => clearTimeout(timer));
+    const url = await server.started(120000);
     check(/^http:\/\/127\.0\.0\.1:\d+\/$/.test(url), `the server listens on 127.0.0.1 by default (${url})`);
     check(/3 call\(s\) at once on one engine \(--max-sessions; 4 sessions with the keeper's/.test(server.stderr),
       'with --max-sessions 3 the engine holds 3 calls and the keeper');
@@ -379,8 +311,8 @@ async function main() {
   check(result.code === 0, `the server stops cleanly on SIGTERM (exit ${result.code}, signal ${result.signal})`);
   check(!/CRITICAL|WARNING \*\*/.test(server.stderr), 'no GLib criticals or warnings in the server log');
   console.log(`artifacts: ${artifacts}`);
-  if (failures) {
-    console.log(`${failures} check(s) failed; server log:\n${server.stderr}`);
+  if (failures()) {
+    console.log(`${failures()} check(s) failed; server log:\n${server.stderr}`);
     process.exit(1);
   }
 }

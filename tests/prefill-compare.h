@@ -9,6 +9,80 @@
 #include "golden-model.h"
 #include "kv-format.h"
 
+/* ---- the attention op: T rows of one session against T one-row calls ---- */
+
+typedef struct {
+  gsize values, differ;  /* output values of the T rows, not bit-identical to the one-row calls' */
+  double max_abs, max_ref; /* max |diff|, max |one-row output| */
+  gboolean caches_equal; /* the K and V caches hold the same bytes afterwards */
+} PrefillRowsDiff;
+
+/* On a slot of its own (slot 1 of 2): rows 0..p0-1 one at a time, then rows p0..p0+T-1 as one call of T rows,
+ * against all rows one at a time on another pair of caches; random q, k, v in [-2, 2]. */
+static inline PrefillRowsDiff
+prefill_attention_rows (PpxBackend *be, PpxKvFormat fmt, int H, int Dh, int cap, int p0, int T)
+{
+  PrefillRowsDiff d = {.values = (gsize) T * H * Dh, .caches_equal = TRUE};
+  g_autoptr (GError) err = NULL;
+  const gsize HD = (gsize) H * Dh, width = 3 * HD;
+  const int slots = 2, slot = 1, rows = p0 + T;
+  PpxTensor *ka = ppx_kv_cache_new (be, fmt, slots, cap, H, Dh, &err), *va = ppx_kv_cache_new (be, fmt, slots, cap, H, Dh, &err);
+  PpxTensor *kb = ppx_kv_cache_new (be, fmt, slots, cap, H, Dh, &err), *vb = ppx_kv_cache_new (be, fmt, slots, cap, H, Dh, &err);
+  g_assert_no_error (err);
+  GRand *r = g_rand_new_with_seed (1234 + fmt);
+  g_autofree float *x = g_new (float, (gsize) rows * width);
+  for (gsize i = 0; i < (gsize) rows * width; i++)
+    x[i] = (float) g_rand_double_range (r, -2.0, 2.0);
+  g_rand_free (r);
+  g_autofree int32_t *pos = g_new (int32_t, rows);
+  for (int i = 0; i < rows; i++)
+    pos[i] = i;
+  PpxTensor *qkv = ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) rows * width, &err);
+  PpxTensor *p = ppx_tensor_new (be, PPX_TENSOR_I32, rows, &err), *s = ppx_tensor_new (be, PPX_TENSOR_I32, 1, &err);
+  PpxTensor *out = ppx_tensor_new (be, PPX_TENSOR_F32, (gsize) rows * HD, &err);
+  g_assert_no_error (err);
+  ppx_tensor_upload (qkv, 0, x, (gsize) rows * width);
+  ppx_tensor_upload (p, 0, pos, rows);
+  ppx_tensor_upload (s, 0, &slot, 1);
+  g_autofree float *one = g_new (float, (gsize) rows * HD), *chunk = g_new (float, (gsize) T * HD);
+  /* cache b: every row alone; cache a: the first p0 rows alone, then one call of T rows */
+  for (int i = 0; i < rows; i++) {
+    PpxTensor *qi = ppx_tensor_view (qkv, (gsize) i * width, width), *pi = ppx_tensor_view (p, i, 1);
+    PpxTensor *oi = ppx_tensor_view (out, (gsize) i * HD, HD);
+    ppx_op_attention (be, qi, pi, s, kb, vb, oi, 1, 1, H, Dh, cap, cap);
+    if (i < p0)
+      ppx_op_attention (be, qi, pi, s, ka, va, oi, 1, 1, H, Dh, cap, cap);
+    ppx_tensor_free (qi);
+    ppx_tensor_free (pi);
+    ppx_tensor_free (oi);
+  }
+  ppx_tensor_download (out, 0, one, (gsize) rows * HD);
+  PpxTensor *qt = ppx_tensor_view (qkv, (gsize) p0 * width, (gsize) T * width), *pt = ppx_tensor_view (p, p0, T);
+  PpxTensor *ot = ppx_tensor_view (out, (gsize) p0 * HD, (gsize) T * HD);
+  ppx_op_attention (be, qt, pt, s, ka, va, ot, 1, T, H, Dh, cap, cap);
+  ppx_tensor_download (ot, 0, chunk, (gsize) T * HD);
+  for (gsize i = 0; i < (gsize) T * HD; i++) {
+    const float a = chunk[i], b = one[(gsize) p0 * HD + i];
+    d.differ += memcmp (&a, &b, sizeof a) != 0;
+    d.max_abs = MAX (d.max_abs, fabs ((double) a - b));
+    d.max_ref = MAX (d.max_ref, fabs ((double) b));
+  }
+  PpxTensor *caches[2][2] = {{ka, kb}, {va, vb}};
+  for (int c = 0; c < 2; c++) {
+    const gsize n = ppx_tensor_bytes (caches[c][0]);
+    g_autofree guint8 *a = g_malloc (n), *b = g_malloc (n);
+    ppx_tensor_download_raw (caches[c][0], a);
+    ppx_tensor_download_raw (caches[c][1], b);
+    d.caches_equal &= memcmp (a, b, n) == 0;
+  }
+  PpxTensor *all[] = {ka, va, kb, vb, qkv, p, s, out, qt, pt, ot};
+  for (int i = G_N_ELEMENTS (all) - 1; i >= 0; i--)
+    ppx_tensor_free (all[i]);
+  return d;
+}
+
+/* ---- the golden model ---- */
+
 /* A model directory with the golden weights and config, its LM context set to `context` (> 0). */
 static inline char *
 prefill_model_dir (const GoldenModel *g, int context)

@@ -33,7 +33,7 @@ typedef struct {
   int sizes[PPX_PROMPT_SIZES], n_sizes;   /* chunk sizes, ascending: powers of two, then the largest */
   double cost_ms[PPX_PROMPT_SIZES];       /* running mean of a chunk's time (0: not measured yet) */
   guint64 chunks, frames, waits;          /* chunks run, prompt frames run in them, waits for a gap */
-  int last_rows;                          /* rows of the last chunk */
+  int last_rows, max_rows;                /* rows of the last chunk, and of the longest since the largest was set */
   double last_ms, last_budget_ms;         /* its time, and the time the schedule gave it (INFINITY: no tick due) */
 } PpxPromptClock;
 

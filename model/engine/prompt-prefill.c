@@ -44,6 +44,7 @@ clock_sizes (PpxPromptClock *c, int largest)
     c->sizes[c->n_sizes++] = t;
   c->sizes[c->n_sizes++] = largest;
   memset (c->cost_ms, 0, sizeof c->cost_ms);
+  c->max_rows = 0;
 }
 
 gboolean
@@ -149,6 +150,7 @@ note_chunk (PpxPromptClock *c, int rows, int frames, double ms, double budget_ms
   c->chunks++;
   c->frames += frames;
   c->last_rows = rows;
+  c->max_rows = MAX (c->max_rows, rows);
   c->last_ms = ms;
   c->last_budget_ms = budget_ms;
 }

@@ -4,17 +4,17 @@
  * due:
  *
  *   budget = (last tick's arrival + tick interval) - now - PROMPT_MARGIN_MS
- *   T      = the largest measured chunk size whose cost (PROMPT_SAFETY x its running mean) fits the budget; a
- *            size not measured yet is estimated as the next smaller one's estimate scaled by the sizes' ratio
+ *   T      = the largest chunk size whose estimate fits the budget: PROMPT_SAFETY x the running mean of its
+ *            measured times, or, not measured yet, the next smaller size's estimate scaled by the sizes' ratio
  *
- * with the tick interval the shortest of the last ticks' arrival intervals, at most the frame period (80 ms).
- * No session active: nothing ticks, the budget is unbounded. When not even one frame fits (the gap is spent,
- * or the next tick is overdue) the chunk waits for the next tick to go by, once, at most a quarter period;
- * after that wait it runs at least one frame (the budget of a tick arriving now: the period minus the last
- * tick's run), so prompts progress even when ticks run back to back. A wait that saw no tick marks the ticks
- * stalled (they stopped, or come from the thread that runs the prompts), and no chunk waits again until a
- * tick comes. A chunk ends with a device sync, so its time is what the lock
- * was held and the next tick is not queued behind it. */
+ * with the tick interval the shortest of the last ticks' arrival intervals, at most the frame period (80 ms),
+ * and the sizes 1, 2, 4, ... up to the largest (64 by default). No session active: nothing ticks, the budget
+ * is unbounded. When not even one frame fits (the gap is spent, or the next tick is overdue) the chunk waits
+ * for the next tick to go by, once, at most a quarter period; after that wait it runs at least one frame, with
+ * the budget of a tick arriving now (the period minus the last tick's run; when ticks run back to back, a
+ * quarter of a tick's run), so prompts progress even then. A wait that saw no tick marks the ticks stalled
+ * (they stopped, or come from the thread that runs the prompts), and no chunk waits again until a tick comes.
+ * A chunk ends with a device sync: its time is the time the lock was held, and no tick queues behind it. */
 #include "engine-internal.h"
 
 #include <math.h>
@@ -23,6 +23,7 @@
 #define PROMPT_SAFETY 1.25   /* a size's measured mean times this is its estimate */
 #define PROMPT_ALPHA 0.3     /* weight of a new measurement in the running mean */
 #define PROMPT_STALL 0.25    /* an overdue tick is waited for this fraction of the frame period at most */
+#define PROMPT_OVERLOAD_SHARE 0.25 /* ticks back to back: a chunk may add this share of a tick's time */
 
 int
 ppx_engine_prompt_chunk_for (const PpxEngineParams *params)
@@ -118,6 +119,16 @@ next_tick_due (const PpxEngine *e)
   return last + (gint64) (tick_interval_ms (e) * 1000.0);
 }
 
+/* The budget of a chunk when the next tick is overdue and was waited for (or ticks stalled): what a tick
+ * arriving now can absorb within its frame period, and when ticks run back to back (slower than real time,
+ * every call misses frames already) a share of a tick's time, so the prompts still progress. */
+static double
+overdue_budget (const PpxEngine *e)
+{
+  const double run = e->clock.last_run_us / 1000.0;
+  return MAX (frame_period_ms (e) - run - PROMPT_MARGIN_MS, PROMPT_OVERLOAD_SHARE * run);
+}
+
 /* The estimate of size i's chunk time (ms): measured, or scaled from the next smaller size (0 for size 1
  * unmeasured: one frame always may run). */
 static double
@@ -170,8 +181,8 @@ lock_for_chunk (PpxEngine *e, double *budget_ms)
       budget = INFINITY;
     else if (now < due)
       budget = (due - now) / 1000.0 - PROMPT_MARGIN_MS;
-    else if (waited || c->stalled) /* ticks stopped, or run back to back: the delay a tick arriving now absorbs */
-      budget = frame_period_ms (e) - c->last_run_us / 1000.0 - PROMPT_MARGIN_MS;
+    else if (waited || c->stalled) /* ticks stopped, or run back to back */
+      budget = overdue_budget (e);
     else
       budget = -1; /* overdue: wait for it */
     const int t = chunk_for_budget (c, budget);

@@ -5,7 +5,9 @@
  *  - the golden model on the GPU, and its weights at context 160 (every prompt frame in a chunk of up to 64):
  *    the KV caches after chunked prompts against the step-by-step ones (tolerances below), the LMGen states
  *    identical, the conversations' greedy tokens identical (and the reference's at context 20, f32);
- *  - the GPU's chunked f32 caches against the CPU's within TOL.
+ *  - the GPU's chunked f32 caches against the CPU's within TOL;
+ *  - voice snapshots on the GPU: ppx_kv_cache_copy (values and fp8 scales) byte for byte, and a session whose
+ *    voice phase was copied from the engine's snapshot against one that ran it (same tolerances).
  * Cache tolerances (max |diff| over max |value|): f32 TOL; bf16 2^-8 (one rounding step of the stored value);
  * fp8 2^-3 (one e4m3 step; its per-position scale follows the head's amax). */
 #include "cuda-test.h"
@@ -47,6 +49,28 @@ check_model (const GoldenModel *G, PpxModel *gm, PpxModel *cm, int n_text, gbool
                                                "chunked vs step by step", gm->cfg.lm.context, ppx_kv_format_name (fmts[f]),
                                                v ? ".pt" : "audio", clock.chunks, clock.sizes[clock.n_sizes - 1]);
       assert_kv_close (what, &d, fmts[f]);
+      {
+        g_autoptr (GError) err = NULL;
+        PpxEngineParams ep;
+        ppx_engine_params_init (&ep);
+        ep.max_sessions = 2;
+        ep.kv_format = fmts[f];
+        PpxEngine *e = ppx_engine_new (gm, &ep, &err);
+        g_assert_no_error (err);
+        PpxSession *keep = ppx_engine_session_new (e, &p, &err), *copied = ppx_engine_session_new (e, &p, &err);
+        g_assert_no_error (err);
+        PpxPromptClock vc;
+        ppx_engine_prompt_clock (e, &vc);
+        g_assert_cmpuint (vc.voice_restores, ==, vc.voice_stores); /* kept once and copied once, or neither */
+        prefill_assert_same_lmgen (copied, pre);
+        KvDiff x = prefill_kv_diff (copied, pre);
+        g_autofree char *how = g_strdup_printf ("  voice phase copied from the snapshot (%" G_GUINT64_FORMAT " kept) vs run",
+                                                vc.voice_stores);
+        assert_kv_close (how, &x, fmts[f]);
+        ppx_session_free (keep);
+        ppx_session_free (copied);
+        ppx_engine_unref (e);
+      }
       if (fmts[f] == PPX_KV_F32) {
         PpxSession *cpu_pre = prefill_session (cm, fmts[f], 0, &p, NULL);
         KvDiff x = prefill_kv_diff (pre, cpu_pre);
@@ -90,6 +114,8 @@ test_prefill (void)
       g_assert_cmpfloat (d.max_abs, <=, TOL * MAX (1.0, d.max_ref));
     }
   }
+  for (guint f = 0; f < N_KV_FORMATS; f++)
+    g_assert_true (prefill_kv_copy_check (gpu, kv_formats[f], 32, 128, 3000, 40, 125));
   if (!ppx_test_golden_dir ()) {
     g_test_skip ("golden data not found (set PPX_GOLDEN_DIR)");
     return;

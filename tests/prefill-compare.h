@@ -81,6 +81,60 @@ prefill_attention_rows (PpxBackend *be, PpxKvFormat fmt, int H, int Dh, int cap,
   return d;
 }
 
+/* ---- ppx_kv_cache_copy ---- */
+
+/* Random bytes in two caches (slots x cap of H x Dh, and 1 x n of the same), ppx_kv_cache_copy of n positions
+ * from slot 1 at position p of the first to the second at 0, then back to slot 2 at position p: what the
+ * caches hold afterwards against the same copies on the host. Also the ranges it must refuse. TRUE when all
+ * agree. */
+static inline gboolean
+prefill_kv_copy_check (PpxBackend *be, PpxKvFormat fmt, int H, int Dh, int cap, int p, int n)
+{
+  g_autoptr (GError) err = NULL;
+  const int slots = 3;
+  const gsize HD = (gsize) H * Dh;
+  PpxTensor *big = ppx_kv_cache_new (be, fmt, slots, cap, H, Dh, &err), *snap = ppx_kv_cache_new (be, fmt, 1, n, H, Dh, &err);
+  g_assert_no_error (err);
+  const gsize nb = ppx_tensor_bytes (big), ns = ppx_tensor_bytes (snap);
+  g_autofree guint8 *hb = g_malloc (nb), *hs = g_malloc (ns), *gb = g_malloc (nb), *gs = g_malloc (ns);
+  GRand *r = g_rand_new_with_seed (77 + fmt);
+  for (gsize i = 0; i < nb; i++)
+    hb[i] = (guint8) g_rand_int (r);
+  for (gsize i = 0; i < ns; i++)
+    hs[i] = (guint8) g_rand_int (r);
+  g_rand_free (r);
+  ppx_tensor_upload_raw (big, hb);
+  ppx_tensor_upload_raw (snap, hs);
+  gboolean ok = ppx_kv_cache_copy (snap, 0, n, 0, big, 1, cap, p, n, H, Dh) &&
+                ppx_kv_cache_copy (big, 2, cap, p, snap, 0, n, 0, n, H, Dh);
+  /* refused: past a capacity, a slot that does not exist, another format */
+  ok &= !ppx_kv_cache_copy (snap, 0, n, 1, big, 1, cap, p, n, H, Dh);
+  ok &= !ppx_kv_cache_copy (big, 3, cap, 0, snap, 0, n, 0, n, H, Dh);
+  ok &= !ppx_kv_cache_copy (big, 0, cap, cap - n + 1, snap, 0, n, 0, n, H, Dh);
+  PpxTensor *other = ppx_kv_cache_new (be, fmt == PPX_KV_F32 ? PPX_KV_BF16 : PPX_KV_F32, 1, n, H, Dh, &err);
+  g_assert_no_error (err);
+  ok &= !ppx_kv_cache_copy (other, 0, n, 0, big, 1, cap, p, n, H, Dh);
+  ppx_tensor_free (other);
+  ppx_tensor_download_raw (big, gb);
+  ppx_tensor_download_raw (snap, gs);
+  /* the same on the host: values [slot, cap, HD] of es bytes, fp8 scales [slot, H, cap] after round_up(n, 16) */
+  const gsize vs = fmt == PPX_KV_F32 ? 4 : fmt == PPX_KV_BF16 ? 2 : 1, row = HD * vs;
+  memcpy (hs, hb + ((gsize) 1 * cap + p) * row, (gsize) n * row);
+  memcpy (hb + ((gsize) 2 * cap + p) * row, hs, (gsize) n * row);
+  if (fmt == PPX_KV_FP8) {
+    float *sb = (float *) (hb + ((ppx_tensor_numel (big) + 15) & ~(gsize) 15));
+    float *ss = (float *) (hs + ((ppx_tensor_numel (snap) + 15) & ~(gsize) 15));
+    for (int h = 0; h < H; h++) {
+      memcpy (ss + (gsize) h * n, sb + ((gsize) 1 * H + h) * cap + p, (gsize) n * sizeof (float));
+      memcpy (sb + ((gsize) 2 * H + h) * cap + p, ss + (gsize) h * n, (gsize) n * sizeof (float));
+    }
+  }
+  ok &= memcmp (gb, hb, nb) == 0 && memcmp (gs, hs, ns) == 0;
+  ppx_tensor_free (big);
+  ppx_tensor_free (snap);
+  return ok;
+}
+
 /* ---- the golden model ---- */
 
 /* A model directory with the golden weights and config, its LM context set to `context` (> 0). */
@@ -136,7 +190,8 @@ prefill_model_load (const char *dir, PpxBackendKind backend)
 }
 
 /* A session with parameters p on an engine of its own (one slot, `kv` caches), its prompts in chunks of at most
- * `chunk` frames (1: step by step). The engine's prompt clock goes to *clock when it is not NULL. */
+ * `chunk` frames (1: step by step), no voice snapshots. The engine's prompt clock goes to *clock when it is not
+ * NULL. */
 static inline PpxSession *
 prefill_session (PpxModel *m, PpxKvFormat kv, int chunk, const PpxSessionParams *p, PpxPromptClock *clock)
 {
@@ -146,6 +201,7 @@ prefill_session (PpxModel *m, PpxKvFormat kv, int chunk, const PpxSessionParams 
   ep.max_sessions = 1;
   ep.kv_format = kv;
   ep.prompt_chunk = chunk;
+  ep.voice_snapshots = -1;
   PpxEngine *e = ppx_engine_new (m, &ep, &err);
   g_assert_no_error (err);
   PpxSession *s = ppx_engine_session_new (e, p, &err);
@@ -162,35 +218,44 @@ typedef struct {
   double max_abs, max_ref; /* max |a - b| of the decoded values; max |b| */
 } KvDiff;
 
-/* A cache's storage decoded to f32, [cap, dim] of slot 0 (the engines above have one slot). */
+/* Slot `slot` of a cache of n_slots: its stored bytes (values, then for fp8 its scales [H, cap]) appended to
+ * *bytes, and its values decoded to f32 [cap, H * Dh] (g_free). */
 static inline float *
-prefill_decode (PpxTensor *t, int cap, int H, int Dh, guint8 *raw)
+prefill_decode (PpxTensor *t, int slot, int cap, int H, int Dh, GByteArray *bytes)
 {
-  const gsize n = ppx_tensor_numel (t), HD = (gsize) H * Dh;
-  g_assert_cmpuint (n, ==, (gsize) cap * HD);
-  float *v = g_new (float, n);
+  const gsize HD = (gsize) H * Dh, n = ppx_tensor_numel (t), per = (gsize) cap * HD;
+  g_assert_cmpuint (n % per, ==, 0);
+  g_autofree guint8 *raw = g_malloc (ppx_tensor_bytes (t));
   ppx_tensor_download_raw (t, raw);
+  float *v = g_new (float, per);
   switch (ppx_tensor_type (t)) {
-    case PPX_TENSOR_BF16:
-      for (gsize i = 0; i < n; i++)
-        v[i] = ppx_kv_from_bf16 (((const uint16_t *) raw)[i]);
+    case PPX_TENSOR_BF16: {
+      const uint16_t *x = (const uint16_t *) raw + slot * per;
+      g_byte_array_append (bytes, (const guint8 *) x, per * 2);
+      for (gsize i = 0; i < per; i++)
+        v[i] = ppx_kv_from_bf16 (x[i]);
       break;
+    }
     case PPX_TENSOR_FP8: {
-      const float *scales = (const float *) (raw + ((n + 15) & ~(gsize) 15)); /* [slot, H, cap] */
-      for (gsize i = 0; i < n; i++) {
+      const guint8 *x = raw + slot * per;
+      const float *scales = (const float *) (raw + ((n + 15) & ~(gsize) 15)) + (gsize) slot * H * cap; /* [H, cap] */
+      g_byte_array_append (bytes, x, per);
+      g_byte_array_append (bytes, (const guint8 *) scales, (gsize) H * cap * sizeof (float));
+      for (gsize i = 0; i < per; i++) {
         const gsize pos = i / HD, h = (i % HD) / Dh;
-        v[i] = ppx_kv_from_e4m3 (raw[i]) * scales[h * cap + pos];
+        v[i] = ppx_kv_from_e4m3 (x[i]) * scales[h * cap + pos];
       }
       break;
     }
     default:
-      memcpy (v, raw, n * sizeof (float));
+      memcpy (v, (const float *) raw + slot * per, per * sizeof (float));
+      g_byte_array_append (bytes, (const guint8 *) v, per * sizeof (float));
       break;
   }
   return v;
 }
 
-/* The temporal KV caches of two sessions on one-slot engines of the same model and format. */
+/* The temporal KV caches of two sessions' slots (engines of the same model and format). */
 static inline KvDiff
 prefill_kv_diff (PpxSession *a, PpxSession *b)
 {
@@ -200,14 +265,14 @@ prefill_kv_diff (PpxSession *a, PpxSession *b)
   for (int l = 0; l < c->num_layers; l++) {
     for (int value = 0; value < 2; value++) {
       PpxTensor *ta = ppx_lm_batch_cache (a->engine->lm, l, value), *tb = ppx_lm_batch_cache (b->engine->lm, l, value);
-      const gsize nb = ppx_tensor_bytes (ta);
-      g_assert_cmpuint (nb, ==, ppx_tensor_bytes (tb));
-      g_autofree guint8 *ra = g_malloc (nb), *rb = g_malloc (nb);
-      g_autofree float *va = prefill_decode (ta, c->context, H, Dh, ra), *vb = prefill_decode (tb, c->context, H, Dh, rb);
-      for (gsize i = 0; i < nb; i++)
-        d.bytes_differ += ra[i] != rb[i];
-      d.bytes += nb;
-      const gsize n = ppx_tensor_numel (ta);
+      g_autoptr (GByteArray) ra = g_byte_array_new (), rb = g_byte_array_new ();
+      g_autofree float *va = prefill_decode (ta, a->slot, c->context, H, Dh, ra);
+      g_autofree float *vb = prefill_decode (tb, b->slot, c->context, H, Dh, rb);
+      g_assert_cmpuint (ra->len, ==, rb->len);
+      for (guint i = 0; i < ra->len; i++)
+        d.bytes_differ += ra->data[i] != rb->data[i];
+      d.bytes += ra->len;
+      const gsize n = (gsize) c->context * H * Dh;
       for (gsize i = 0; i < n; i++) {
         d.differ += memcmp (&va[i], &vb[i], sizeof (float)) != 0;
         d.max_abs = MAX (d.max_abs, fabs ((double) va[i] - vb[i]));

@@ -63,6 +63,7 @@ tick_thread (gpointer data)
 typedef struct {
   const char *name;
   int chunk;            /* the engine's largest chunk in this mode (1: step by step) */
+  int voices;           /* voice snapshots kept in this mode */
   int n;                /* joins measured */
   double *join_ms, *t0, *t1;
   guint64 chunks, frames, waits;
@@ -171,6 +172,7 @@ bench_run_join (const BenchSetup *s, const BenchJoin *j, FILE *out, GError **err
   ep.kv_format = s->kv_format;
   ep.prompt_chunk = j->prompt_chunk;
   ep.no_cuda_graphs = s->cuda_graphs == BENCH_GRAPHS_OFF;
+  ep.voice_snapshots = -1; /* the modes below set it */
   Ticker t = {.B = B, .fs = fs, .period_ms = 1000.0 * fs / sr, .ticks = g_array_new (FALSE, FALSE, sizeof (TickRec))};
   g_mutex_init (&t.lock);
   g_autofree char *dir = g_dir_make_tmp ("ppx-bench-join-XXXXXX", error);
@@ -194,15 +196,19 @@ bench_run_join (const BenchSetup *s, const BenchJoin *j, FILE *out, GError **err
     for (int k = 0; k < SIGNAL_FRAMES; k++)
       bench_test_signal (i, k, fs, sr, t.signal + ((gsize) i * SIGNAL_FRAMES + k) * fs);
   const int largest = ok ? clock0.sizes[clock0.n_sizes - 1] : 1;
-  /* the two modes, then the unmeasured warm-up joins (their ticks are in neither figure) */
-  Mode modes[3] = {{.name = "step by step", .chunk = 1}, {.name = "prefill", .chunk = largest}, {.name = "warm-up"}};
+  /* the three modes, then the unmeasured warm-up joins (their ticks are in no mode's figures) */
+  enum { N_MODES = 3, WARM = N_MODES };
+  Mode modes[N_MODES + 1] = {{.name = "step by step", .chunk = 1},
+                             {.name = "prefill", .chunk = largest},
+                             {.name = "+ voice copy", .chunk = largest, .voices = 1},
+                             {.name = "warm-up"}};
   const int first = j->compare ? 0 : 1;
-  for (int q = 0; q < 3; q++) {
-    modes[q].join_ms = g_new0 (double, MAX (j->joins, 3));
-    modes[q].t0 = g_new0 (double, MAX (j->joins, 3));
-    modes[q].t1 = g_new0 (double, MAX (j->joins, 3));
+  for (int q = 0; q <= N_MODES; q++) {
+    modes[q].join_ms = g_new0 (double, MAX (j->joins, N_MODES + 1));
+    modes[q].t0 = g_new0 (double, MAX (j->joins, N_MODES + 1));
+    modes[q].t1 = g_new0 (double, MAX (j->joins, N_MODES + 1));
   }
-  Mode *warm = &modes[2];
+  Mode *warm = &modes[WARM];
   g_autofree int *text = g_new (int, MAX (j->text_tokens, 1));
   for (int i = 0; i < j->text_tokens; i++)
     text[i] = 4 + (int) ((i * 2654435761u) % (guint) (model->cfg.lm.text_card - 4));
@@ -227,8 +233,9 @@ bench_run_join (const BenchSetup *s, const BenchJoin *j, FILE *out, GError **err
     ok = join_once (&t, &jp, warm, warm->n++, error); /* encodes the voice and writes its embeddings cache */
     warm_ms = warm->join_ms[0];
   }
-  for (int q = first; ok && q < 2; q++) {
+  for (int q = first; ok && q < N_MODES; q++) {
     ppx_engine_set_prompt_chunk (t.engine, modes[q].chunk);
+    ppx_engine_set_voice_snapshots (t.engine, modes[q].voices);
     settle (&t, SETTLE_TICKS);
     ok = join_once (&t, &jp, warm, warm->n++, error); /* unmeasured: the chunk costs of this mode are learnt */
     for (int i = 0; ok && i < j->joins; i++) {
@@ -251,11 +258,11 @@ bench_run_join (const BenchSetup *s, const BenchJoin *j, FILE *out, GError **err
     fprintf (out, "first join (the voice encoded, its embeddings cached): %.1f ms\n", warm_ms);
     BenchStats base;
     int missed;
-    tick_stats (&t, modes, 3, NULL, &base, &missed);
+    tick_stats (&t, modes, N_MODES + 1, NULL, &base, &missed);
     fprintf (out, "%-13s %u ticks, response ms p50 %6.2f p99 %6.2f max %6.2f, over the period: %d\n", "no join", base.n,
              base.p50, base.p99, base.max, missed);
-    for (int q = first; q < 2; q++)
-      print_mode (out, &t, modes, 3, &modes[q]);
+    for (int q = first; q < N_MODES; q++)
+      print_mode (out, &t, modes, N_MODES + 1, &modes[q]);
     PpxPromptClock c;
     ppx_engine_prompt_clock (t.engine, &c);
     fprintf (out, "prefill chunk cost (running mean, ms):");
@@ -263,10 +270,14 @@ bench_run_join (const BenchSetup *s, const BenchJoin *j, FILE *out, GError **err
       if (c.cost_ms[i] > 0)
         fprintf (out, " %d: %.2f", c.sizes[i], c.cost_ms[i]);
     fprintf (out, "\n");
+    int n_voices;
+    const guint64 vb = ppx_engine_voice_snapshot_bytes (t.engine, &n_voices);
+    fprintf (out, "voice snapshot: %.1f MB of device memory for the %.1f s voice (%d kept)\n", vb / 1e6 / MAX (n_voices, 1),
+             j->voice_seconds, n_voices);
   }
   for (int i = 0; i < B; i++)
     ppx_session_free (t.sessions[i]);
-  for (int q = 0; q < 3; q++) {
+  for (int q = 0; q <= N_MODES; q++) {
     g_free (modes[q].join_ms);
     g_free (modes[q].t0);
     g_free (modes[q].t1);

@@ -1,7 +1,8 @@
 /* personaplex-bench --join: the join time of a new call while others run (docs/engine.md, "Prompt prefill").
  * B running sessions (--batch, at --context) are ticked in real time, one tick every frame period on a thread
  * of their own, while the main thread creates a session with a voice prompt and a text prompt and frees it
- * again, `joins` times, with the prompts step by step (when `compare`) and as chunked prefill. Printed per
+ * again, `joins` times, with the prompts step by step (when `compare`), as chunked prefill, and as chunked
+ * prefill after copying the voice phase from the engine's snapshot of it (docs/engine.md). Printed per
  * mode: the join time (ppx_engine_session_new), its prompt chunks, and the running sessions' ticks during the
  * joins: their response (tick end minus the frame's arrival) and how many passed the frame period (a missed
  * frame), against the ticks without a join; then the chunk sizes' measured costs. */

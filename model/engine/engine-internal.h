@@ -35,6 +35,7 @@ typedef struct {
   guint64 chunks, frames, waits;          /* chunks run, prompt frames run in them, waits for a gap */
   int last_rows, max_rows;                /* rows of the last chunk, and of the longest since the largest was set */
   double last_ms, last_budget_ms;         /* its time, and the time the schedule gave it (INFINITY: no tick due) */
+  guint64 voice_uses, voice_restores, voice_stores; /* voice snapshots (voice-snapshot.c): uses, copies in, kept */
 } PpxPromptClock;
 
 /* One prompt frame (spec §5.5): one LMGen call with these inputs. */
@@ -77,6 +78,9 @@ struct PpxEngine {
   int prompt_chunk;
   PpxLmPrefill *prefill; /* NULL when prompt_chunk is 1 at creation */
   PpxPromptClock clock;  /* guarded by lock */
+  /* Voice snapshots (voice-snapshot.c), guarded by lock: at most voice_snapshots kept (0: none). */
+  int voice_snapshots;
+  GPtrArray *voices;     /* PpxVoiceSnapshot */
 
   /* Everything below is guarded by lock. A tick holds it for the whole tick; session creation takes it
    * for one prompt frame at a time and lets a waiting tick go first (ticks_waiting, turn). */
@@ -134,6 +138,22 @@ void ppx_engine_run_prompt (PpxEngine *e, PpxSession *s, const PpxPromptFrame *f
 void ppx_engine_set_prompt_chunk (PpxEngine *e, int n);
 /* A copy of the schedule's state and counters. */
 void ppx_engine_prompt_clock (PpxEngine *e, PpxPromptClock *out);
+
+/* ---- voice snapshots (voice-snapshot.c) ---- */
+#define PPX_VOICE_SNAPSHOTS_DEFAULT 16
+typedef struct PpxVoiceSnapshot PpxVoiceSnapshot;
+/* The key of a voice prompt's phase (g_free). */
+char *ppx_voice_snapshot_key (const PpxVoicePrompt *vp);
+/* Takes the lock: when the engine keeps the voice `key`, copies its KV rows into s's slot and its LMGen state
+ * into s->gen, and returns TRUE; FALSE (nothing changed) otherwise. */
+gboolean ppx_engine_voice_restore (PpxEngine *e, PpxSession *s, const char *key);
+/* Takes the lock: keeps s's voice phase (just run: s->gen after its last frame) as `key`, when it fits. */
+void ppx_engine_voice_store (PpxEngine *e, PpxSession *s, const char *key);
+/* Device bytes of the kept voices, and (may be NULL) how many. */
+guint64 ppx_engine_voice_snapshot_bytes (PpxEngine *e, int *n_voices);
+/* At most n voices from now on (0: none; the excess is dropped). */
+void ppx_engine_set_voice_snapshots (PpxEngine *e, int n);
+void ppx_engine_voice_snapshots_free (PpxEngine *e);
 
 /* Tests: pad ticks to buckets as on a GPU, also on a backend without graphs (the CPU: there the padded and
  * unpadded ticks must agree bit for bit). Call before the first tick. */

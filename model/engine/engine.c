@@ -74,6 +74,8 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   e->model = ppx_model_ref (model);
   e->kv = ppx_kv_format_resolve (params->kv_format);
   e->prompt_chunk = ppx_engine_prompt_chunk_for (params);
+  e->voice_snapshots = params->voice_snapshots < 0 ? 0
+                       : params->voice_snapshots > 0 ? params->voice_snapshots : PPX_VOICE_SNAPSHOTS_DEFAULT;
   const int n = e->max_sessions =
     params->max_sessions > 0 ? params->max_sessions : auto_sessions (model, e->kv, e->prompt_chunk);
   g_mutex_init (&e->lock);
@@ -123,6 +125,7 @@ ppx_engine_unref (PpxEngine *e)
 {
   if (!e || !g_atomic_int_dec_and_test (&e->refcount))
     return;
+  ppx_engine_voice_snapshots_free (e);
   ppx_lm_prefill_free (e->prefill);
   ppx_lm_batch_free (e->lm);
   ppx_mimi_batch_free (e->mimi);

@@ -49,6 +49,24 @@ run_frames (PpxSession *s, const PpxPromptFrame *f, int n)
   }
 }
 
+/* The voice phase (frames 0 .. n_voice-1) from the engine's snapshot of it when it has one, else run (and kept
+ * when it may be: voice-snapshot.c); then the other frames. Step by step, everything runs. */
+static void
+run_voice_then (PpxSession *s, const PpxPromptFrame *f, int n_voice, int n)
+{
+  PpxEngine *e = s->engine;
+  if (n_voice == 0 || e->prompt_chunk <= 1 || e->voice_snapshots <= 0) {
+    run_frames (s, f, n);
+    return;
+  }
+  g_autofree char *key = ppx_voice_snapshot_key (s->voice);
+  if (!ppx_engine_voice_restore (e, s, key)) {
+    run_frames (s, f, n_voice);
+    ppx_engine_voice_store (e, s, key);
+  }
+  run_frames (s, f + n_voice, n - n_voice);
+}
+
 /* The system prompts in the reference's order: voice, silence, text, silence (spec §5.5). */
 static void
 run_prompts (PpxSession *s)
@@ -76,7 +94,7 @@ run_prompts (PpxSession *s)
   }
   if (vp && vp->from_embeddings)
     f[n_voice].cache = (const int (*)[PPX_LMGEN_COLS]) vp->cache; /* the .pt's token cache after its vectors */
-  run_frames (s, f, n);
+  run_voice_then (s, f, n_voice, n);
   s->frames = 0;
 }
 

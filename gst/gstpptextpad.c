@@ -95,15 +95,17 @@ text_activate_mode (GstPad * pad, GstObject * parent, GstPadMode mode,
 
   if (mode != GST_PAD_MODE_PUSH)
     return FALSE;
-  if (active) {
-    set_flushing (text, FALSE);
-    return gst_pad_start_task (pad, text_loop, text, NULL);
-  }
-  set_flushing (text, TRUE);
+  /* Deactivated, the queue is cleared and stays empty until the next
+   * activation: the sink pad is deactivated after text_src, so its thread
+   * may still queue this run's sticky events (a CAPS), which must not be
+   * pushed ahead of the next run's STREAM_START. */
   g_mutex_lock (&text->lock);
-  g_queue_clear_full (&text->items,
-      (GDestroyNotify) gst_mini_object_unref);
+  text->active = active;
+  g_queue_clear_full (&text->items, (GDestroyNotify) gst_mini_object_unref);
   g_mutex_unlock (&text->lock);
+  set_flushing (text, !active);
+  if (active)
+    return gst_pad_start_task (pad, text_loop, text, NULL);
   return gst_pad_stop_task (pad);
 }
 
@@ -136,11 +138,11 @@ gst_pp_text_pad_queue (GstPpTextPad * text, GstMiniObject * item)
   guint waiting;
 
   g_mutex_lock (&text->lock);
-  /* while flushing (or inactive), only the sticky events are kept */
-  if (text->flushing && !(GST_IS_EVENT (item)
+  /* inactive: nothing is kept; flushing: only the sticky events */
+  if (!text->active || (text->flushing && !(GST_IS_EVENT (item)
           && GST_EVENT_IS_STICKY (item)
           && GST_EVENT_TYPE (item) != GST_EVENT_SEGMENT
-          && GST_EVENT_TYPE (item) != GST_EVENT_EOS)) {
+          && GST_EVENT_TYPE (item) != GST_EVENT_EOS))) {
     g_mutex_unlock (&text->lock);
     gst_mini_object_unref (item);
     return;

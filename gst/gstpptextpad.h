@@ -14,6 +14,7 @@ typedef struct
   GMutex lock;
   GCond cond;
   GQueue items;                 /* GstBuffer / serialized GstEvent */
+  gboolean active;              /* text_src is active: items may be queued */
   gboolean flushing;
   gboolean warned;
   GstFlowReturn flow;           /* the peer's answer to the last buffer */
@@ -27,7 +28,8 @@ void gst_pp_text_pad_init (GstPpTextPad * text, GstPad * pad);
 void gst_pp_text_pad_clear (GstPpTextPad * text);
 
 /* Queues a buffer or a serialized event for text_src (takes ownership);
- * never blocks. */
+ * never blocks. While text_src is inactive nothing is kept; while it is
+ * flushing, only the sticky events that survive a flush. */
 void gst_pp_text_pad_queue (GstPpTextPad * text, GstMiniObject * item);
 
 /* What text_src's peer answered to the last buffer pushed (GST_FLOW_OK

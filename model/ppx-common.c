@@ -1,5 +1,7 @@
 #include "ppx-common.h"
 
+#include <errno.h>
+#include <glib/gstdio.h>
 #include <math.h>
 
 static const struct {
@@ -113,4 +115,17 @@ ppx_convert_to_f32 (PpxDType dt, const void *src, float *dst, gsize n)
     default:
       return FALSE;
   }
+}
+
+const char *
+ppx_file_problem (const char *path)
+{
+  GStatBuf st;
+  if (g_stat (path, &st) != 0)
+    return errno == ENOENT || errno == ENOTDIR ? "no such file" : g_strerror (errno);
+  if (S_ISDIR (st.st_mode))
+    return "is a directory";
+  if (!S_ISREG (st.st_mode))
+    return "not a regular file (a device, pipe or socket)";
+  return NULL;
 }

@@ -55,6 +55,11 @@ ppx_f32_to_bf16 (float f)
 float ppx_f16_to_f32 (uint16_t h);
 uint16_t ppx_f32_to_f16 (float f);
 
+/* Why `path` is not a regular file: "no such file", "is a directory", "not a regular file (a device, pipe
+ * or socket)", or the system's reason when it cannot be examined; NULL when it is a regular file. For
+ * messages that say what the problem is ("PATH: is a directory"). */
+const char *ppx_file_problem (const char *path);
+
 /* Converts n elements of a stored tensor (F32, BF16 or F16) to f32. */
 gboolean ppx_convert_to_f32 (PpxDType dt, const void *src, float *dst, gsize n);
 

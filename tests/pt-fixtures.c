@@ -211,25 +211,35 @@ pt_fixture_pickle (const PtFixtureTensor *tensors, guint n)
 
 /* ---- zip archives ---- */
 
-GBytes *
-pt_fixture_zip (guint n, const char *const *names, GBytes *const *datas)
+/* An archive written into memory: archive_new, then the records (archive_add), then archive_bytes. */
+static zip_t *
+archive_new (zip_source_t **mem)
 {
   zip_error_t ze;
   zip_error_init (&ze);
-  zip_source_t *mem = zip_source_buffer_create (NULL, 0, 0, &ze);
-  g_assert (mem);
-  zip_source_keep (mem);
-  zip_t *za = zip_open_from_source (mem, ZIP_TRUNCATE, &ze);
+  *mem = zip_source_buffer_create (NULL, 0, 0, &ze);
+  g_assert (*mem);
+  zip_source_keep (*mem);
+  zip_t *za = zip_open_from_source (*mem, ZIP_TRUNCATE, &ze);
   g_assert (za);
-  for (guint i = 0; i < n; i++) {
-    gsize len;
-    const void *data = g_bytes_get_data (datas[i], &len);
-    zip_source_t *s = zip_source_buffer (za, data, len, 0);
-    zip_int64_t idx = zip_file_add (za, names[i], s, ZIP_FL_ENC_UTF_8);
-    g_assert (idx >= 0);
-    zip_set_file_compression (za, (zip_uint64_t) idx, ZIP_CM_STORE, 0);
-    zip_file_set_mtime (za, (zip_uint64_t) idx, 315532800, 0); /* fixed, for reproducible bytes */
-  }
+  zip_error_fini (&ze);
+  return za;
+}
+
+/* Adds a record (method ZIP_CM_STORE or ZIP_CM_DEFLATE, level 1) with a fixed time, for reproducible bytes. */
+static void
+archive_add (zip_t *za, const char *name, zip_source_t *src, zip_int32_t method)
+{
+  g_assert (src);
+  zip_int64_t idx = zip_file_add (za, name, src, ZIP_FL_ENC_UTF_8);
+  g_assert (idx >= 0);
+  zip_set_file_compression (za, (zip_uint64_t) idx, method, method == ZIP_CM_STORE ? 0 : 1);
+  zip_file_set_mtime (za, (zip_uint64_t) idx, 315532800, 0);
+}
+
+static GBytes *
+archive_bytes (zip_t *za, zip_source_t *mem)
+{
   g_assert (zip_close (za) == 0);
   g_assert (zip_source_open (mem) == 0);
   zip_source_seek (mem, 0, SEEK_END);
@@ -239,8 +249,20 @@ pt_fixture_zip (guint n, const char *const *names, GBytes *const *datas)
   g_assert (zip_source_read (mem, buf, (zip_uint64_t) size) == size);
   zip_source_close (mem);
   zip_source_free (mem);
-  zip_error_fini (&ze);
   return g_bytes_new_take (buf, (gsize) size);
+}
+
+GBytes *
+pt_fixture_zip (guint n, const char *const *names, GBytes *const *datas)
+{
+  zip_source_t *mem;
+  zip_t *za = archive_new (&mem);
+  for (guint i = 0; i < n; i++) {
+    gsize len;
+    const void *data = g_bytes_get_data (datas[i], &len);
+    archive_add (za, names[i], zip_source_buffer (za, data, len, 0), ZIP_CM_STORE);
+  }
+  return archive_bytes (za, mem);
 }
 
 GBytes *
@@ -316,6 +338,64 @@ pt_fixture_voice_bf16 (void)
 {
   g_autoptr (GBytes) pkl = pt_fixture_pickle (voice_tensors, G_N_ELEMENTS (voice_tensors));
   return voice_file_with (pkl, NULL, NULL);
+}
+
+/* ---- a small file that inflates to a large one ---- */
+
+/* A libzip source of `left` zero bytes, read in pieces. */
+static zip_int64_t
+zeros_source (void *userdata, void *data, zip_uint64_t len, zip_source_cmd_t cmd)
+{
+  guint64 *total = userdata; /* [0]: size, [1]: bytes left */
+  switch (cmd) {
+    case ZIP_SOURCE_OPEN:
+      total[1] = total[0];
+      return 0;
+    case ZIP_SOURCE_READ: {
+      zip_uint64_t n = MIN (len, total[1]);
+      memset (data, 0, n);
+      total[1] -= n;
+      return (zip_int64_t) n;
+    }
+    case ZIP_SOURCE_CLOSE:
+    case ZIP_SOURCE_FREE:
+      return 0;
+    case ZIP_SOURCE_STAT: {
+      zip_stat_t *st = data;
+      zip_stat_init (st);
+      st->size = total[0];
+      st->mtime = 315532800;
+      st->valid |= ZIP_STAT_SIZE | ZIP_STAT_MTIME;
+      return sizeof *st;
+    }
+    case ZIP_SOURCE_SUPPORTS:
+      return zip_source_make_command_bitmap (ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT,
+                                             ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, -1);
+    default:
+      return -1;
+  }
+}
+
+GBytes *
+pt_fixture_voice_zeros (gint64 n_frames, int dim)
+{
+  const PtFixtureTensor tensors[] = {
+    {"embeddings", "BFloat16Storage", "0", n_frames * dim, 0, 4, {n_frames, 1, 1, dim}, {dim, dim, dim, 1}},
+    voice_tensors[1],
+  };
+  g_autoptr (GBytes) pkl = pt_fixture_pickle (tensors, G_N_ELEMENTS (tensors));
+  g_autoptr (GBytes) cache = voice_storage_cache ();
+  guint64 zeros[2] = {(guint64) n_frames * dim * 2, 0};
+  zip_source_t *mem;
+  zip_t *za = archive_new (&mem);
+  archive_add (za, PT_FIXTURE_FOLDER "/data.pkl", zip_source_buffer (za, g_bytes_get_data (pkl, NULL),
+                                                                 g_bytes_get_size (pkl), 0), ZIP_CM_STORE);
+  archive_add (za, PT_FIXTURE_FOLDER "/byteorder", zip_source_buffer (za, "little", 6, 0), ZIP_CM_STORE);
+  archive_add (za, PT_FIXTURE_FOLDER "/version", zip_source_buffer (za, "3\n", 2, 0), ZIP_CM_STORE);
+  archive_add (za, PT_FIXTURE_FOLDER "/data/0", zip_source_function (za, zeros_source, zeros), ZIP_CM_DEFLATE);
+  archive_add (za, PT_FIXTURE_FOLDER "/data/1", zip_source_buffer (za, g_bytes_get_data (cache, NULL),
+                                                               g_bytes_get_size (cache), 0), ZIP_CM_STORE);
+  return archive_bytes (za, mem);
 }
 
 /* ---- fuzzing the pickle alone ---- */
@@ -397,6 +477,15 @@ dict_end (Pickler *p)
   op (p, '.');
 }
 
+/* SHORT_BINUNICODE (protocol 4's short string, which the reader also takes). */
+static void
+short_str (Pickler *p, const char *s)
+{
+  op (p, 0x8c);
+  op (p, (guint8) strlen (s));
+  raw (p, s, strlen (s));
+}
+
 /* The argument tuple of a LongStorage [1,17,4] tensor on "cuda:0", followed by REDUCE; with `metadata`, the
  * optional seventh argument (an empty dict). BUILD with a None state on the hooks dict on the way. */
 static void
@@ -448,25 +537,17 @@ add_valid_cases (GPtrArray *c)
   op (&p, '}');
   op (&p, 0x94); /* MEMOIZE -> 0 */
   p.memo = 1;
-  op (&p, 0x8c);
-  op (&p, 1);
-  raw (&p, "n", 1);
+  short_str (&p, "n");
   op (&p, 'J');
   le (&p, (guint64) -5, 4);
   op (&p, 's');
-  op (&p, 0x8c);
-  op (&p, 4);
-  raw (&p, "flag", 4);
+  short_str (&p, "flag");
   op (&p, 0x88);
   op (&p, 's');
-  op (&p, 0x8c);
-  op (&p, 4);
-  raw (&p, "none", 4);
+  short_str (&p, "none");
   op (&p, 'N');
   op (&p, 's');
-  op (&p, 0x8c);
-  op (&p, 3);
-  raw (&p, "big", 3);
+  short_str (&p, "big");
   integer (&p, G_GINT64_CONSTANT (-1234567890123));
   op (&p, 's');
   str (&p, "cache");
@@ -550,185 +631,71 @@ add_container_cases (GPtrArray *c)
        "storage data/0 holds 40 bytes, shape [3, 1, 1, 8] of BF16 at offset 0 needs 48");
 }
 
+/* Pickles given as their bytes after the protocol-2 header, then `fill` repeated `repeat` times: every
+ * interpreter case but the one built in a loop. (String literals are split where a hex or octal escape
+ * would swallow the next character.) */
+typedef struct {
+  const char *name;
+  const char *ops;
+  gsize len;
+  guint8 fill;
+  guint repeat;
+  const char *expect;
+} OpCase;
+
+#define OPS(name, bytes, expect) {name, bytes, sizeof (bytes) - 1, 0, 0, expect}
+#define OPS_THEN(name, bytes, fill, repeat, expect) {name, bytes, sizeof (bytes) - 1, fill, repeat, expect}
+/* dict_begin's bytes: EMPTY_DICT, BINPUT 0, MARK; dict_end's: SETITEMS, STOP */
+#define DICT_BEGIN "}q\0("
+#define DICT_END "u."
+
+static const OpCase op_cases[] = {
+  OPS ("bad-opcode", DICT_BEGIN "X\x01\0\0\0" "x\x93", "unsupported pickle opcode 0x93 at byte 12"),
+  OPS ("protocol-1", "\x80\x01", "protocol 1"),
+  OPS ("no-stop", "N", "without a STOP"),
+  OPS ("trailing-bytes", "}.N", "1 trailing bytes after STOP"),
+  OPS ("not-a-dict", "N.", "not a dict"),
+  OPS ("two-values-at-stop", "}}.", "STOP with 2 values"),
+  OPS ("open-mark-at-stop", "}(.", "1 MARKs"),
+  OPS_THEN ("deep-marks", "", '(', 100, "MARKs nested deeper than 64"),
+  OPS_THEN ("deep-tuples", "K\0", 0x85, 40, "nested deeper than 16"),
+  OPS_THEN ("stack-overflow", "", 'N', 5000, "stack deeper than 4096"),
+  OPS ("stack-underflow", "s", "stack underflow"),
+  OPS ("pop-below-mark", "N(\x85", "stack underflow"),
+  OPS ("tuple-without-mark", "t", "no MARK"),
+  OPS ("memo-miss", "h\x09", "memo entry 9 was never stored"),
+  OPS ("put-on-empty-stack", "q\0", "stack underflow"),
+  OPS ("disallowed-global", "cos\nsystem\n", "global 'os.system' is not allowed"),
+  OPS_THEN ("global-unterminated", "c", 'a', 300, "not terminated"),
+  OPS ("bad-utf8", "X\x03\0\0\0" "a\xff\0", "not valid UTF-8"),
+  OPS ("string-past-end", "X\xff\xff\xff\x7f" "abc", "truncated"),
+  OPS ("long1-too-big", "\x8a\x09" "123456789", "9 bytes is too large"),
+  OPS ("persid-not-tuple", "K\x01Q", "persistent id is not"),
+  OPS ("reduce-non-global", "))R", "REDUCE on a tuple"),
+  OPS ("ordereddict-with-args", "ccollections\nOrderedDict\nK\x01\x85R", "OrderedDict called with arguments"),
+  OPS ("storage-type-called", "ctorch\nFloatStorage\n)R", "storage type is called"),
+  OPS ("build-non-empty", "}K\x01\x85" "b", "BUILD with a non-empty state"),
+  OPS ("dict-value-is-dict", DICT_BEGIN "X\x05\0\0\0" "inner}" DICT_END, "only tensors and scalars"),
+  /* d['a'] = d would be a cycle. */
+  OPS ("dict-contains-itself", "}q\0X\x01\0\0\0" "ah\0s.", "only tensors and scalars"),
+  OPS ("non-string-key", DICT_BEGIN "K\x01N" DICT_END, "dict key is a int"),
+  OPS ("odd-setitems", DICT_BEGIN "X\x01\0\0\0" "a" DICT_END, "odd number (1)"),
+  OPS ("setitems-on-none", "N(u", "SETITEMS on a None"),
+};
+
 static void
 add_interpreter_cases (GPtrArray *c)
 {
-  Pickler p;
-  p = dict_begin ();
-  str (&p, "x");
-  op (&p, 0x93); /* STACK_GLOBAL */
-  add_pickle (c, "bad-opcode", &p, "unsupported pickle opcode 0x93 at byte 12");
+  for (guint i = 0; i < G_N_ELEMENTS (op_cases); i++) {
+    const OpCase *oc = &op_cases[i];
+    Pickler p = pickler_new ();
+    raw (&p, oc->ops, oc->len);
+    for (guint k = 0; k < oc->repeat; k++)
+      op (&p, oc->fill);
+    add_pickle (c, oc->name, &p, oc->expect);
+  }
 
-  p = pickler_new ();
-  op (&p, 0x80);
-  op (&p, 1);
-  add_pickle (c, "protocol-1", &p, "protocol 1");
-
-  p = pickler_new ();
-  op (&p, 'N');
-  add_pickle (c, "no-stop", &p, "without a STOP");
-
-  p = pickler_new ();
-  op (&p, '}');
-  op (&p, '.');
-  op (&p, 'N');
-  add_pickle (c, "trailing-bytes", &p, "1 trailing bytes after STOP");
-
-  p = pickler_new ();
-  op (&p, 'N');
-  op (&p, '.');
-  add_pickle (c, "not-a-dict", &p, "not a dict");
-
-  p = pickler_new ();
-  op (&p, '}');
-  op (&p, '}');
-  op (&p, '.');
-  add_pickle (c, "two-values-at-stop", &p, "STOP with 2 values");
-
-  p = pickler_new ();
-  op (&p, '}');
-  op (&p, '(');
-  op (&p, '.');
-  add_pickle (c, "open-mark-at-stop", &p, "1 MARKs");
-
-  p = pickler_new ();
-  for (int i = 0; i < 100; i++)
-    op (&p, '(');
-  add_pickle (c, "deep-marks", &p, "MARKs nested deeper than 64");
-
-  p = pickler_new ();
-  op (&p, 'K');
-  op (&p, 0);
-  for (int i = 0; i < 40; i++)
-    op (&p, 0x85);
-  add_pickle (c, "deep-tuples", &p, "nested deeper than 16");
-
-  p = pickler_new ();
-  for (int i = 0; i < 5000; i++)
-    op (&p, 'N');
-  add_pickle (c, "stack-overflow", &p, "stack deeper than 4096");
-
-  p = pickler_new ();
-  op (&p, 's');
-  add_pickle (c, "stack-underflow", &p, "stack underflow");
-
-  p = pickler_new ();
-  op (&p, 'N');
-  op (&p, '(');
-  op (&p, 0x85);
-  add_pickle (c, "pop-below-mark", &p, "stack underflow");
-
-  p = pickler_new ();
-  op (&p, 't');
-  add_pickle (c, "tuple-without-mark", &p, "no MARK");
-
-  p = pickler_new ();
-  op (&p, 'h');
-  op (&p, 9);
-  add_pickle (c, "memo-miss", &p, "memo entry 9 was never stored");
-
-  p = pickler_new ();
-  op (&p, 'q');
-  op (&p, 0);
-  add_pickle (c, "put-on-empty-stack", &p, "stack underflow");
-
-  p = pickler_new ();
-  global (&p, "os", "system");
-  add_pickle (c, "disallowed-global", &p, "global 'os.system' is not allowed");
-
-  p = pickler_new ();
-  op (&p, 'c');
-  for (int i = 0; i < 300; i++)
-    op (&p, 'a');
-  add_pickle (c, "global-unterminated", &p, "not terminated");
-
-  p = pickler_new ();
-  op (&p, 'X');
-  le (&p, 3, 4);
-  raw (&p, "a\xff", 3);
-  add_pickle (c, "bad-utf8", &p, "not valid UTF-8");
-
-  p = pickler_new ();
-  op (&p, 'X');
-  le (&p, 0x7fffffff, 4);
-  raw (&p, "abc", 3);
-  add_pickle (c, "string-past-end", &p, "truncated");
-
-  p = pickler_new ();
-  op (&p, 0x8a);
-  op (&p, 9);
-  raw (&p, "123456789", 9);
-  add_pickle (c, "long1-too-big", &p, "9 bytes is too large");
-
-  p = pickler_new ();
-  op (&p, 'K');
-  op (&p, 1);
-  op (&p, 'Q');
-  add_pickle (c, "persid-not-tuple", &p, "persistent id is not");
-
-  p = pickler_new ();
-  op (&p, ')');
-  op (&p, ')');
-  op (&p, 'R');
-  add_pickle (c, "reduce-non-global", &p, "REDUCE on a tuple");
-
-  p = pickler_new ();
-  global (&p, "collections", "OrderedDict");
-  op (&p, 'K');
-  op (&p, 1);
-  op (&p, 0x85);
-  op (&p, 'R');
-  add_pickle (c, "ordereddict-with-args", &p, "OrderedDict called with arguments");
-
-  p = pickler_new ();
-  global (&p, "torch", "FloatStorage");
-  op (&p, ')');
-  op (&p, 'R');
-  add_pickle (c, "storage-type-called", &p, "storage type is called");
-
-  p = pickler_new ();
-  op (&p, '}');
-  op (&p, 'K');
-  op (&p, 1);
-  op (&p, 0x85);
-  op (&p, 'b');
-  add_pickle (c, "build-non-empty", &p, "BUILD with a non-empty state");
-
-  p = dict_begin ();
-  str (&p, "inner");
-  op (&p, '}');
-  dict_end (&p);
-  add_pickle (c, "dict-value-is-dict", &p, "only tensors and scalars");
-
-  /* d['a'] = d would be a cycle. */
-  p = pickler_new ();
-  op (&p, '}');
-  put (&p);
-  str (&p, "a");
-  get (&p, 0);
-  op (&p, 's');
-  op (&p, '.');
-  add_pickle (c, "dict-contains-itself", &p, "only tensors and scalars");
-
-  p = dict_begin ();
-  op (&p, 'K');
-  op (&p, 1);
-  op (&p, 'N');
-  dict_end (&p);
-  add_pickle (c, "non-string-key", &p, "dict key is a int");
-
-  p = dict_begin ();
-  str (&p, "a");
-  dict_end (&p);
-  add_pickle (c, "odd-setitems", &p, "odd number (1)");
-
-  p = pickler_new ();
-  op (&p, 'N');
-  op (&p, '(');
-  op (&p, 'u');
-  add_pickle (c, "setitems-on-none", &p, "SETITEMS on a None");
-
-  p = dict_begin ();
+  Pickler p = dict_begin ();
   for (int i = 0; i < 300; i++) {
     char key[16];
     g_snprintf (key, sizeof key, "k%d", i);
@@ -737,6 +704,25 @@ add_interpreter_cases (GPtrArray *c)
   }
   dict_end (&p);
   add_pickle (c, "dict-too-large", &p, "more than 256 entries");
+}
+
+/* Entry "t" of a dict_begin pickle, as far as _rebuild_tensor_v2's storage offset: the call of a
+ * FloatStorage tensor on storage "2" (1024 elements), its shape, stride and the rest to follow. */
+static void
+float_tensor_begin (Pickler *p)
+{
+  str (p, "t");
+  global (p, "torch._utils", "_rebuild_tensor_v2");
+  op (p, '(');
+  op (p, '(');
+  str (p, "storage");
+  global (p, "torch", "FloatStorage");
+  str (p, "2");
+  str (p, "cpu");
+  integer (p, 1024);
+  op (p, 't');
+  op (p, 'Q');
+  integer (p, 0);
 }
 
 static void
@@ -801,18 +787,7 @@ add_tensor_cases (GPtrArray *c)
 
   /* Nine dimensions: written by hand, the fixture struct holds eight. */
   Pickler p = dict_begin ();
-  str (&p, "t");
-  global (&p, "torch._utils", "_rebuild_tensor_v2");
-  op (&p, '(');
-  op (&p, '(');
-  str (&p, "storage");
-  global (&p, "torch", "FloatStorage");
-  str (&p, "2");
-  str (&p, "cpu");
-  integer (&p, 1024);
-  op (&p, 't');
-  op (&p, 'Q');
-  integer (&p, 0);
+  float_tensor_begin (&p);
   for (int k = 0; k < 2; k++) {
     op (&p, '(');
     for (int d = 0; d < 9; d++)
@@ -830,18 +805,7 @@ add_tensor_cases (GPtrArray *c)
 
   /* _rebuild_tensor_v2 with five arguments. */
   p = dict_begin ();
-  str (&p, "t");
-  global (&p, "torch._utils", "_rebuild_tensor_v2");
-  op (&p, '(');
-  op (&p, '(');
-  str (&p, "storage");
-  global (&p, "torch", "FloatStorage");
-  str (&p, "2");
-  str (&p, "cpu");
-  integer (&p, 1024);
-  op (&p, 't');
-  op (&p, 'Q');
-  integer (&p, 0);
+  float_tensor_begin (&p);
   int_tuple (&p, 1, (const gint64[]){4});
   int_tuple (&p, 1, (const gint64[]){1});
   op (&p, 0x89);
@@ -852,18 +816,7 @@ add_tensor_cases (GPtrArray *c)
 
   /* Backward hooks: an OrderedDict with an entry. */
   p = dict_begin ();
-  str (&p, "t");
-  global (&p, "torch._utils", "_rebuild_tensor_v2");
-  op (&p, '(');
-  op (&p, '(');
-  str (&p, "storage");
-  global (&p, "torch", "FloatStorage");
-  str (&p, "2");
-  str (&p, "cpu");
-  integer (&p, 1024);
-  op (&p, 't');
-  op (&p, 'Q');
-  integer (&p, 0);
+  float_tensor_begin (&p);
   int_tuple (&p, 1, (const gint64[]){4});
   int_tuple (&p, 1, (const gint64[]){1});
   op (&p, 0x89);

@@ -38,6 +38,11 @@ GBytes *pt_fixture_voice_bf16 (void);
 float pt_fixture_embedding (int i);
 gint64 pt_fixture_cache (int i);
 
+/* A voice-prompt-shaped file whose "embeddings" BF16 [n_frames, 1, 1, dim] are all zero, their record
+ * deflated (a few hundred bytes per MB: a small file that inflates to n_frames * dim * 2 bytes), and a
+ * valid "cache" I64 [1, 17, 4] (pt_fixture_cache). Made streaming: the zeros are never all in memory. */
+GBytes *pt_fixture_voice_zeros (gint64 n_frames, int dim);
+
 /* Fuzzing over the pickle alone: wraps `pickle` in an archive whose storages are data/0 .. data/3, each
  * PT_FIXTURE_FUZZ_STORAGE_BYTES bytes, so a mutated data.pkl reaches the reader past the zip's CRC. */
 #define PT_FIXTURE_FUZZ_STORAGES 4

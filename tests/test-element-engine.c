@@ -6,63 +6,13 @@
  * sessions joining and leaving while the others run, whose answers stay
  * those of their solo runs. On a tiny random model; the join/leave test
  * compares answers on the golden tiny model when there is one. */
-#include "test-element-util.h"
+#include "element-harness.h"
 
 #include <gst/app/app.h>
 #include <string.h>
 
-static char *model_dir;         /* tiny random model */
-static char *golden_model_dir;  /* golden tiny model, or NULL */
-
 /* ------------------------------------------------------------------------ */
-/* Helpers                                                                  */
-
-static GstElement *
-new_element (const char *instance_id)
-{
-  GstElement *el = gst_element_factory_make ("personaplexduplex", NULL);
-
-  fail_unless (el != NULL, "personaplexduplex not found (GST_PLUGIN_PATH?)");
-  g_object_set (el, "model-dir", model_dir, "greedy", TRUE,
-      "model-instance-id", instance_id, NULL);
-  return el;
-}
-
-/* A harness on sink/src, playing, with caps set (the stream has started). */
-static GstHarness *
-new_harness_for (GstElement * el)
-{
-  GstHarness *h = gst_harness_new_with_element (el, "sink", "src");
-
-  gst_harness_set_src_caps_str (h, PPX_F32_CAPS);
-  return h;
-}
-
-/* Brings a bare element (with its own bus) to PAUSED, expecting failure;
- * returns the error (g_error_free it). */
-static GError *
-expect_start_failure (GstElement * el)
-{
-  GstBus *bus = gst_bus_new ();
-  GstMessage *msg;
-  GError *err = NULL;
-  gchar *debug = NULL;
-
-  gst_element_set_bus (el, bus);
-  fail_unless_equals_int (gst_element_set_state (el, GST_STATE_PAUSED),
-      GST_STATE_CHANGE_FAILURE);
-  msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
-  fail_unless (msg != NULL, "no error message posted");
-  gst_message_parse_error (msg, &err, &debug);
-  GST_INFO ("error: %s (%s)", err->message, debug);
-  g_free (debug);
-  gst_message_unref (msg);
-  fail_unless_equals_int (gst_element_set_state (el, GST_STATE_NULL),
-      GST_STATE_CHANGE_SUCCESS);
-  gst_element_set_bus (el, NULL);
-  gst_object_unref (bus);
-  return err;
-}
+/* Helpers (the shared ones are in element-harness.h)                       */
 
 /* Pushes @frames frames of the test signal and pulls the answers. */
 static GArray *
@@ -152,13 +102,13 @@ GST_START_TEST (test_session_limit)
   g_object_set (a, "max-sessions", 2, NULL);
   g_object_set (b, "max-sessions", 2, NULL);
   g_object_set (c, "max-sessions", 2, NULL);
-  ha = new_harness_for (a);
-  hb = new_harness_for (b);
+  ha = new_harness_for (a, PPX_F32_CAPS);
+  hb = new_harness_for (b, PPX_F32_CAPS);
   fail_unless_equals_int (ppx_test_stats_uint (a, "max-sessions"), 2);
   fail_unless_equals_int (ppx_test_stats_uint (b, "model-users"), 2);
 
   /* the third: refused with an error naming the id and the limit */
-  err = expect_start_failure (c);
+  err = expect_start_error (c);
   fail_unless (g_error_matches (err, GST_RESOURCE_ERROR,
           GST_RESOURCE_ERROR_BUSY), "error %s %d: %s",
       g_quark_to_string (err->domain), err->code, err->message);
@@ -177,7 +127,7 @@ GST_START_TEST (test_session_limit)
 
   /* other engine settings under the same id: refused, naming both */
   g_object_set (d, "max-sessions", 3, NULL);
-  err = expect_start_failure (d);
+  err = expect_start_error (d);
   fail_unless (strstr (err->message, "limit-test") != NULL
       && strstr (err->message, "max-sessions 2") != NULL
       && strstr (err->message, "max-sessions 3") != NULL,
@@ -185,7 +135,7 @@ GST_START_TEST (test_session_limit)
   g_error_free (err);
   g_object_set (d, "max-sessions", 2, NULL);
   gst_util_set_object_arg (G_OBJECT (d), "kv-cache-format", "bf16");
-  err = expect_start_failure (d);
+  err = expect_start_error (d);
   fail_unless (strstr (err->message, "limit-test") != NULL
       && strstr (err->message, "kv-cache-format auto") != NULL
       && strstr (err->message, "kv-cache-format bf16") != NULL,
@@ -194,7 +144,7 @@ GST_START_TEST (test_session_limit)
 
   /* a slot freed by a leaving element takes the next one */
   gst_harness_teardown (hb);
-  hc = new_harness_for (c);
+  hc = new_harness_for (c, PPX_F32_CAPS);
   fail_unless_equals_int (ppx_test_stats_uint (c, "model-users"), 2);
   g_array_unref (outb);
   outb = run_frames (hc, 0, 3);
@@ -222,8 +172,8 @@ GST_START_TEST (test_latency_and_private_engine)
   GstHarness *ha, *hb;
 
   g_object_set (a, "max-sessions", 7, NULL);    /* ignored without an id */
-  ha = new_harness_for (a);
-  hb = new_harness_for (b);
+  ha = new_harness_for (a, PPX_F32_CAPS);
+  hb = new_harness_for (b, PPX_F32_CAPS);
   fail_unless_equals_int (ppx_test_stats_uint (a, "max-sessions"), 1);
   fail_unless (ppx_test_stats_uint (b, "max-sessions") >= 1);
 
@@ -263,8 +213,8 @@ GST_START_TEST (test_wait_for_active_stream)
   GstBuffer *buf;
 
   g_object_set (a, "batch-deadline", 60 * GST_SECOND, NULL);
-  ha = new_harness_for (a);
-  hb = new_harness_for (b);     /* caps: b's stream has started */
+  ha = new_harness_for (a, PPX_F32_CAPS);
+  hb = new_harness_for (b, PPX_F32_CAPS);     /* caps: b's stream has started */
 
   pusher_start (&p, ha, 0);
   g_usleep (300 * 1000);
@@ -300,8 +250,8 @@ GST_START_TEST (test_flush_and_stop_while_waiting)
   gint64 t0;
 
   g_object_set (a, "batch-deadline", 60 * GST_SECOND, NULL);
-  ha = new_harness_for (a);
-  hb = new_harness_for (b);
+  ha = new_harness_for (a, PPX_F32_CAPS);
+  hb = new_harness_for (b, PPX_F32_CAPS);
 
   pusher_start (&p, ha, 0);
   g_usleep (300 * 1000);
@@ -345,8 +295,8 @@ GST_START_TEST (test_deadline_then_missed)
   const gint64 deadline_us = 2 * G_USEC_PER_SEC;
 
   g_object_set (a, "batch-deadline", deadline_us * GST_USECOND, NULL);
-  ha = new_harness_for (a);
-  hb = new_harness_for (b);
+  ha = new_harness_for (a, PPX_F32_CAPS);
+  hb = new_harness_for (b, PPX_F32_CAPS);
 
   pusher_start (&p, ha, 0);
   fail_unless_equals_int (pusher_join (&p, 30), GST_FLOW_OK);
@@ -700,7 +650,7 @@ first_answer_after (guint delay_ms, gboolean align, gboolean live,
 
   g_object_set (b, "batch-deadline", (guint64) 30 * GST_MSECOND,
       "align-frames", align, NULL);
-  ha = new_harness_for (a);
+  ha = new_harness_for (a, PPX_F32_CAPS);
   hb = gst_harness_new_with_element (b, "sink", "src");   /* no caps yet */
   gst_harness_set_live (hb, live);
   /* A's frame ticks alone (B is not in the wait set before its caps) */
@@ -921,20 +871,6 @@ engine_suite (void)
 int
 main (int argc, char **argv)
 {
-  const char *golden = ppx_test_golden_dir ();
-  int failures;
-
-  gst_check_init (&argc, &argv);
-  model_dir = ppx_test_make_tiny_model ();
-  if (golden)
-    golden_model_dir = ppx_test_golden_model_dir (golden);
-  failures = gst_check_run_suite (engine_suite (), "personaplexduplex-engine",
-      __FILE__);
-  ppx_test_remove_dir (model_dir);
-  g_free (model_dir);
-  if (golden_model_dir) {
-    ppx_test_remove_dir (golden_model_dir);
-    g_free (golden_model_dir);
-  }
-  return failures;
+  return element_test_main (argc, argv, engine_suite,
+      "personaplexduplex-engine", FALSE, TRUE);
 }

@@ -301,8 +301,8 @@ main (int argc, char **argv)
 
   g_array_unref (frames);
   ppx_st_close (st);
-  ppx_test_remove_dir (tmp);
-  ppx_test_remove_dir (model_dir);
+  ppx_test_remove_tree (tmp);
+  ppx_test_remove_tree (model_dir);
   g_free (tmp);
   g_free (model_dir);
   g_free (voice_wav);

@@ -23,29 +23,9 @@
 #define PPX_S16_CAPS \
   "audio/x-raw,format=S16LE,rate=24000,channels=1,layout=interleaved"
 
-/* Removes a directory of plain files (what the helpers below create). */
-static inline void
-ppx_test_remove_dir (const char *dir)
-{
-  GDir *d = g_dir_open (dir, 0, NULL);
-  const char *name;
-
-  if (!d)
-    return;
-  while ((name = g_dir_read_name (d))) {
-    g_autofree char *p = g_build_filename (dir, name, NULL);
-    if (g_file_test (p, G_FILE_TEST_IS_DIR) && !g_file_test (p, G_FILE_TEST_IS_SYMLINK))
-      ppx_test_remove_dir (p);
-    else
-      g_unlink (p);
-  }
-  g_dir_close (d);
-  g_rmdir (dir);
-}
-
 /* A tiny random model made by personaplex-make-model in a new temporary
  * directory ($PPX_MAKE_MODEL, else the build tree's tool). Exits 77 when
- * the tool is missing. g_free the result; remove it with ppx_test_remove_dir. */
+ * the tool is missing. g_free the result; remove it with ppx_test_remove_tree. */
 static inline char *
 ppx_test_make_tiny_model (void)
 {
@@ -65,14 +45,14 @@ ppx_test_make_tiny_model (void)
   }
   if (!g_file_test (tool, G_FILE_TEST_IS_EXECUTABLE)) {
     g_printerr ("%s not found; skipping\n", tool);
-    ppx_test_remove_dir (dir);
+    ppx_test_remove_tree (dir);
     exit (PPX_TEST_SKIP);
   }
   if (!g_spawn_sync (NULL, argv, NULL, 0, NULL, NULL, &out, &errout, &status, &err)
       || !g_spawn_check_wait_status (status, &err)) {
     g_printerr ("personaplex-make-model failed: %s\n%s\n", err->message,
         errout ? errout : "");
-    ppx_test_remove_dir (dir);
+    ppx_test_remove_tree (dir);
     exit (1);
   }
   return dir;

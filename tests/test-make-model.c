@@ -4,6 +4,7 @@
 #include "config.h"
 #include "manifest.h"
 #include "safetensors.h"
+#include "test-util.h"
 
 #include <glib/gstdio.h>
 #include <math.h>
@@ -36,20 +37,6 @@ run_tool (const char *name, const char *const *extra_args)
   if (!g_spawn_check_wait_status (status, &error))
     g_error ("%s failed: %s\n%s", tool, error->message, err_text);
   return dir;
-}
-
-static void
-remove_dir (const char *dir)
-{
-  GDir *d = g_dir_open (dir, 0, NULL);
-  const char *name;
-  while (d && (name = g_dir_read_name (d))) {
-    g_autofree char *p = g_build_filename (dir, name, NULL);
-    g_unlink (p);
-  }
-  if (d)
-    g_dir_close (d);
-  g_rmdir (dir);
 }
 
 static gboolean
@@ -146,9 +133,9 @@ test_tiny (void)
   g_assert_true (same_file (a, b, "config.json"));
   g_assert_false (same_file (a, c, LM_FILE));
   g_assert_false (same_file (a, c, MIMI_FILE));
-  remove_dir (a);
-  remove_dir (b);
-  remove_dir (c);
+  ppx_test_remove_tree (a);
+  ppx_test_remove_tree (b);
+  ppx_test_remove_tree (c);
 }
 
 static void
@@ -171,8 +158,8 @@ test_partial_and_config (void)
   g_assert_cmpint (cfg.lm.dim, ==, 64); /* the override applies over the tiny preset */
   g_autoptr (GPtrArray) manifest = ppx_manifest_lm (&cfg.lm);
   check_checkpoint (l, LM_FILE, manifest, PPX_DTYPE_BF16, FALSE);
-  remove_dir (l);
-  remove_dir (m);
+  ppx_test_remove_tree (l);
+  ppx_test_remove_tree (m);
   g_unlink (cfg_path);
 }
 
@@ -221,7 +208,41 @@ test_full_mimi (void)
   g_assert_cmpint (g_stat (path, &sb), ==, 0);
   g_assert_cmpint ((gint64) sb.st_size, >, (gint64) 96151393 * 4);
   g_assert_cmpint ((gint64) sb.st_size, <, (gint64) 96151393 * 4 + 65536);
-  remove_dir (dir);
+  ppx_test_remove_tree (dir);
+}
+
+/* Progress on a terminal (issue 17, defect 9): for each file, tensor i of N and MB/s on stderr when it is a
+ * terminal; nothing of it otherwise. */
+static void
+test_progress (void)
+{
+  const char *tool = g_getenv ("PPX_MAKE_MODEL") ? g_getenv ("PPX_MAKE_MODEL")
+                                                  : PPX_BUILD_ROOT "/tools/personaplex-make-model";
+  g_autofree char *dir = g_build_filename (tmp_root, "progress", NULL), *out = NULL;
+  const char *argv[] = {tool, "--output-dir", dir, "--preset", "tiny", NULL};
+  g_assert_cmpint (ppx_test_run_on_terminal (argv, &out), ==, 0);
+  g_test_message ("on a terminal:\n%s", out);
+  PpxConfig cfg;
+  g_autoptr (GError) error = NULL;
+  g_assert_true (ppx_config_load_dir (&cfg, dir, &error));
+  g_autoptr (GPtrArray) lm = ppx_manifest_lm (&cfg.lm);
+  g_autofree char *last = g_strdup_printf ("%s: tensor %u of %u", LM_FILE, lm->len, lm->len);
+  g_assert_nonnull (strstr (out, LM_FILE ": tensor 1 of"));
+  g_assert_nonnull (strstr (out, last));
+  g_assert_nonnull (strstr (out, MIMI_FILE ": tensor 1 of"));
+  g_assert_nonnull (strstr (out, "MB/s"));
+  ppx_test_remove_tree (dir);
+
+  g_autofree char *err_text = NULL;
+  g_autofree char *dir2 = g_build_filename (tmp_root, "progress-pipe", NULL);
+  const char *argv2[] = {tool, "--output-dir", dir2, "--preset", "tiny", NULL};
+  int status = 0;
+  g_assert_true (g_spawn_sync (NULL, (char **) argv2, NULL, G_SPAWN_DEFAULT, NULL, NULL, NULL, &err_text, &status,
+                               &error));
+  g_assert_true (g_spawn_check_wait_status (status, &error));
+  g_assert_null (strstr (err_text, "MB/s"));
+  g_assert_null (strstr (err_text, "tensor 1 of"));
+  ppx_test_remove_tree (dir2);
 }
 
 int
@@ -237,9 +258,10 @@ main (int argc, char **argv)
     g_test_add_func ("/make-model/tiny", test_tiny);
     g_test_add_func ("/make-model/lm-only-mimi-only-config", test_partial_and_config);
     g_test_add_func ("/make-model/bad-arguments", test_bad_arguments);
+    g_test_add_func ("/make-model/progress", test_progress);
   }
   int rc = g_test_run ();
-  remove_dir (tmp_root);
+  ppx_test_remove_tree (tmp_root);
   g_free (tmp_root);
   return rc;
 }

@@ -19,24 +19,6 @@
 
 static char *tmp_root;
 
-static void
-remove_tree (const char *path)
-{
-  if (g_file_test (path, G_FILE_TEST_IS_DIR) && !g_file_test (path, G_FILE_TEST_IS_SYMLINK)) {
-    GDir *d = g_dir_open (path, 0, NULL);
-    const char *name;
-    while (d && (name = g_dir_read_name (d))) {
-      g_autofree char *p = g_build_filename (path, name, NULL);
-      remove_tree (p);
-    }
-    if (d)
-      g_dir_close (d);
-    g_rmdir (path);
-  } else {
-    g_unlink (path);
-  }
-}
-
 /* Runs the tool; returns its exit status; *err_text gets stderr. */
 static int
 run_quantize (const char *const *args, char **out_text, char **err_text)
@@ -453,6 +435,38 @@ test_tool_errors (void)
   g_assert_false (g_file_test (nested_twice, G_FILE_TEST_EXISTS));
 }
 
+/* Progress on a terminal (issue 17, defect 9): tensor i of N and MB/s on stderr when it is a terminal,
+ * nothing of it otherwise. */
+static void
+test_progress (void)
+{
+  g_autofree char *dir = g_build_filename (tmp_root, "progress-model", NULL);
+  g_autofree char *out_dir = g_build_filename (tmp_root, "progress-int8", NULL);
+  g_autofree char *out_dir2 = g_build_filename (tmp_root, "progress-int8-pipe", NULL);
+  g_assert_cmpint (g_mkdir_with_parents (dir, 0755), ==, 0);
+  const Spec s[] = {{"text_linear.weight", PPX_DTYPE_BF16, 2, {64, 64}},
+                    {"out_norm.alpha", PPX_DTYPE_BF16, 2, {1, 64}},
+                    {"linears.0.weight", PPX_DTYPE_BF16, 2, {32, 64}}};
+  g_autofree char *written = write_file ("progress-lm", NULL, s, 3);
+  g_autofree char *lm = g_build_filename (dir, LM_FILE, NULL);
+  g_assert_cmpint (g_rename (written, lm), ==, 0);
+
+  const char *tool = g_getenv ("PPX_QUANTIZE") ? g_getenv ("PPX_QUANTIZE") : PPX_BUILD_ROOT "/tools/personaplex-quantize";
+  g_autofree char *out = NULL;
+  const char *argv[] = {tool, "--model-dir", dir, "--format", "int8", "--output-dir", out_dir, NULL};
+  g_assert_cmpint (ppx_test_run_on_terminal (argv, &out), ==, 0);
+  g_test_message ("on a terminal:\n%s", out);
+  g_assert_nonnull (strstr (out, "tensor 1 of 3"));
+  g_assert_nonnull (strstr (out, "tensor 3 of 3"));
+  g_assert_nonnull (strstr (out, "MB/s"));
+
+  g_autofree char *err = NULL;
+  g_assert_cmpint (run_quantize (STRS ("--model-dir", dir, "--format", "int8", "--output-dir", out_dir2), NULL, &err),
+                   ==, 0);
+  g_assert_null (strstr (err, "MB/s"));
+  g_assert_null (strstr (err, "tensor 1 of"));
+}
+
 /* ---- golden tiny model ---- */
 
 static char *
@@ -657,9 +671,10 @@ main (int argc, char **argv)
     g_test_add_func ("/quant-load/corrupt-quantized-entries", test_corrupt_quantized_entries);
     g_test_add_func ("/quant-load/valid-small-files", test_valid_small_files);
     g_test_add_func ("/quant-load/tool-errors", test_tool_errors);
+    g_test_add_func ("/quant-load/progress", test_progress);
   }
   int rc = g_test_run ();
-  remove_tree (tmp_root);
+  ppx_test_remove_tree (tmp_root);
   g_free (tmp_root);
   return rc;
 }

@@ -2,6 +2,7 @@
  * sentencepiece's own decoder, piece text ("▁" -> " ", PAD/EPAD -> NULL), the <system> prompt wrapping,
  * and errors for missing, corrupt and empty model files. */
 #include "spm-train.h"
+#include "test-util.h"
 #include "tokenizer.h"
 
 #include <glib/gstdio.h>
@@ -248,18 +249,6 @@ test_bad_files (void)
   expect_load_error (cut, -1);
 }
 
-static void
-remove_tree (const char *dir)
-{
-  g_autoptr (GDir) d = g_dir_open (dir, 0, NULL);
-  const char *name;
-  while (d && (name = g_dir_read_name (d))) {
-    g_autofree char *p = g_build_filename (dir, name, NULL);
-    g_unlink (p);
-  }
-  g_rmdir (dir);
-}
-
 int
 main (int argc, char **argv)
 {
@@ -281,7 +270,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tokenizer/bad-text", test_bad_text);
   g_test_add_func ("/tokenizer/bad-files", test_bad_files);
   int rc = g_test_run ();
-  remove_tree (tmp_dir);
+  ppx_test_remove_tree (tmp_dir);
   g_free (tmp_dir);
   g_free (model_path);
   return rc;

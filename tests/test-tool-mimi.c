@@ -4,26 +4,16 @@
  * exactly and decoding the reference's codes reproduces its PCM to 1e-4 (exit 77 without golden data). */
 #include <json-glib/json-glib.h>
 
-#include "golden-model.h"
-#include "test-tool-util.h"
+#include "test-tool-harness.h"
 
 #define NQ 8
 #define FRAME 1920
 #define CARD 2048
 
-static char *tmp;
-static char *model_dir; /* the tiny random model, or the golden one */
-
 static const char *
 mimi_tool (void)
 {
   return tool_path ("PPX_MIMI_TOOL", "personaplex-mimi");
-}
-
-static char *
-tmp_path (const char *name)
-{
-  return g_build_filename (tmp, name, NULL);
 }
 
 /* CODES.json -> rows of NQ codes (asserts the documented shape). */
@@ -46,13 +36,6 @@ read_codes (const char *path, gsize *n_rows)
       codes[t * NQ + q] = json_array_get_int_element (row, q);
   }
   return codes;
-}
-
-static void
-write_text (const char *path, const char *text)
-{
-  g_autoptr (GError) err = NULL;
-  g_assert_true (g_file_set_contents (path, text, -1, &err));
 }
 
 static void
@@ -196,8 +179,6 @@ test_errors (void)
 
 /* ---- golden ---- */
 
-static GoldenModel G;
-
 static const PpxStTensor *
 golden_tensor (const char *name)
 {
@@ -251,33 +232,24 @@ test_golden_decode (void)
   g_assert_cmpfloat (max_err, <, 1e-4);
 }
 
+static void
+add_golden (void)
+{
+  g_test_add_func ("/tool-mimi/golden/encode", test_golden_encode);
+  g_test_add_func ("/tool-mimi/golden/decode", test_golden_decode);
+}
+
+static void
+add_tiny (void)
+{
+  g_test_add_func ("/tool-mimi/help", test_help);
+  g_test_add_func ("/tool-mimi/round-trip", test_round_trip);
+  g_test_add_func ("/tool-mimi/other-format", test_other_format);
+  g_test_add_func ("/tool-mimi/errors", test_errors);
+}
+
 int
 main (int argc, char **argv)
 {
-  g_test_init (&argc, &argv, NULL);
-  gboolean golden = argc > 1 && strcmp (argv[1], "golden") == 0;
-  if (golden)
-    ppx_test_golden_or_skip (); /* before anything is made on disk */
-  g_autoptr (GError) err = NULL;
-  tmp = g_dir_make_tmp ("ppx-tool-mimi-XXXXXX", &err);
-  g_assert_no_error (err);
-  if (golden) {
-    golden_model_setup (&G); /* exits 77 without the golden data */
-    model_dir = g_strdup (G.dir);
-    g_test_add_func ("/tool-mimi/golden/encode", test_golden_encode);
-    g_test_add_func ("/tool-mimi/golden/decode", test_golden_decode);
-  } else {
-    model_dir = make_tiny_model (tmp, "tiny");
-    g_test_add_func ("/tool-mimi/help", test_help);
-    g_test_add_func ("/tool-mimi/round-trip", test_round_trip);
-    g_test_add_func ("/tool-mimi/other-format", test_other_format);
-    g_test_add_func ("/tool-mimi/errors", test_errors);
-  }
-  int rc = g_test_run ();
-  if (golden)
-    golden_model_teardown (&G);
-  remove_tree (tmp);
-  g_free (tmp);
-  g_free (model_dir);
-  return rc;
+  return tool_test_main (argc, argv, "tool-mimi", add_golden, add_tiny);
 }

@@ -4,33 +4,16 @@
  * voice_prompt.pt) reproduces its tokens exactly and its PCM to 1e-4 (exit 77 without golden data). */
 #include <json-glib/json-glib.h>
 
-#include "golden-model.h"
 #include "test-tokenizer-dir.h"
-#include "test-tool-util.h"
+#include "test-tool-harness.h"
 
 #define FRAME 1920
 #define NTOK 17
-
-static char *tmp;
-static char *model_dir; /* the tiny random model, or the golden one */
 
 static const char *
 run_tool (void)
 {
   return tool_path ("PPX_RUN_TOOL", "personaplex-run");
-}
-
-static char *
-tmp_path (const char *name)
-{
-  return g_build_filename (tmp, name, NULL);
-}
-
-static void
-write_text (const char *path, const char *text)
-{
-  g_autoptr (GError) err = NULL;
-  g_assert_true (g_file_set_contents (path, text, -1, &err));
 }
 
 /* The output JSON, checked for the documented layout; returns the frames' tokens (n_frames x 17). */
@@ -304,7 +287,7 @@ test_text_prompt_utf8 (void)
   ToolResult r = tool_run_envp_argv (run_tool (), env, args);
   tool_assert_fails_naming (&r, (const char *const[]){"--text-prompt", "UTF-8", NULL});
   tool_result_clear (&r);
-  remove_tree (dir);
+  ppx_test_remove_tree (dir);
 }
 
 /* A copy of the model directory whose model.safetensors has one 2-D tensor transposed. Returns the
@@ -402,7 +385,15 @@ test_errors (void)
   EXPECT_FAIL ((text), "--model-dir", md, "--input", text, "--output", out);
   /* the input is found not to be audio before the (broken) model is loaded */
   EXPECT_FAIL ((text, "cannot decode audio"), "--model-dir", wrong_dir, "--input", text, "--output", out);
-  EXPECT_FAIL ((missing), "--model-dir", md, "--input", missing, "--output", out);
+  EXPECT_FAIL ((missing, "no such file"), "--model-dir", md, "--input", missing, "--output", out);
+  /* what the problem is (issue 17, defect 9): a folder, a device, a folder as the voice prompt, an integer
+   * out of range printed as the integer it is */
+  EXPECT_FAIL ((tmp, "is a directory"), "--model-dir", md, "--input", tmp, "--output", out);
+  EXPECT_FAIL (("/dev/zero", "not a regular file"), "--model-dir", md, "--input", "/dev/zero", "--output", out);
+  EXPECT_FAIL (("--voice-prompt", tmp, "is a directory"), "--model-dir", md, "--input", in, "--output", out,
+               "--voice-prompt", tmp);
+  EXPECT_FAIL (("--topk-text 2147483647:", "1 .. 65536"), "--model-dir", md, "--input", in, "--output", out,
+               "--topk-text", "2147483647");
   EXPECT_FAIL ((unwritable), "--model-dir", md, "--input", in, "--output", unwritable);
   EXPECT_FAIL (("--output-json", unwritable), "--model-dir", md, "--input", in, "--output", out, "--output-json",
                unwritable);
@@ -438,7 +429,6 @@ test_errors (void)
 
 /* ---- golden ---- */
 
-static GoldenModel G;
 
 static void
 golden_conversation_with (const char *voice, const char *extra_option, const char *extra_value,
@@ -537,7 +527,7 @@ test_golden_voice_cache (void)
     g_test_skip ("the personaplexduplex element has no voice-cache-dir property");
     return;
   }
-  remove_tree (cache);
+  ppx_test_remove_tree (cache);
   golden_conversation_with (G.voice_wav, "--voice-cache-dir", cache, "lm_run_out_tokens", "lm_run_pcm");
   g_autoptr (GDir) d = g_dir_open (cache, 0, NULL);
   g_assert_nonnull (d);
@@ -545,40 +535,31 @@ test_golden_voice_cache (void)
   golden_conversation_with (G.voice_wav, "--voice-cache-dir", cache, "lm_run_out_tokens", "lm_run_pcm");
 }
 
+static void
+add_golden (void)
+{
+  g_test_add_func ("/tool-run/golden/run", test_golden_run);
+  g_test_add_func ("/tool-run/golden/replay", test_golden_replay);
+  g_test_add_func ("/tool-run/golden/voice-name", test_golden_voice_name);
+  g_test_add_func ("/tool-run/golden/voice-cache", test_golden_voice_cache);
+}
+
+static void
+add_tiny (void)
+{
+  g_test_add_func ("/tool-run/help", test_help);
+  g_test_add_func ("/tool-run/length-and-json", test_length_and_json);
+  g_test_add_func ("/tool-run/other-formats", test_other_formats);
+  g_test_add_func ("/tool-run/seed", test_seed);
+  g_test_add_func ("/tool-run/nan-input", test_nan_input);
+  g_test_add_func ("/tool-run/empty-text-prompt", test_empty_text_prompt);
+  g_test_add_func ("/tool-run/text-prompt-utf8", test_text_prompt_utf8);
+  g_test_add_func ("/tool-run/errors", test_errors);
+  g_test_add_func ("/tool-run/kv-cache-format", test_kv_cache_format);
+}
+
 int
 main (int argc, char **argv)
 {
-  g_test_init (&argc, &argv, NULL);
-  gboolean golden = argc > 1 && strcmp (argv[1], "golden") == 0;
-  if (golden)
-    ppx_test_golden_or_skip (); /* before anything is made on disk */
-  g_autoptr (GError) err = NULL;
-  tmp = g_dir_make_tmp ("ppx-tool-run-XXXXXX", &err);
-  g_assert_no_error (err);
-  if (golden) {
-    golden_model_setup (&G);
-    model_dir = g_strdup (G.dir);
-    g_test_add_func ("/tool-run/golden/run", test_golden_run);
-    g_test_add_func ("/tool-run/golden/replay", test_golden_replay);
-    g_test_add_func ("/tool-run/golden/voice-name", test_golden_voice_name);
-    g_test_add_func ("/tool-run/golden/voice-cache", test_golden_voice_cache);
-  } else {
-    model_dir = make_tiny_model (tmp, "tiny");
-    g_test_add_func ("/tool-run/help", test_help);
-    g_test_add_func ("/tool-run/length-and-json", test_length_and_json);
-    g_test_add_func ("/tool-run/other-formats", test_other_formats);
-    g_test_add_func ("/tool-run/seed", test_seed);
-    g_test_add_func ("/tool-run/nan-input", test_nan_input);
-    g_test_add_func ("/tool-run/empty-text-prompt", test_empty_text_prompt);
-    g_test_add_func ("/tool-run/text-prompt-utf8", test_text_prompt_utf8);
-    g_test_add_func ("/tool-run/errors", test_errors);
-    g_test_add_func ("/tool-run/kv-cache-format", test_kv_cache_format);
-  }
-  int rc = g_test_run ();
-  if (golden)
-    golden_model_teardown (&G);
-  remove_tree (tmp);
-  g_free (tmp);
-  g_free (model_dir);
-  return rc;
+  return tool_test_main (argc, argv, "tool-run", add_golden, add_tiny);
 }

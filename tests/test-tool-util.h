@@ -138,24 +138,6 @@ test_signal (gsize n, int rate)
   return pcm;
 }
 
-static inline void
-remove_tree (const char *path)
-{
-  if (g_file_test (path, G_FILE_TEST_IS_DIR) && !g_file_test (path, G_FILE_TEST_IS_SYMLINK)) {
-    GDir *d = g_dir_open (path, 0, NULL);
-    const char *name;
-    while (d && (name = g_dir_read_name (d))) {
-      g_autofree char *p = g_build_filename (path, name, NULL);
-      remove_tree (p);
-    }
-    if (d)
-      g_dir_close (d);
-    g_rmdir (path);
-  } else {
-    g_unlink (path);
-  }
-}
-
 /* A deterministic random tiny model directory (personaplex-make-model --preset tiny) at DIR/name. */
 static inline char *
 make_tiny_model (const char *dir, const char *name)

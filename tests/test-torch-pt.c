@@ -5,6 +5,7 @@
 #include "safetensors.h"
 #include "test-util.h"
 #include "torch-pt.h"
+#include "voice-prompt.h"
 
 #include <glib/gstdio.h>
 #include <zip.h>
@@ -340,6 +341,51 @@ test_file_errors (void)
   g_assert_nonnull (strstr (error->message, text));
 }
 
+/* Issue 17, defect 6: a voice prompt .pt whose "embeddings" declare more frames than a voice prompt may
+ * have (N <= 2^20), in a small file (the zero bytes deflate) that inflates to 134 MB, is refused from its
+ * declared shape, before any storage is inflated. In a subprocess of its own (run natively even when this
+ * program runs under valgrind): the refusal names the file and the limit and takes under 0.1 s; the
+ * subprocess's peak RSS (VmHWM), making the file included, stays under 64 MB. (Before the check came first, the
+ * loader inflated and copied the storage: 261 MB at its peak and 0.22 s here; after, 4.3 MB, 0.001 s.) */
+static void
+test_voice_declared_too_large (void)
+{
+  if (!g_test_subprocess ()) {
+    g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
+    g_test_trap_assert_passed ();
+    return;
+  }
+  const gint64 n_frames = PPX_VOICE_PROMPT_MAX_FRAMES + 1;
+  const int dim = 64;
+  g_autoptr (GBytes) file = pt_fixture_voice_zeros (n_frames, dim);
+  g_autofree char *path = g_build_filename (tmp_dir, "voice-inflates.pt", NULL);
+  g_assert_true (g_file_set_contents (path, g_bytes_get_data (file, NULL), (gssize) g_bytes_get_size (file), NULL));
+  g_assert_cmpuint (g_bytes_get_size (file), <, 1 << 20);
+  PpxConfig cfg;
+  ppx_config_default (&cfg);
+  cfg.lm.dim = dim;
+  g_autoptr (GError) error = NULL;
+  gint64 t0 = g_get_monotonic_time ();
+  PpxVoicePrompt *vp = ppx_voice_prompt_from_embeddings_file (&cfg, path, &error);
+  const double seconds = (g_get_monotonic_time () - t0) / 1e6;
+  g_printerr ("%s (%" G_GSIZE_FORMAT " bytes, inflating to %" G_GINT64_FORMAT "): refused in %.3f s: %s\n", path,
+              g_bytes_get_size (file), n_frames * dim * 2, seconds, error ? error->message : "(no error)");
+  g_assert_null (vp);
+  g_assert_error (error, PPX_ERROR, PPX_ERROR_SHAPE);
+  g_assert_nonnull (strstr (error->message, path));
+  g_assert_nonnull (strstr (error->message, "1 <= N <= 1048576"));
+  g_assert_cmpfloat (seconds, <, 0.1);
+  /* the peak RSS of this program image (VmHWM starts again at exec, unlike getrusage's maximum, which under
+   * valgrind would count the valgrind process that forked it) */
+  g_autofree char *status = NULL;
+  g_assert_true (g_file_get_contents ("/proc/self/status", &status, NULL, NULL));
+  const char *hwm = strstr (status, "VmHWM:");
+  g_assert_nonnull (hwm);
+  const double peak_mb = g_ascii_strtod (hwm + 6, NULL) / 1024.0;
+  g_printerr ("peak RSS %.1f MB\n", peak_mb);
+  g_assert_cmpfloat (peak_mb, <, 64.0);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -353,6 +399,7 @@ main (int argc, char **argv)
   g_test_add_func ("/torch-pt/rare-opcodes", test_rare_opcodes);
   g_test_add_func ("/torch-pt/pickle-size-limit", test_pickle_size_limit);
   g_test_add_func ("/torch-pt/file-errors", test_file_errors);
+  g_test_add_func ("/torch-pt/voice-declared-too-large", test_voice_declared_too_large);
   g_autoptr (GPtrArray) cases = pt_fixture_cases ();
   for (guint i = 0; i < cases->len; i++) {
     const PtFixtureCase *c = g_ptr_array_index (cases, i);
@@ -360,13 +407,7 @@ main (int argc, char **argv)
     g_test_add_data_func (path, c, test_case);
   }
   int rc = g_test_run ();
-  g_autoptr (GDir) d = g_dir_open (tmp_dir, 0, NULL);
-  const char *name;
-  while (d && (name = g_dir_read_name (d))) {
-    g_autofree char *p = g_build_filename (tmp_dir, name, NULL);
-    g_unlink (p);
-  }
-  g_rmdir (tmp_dir);
+  ppx_test_remove_tree (tmp_dir);
   g_free (tmp_dir);
   return rc;
 }

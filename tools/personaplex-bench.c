@@ -279,7 +279,7 @@ make_random (const Options *o, const PpxConfig *cfg, gboolean need_lm, gboolean 
     return FALSE;
   if (need_mimi) {
     if (!(f->mimi = mem_file_new ("tokenizer-random.safetensors", error)) ||
-        !random_model_write_mimi (&cfg->mimi, (guint64) o->seed, f->mimi->path, error))
+        !random_model_write_mimi (&cfg->mimi, (guint64) o->seed, f->mimi->path, NULL, error))
       return FALSE;
     r->mimi_file_bytes = random_model_mimi_bytes (&cfg->mimi);
   }
@@ -287,7 +287,7 @@ make_random (const Options *o, const PpxConfig *cfg, gboolean need_lm, gboolean 
     if (!lm_formats[i])
       continue;
     if (!(f->lm[i] = mem_file_new ("model.safetensors", error)) ||
-        !random_model_write_lm (&cfg->lm, formats[i], (guint64) o->seed, f->lm[i]->path, error))
+        !random_model_write_lm (&cfg->lm, formats[i], (guint64) o->seed, f->lm[i]->path, NULL, error))
       return FALSE;
     if (!r->lm_file_format) {
       r->lm_file_bytes = random_model_lm_bytes (&cfg->lm, formats[i]);

@@ -58,8 +58,8 @@ make_model (const char *dir, const PpxConfig *cfg, guint64 seed, PpxQuantization
   g_autofree char *lm_path = g_build_filename (dir, LM_FILE, NULL);
   g_autofree char *mimi_path = g_build_filename (dir, MIMI_FILE, NULL);
   gboolean ok = random_model_write_config (cfg, config_path, error) &&
-                (!lm || random_model_write_lm (&cfg->lm, format, seed, lm_path, error)) &&
-                (!mimi || random_model_write_mimi (&cfg->mimi, seed, mimi_path, error));
+                (!lm || random_model_write_lm (&cfg->lm, format, seed, lm_path, "personaplex-make-model", error)) &&
+                (!mimi || random_model_write_mimi (&cfg->mimi, seed, mimi_path, "personaplex-make-model", error));
   if (!ok) { /* no half-written checkpoint left behind */
     g_unlink (lm_path);
     g_unlink (mimi_path);

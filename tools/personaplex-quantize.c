@@ -10,6 +10,7 @@
 #include "quant-policy.h"
 #include "quant.h"
 #include "safetensors.h"
+#include "tool-progress.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -221,12 +222,24 @@ quantize_lm (const char *in_path, const char *out_path, const Options *o, Totals
     ppx_st_writer_set_metadata (w, PPX_QUANT_META_GROUP_SIZE, gs);
   }
   declare_outputs (w, tensors, o);
+  /* tensor i of N and MB/s read, on a terminal (not with --report: it prints a line per tensor) */
+  guint64 in_bytes = 0, done = 0;
+  for (guint i = 0; i < tensors->len; i++)
+    in_bytes += ((const PpxStTensor *) g_ptr_array_index (tensors, i))->nbytes;
+  g_autofree char *base = g_path_get_basename (in_path);
+  ToolProgress progress;
+  tool_progress_start (&progress, PROG, base, in_bytes);
+  progress.on &= !o->report;
   ok = ppx_st_writer_begin (w, tmp_path, error);
   for (guint i = 0; ok && i < tensors->len; i++) {
     const PpxStTensor *t = g_ptr_array_index (tensors, i);
     PpxQuantization fmt = target_format (t, o);
     ok = fmt != PPX_QUANT_BF16 ? write_quantized (w, t, fmt, o, tot, error) : write_unchanged (w, t, tot, error);
+    done += t->nbytes;
+    if (ok)
+      tool_progress_update (&progress, i + 1, tensors->len, done);
   }
+  tool_progress_end (&progress);
   ok = ok && ppx_st_writer_finish (w, error);
   ppx_st_writer_free (w);
   ppx_st_close (st);

@@ -103,8 +103,16 @@ static gboolean
 check_voice_prompt (const RunSettings *s, GError **error)
 {
   const char *v = s->voice_prompt;
-  if (!v || g_file_test (v, G_FILE_TEST_EXISTS))
+  if (!v)
     return TRUE;
+  if (g_file_test (v, G_FILE_TEST_EXISTS)) {
+    const char *problem = ppx_file_problem (v);
+    if (problem)
+      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID,
+                   "--voice-prompt %s: %s; it takes an audio or .pt file, or a NAME of the model's voices/", v,
+                   problem);
+    return problem == NULL;
+  }
   g_autofree char *base = g_str_has_suffix (v, ".pt") ? g_strdup (v) : g_strconcat (v, ".pt", NULL);
   g_autofree char *named = g_build_filename (s->model_dir, "voices", base, NULL);
   if (!strchr (v, '/') && g_file_test (named, G_FILE_TEST_EXISTS))
@@ -191,8 +199,10 @@ finish_settings (RunSettings *s, const RawOptions *raw, GError **error)
     g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: model directory does not exist", s->model_dir);
     return FALSE;
   }
-  if (!g_file_test (s->input, G_FILE_TEST_IS_REGULAR)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: no such file", s->input);
+  const char *input_problem = ppx_file_problem (s->input);
+  if (input_problem) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: %s; --input takes an audio file", s->input,
+                 input_problem);
     return FALSE;
   }
   return check_voice_prompt (s, error) && check_writable_dir ("--output", s->output, error) &&

@@ -6,6 +6,7 @@
 #include "quant-policy.h"
 #include "quant.h"
 #include "safetensors.h"
+#include "tool-progress.h"
 
 #include <errno.h>
 #include <math.h>
@@ -296,7 +297,7 @@ declare (PpxStWriter *w, const PpxManifestEntry *e, PpxDType float_dtype, PpxQua
 
 static gboolean
 write_checkpoint (GPtrArray *manifest, PpxDType float_dtype, PpxQuantization format, guint64 seed, const char *path,
-                  GError **error)
+                  const char *progress_prog, GError **error)
 {
   PpxStWriter *w = ppx_st_writer_new ();
   ppx_st_writer_set_metadata (w, "format", "pt");
@@ -314,12 +315,21 @@ write_checkpoint (GPtrArray *manifest, PpxDType float_dtype, PpxQuantization for
   gboolean ok = ppx_st_writer_begin (w, path, error);
   float *vals = g_new (float, CHUNK_ELEMS);
   guint16 *half = g_new (guint16, CHUNK_ELEMS);
+  g_autofree char *base = g_path_get_basename (path);
+  ToolProgress progress;
+  tool_progress_start (&progress, progress_prog, base, ppx_st_writer_data_bytes (w, NULL));
+  progress.on &= progress_prog != NULL;
   for (guint t = 0; ok && t < manifest->len; t++) {
     const PpxManifestEntry *e = g_ptr_array_index (manifest, t);
     PpxQuantization q = entry_format (e, format);
     ok = q != PPX_QUANT_BF16 ? write_quantized (w, e, q, seed, (guint8 *) vals, error)
                              : write_float (w, e, float_dtype, seed, vals, half, error);
+    guint64 written;
+    ppx_st_writer_data_bytes (w, &written);
+    if (ok)
+      tool_progress_update (&progress, t + 1, manifest->len, written);
   }
+  tool_progress_end (&progress);
   ok = ok && ppx_st_writer_finish (w, error);
   g_free (vals);
   g_free (half);
@@ -328,17 +338,19 @@ write_checkpoint (GPtrArray *manifest, PpxDType float_dtype, PpxQuantization for
 }
 
 gboolean
-random_model_write_lm (const PpxLmConfig *cfg, PpxQuantization format, guint64 seed, const char *path, GError **error)
+random_model_write_lm (const PpxLmConfig *cfg, PpxQuantization format, guint64 seed, const char *path,
+                       const char *progress, GError **error)
 {
   g_autoptr (GPtrArray) manifest = ppx_manifest_lm (cfg);
-  return write_checkpoint (manifest, PPX_DTYPE_BF16, format, seed, path, error);
+  return write_checkpoint (manifest, PPX_DTYPE_BF16, format, seed, path, progress, error);
 }
 
 gboolean
-random_model_write_mimi (const PpxMimiConfig *cfg, guint64 seed, const char *path, GError **error)
+random_model_write_mimi (const PpxMimiConfig *cfg, guint64 seed, const char *path, const char *progress,
+                         GError **error)
 {
   g_autoptr (GPtrArray) manifest = ppx_manifest_mimi (cfg);
-  return write_checkpoint (manifest, PPX_DTYPE_F32, PPX_QUANT_BF16, seed ^ 0x6d696d69ull, path, error);
+  return write_checkpoint (manifest, PPX_DTYPE_F32, PPX_QUANT_BF16, seed ^ 0x6d696d69ull, path, progress, error);
 }
 
 gboolean

@@ -40,11 +40,13 @@ void mem_file_free (MemFile *f);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (MemFile, mem_file_free)
 
 /* Writes a random LM checkpoint for cfg to path: BF16, or INT8/INT4 pre-quantized (each tensor in the
- * policy's format: NAME.q8|q4 + NAME.scale, the rest bf16, with the format metadata). */
+ * policy's format: NAME.q8|q4 + NAME.scale, the rest bf16, with the format metadata). `progress`: NULL, or
+ * the program name under which tensor i of N and MB/s are shown on a terminal (tool-progress.h). */
 gboolean random_model_write_lm (const PpxLmConfig *cfg, PpxQuantization format, guint64 seed, const char *path,
-                                GError **error);
+                                const char *progress, GError **error);
 /* Writes a random Mimi checkpoint (f32) for cfg to path. */
-gboolean random_model_write_mimi (const PpxMimiConfig *cfg, guint64 seed, const char *path, GError **error);
+gboolean random_model_write_mimi (const PpxMimiConfig *cfg, guint64 seed, const char *path, const char *progress,
+                                  GError **error);
 /* Writes cfg as config.json to path. */
 gboolean random_model_write_config (const PpxConfig *cfg, const char *path, GError **error);
 

@@ -36,10 +36,14 @@ set_in_range (GstElement *element, const char *property, const char *option, dou
     g_value_set_float (&v, (float) value);
   gboolean out_of_range = g_param_value_validate (spec, &v);
   if (out_of_range) {
+    /* integers as the integers they are (2147483647, not 2.14748e+09) */
+    const char *fmt = G_IS_PARAM_SPEC_INT (spec) ? "%.0f" : "%g";
     double lo = G_IS_PARAM_SPEC_INT (spec) ? G_PARAM_SPEC_INT (spec)->minimum : G_PARAM_SPEC_FLOAT (spec)->minimum;
     double hi = G_IS_PARAM_SPEC_INT (spec) ? G_PARAM_SPEC_INT (spec)->maximum : G_PARAM_SPEC_FLOAT (spec)->maximum;
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "%s %g: the " RUN_ELEMENT_NAME " element takes %g .. %g%s",
-                 option, value, lo, hi, also);
+    g_autofree char *shown = g_strdup_printf (fmt, value), *from = g_strdup_printf (fmt, lo),
+                    *to = g_strdup_printf (fmt, hi);
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "%s %s: the " RUN_ELEMENT_NAME " element takes %s .. %s%s",
+                 option, shown, from, to, also);
   } else {
     g_object_set_property (G_OBJECT (element), property, &v);
   }

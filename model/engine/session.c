@@ -142,7 +142,7 @@ load_voice (PpxSession *s, const PpxSessionParams *p, GError **error)
                    "voice prompt '%s': no such file, and no %s/voices/%s%s", p->voice_prompt, s->model->model_dir,
                    p->voice_prompt, g_str_has_suffix (p->voice_prompt, ".pt") ? "" : ".pt");
     else
-      g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: voice prompt file does not exist", path);
+      g_set_error (error, PPX_ERROR, PPX_ERROR_MISSING, "%s: voice prompt file: %s", path, ppx_file_problem (path));
     return FALSE;
   }
   if (g_str_has_suffix (path, ".pt")) {

@@ -49,29 +49,60 @@ ppx_voice_prompt_from_audio (PpxMimiState *mimi, const PpxConfig *cfg, const cha
   return vp;
 }
 
-/* Both containers hold "embeddings" [N, 1, 1, dim] (float) and "cache" [1, streams, 4] (int64). */
+/* Both containers hold "embeddings" [N, 1, 1, dim] (float, 1 <= N <= PPX_VOICE_PROMPT_MAX_FRAMES) and
+ * "cache" [1, streams, 4] (int64): what is checked of a tensor from its declaration (name, dtype, shape).
+ * Other names pass. */
+static gboolean
+check_declared (const char *path, const PpxConfig *cfg, const char *name, PpxDType dt, int ndim,
+                const int64_t *shape, GError **error)
+{
+  const int dim = cfg->lm.dim, ns = cfg->lm.n_streams;
+  if (strcmp (name, "embeddings") == 0) {
+    if (ndim != 4 || shape[1] != 1 || shape[2] != 1 || shape[3] != dim || shape[0] < 1 ||
+        shape[0] > PPX_VOICE_PROMPT_MAX_FRAMES) {
+      g_autofree char *s = ppx_shape_str (ndim, shape);
+      g_set_error (error, PPX_ERROR, PPX_ERROR_SHAPE,
+                   "%s: 'embeddings' has shape %s, expected [N, 1, 1, %d] with 1 <= N <= %d (the frames a voice "
+                   "prompt may have)", path, s, dim, PPX_VOICE_PROMPT_MAX_FRAMES);
+      return FALSE;
+    }
+    if (dt != PPX_DTYPE_F32 && dt != PPX_DTYPE_BF16 && dt != PPX_DTYPE_F16) {
+      g_set_error (error, PPX_ERROR, PPX_ERROR_SHAPE, "%s: 'embeddings' has dtype %s, expected a float type", path,
+                   ppx_dtype_name (dt));
+      return FALSE;
+    }
+  } else if (strcmp (name, "cache") == 0) {
+    if (ndim != 3 || shape[0] != 1 || shape[1] != ns || shape[2] != 4 || dt != PPX_DTYPE_I64) {
+      g_autofree char *s = ppx_shape_str (ndim, shape);
+      g_set_error (error, PPX_ERROR, PPX_ERROR_SHAPE, "%s: 'cache' is %s %s, expected I64 [1, %d, 4]", path,
+                   ppx_dtype_name (dt), s, ns);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+typedef struct {
+  const char *path;
+  const PpxConfig *cfg;
+} DeclaredCheck;
+
+/* ppx_pt_load_checked's check: a voice .pt is judged from its pickle before any storage is inflated. */
+static gboolean
+check_pt_declared (const char *name, PpxDType dt, int ndim, const int64_t *shape, gpointer user_data, GError **error)
+{
+  const DeclaredCheck *c = user_data;
+  return check_declared (c->path, c->cfg, name, dt, ndim, shape, error);
+}
+
 static PpxVoicePrompt *
 from_tensors (const PpxConfig *cfg, const char *path, PpxDType edt, const int64_t *eshape, int endim,
               const void *edata, PpxDType cdt, const int64_t *cshape, int cndim, const void *cdata, GError **error)
 {
   const int dim = cfg->lm.dim, ns = cfg->lm.n_streams;
-  if (endim != 4 || eshape[1] != 1 || eshape[2] != 1 || eshape[3] != dim || eshape[0] < 1 || eshape[0] > 1 << 20) {
-    g_autofree char *s = ppx_shape_str (endim, eshape);
-    g_set_error (error, PPX_ERROR, PPX_ERROR_SHAPE, "%s: 'embeddings' has shape %s, expected [N, 1, 1, %d]", path, s,
-                 dim);
+  if (!check_declared (path, cfg, "embeddings", edt, endim, eshape, error) ||
+      !check_declared (path, cfg, "cache", cdt, cndim, cshape, error))
     return NULL;
-  }
-  if (edt != PPX_DTYPE_F32 && edt != PPX_DTYPE_BF16 && edt != PPX_DTYPE_F16) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_SHAPE, "%s: 'embeddings' has dtype %s, expected a float type", path,
-                 ppx_dtype_name (edt));
-    return NULL;
-  }
-  if (cndim != 3 || cshape[0] != 1 || cshape[1] != ns || cshape[2] != 4 || cdt != PPX_DTYPE_I64) {
-    g_autofree char *s = ppx_shape_str (cndim, cshape);
-    g_set_error (error, PPX_ERROR, PPX_ERROR_SHAPE, "%s: 'cache' is %s %s, expected I64 [1, %d, 4]", path,
-                 ppx_dtype_name (cdt), s, ns);
-    return NULL;
-  }
   PpxVoicePrompt *vp = g_new0 (PpxVoicePrompt, 1);
   vp->from_embeddings = TRUE;
   vp->n_frames = (int) eshape[0];
@@ -110,7 +141,8 @@ ppx_voice_prompt_from_embeddings_file (const PpxConfig *cfg, const char *path, G
     ppx_st_close (st);
     return vp;
   }
-  PpxPtFile *pt = ppx_pt_load (path, error);
+  DeclaredCheck check = {path, cfg};
+  PpxPtFile *pt = ppx_pt_load_checked (path, check_pt_declared, &check, error);
   if (!pt)
     return NULL;
   const PpxPtTensor *e = ppx_pt_find (pt, "embeddings"), *c = ppx_pt_find (pt, "cache");

@@ -8,6 +8,9 @@
 
 G_BEGIN_DECLS
 
+/* Frames a voice prompt may have (embedding vectors or code frames); a file declaring more is refused. */
+#define PPX_VOICE_PROMPT_MAX_FRAMES (1 << 20)
+
 typedef struct {
   gboolean from_embeddings;
   int n_frames;      /* audio: code frames N_v; embeddings: vectors (N_v - 1) */

@@ -521,6 +521,20 @@ ppx_st_writer_begin (PpxStWriter *w, const char *path, GError **error)
   return TRUE;
 }
 
+guint64
+ppx_st_writer_data_bytes (const PpxStWriter *w, guint64 *written)
+{
+  guint64 total = 0, done = 0;
+  for (guint i = 0; i < w->decls->len; i++) {
+    const guint64 n = g_array_index (w->decls, Decl, i).nbytes;
+    total += n;
+    done += i < w->cur ? n : 0;
+  }
+  if (written)
+    *written = done + w->cur_written;
+  return total;
+}
+
 gboolean
 ppx_st_writer_write (PpxStWriter *w, const void *data, gsize nbytes, GError **error)
 {

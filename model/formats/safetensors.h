@@ -55,6 +55,8 @@ void ppx_st_writer_declare (PpxStWriter *w, const char *name, PpxDType dtype, in
 gboolean ppx_st_writer_begin (PpxStWriter *w, const char *path, GError **error);
 /* Appends bytes of the current tensor; may be called several times per tensor. */
 gboolean ppx_st_writer_write (PpxStWriter *w, const void *data, gsize nbytes, GError **error);
+/* The data bytes declared; *written (may be NULL) gets how many of them were written so far (progress). */
+guint64 ppx_st_writer_data_bytes (const PpxStWriter *w, guint64 *written);
 /* Checks every declared byte was written, and closes. */
 gboolean ppx_st_writer_finish (PpxStWriter *w, GError **error);
 void ppx_st_writer_free (PpxStWriter *w);

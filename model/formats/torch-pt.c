@@ -17,6 +17,8 @@ typedef struct {
   char *folder;      /* the archive's top-level folder, e.g. "voice_prompt" */
   GHashTable *storages; /* key -> GBytes, the records read so far */
   gsize bytes_read;
+  PpxPtCheck check;     /* NULL, or the caller's check of the declared tensors */
+  gpointer check_data;
 } Archive;
 
 static void
@@ -312,6 +314,11 @@ load_archive (Archive *a, GError **error)
   g_autoptr (GPtrArray) refs = ppx_torch_unpickle (pkl_data, pkl_size, a->label, error);
   if (!refs)
     return NULL;
+  for (guint i = 0; a->check && i < refs->len; i++) {
+    const PpxPickleTensor *pt = g_ptr_array_index (refs, i);
+    if (!a->check (pt->name, pt->dtype, pt->ndim, pt->shape, a->check_data, error))
+      return NULL;
+  }
 
   PpxPtFile *f = g_new0 (PpxPtFile, 1);
   f->tensors = g_ptr_array_new_with_free_func ((GDestroyNotify) pt_tensor_free);
@@ -346,7 +353,7 @@ check_head (const guint8 *head, gsize len, const char *label, GError **error)
 }
 
 static PpxPtFile *
-load_source (zip_source_t *src, const char *label, GError **error)
+load_source (zip_source_t *src, const char *label, PpxPtCheck check, gpointer check_data, GError **error)
 {
 #if G_BYTE_ORDER != G_LITTLE_ENDIAN
   g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "%s: .pt files are only supported on little-endian hosts",
@@ -371,6 +378,8 @@ load_source (zip_source_t *src, const char *label, GError **error)
     .label = label,
     .zip = zip,
     .storages = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, (GDestroyNotify) g_bytes_unref),
+    .check = check,
+    .check_data = check_data,
   };
   PpxPtFile *f = load_archive (&a, error);
   zip_discard (zip); /* also frees the source */
@@ -393,11 +402,17 @@ ppx_pt_load_buffer (const void *data, gsize size, const char *label, GError **er
     return NULL;
   }
   zip_error_fini (&zerr);
-  return load_source (src, label, error);
+  return load_source (src, label, NULL, NULL, error);
 }
 
 PpxPtFile *
 ppx_pt_load (const char *path, GError **error)
+{
+  return ppx_pt_load_checked (path, NULL, NULL, error);
+}
+
+PpxPtFile *
+ppx_pt_load_checked (const char *path, PpxPtCheck check, gpointer user_data, GError **error)
 {
   /* Open it ourselves first, for a plain I/O error message. */
   FILE *fp = fopen (path, "rb");
@@ -420,5 +435,5 @@ ppx_pt_load (const char *path, GError **error)
     return NULL;
   }
   zip_error_fini (&zerr);
-  return load_source (src, path, error);
+  return load_source (src, path, check, user_data, error);
 }

@@ -29,6 +29,15 @@ typedef struct PpxPtFile PpxPtFile;
 /* Loads every tensor of the saved top-level dict (entries that are not tensors are ignored).
  * Errors name the file and the problem; nothing aborts on bad input. */
 PpxPtFile *ppx_pt_load (const char *path, GError **error);
+
+/* What a caller expects of a tensor, judged from the pickle alone: its name, dtype and shape as declared.
+ * FALSE with `error` set refuses the file. */
+typedef gboolean (*PpxPtCheck) (const char *name, PpxDType dtype, int ndim, const int64_t *shape, gpointer user_data,
+                                GError **error);
+/* ppx_pt_load, with `check` run over every tensor once data.pkl is read and before any storage record is
+ * read: a file that declares what the caller would refuse (e.g. too many frames) is refused without
+ * inflating its storages. */
+PpxPtFile *ppx_pt_load_checked (const char *path, PpxPtCheck check, gpointer user_data, GError **error);
 /* The same over a caller-owned buffer; `label` stands for the file name in errors. */
 PpxPtFile *ppx_pt_load_buffer (const void *data, gsize size, const char *label, GError **error);
 void ppx_pt_free (PpxPtFile *f);

@@ -65,7 +65,9 @@ ppx_engine_set_prompt_chunk (PpxEngine *e, int n)
 {
   g_mutex_lock (&e->lock);
   e->prompt_chunk = e->prefill ? CLAMP (n, 1, ppx_lm_prefill_max_rows (e->prefill)) : 1;
-  clock_sizes (&e->clock, e->prompt_chunk);
+  if (e->clock.sizes[e->clock.n_sizes - 1] != e->prompt_chunk) /* other sizes: what was measured goes */
+    clock_sizes (&e->clock, e->prompt_chunk);
+  e->clock.max_rows = 0;
   g_mutex_unlock (&e->lock);
 }
 

@@ -12,13 +12,14 @@
 /* ---- memory ---- */
 
 /* Device bytes of an engine with n slots: LM caches, LMGen states + LM scratch, Mimi state + scratch,
- * PCM/code staging. */
+ * PCM/code staging, and the prompt prefill's scratch (chunks of up to prompt_chunk frames). */
 static guint64
 engine_bytes (const PpxModel *m, PpxKvFormat kv, int n, int prompt_chunk)
 {
   const PpxMimiConfig *mc = &m->cfg.mimi;
   const guint64 staging = (guint64) n * (2 * (guint64) mc->frame_size + mc->num_codebooks + PPX_LM_TICK_OUT) * 4;
-  const guint64 prefill = prompt_chunk > 1 ? ppx_lm_prefill_bytes (&m->cfg.lm, prompt_chunk) : 0;
+  const guint64 prefill =
+    ppx_lm_prefill_rows_for (&m->cfg.lm, prompt_chunk) > 1 ? ppx_lm_prefill_bytes (&m->cfg.lm, prompt_chunk) : 0;
   return ppx_lm_batch_bytes (&m->cfg.lm, n, n, kv) + ppx_mimi_batch_bytes (m->mimi, n) + staging + prefill;
 }
 

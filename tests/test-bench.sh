@@ -142,6 +142,10 @@ run join-prefill-only 0 --random-weights tiny --backend cpu --threads 1 --batch 
   --join-voice-seconds 1 --join-text-tokens 5 --join-prefill-only --prompt-chunk 8
 expect join-prefill-only '^prefill +join ms'
 grep -q '^step by step' "$tmp/join-prefill-only.out" && fail "join-prefill-only: a step-by-step line"
+run join-idle 0 --random-weights tiny --backend cpu --threads 1 --batch 0 --join --joins 1 --join-voice-seconds 1 \
+  --join-text-tokens 5
+expect join-idle '^join: .* 0 running sessions' '^no join +0 ticks' '^prefill +join ms'
+run join-batch-0 2 --random-weights tiny --batch 0
 run join-sweep 2 --random-weights tiny --join --sweep 1
 run join-bad-joins 2 --random-weights tiny --join --joins 0
 run lm-context-dir 2 --model-dir "$tmp" --lm-context 100

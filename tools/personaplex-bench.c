@@ -163,8 +163,8 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     problem = "unexpected argument";
   else if (!o->model_dir == !o->random_size)
     problem = "give exactly one of --model-dir and --random-weights";
-  else if (o->batch < 1 || o->batch > 4096)
-    problem = "--batch must be in [1, 4096]";
+  else if (o->batch < (o->join ? 0 : 1) || o->batch > 4096)
+    problem = "--batch must be in [1, 4096] (with --join [0, 4096]: the calls running while one joins)";
   else if (o->frames < 1 || o->frames > 1000000)
     problem = "--frames must be in [1, 1000000]";
   else if (o->warmup < 0 || o->warmup > 1000000)

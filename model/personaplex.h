@@ -101,6 +101,13 @@ typedef struct {
   PpxKvFormat kv_format;
   gboolean no_cuda_graphs; /* TRUE: never replay ticks as CUDA graphs (for comparisons; the environment
                             * variable PPX_CUDA_GRAPHS=0 does the same for every engine) */
+  int prompt_chunk;        /* the system prompts run as chunks of up to this many frames, one temporal pass
+                            * each, fitted between ticks; 1: one single-row step per frame (the reference's
+                            * step by step, for comparisons); 0: the environment variable PPX_PROMPT_CHUNK, else
+                            * 64 (docs/engine.md, "Prompt prefill") */
+  int voice_snapshots;     /* with prompt chunks > 1: the voice phases kept (KV rows and LMGen state, copied into
+                            * the slot of a session with that voice; least recently used dropped first): 0: 16,
+                            * < 0: none (docs/engine.md, "Voice snapshots") */
 } PpxEngineParams;
 
 void ppx_engine_params_init (PpxEngineParams *p);

@@ -92,6 +92,7 @@ void test_conv_transpose1d (void);
 void test_conv_mimi (void);
 void test_conv_batch (void);
 void test_golden (void);
+void test_prefill (void);
 
 /* ---- the benchmarks (cuda-bench.c): exit codes ---- */
 int run_bench (const char *only, const char *shape);

@@ -1,5 +1,6 @@
 /* The CUDA backend against the CPU backend (the numerical reference), op by op, on random inputs of
- * awkward sizes; then the golden conversation end to end on the GPU. Exits 77 without a GPU.
+ * awkward sizes; then the golden conversation end to end on the GPU, and the prompt prefill (cuda-test-prefill.c).
+ * Exits 77 without a GPU.
  *
  * Tolerances: ops whose GPU and CPU arithmetic is the same sequence of f32 operations (embedding
  * gathers, RVQ decode, copies, fills, teacher forcing, greedy sampling, RVQ codes) must match exactly.
@@ -76,6 +77,7 @@ main (int argc, char **argv)
     g_test_add_func ("/cuda/force-tokens", test_force_tokens);
     g_test_add_func ("/cuda/pdl-chain", test_pdl_chain);
     g_test_add_func ("/cuda/golden", test_golden);
+    g_test_add_func ("/cuda/prefill", test_prefill);
     rc = g_test_run ();
   }
   g_rand_free (rng);

@@ -127,6 +127,29 @@ run sweep-bad-kv 2 --random-weights tiny --sweep 1 --sweep-kv bf17
 run sweep-kv-alone 2 --random-weights tiny --sweep-kv bf16
 run sweep-sequential 2 --random-weights tiny --sweep 2 --sequential
 
+# --join: a call joins while others tick in real time, step by step, prefill, prefill after the voice snapshot
+# (the tiny model at context 3000)
+run join 0 --random-weights tiny --lm-context 3000 --backend cpu --threads 1 --batch 2 --join --joins 1 \
+  --join-voice-seconds 2 --join-text-tokens 40
+expect join '^join: .* weights on cpu, .* 2 running sessions at context 0 .*2.0 s voice prompt.*40 text tokens' \
+  "^first join .*: $num ms$" "^no join +[0-9]+ ticks, response ms p50 +$num" \
+  "^step by step +join ms p50 +$num max +$num \| one single-row step a lock hold \| ticks during joins" \
+  "^prefill +join ms p50 +$num max +$num \| +[0-9.]+ chunks a join \(largest [0-9]+ rows" \
+  "^\+ voice copy +join ms p50 +$num max +$num \| " \
+  "^voice snapshot: $num MB of device memory for the 2.0 s voice \(1 kept\)" \
+  '^prefill chunk cost \(running mean, ms\): [0-9]+: '
+run join-prefill-only 0 --random-weights tiny --backend cpu --threads 1 --batch 1 --join --joins 1 \
+  --join-voice-seconds 1 --join-text-tokens 5 --join-prefill-only --prompt-chunk 8
+expect join-prefill-only '^prefill +join ms'
+grep -q '^step by step' "$tmp/join-prefill-only.out" && fail "join-prefill-only: a step-by-step line"
+run join-idle 0 --random-weights tiny --backend cpu --threads 1 --batch 0 --join --joins 1 --join-voice-seconds 1 \
+  --join-text-tokens 5
+expect join-idle '^join: .* 0 running sessions' '^no join +0 ticks' '^prefill +join ms'
+run join-batch-0 2 --random-weights tiny --batch 0
+run join-sweep 2 --random-weights tiny --join --sweep 1
+run join-bad-joins 2 --random-weights tiny --join --joins 0
+run lm-context-dir 2 --model-dir "$tmp" --lm-context 100
+
 # errors: bad options
 run no-model 2 --frames 2
 grep -q "exactly one of --model-dir and --random-weights" "$tmp/no-model.err" || fail "no-model: unclear error"

@@ -6,6 +6,8 @@
  *                     [--kv-cache-format auto|f32|bf16|fp8] [--context N] [--sweep LIST [--sweep-kv LIST]]
  *                     [--threads N] [--seed N] [--cuda-graphs on|off|both] [--json]
  *   personaplex-bench ... --measure-load [--load-repeats N] [--prequantized-dir DIR ...]
+ *   personaplex-bench ... --join [--joins N] [--join-voice-seconds S] [--join-text-tokens N] [--prompt-chunk N]
+ *                     [--join-prefill-only]
  *
  * Prints the machine and build, the load times, per component the mean/p50/p95/p99/max time of one frame
  * tick (all --batch sessions stepped once: as one batch, the engine's tick, or with --sequential one
@@ -17,13 +19,16 @@
  * --quantization int8|int4 the LM is made pre-quantized, so a full-size LM fits (int4 about 5 GB).
  * --measure-load times LM loads instead: bf16 as stored, quantized at load, and pre-quantized.
  * --cuda-graphs both measures the batched session phase with the engine's CUDA graphs (session-step) and
- * without them (session-step-no-graphs); the notes say how many ticks replayed a graph of how many ops. */
+ * without them (session-step-no-graphs); the notes say how many ticks replayed a graph of how many ops.
+ * --join measures the join time of a call while --batch others tick in real time (bench-join.h): its system
+ * prompts step by step, then as chunked prefill, and the running calls' tick responses meanwhile. */
 #include "bench-measure.h"
 #include "engine-internal.h"
 #include "random-model.h"
 #include "bench-report.h"
 #include "bench-run.h"
 #include "bench-sweep.h"
+#include "bench-join.h"
 #include "quant-load.h"
 #include "safetensors.h"
 
@@ -44,6 +49,9 @@ typedef struct {
   gboolean json, measure_load, sequential;
   int component_id, quant_id, backend_id, kv_id, graphs_id; /* the parsed names */
   int sweep_batches[64], n_sweep;                            /* --sweep, parsed */
+  gboolean join, join_prefill_only;                          /* --join */
+  int joins, join_text_tokens, prompt_chunk, lm_context;
+  double join_voice_seconds;
   PpxKvFormat sweep_kvs[8];                                  /* --sweep-kv, parsed (resolved) */
   int n_sweep_kv;
 } Options;
@@ -130,6 +138,20 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     {"load-repeats", 0, 0, G_OPTION_ARG_INT, &o->load_repeats, "Loads per variant with --measure-load (default 3)", "N"},
     {"prequantized-dir", 0, 0, G_OPTION_ARG_FILENAME_ARRAY, &o->prequantized_dirs,
      "With --model-dir --measure-load: a personaplex-quantize output directory (repeatable)", "DIR"},
+    {"lm-context", 0, 0, G_OPTION_ARG_INT, &o->lm_context,
+     "With --random-weights: the LM's context (KV ring) instead of the size's (tiny: 20; mid and full: 3000)", "N"},
+    {"join", 0, 0, G_OPTION_ARG_NONE, &o->join,
+     "Join time: a call joins (voice + text prompt) while --batch others tick in real time, step by step then prefill",
+     NULL},
+    {"joins", 0, 0, G_OPTION_ARG_INT, &o->joins, "With --join: measured joins per mode (default 5)", "N"},
+    {"join-voice-seconds", 0, 0, G_OPTION_ARG_DOUBLE, &o->join_voice_seconds,
+     "With --join: the joining call's voice prompt in seconds (default 10)", "S"},
+    {"join-text-tokens", 0, 0, G_OPTION_ARG_INT, &o->join_text_tokens,
+     "With --join: the joining call's text prompt in tokens (default 100)", "N"},
+    {"prompt-chunk", 0, 0, G_OPTION_ARG_INT, &o->prompt_chunk,
+     "With --join: the engine's largest prompt chunk in frames (default: the library's)", "N"},
+    {"join-prefill-only", 0, 0, G_OPTION_ARG_NONE, &o->join_prefill_only,
+     "With --join: skip the step-by-step joins", NULL},
     {NULL},
   };
   g_autoptr (GOptionContext) ctx = g_option_context_new ("- speed and memory per component and per 80 ms frame");
@@ -141,8 +163,8 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     problem = "unexpected argument";
   else if (!o->model_dir == !o->random_size)
     problem = "give exactly one of --model-dir and --random-weights";
-  else if (o->batch < 1 || o->batch > 4096)
-    problem = "--batch must be in [1, 4096]";
+  else if (o->batch < (o->join ? 0 : 1) || o->batch > 4096)
+    problem = "--batch must be in [1, 4096] (with --join [0, 4096]: the calls running while one joins)";
   else if (o->frames < 1 || o->frames > 1000000)
     problem = "--frames must be in [1, 1000000]";
   else if (o->warmup < 0 || o->warmup > 1000000)
@@ -161,6 +183,18 @@ parse_options (int argc, char **argv, Options *o, GError **error)
     problem = "--sweep measures the batched engine: not with --measure-load or --sequential";
   else if (o->prequantized_dirs && !(o->measure_load && o->model_dir))
     problem = "--prequantized-dir needs --model-dir and --measure-load";
+  else if (o->lm_context && (!o->random_size || o->lm_context < 2 || o->lm_context > 100000))
+    problem = "--lm-context needs --random-weights and must be in [2, 100000]";
+  else if (o->join && (o->sweep || o->measure_load || o->sequential))
+    problem = "--join measures the batched engine: not with --sweep, --measure-load or --sequential";
+  else if (o->joins < 1 || o->joins > 1000)
+    problem = "--joins must be in [1, 1000]";
+  else if (!(o->join_voice_seconds >= 0 && o->join_voice_seconds <= 600))
+    problem = "--join-voice-seconds must be in [0, 600]";
+  else if (o->join_text_tokens < 0 || o->join_text_tokens > 100000)
+    problem = "--join-text-tokens must be in [0, 100000]";
+  else if (o->prompt_chunk < 0 || o->prompt_chunk > 100000)
+    problem = "--prompt-chunk must be in [0, 100000]";
   if (problem) {
     g_set_error_literal (error, PPX_ERROR, PPX_ERROR_INVALID, problem);
     return FALSE;
@@ -364,6 +398,8 @@ run (const Options *o, BenchReport *r, GError **error)
     r->model_source = g_strdup (o->model_dir);
   } else {
     ok = random_model_config (o->random_size, &s.cfg, error);
+    if (ok && o->lm_context)
+      s.cfg.lm.context = o->lm_context;
     gboolean formats[3] = {FALSE, FALSE, FALSE};
     if (o->measure_load)
       formats[0] = formats[1] = formats[2] = TRUE;
@@ -385,6 +421,13 @@ run (const Options *o, BenchReport *r, GError **error)
     s.mimi_path = mimi_path;
     r->config_summary = config_summary (&s.cfg);
     r->frame_ms = 1000.0 * s.cfg.mimi.frame_size / s.cfg.mimi.sample_rate;
+  }
+  if (ok && o->join) {
+    const BenchJoin j = {.joins = o->joins, .voice_seconds = o->join_voice_seconds, .text_tokens = o->join_text_tokens,
+                         .prompt_chunk = o->prompt_chunk, .compare = !o->join_prefill_only};
+    ok = bench_run_join (&s, &j, stdout, error);
+    random_files_clear (&files);
+    return ok;
   }
   if (ok && o->sweep) {
     ok = bench_run_sweep (&s, o->sweep_batches, o->n_sweep, o->sweep_kvs, o->n_sweep_kv, r->device, stdout, error);
@@ -415,7 +458,8 @@ run (const Options *o, BenchReport *r, GError **error)
 int
 main (int argc, char **argv)
 {
-  Options o = {.batch = 1, .frames = 20, .warmup = 2, .load_repeats = 3};
+  Options o = {.batch = 1, .frames = 20, .warmup = 2, .load_repeats = 3, .joins = 5, .join_voice_seconds = 10,
+               .join_text_tokens = 100};
   g_autoptr (GError) error = NULL;
   int status = 2;
   if (parse_options (argc, argv, &o, &error)) {

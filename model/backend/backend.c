@@ -235,6 +235,39 @@ ppx_tensor_copy2d (PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *src, 
   dst->be->ops->copy2d (dst->be, dst, doff, dld, src, soff, sld, rows, cols);
 }
 
+/* A whole tensor's storage as 4-byte words, for copy2d (no allocation: it points at t's memory). */
+static PpxTensor
+storage_words (const PpxTensor *t)
+{
+  return (PpxTensor){.be = t->be, .type = PPX_TENSOR_I32, .n = ppx_tensor_bytes (t) / 4, .data = t->data};
+}
+
+gboolean
+ppx_kv_cache_copy (PpxTensor *dst, int dst_slot, int dst_cap, int dst_pos, const PpxTensor *src, int src_slot,
+                   int src_cap, int src_pos, int n, int H, int Dh)
+{
+  const gsize HD = (gsize) H * Dh, es = ppx_tensor_type_size (src->type);
+  if (dst->type != src->type || dst->be != src->be || dst->parent || src->parent || src->type == PPX_TENSOR_I32 ||
+      H <= 0 || Dh <= 0 || n < 0 || dst_slot < 0 || src_slot < 0 || dst_pos < 0 || src_pos < 0 ||
+      dst_pos + n > dst_cap || src_pos + n > src_cap || (gsize) (dst_slot + 1) * dst_cap * HD > dst->n ||
+      (gsize) (src_slot + 1) * src_cap * HD > src->n || (HD * es) % 4 != 0)
+    return FALSE;
+  if (n == 0)
+    return TRUE;
+  PpxTensor d = storage_words (dst), s = storage_words (src);
+  const gsize row = HD * es / 4; /* words of one position */
+  COUNT (dst->be, n_ops);
+  dst->be->ops->copy2d (dst->be, &d, ((gsize) dst_slot * dst_cap + dst_pos) * row, 0, &s,
+                        ((gsize) src_slot * src_cap + src_pos) * row, 0, 1, (gsize) n * row);
+  if (src->type == PPX_TENSOR_FP8) { /* scales [slot, H, cap] after the values */
+    const gsize d0 = ppx_kv_scale_offset (dst->n) / 4, s0 = ppx_kv_scale_offset (src->n) / 4;
+    COUNT (dst->be, n_ops);
+    dst->be->ops->copy2d (dst->be, &d, d0 + (gsize) dst_slot * H * dst_cap + dst_pos, dst_cap, &s,
+                          s0 + (gsize) src_slot * H * src_cap + src_pos, src_cap, H, n);
+  }
+  return TRUE;
+}
+
 PpxWeight *
 ppx_weight_new (PpxBackend *be, const PpxWeightDesc *desc, GError **error)
 {

@@ -112,6 +112,14 @@ void ppx_tensor_copy2d (PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *
 PpxTensor *ppx_kv_cache_new (PpxBackend *be, PpxKvFormat fmt, int n_slots, int cap, int H, int Dh, GError **error);
 /* Device bytes of such a cache (values, plus the FP8 scales and the padding before them). */
 guint64 ppx_kv_cache_bytes (PpxKvFormat fmt, gsize n_slots, int cap, int H, int Dh);
+/* Copies positions [src_pos, src_pos + n) of slot src_slot of the cache src (capacity src_cap) to positions
+ * [dst_pos, dst_pos + n) of slot dst_slot of dst (capacity dst_cap): the values and, for FP8, their scales; both
+ * caches made by ppx_kv_cache_new with one format and head shape H x Dh, positions inside the capacities (the
+ * ring index of a position below the capacity is the position). Enqueued like an op. FALSE (nothing copied) for
+ * caches or ranges that do not fit, or a row not a whole number of 4-byte words (H * Dh odd, fp8 not a multiple
+ * of 4). */
+gboolean ppx_kv_cache_copy (PpxTensor *dst, int dst_slot, int dst_cap, int dst_pos, const PpxTensor *src, int src_slot,
+                            int src_cap, int src_pos, int n, int H, int Dh);
 
 /* ---- weights ---- */
 PpxWeight *ppx_weight_new (PpxBackend *be, const PpxWeightDesc *desc, GError **error);

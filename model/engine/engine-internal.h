@@ -16,6 +16,36 @@
 /* Largest max_sessions accepted. */
 #define PPX_ENGINE_MAX_SESSIONS 4096
 
+/* Prompt prefill (prompt-prefill.c, docs/engine.md "Prompt prefill"): the largest chunk by default (the
+ * environment variable PPX_PROMPT_CHUNK, or PpxEngineParams.prompt_chunk, chooses another; 1 runs the prompts
+ * step by step), and the chunk sizes the schedule measures: 1, 2, 4, ... up to the largest. */
+#define PPX_PROMPT_CHUNK_DEFAULT 64
+#define PPX_PROMPT_CHUNK_MAX 1024
+#define PPX_PROMPT_SIZES 12
+
+/* What the prompt schedule knows (guarded by the engine lock): when ticks arrive and how long they run, and
+ * how long a chunk of each size took. */
+typedef struct {
+  gint64 arrival[4];  /* the last ticks' arrival times (us, ring by tick count), for the tick interval */
+  guint64 n_ticks;    /* ticks noted */
+  gint64 last_run_us; /* the last tick's run time, from taking the lock to releasing it */
+  gboolean stalled;   /* a chunk waited for an overdue tick that did not come; cleared by the next tick */
+  int sizes[PPX_PROMPT_SIZES], n_sizes;   /* chunk sizes, ascending: powers of two, then the largest */
+  double cost_ms[PPX_PROMPT_SIZES];       /* running mean of a chunk's time (0: not measured yet) */
+  guint64 chunks, frames, waits;          /* chunks run, prompt frames run in them, waits for a gap */
+  int last_rows, max_rows;                /* rows of the last chunk, and of the longest since the largest was set */
+  double last_ms, last_budget_ms;         /* its time, and the time the schedule gave it (INFINITY: no tick due) */
+  guint64 voice_uses, voice_restores, voice_stores; /* voice snapshots (voice-snapshot.c): uses, copies in, kept */
+} PpxPromptClock;
+
+/* One prompt frame (spec §5.5): one LMGen call with these inputs. */
+typedef struct {
+  const int *agent, *user;
+  int text;
+  const float *embedding;
+  const int (*cache)[PPX_LMGEN_COLS]; /* non-NULL: the token cache takes these values before the call */
+} PpxPromptFrame;
+
 struct PpxEngine {
   gint refcount;
   PpxModel *model;
@@ -43,6 +73,14 @@ struct PpxEngine {
   PpxGraph **graph;     /* [max + 1]: by bucket rows, NULL until first needed */
   int *graph_failures;  /* [max + 1]: recordings that failed; a bucket that fails 3 times runs eagerly */
   PpxEngineTickStats stats;
+
+  /* Prompt prefill: chunks of up to prompt_chunk frames (1: single-row steps, ppx_engine_lm_call). */
+  int prompt_chunk;
+  PpxLmPrefill *prefill; /* NULL when prompt_chunk is 1 at creation */
+  PpxPromptClock clock;  /* guarded by lock */
+  /* Voice snapshots (voice-snapshot.c), guarded by lock: at most voice_snapshots kept (0: none). */
+  int voice_snapshots;
+  GPtrArray *voices;     /* PpxVoiceSnapshot */
 
   /* Everything below is guarded by lock. A tick holds it for the whole tick; session creation takes it
    * for one prompt frame at a time and lets a waiting tick go first (ticks_waiting, turn). */
@@ -85,6 +123,38 @@ void ppx_engine_release (PpxEngine *e, PpxSession *s);
  * Returns TRUE and fills out when the call yields a frame. */
 gboolean ppx_engine_lm_call (PpxEngine *e, PpxSession *s, const int *user, const int *agent, int text,
                              const float *embedding, int *out);
+/* ---- prompt prefill (prompt-prefill.c) ---- */
+/* The largest chunk an engine made with `params` uses (params, else PPX_PROMPT_CHUNK, else the default). */
+int ppx_engine_prompt_chunk_for (const PpxEngineParams *params);
+/* Sets up e->prefill and e->clock for e->prompt_chunk (at creation). */
+gboolean ppx_engine_prompt_init (PpxEngine *e, GError **error);
+/* A tick that arrived at `arrival` held the lock from `start` to `end` (us); call with the lock held. */
+void ppx_engine_note_tick (PpxEngine *e, gint64 arrival, gint64 start, gint64 end);
+/* Runs n prompt frames of session s in chunks of one temporal pass each, one chunk per hold of the lock, sized
+ * to end before the next tick is due. Takes and releases the lock itself. */
+void ppx_engine_run_prompt (PpxEngine *e, PpxSession *s, const PpxPromptFrame *f, int n);
+/* The largest chunk from now on: n <= 1 runs the prompts step by step; at most what the prefill scratch holds
+ * (benchmarks compare the two on one engine). */
+void ppx_engine_set_prompt_chunk (PpxEngine *e, int n);
+/* A copy of the schedule's state and counters. */
+void ppx_engine_prompt_clock (PpxEngine *e, PpxPromptClock *out);
+
+/* ---- voice snapshots (voice-snapshot.c) ---- */
+#define PPX_VOICE_SNAPSHOTS_DEFAULT 16
+typedef struct PpxVoiceSnapshot PpxVoiceSnapshot;
+/* The key of a voice prompt's phase (g_free). */
+char *ppx_voice_snapshot_key (const PpxVoicePrompt *vp);
+/* Takes the lock: when the engine keeps the voice `key`, copies its KV rows into s's slot and its LMGen state
+ * into s->gen, and returns TRUE; FALSE (nothing changed) otherwise. */
+gboolean ppx_engine_voice_restore (PpxEngine *e, PpxSession *s, const char *key);
+/* Takes the lock: keeps s's voice phase (just run: s->gen after its last frame) as `key`, when it fits. */
+void ppx_engine_voice_store (PpxEngine *e, PpxSession *s, const char *key);
+/* Device bytes of the kept voices, and (may be NULL) how many. */
+guint64 ppx_engine_voice_snapshot_bytes (PpxEngine *e, int *n_voices);
+/* At most n voices from now on (0: none; the excess is dropped). */
+void ppx_engine_set_voice_snapshots (PpxEngine *e, int n);
+void ppx_engine_voice_snapshots_free (PpxEngine *e);
+
 /* Tests: pad ticks to buckets as on a GPU, also on a backend without graphs (the CPU: there the padded and
  * unpadded ticks must agree bit for bit). Call before the first tick. */
 void ppx_engine_force_buckets (PpxEngine *e, gboolean on);

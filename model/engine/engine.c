@@ -12,32 +12,34 @@
 /* ---- memory ---- */
 
 /* Device bytes of an engine with n slots: LM caches, LMGen states + LM scratch, Mimi state + scratch,
- * PCM/code staging. */
+ * PCM/code staging, and the prompt prefill's scratch (chunks of up to prompt_chunk frames). */
 static guint64
-engine_bytes (const PpxModel *m, PpxKvFormat kv, int n)
+engine_bytes (const PpxModel *m, PpxKvFormat kv, int n, int prompt_chunk)
 {
   const PpxMimiConfig *mc = &m->cfg.mimi;
   const guint64 staging = (guint64) n * (2 * (guint64) mc->frame_size + mc->num_codebooks + PPX_LM_TICK_OUT) * 4;
-  return ppx_lm_batch_bytes (&m->cfg.lm, n, n, kv) + ppx_mimi_batch_bytes (m->mimi, n) + staging;
+  const guint64 prefill =
+    ppx_lm_prefill_rows_for (&m->cfg.lm, prompt_chunk) > 1 ? ppx_lm_prefill_bytes (&m->cfg.lm, prompt_chunk) : 0;
+  return ppx_lm_batch_bytes (&m->cfg.lm, n, n, kv) + ppx_mimi_batch_bytes (m->mimi, n) + staging + prefill;
 }
 
 guint64
 ppx_model_session_bytes (const PpxModel *m, PpxKvFormat kv)
 {
   kv = ppx_kv_format_resolve (kv);
-  return engine_bytes (m, kv, 2) - engine_bytes (m, kv, 1);
+  return engine_bytes (m, kv, 2, 1) - engine_bytes (m, kv, 1, 1);
 }
 
 /* max_sessions <= 0: what fits in PPX_ENGINE_AUTO_FRACTION of the backend's free memory. */
 static int
-auto_sessions (PpxModel *m, PpxKvFormat kv)
+auto_sessions (PpxModel *m, PpxKvFormat kv, int prompt_chunk)
 {
   const gboolean cpu = ppx_backend_kind (m->be) == PPX_BACKEND_CPU;
   const int cap = cpu ? PPX_ENGINE_AUTO_MAX_CPU : PPX_ENGINE_AUTO_MAX_GPU;
   const guint64 free_bytes = ppx_backend_free_bytes (m->be);
   if (free_bytes == 0)
     return cpu ? PPX_ENGINE_AUTO_MAX_CPU : 1;
-  const guint64 per = ppx_model_session_bytes (m, kv), fixed = engine_bytes (m, kv, 1) - per;
+  const guint64 per = ppx_model_session_bytes (m, kv), fixed = engine_bytes (m, kv, 1, prompt_chunk) - per;
   const double budget = (double) free_bytes * PPX_ENGINE_AUTO_FRACTION - (double) fixed;
   const double n = budget > 0 ? floor (budget / (double) per) : 0;
   return (int) CLAMP (n, 1.0, (double) cap);
@@ -72,7 +74,11 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   e->refcount = 1;
   e->model = ppx_model_ref (model);
   e->kv = ppx_kv_format_resolve (params->kv_format);
-  const int n = e->max_sessions = params->max_sessions > 0 ? params->max_sessions : auto_sessions (model, e->kv);
+  e->prompt_chunk = ppx_engine_prompt_chunk_for (params);
+  e->voice_snapshots = params->voice_snapshots < 0 ? 0
+                       : params->voice_snapshots > 0 ? params->voice_snapshots : PPX_VOICE_SNAPSHOTS_DEFAULT;
+  const int n = e->max_sessions =
+    params->max_sessions > 0 ? params->max_sessions : auto_sessions (model, e->kv, e->prompt_chunk);
   g_mutex_init (&e->lock);
   g_cond_init (&e->turn);
   e->slots = g_new0 (PpxSession *, n);
@@ -89,7 +95,8 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
                 (e->pcm_in = ppx_tensor_new (model->be, PPX_TENSOR_F32, n * fs, error)) &&
                 (e->pcm_out = ppx_tensor_new (model->be, PPX_TENSOR_F32, n * fs, error)) &&
                 (e->codes = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * cfg->mimi.num_codebooks, error)) &&
-                (e->tick_out = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * PPX_LM_TICK_OUT, error));
+                (e->tick_out = ppx_tensor_new (model->be, PPX_TENSOR_I32, (gsize) n * PPX_LM_TICK_OUT, error)) &&
+                ppx_engine_prompt_init (e, error);
   if (!ok) {
     g_prefix_error (error, "engine of %d sessions (%s KV cache, %.1f MB a session): ", n, ppx_kv_format_name (e->kv),
                     ppx_model_session_bytes (model, e->kv) / 1e6);
@@ -119,6 +126,8 @@ ppx_engine_unref (PpxEngine *e)
 {
   if (!e || !g_atomic_int_dec_and_test (&e->refcount))
     return;
+  ppx_engine_voice_snapshots_free (e);
+  ppx_lm_prefill_free (e->prefill);
   ppx_lm_batch_free (e->lm);
   ppx_mimi_batch_free (e->mimi);
   ppx_tensor_free (e->pcm_in);
@@ -168,7 +177,7 @@ ppx_engine_session_bytes (const PpxEngine *e)
 guint64
 ppx_engine_device_bytes (const PpxEngine *e)
 {
-  return engine_bytes (e->model, e->kv, e->max_sessions);
+  return engine_bytes (e->model, e->kv, e->max_sessions, e->prefill ? ppx_lm_prefill_max_rows (e->prefill) : 1);
 }
 
 double
@@ -472,6 +481,7 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   const int fs = cfg->mimi.frame_size, ns = cfg->lm.n_streams;
   gint64 t0 = g_get_monotonic_time ();
   lock_for_tick (e);
+  const gint64 t_lock = g_get_monotonic_time ();
   if (!check_tick (e, sessions, n, in, out, error)) {
     unlock_after_tick (e);
     return FALSE;
@@ -565,6 +575,7 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   e->stats.last_downloads = c1.n_downloads - c0.n_downloads;
   g_atomic_int_set (&e->last_tick_us, (gint) MIN ((g_get_monotonic_time () - t0), G_MAXINT));
   g_atomic_int_set (&e->last_batch, n);
+  ppx_engine_note_tick (e, t0, t_lock, g_get_monotonic_time ());
   unlock_after_tick (e);
   return TRUE;
 }

@@ -33,6 +33,40 @@ step_prompt (PpxSession *s, const int *agent, int text, const float *embedding, 
   ppx_engine_unlock (s->engine);
 }
 
+/* Prompt frames: chunked prefill passes fitted between ticks (prompt-prefill.c), or with a prompt chunk of 1
+ * one single-row step each (the reference's order of operations, kept for comparisons). */
+static void
+run_frames (PpxSession *s, const PpxPromptFrame *f, int n)
+{
+  if (s->engine->prefill && s->engine->prompt_chunk > 1) {
+    ppx_engine_run_prompt (s->engine, s, f, n);
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    if (f[i].cache)
+      memcpy (s->gen.cache, f[i].cache, sizeof s->gen.cache);
+    step_prompt (s, f[i].agent, f[i].text, f[i].embedding, f[i].user);
+  }
+}
+
+/* The voice phase (frames 0 .. n_voice-1) from the engine's snapshot of it when it has one, else run (and kept
+ * when it may be: voice-snapshot.c); then the other frames. Step by step, everything runs. */
+static void
+run_voice_then (PpxSession *s, const PpxPromptFrame *f, int n_voice, int n)
+{
+  PpxEngine *e = s->engine;
+  if (n_voice == 0 || e->prompt_chunk <= 1 || e->voice_snapshots <= 0) {
+    run_frames (s, f, n);
+    return;
+  }
+  g_autofree char *key = ppx_voice_snapshot_key (s->voice);
+  if (!ppx_engine_voice_restore (e, s, key)) {
+    run_frames (s, f, n_voice);
+    ppx_engine_voice_store (e, s, key);
+  }
+  run_frames (s, f + n_voice, n - n_voice);
+}
+
 /* The system prompts in the reference's order: voice, silence, text, silence (spec §5.5). */
 static void
 run_prompts (PpxSession *s)
@@ -40,23 +74,27 @@ run_prompts (PpxSession *s)
   const PpxConfig *cfg = &s->model->cfg;
   ppx_lmgen_reset (&s->gen); /* position 0: the slot's stale cache entries are never attended */
   PpxVoicePrompt *vp = s->voice;
-  if (vp && vp->from_embeddings) {
-    int dummy[8];
-    for (int q = 0; q < 8; q++)
-      dummy[q] = cfg->lm.card; /* step_embeddings provides start tokens on every audio stream */
-    for (int j = 0; j < vp->n_frames; j++)
-      step_prompt (s, dummy, TEXT_PAD, vp->embeddings + (gsize) j * vp->dim, dummy);
-    memcpy (s->gen.cache, vp->cache, sizeof s->gen.cache);
-  } else if (vp) {
-    for (int f = 0; f < vp->n_frames; f++)
-      step_prompt (s, vp->codes + (gsize) f * vp->n_codebooks, TEXT_PAD, NULL, sine_tokens);
+  int dummy[8];
+  for (int q = 0; q < 8; q++)
+    dummy[q] = cfg->lm.card; /* step_embeddings provides start tokens on every audio stream */
+  const int n_voice = vp ? vp->n_frames : 0, n = n_voice + 2 * SILENCE_FRAMES + s->n_text_tokens;
+  g_autofree PpxPromptFrame *f = g_new0 (PpxPromptFrame, n);
+  int i = 0;
+  for (int j = 0; j < n_voice; j++, i++) {
+    if (vp->from_embeddings)
+      f[i] = (PpxPromptFrame){.agent = dummy, .user = dummy, .text = TEXT_PAD,
+                              .embedding = vp->embeddings + (gsize) j * vp->dim};
+    else
+      f[i] = (PpxPromptFrame){.agent = vp->codes + (gsize) j * vp->n_codebooks, .user = sine_tokens, .text = TEXT_PAD};
   }
-  for (int i = 0; i < SILENCE_FRAMES; i++)
-    step_prompt (s, silence_tokens, TEXT_PAD, NULL, sine_tokens);
-  for (int i = 0; i < s->n_text_tokens; i++)
-    step_prompt (s, silence_tokens, s->text_tokens[i], NULL, sine_tokens);
-  for (int i = 0; i < SILENCE_FRAMES; i++)
-    step_prompt (s, silence_tokens, TEXT_PAD, NULL, sine_tokens);
+  for (int j = 0; j < 2 * SILENCE_FRAMES + s->n_text_tokens; j++, i++) {
+    const int k = j - SILENCE_FRAMES;
+    f[i] = (PpxPromptFrame){.agent = silence_tokens, .user = sine_tokens,
+                            .text = k >= 0 && k < s->n_text_tokens ? s->text_tokens[k] : TEXT_PAD};
+  }
+  if (vp && vp->from_embeddings)
+    f[n_voice].cache = (const int (*)[PPX_LMGEN_COLS]) vp->cache; /* the .pt's token cache after its vectors */
+  run_voice_then (s, f, n_voice, n);
   s->frames = 0;
 }
 

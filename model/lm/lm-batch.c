@@ -184,33 +184,71 @@ ppx_lm_batch_free (PpxLmBatch *b)
 
 /* ---- temporal transformer ---- */
 
-/* x[m] = emb[0](c1) + ... + emb[15](c16) + text_emb(c0), in that order (spec pitfall 3). */
+void
+ppx_lm_embed_rows (PpxLm *lm, const LmPass *p, int rows)
+{
+  for (int k = 0; k < lm->cfg.n_q; k++)
+    ppx_op_embed (lm->be, lm->emb[k], p->ids, 1 + k, W, p->x, rows, k > 0);
+  ppx_op_embed (lm->be, lm->text_emb, p->ids, 0, W, p->x, rows, TRUE);
+}
+
+void
+ppx_lm_temporal_layers (PpxLm *lm, const LmPass *p, PpxTensor *const *k, PpxTensor *const *v, int M, int T)
+{
+  PpxBackend *be = lm->be;
+  const PpxLmConfig *c = &lm->cfg;
+  const int d = c->dim, H = c->num_heads, Dh = d / H, F = c->ffn_hidden, rows = M * T;
+  for (int l = 0; l < c->num_layers; l++) {
+    const LmLayer *L = &lm->layers[l];
+    ppx_op_rmsnorm_linear (be, p->x, L->norm1, RMS_EPS, p->h, L->in_proj, p->qkv, 3 * d, rows, FALSE);
+    ppx_op_rope (be, p->qkv, p->pos, rows, H, Dh, (float) c->max_period);
+    ppx_op_attention (be, p->qkv, p->pos, p->slot, k[l], v[l], p->att, M, T, H, Dh, c->context, c->context);
+    ppx_op_linear (be, L->out_proj, p->att, d, p->x, d, rows, TRUE);
+    ppx_op_rmsnorm_linear (be, p->x, L->norm2, RMS_EPS, p->h, L->linear_in, p->ff, 2 * F, rows, FALSE);
+    ppx_op_silu_gate_linear (be, p->ff, p->u, L->linear_out, p->x, d, rows, TRUE);
+  }
+}
+
+PpxTensor *
+ppx_lm_batch_cache (PpxLmBatch *b, int layer, gboolean value)
+{
+  g_return_val_if_fail (layer >= 0 && layer < b->lm->cfg.num_layers, NULL);
+  return value ? b->v[layer] : b->k[layer];
+}
+
+PpxTensor *const *
+ppx_lm_batch_kcache (PpxLmBatch *b)
+{
+  return b->k;
+}
+
+PpxTensor *const *
+ppx_lm_batch_vcache (PpxLmBatch *b)
+{
+  return b->v;
+}
+
+/* The tick's pass: M sessions, one frame each, in the batch's row scratch. */
+static LmPass
+tick_pass (PpxLmBatch *b)
+{
+  return (LmPass){.ids = b->ids, .pos = b->t_pos, .slot = b->slot, .x = b->x, .h = b->h, .qkv = b->qkv,
+                  .att = b->att, .ff = b->ff, .u = b->u};
+}
+
 static void
 embed_rows (PpxLmBatch *b, int M)
 {
-  PpxLm *lm = b->lm;
-  for (int k = 0; k < lm->cfg.n_q; k++)
-    ppx_op_embed (lm->be, lm->emb[k], b->ids, 1 + k, W, b->x, M, k > 0);
-  ppx_op_embed (lm->be, lm->text_emb, b->ids, 0, W, b->x, M, TRUE);
+  const LmPass p = tick_pass (b);
+  ppx_lm_embed_rows (b->lm, &p, M);
 }
 
 static void
 temporal_layers (PpxLmBatch *b, int M)
 {
-  PpxLm *lm = b->lm;
-  PpxBackend *be = lm->be;
-  const PpxLmConfig *c = &lm->cfg;
-  const int d = c->dim, H = c->num_heads, Dh = d / H, F = c->ffn_hidden;
-  for (int l = 0; l < c->num_layers; l++) {
-    const LmLayer *L = &lm->layers[l];
-    ppx_op_rmsnorm_linear (be, b->x, L->norm1, RMS_EPS, b->h, L->in_proj, b->qkv, 3 * d, M, FALSE);
-    ppx_op_rope (be, b->qkv, b->t_pos, M, H, Dh, (float) c->max_period);
-    ppx_op_attention (be, b->qkv, b->t_pos, b->slot, b->k[l], b->v[l], b->att, M, 1, H, Dh, c->context, c->context);
-    ppx_op_linear (be, L->out_proj, b->att, d, b->x, d, M, TRUE);
-    ppx_op_rmsnorm_linear (be, b->x, L->norm2, RMS_EPS, b->h, L->linear_in, b->ff, 2 * F, M, FALSE);
-    ppx_op_silu_gate_linear (be, b->ff, b->u, L->linear_out, b->x, d, M, TRUE);
-  }
-  ppx_op_rmsnorm (be, b->x, lm->out_norm, b->z, M, d, RMS_EPS);
+  const LmPass p = tick_pass (b);
+  ppx_lm_temporal_layers (b->lm, &p, b->k, b->v, M, 1);
+  ppx_op_rmsnorm (b->lm->be, b->x, b->lm->out_norm, b->z, M, b->lm->cfg.dim, RMS_EPS);
 }
 
 /* ---- depformer ---- */

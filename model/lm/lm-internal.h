@@ -1,4 +1,5 @@
-/* Private: the LM's weights, shared by lm.c (loading) and lm-batch.c (the batched step). */
+/* Private: the LM's weights, shared by lm.c (loading), lm-batch.c (the batched step) and lm-prefill.c (the
+ * prompt prefill); the temporal pass both of the latter run. */
 #ifndef PPX_LM_INTERNAL_H
 #define PPX_LM_INTERNAL_H
 
@@ -28,5 +29,21 @@ struct PpxLm {
   DepLayer *dep_layers;
   guint64 bytes;
 };
+
+/* The device tensors of one temporal pass over `rows` = M sessions x T consecutive frames: input ids [rows,
+ * PPX_MAX_STREAMS], positions [rows], KV slots [M], and the activations (x: the residual stream). */
+typedef struct {
+  PpxTensor *ids, *pos, *slot;
+  PpxTensor *x, *h, *qkv, *att, *ff, *u;
+} LmPass;
+
+/* x[r] = emb[0](c1) + ... + emb[15](c16) + text_emb(c0) of the pass's ids, in that order (spec pitfall 3). */
+void ppx_lm_embed_rows (PpxLm *lm, const LmPass *p, int rows);
+/* The temporal transformer's layers over M sessions x T frames, in place on p->x (no out_norm): rows of a
+ * session in order at their positions, attending its slot of the caches k[layer], v[layer] (ppx_op_attention). */
+void ppx_lm_temporal_layers (PpxLm *lm, const LmPass *p, PpxTensor *const *k, PpxTensor *const *v, int M, int T);
+/* The temporal KV caches of a batch, one per layer. */
+PpxTensor *const *ppx_lm_batch_kcache (PpxLmBatch *b);
+PpxTensor *const *ppx_lm_batch_vcache (PpxLmBatch *b);
 
 #endif

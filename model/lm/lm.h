@@ -59,6 +59,34 @@ void ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M);
 /* The sampling parameter words of a row (sample-params.h; greedy: temperatures 0). */
 void ppx_lm_sample_params (const PpxSampling *s, guint64 frame, uint32_t *row);
 
+/* ---- prompt prefill: consecutive prompt frames of one session as one temporal pass of T rows ----
+ * Prompt frames have every stream provided (spec §5.5, §5.9): only the temporal transformer runs; no text
+ * head, sampling or depformer. A PpxLmPrefill is a scratch of up to max_rows rows of its own (the tick's rows
+ * and graphs are not touched) over a batch's KV caches. Each row computes what a single-row
+ * ppx_lm_batch_step of it would: the linear layers, norms and RoPE per row, and the attention of row t over
+ * the slot's cache and the new keys of rows <= t, with the window of a frame of its own (see
+ * ppx_lm_prefill_row_fits). */
+typedef struct PpxLmPrefill PpxLmPrefill;
+
+/* max_rows is clamped to [1, context - 1] (no chunk can be longer: ppx_lm_prefill_row_fits). */
+PpxLmPrefill *ppx_lm_prefill_new (PpxLm *lm, PpxLmBatch *b, int max_rows, GError **error);
+void ppx_lm_prefill_free (PpxLmPrefill *f);
+int ppx_lm_prefill_max_rows (const PpxLmPrefill *f);
+/* max_rows as ppx_lm_prefill_new clamps it, and the device bytes of such a scratch. */
+int ppx_lm_prefill_rows_for (const PpxLmConfig *cfg, int max_rows);
+guint64 ppx_lm_prefill_bytes (const PpxLmConfig *cfg, int max_rows);
+/* Whether a prompt frame at position pos can be row t (t = 0, 1, ...) of a chunk and give the bits of a
+ * frame of its own: the first row always; a later one while the chunk ends before the ring's last index
+ * (pos <= context - 2). Past that (prompts longer than the context) the frames go one a chunk. */
+gboolean ppx_lm_prefill_row_fits (const PpxLmConfig *cfg, int t, gint64 pos);
+/* rows[0..T) (T <= max_rows): prepared prompt rows (ppx_lmgen_prepare: ids or emb, pos, capture) of the session
+ * on `slot`, at consecutive positions, each fitting. Fills the slot's caches at those positions and the rows'
+ * capture buffers; enqueues the device work (a capture downloads). `sample` and `forced` are not read. */
+void ppx_lm_prefill (PpxLmPrefill *f, int slot, const PpxLmRow *rows, int T);
+
+/* The temporal K (value FALSE) or V cache of `layer`, [n_slots, context, dim] in the batch's KV format (tests). */
+PpxTensor *ppx_lm_batch_cache (PpxLmBatch *b, int layer, gboolean value);
+
 /* ---- the conversation tick: LMGen prepare, the step and LMGen finish on the device ----
  * During the conversation each slot's LMGen state (lmgen.h, as the words of lmgen-state.h) lives on the
  * device, and a tick runs one LMGen call for M rows with no host round trip inside: what the engine

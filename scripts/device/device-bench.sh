@@ -11,7 +11,11 @@
 #      (Mimi encode/decode, LM step) with CUDA graphs on and off;
 #   6. a per-op GPU time profile of one int4 session at full context (PPX_CUDA_PROFILE=1, graphs off);
 #   7. with the time left, compute-sanitizer racecheck over the kernels with shared memory, memcheck over
-#      every op test, and memcheck on the engine with sessions joining and leaving.
+#      every op test, and memcheck on the engine with sessions joining and leaving;
+#   8. only when named in PPX_DEVICE_STEPS: prompt prefill (docs/engine.md, "Prompt prefill"): `prefill`, the T-row
+#      attention and chunked vs step-by-step prompts on the GPU (/cuda/attention, /cuda/prefill), the engine's
+#      join from another thread; `join-int4`, the join time of a 64th call while 63 run at full context in real
+#      time (personaplex-bench --join), step by step then prefill.
 # Each step gets a timeout that keeps the whole call under BUDGET seconds (default 560); a step that would
 # not fit is skipped and said so. Logs and a summary go to $OUT (or /tmp/ppx-device).
 # Usage: [PPX_DEVICE_STEPS="ops sweep-int4 ..."] sh scripts/device/device-bench.sh PACK_DIR [BUDGET]
@@ -93,4 +97,12 @@ grep -E '^(ok|not ok)|ERROR SUMMARY|LEAK SUMMARY' "$out/memcheck-ops.log" | tee 
 step memcheck-engine 200 env PPX_TEST_ENGINE_SHORT=1 compute-sanitizer --tool memcheck --leak-check full \
   --error-exitcode 9 "$dir/bin/test-engine" cuda -p /engine/batch-equals-alone/4 -p /engine/limit
 grep -E '^(ok|not ok)|ERROR SUMMARY|LEAK SUMMARY' "$out/memcheck-engine.log" | tee -a "$summary"
+
+# prompt prefill (named steps only: PPX_DEVICE_STEPS="prefill join-int4")
+case " ${PPX_DEVICE_STEPS:-} " in *" prefill "*|*" join-int4 "*) ;; *) say "total $(( $(date +%s) - start )) s"; exit 0 ;; esac
+step prefill 200 sh -c '"$1" --verbose -p /cuda/attention -p /cuda/prefill && "$2" cuda --verbose -p /engine/join-from-thread' \
+  - "$dir/bin/test-backend-cuda" "$dir/bin/test-engine"
+grep -E '^(ok|not ok)|Bail|attention .* rows|chunked|conversation after|ticks completed' "$out/prefill.log" | tee -a "$summary"
+step join-int4 300 "$bench" -r full -q int4 -b cuda --kv-cache-format fp8 --context 3000 --batch 63 --join --joins 5
+grep -E '^(join|first join|no join|step by step|prefill)' "$out/join-int4.log" | tee -a "$summary"
 say "total $(( $(date +%s) - start )) s"

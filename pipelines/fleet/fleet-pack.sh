@@ -44,9 +44,9 @@ for p in "$src/scripts/device/device-pack-gst.sh" "$src/kernels/device-pack-gst.
 done
 [ -n "$pack_gst" ] || die "device-pack-gst.sh not found"
 
-# opus, ogg: /api/chat's Ogg Opus
+# opus, ogg: /api/chat's Ogg Opus; debug: the capssetter that sets the decoder's rate (server-chat.c)
 # shellcheck disable=SC2086 # word lists
-PPX_PACK_EXTRA_PLUGINS="opus ogg ${PPX_PACK_EXTRA_PLUGINS:-}" \
+PPX_PACK_EXTRA_PLUGINS="opus ogg debug ${PPX_PACK_EXTRA_PLUGINS:-}" \
 PPX_PACK_EXTRA_BINS="$server $loadgen $haproxy" \
   sh "$pack_gst" --no-check $pack_args "$build" "$out"
 

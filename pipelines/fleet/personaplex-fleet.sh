@@ -99,7 +99,7 @@ parse_start_options () {
   case $base_port in ''|*[!0-9]*) die "--base-port '$base_port': a port, please" ;; esac
   [ $((base_port + servers)) -le 65536 ] || die "--base-port $base_port: the $servers servers need ports up to $((base_port + servers - 1))"
   if [ -z "$devices" ] && [ "$gpus" -gt 0 ] && [ "$servers" -gt 0 ]; then
-    devices=$(seq 0 $((servers - 1)) | awk -v g="$gpus" '{printf "%s%d", NR > 1 ? "," : "", $1 % g}')
+    devices=$(seq 0 $((servers - 1)) | awk -v g="$gpus" '{printf "%s%d", (NR > 1 ? "," : ""), $1 % g}')
   fi
   if [ -n "$devices" ]; then
     n=$(echo "$devices" | tr ',' '\n' | grep -c .)

@@ -12,7 +12,8 @@
  * GAP), and the audio side stops producing when its own sink blocks.
  *
  * Locking: text->lock guards the queue, the flushing flag and the last flow
- * return; the task pushes without holding it. */
+ * return; the task pushes without holding it. text->task_lock orders
+ * FLUSH_STOP's restart of the task with text_src's deactivation. */
 #include "gstpptextpad.h"
 
 GST_DEBUG_CATEGORY_EXTERN (gst_personaplex_duplex_debug);
@@ -95,6 +96,9 @@ text_activate_mode (GstPad * pad, GstObject * parent, GstPadMode mode,
 
   if (mode != GST_PAD_MODE_PUSH)
     return FALSE;
+  /* Under task_lock, against FLUSH_STOP's restart: a restart before this
+   * is stopped below, none comes after it. */
+  g_mutex_lock (&text->task_lock);
   /* Deactivated, the queue is cleared and stays empty until the next
    * activation: the sink pad is deactivated after text_src, so its thread
    * may still queue this run's sticky events (a CAPS), which must not be
@@ -104,8 +108,12 @@ text_activate_mode (GstPad * pad, GstObject * parent, GstPadMode mode,
   g_queue_clear_full (&text->items, (GDestroyNotify) gst_mini_object_unref);
   g_mutex_unlock (&text->lock);
   set_flushing (text, !active);
+  g_mutex_unlock (&text->task_lock);
   if (active)
     return gst_pad_start_task (pad, text_loop, text, NULL);
+  /* not under task_lock: this waits for the task's current push, within
+   * which a FLUSH_STOP may reach the sink pad (a flushing seek sent
+   * upstream by text_src's peer in the task's thread) */
   return gst_pad_stop_task (pad);
 }
 
@@ -113,6 +121,7 @@ void
 gst_pp_text_pad_init (GstPpTextPad * text, GstPad * pad)
 {
   text->pad = pad;
+  g_mutex_init (&text->task_lock);
   g_mutex_init (&text->lock);
   g_cond_init (&text->cond);
   g_queue_init (&text->items);
@@ -129,6 +138,7 @@ gst_pp_text_pad_clear (GstPpTextPad * text)
   g_queue_clear_full (&text->items,
       (GDestroyNotify) gst_mini_object_unref);
   g_mutex_clear (&text->lock);
+  g_mutex_clear (&text->task_lock);
   g_cond_clear (&text->cond);
 }
 
@@ -184,9 +194,16 @@ gst_pp_text_pad_flush_stop (GstPpTextPad * text, GstEvent * event)
 {
   gboolean ok = gst_pad_push_event (text->pad, event);
 
-  if (!GST_PAD_IS_ACTIVE (text->pad))
-    return ok;
-  set_flushing (text, FALSE);
-  gst_pad_start_task (text->pad, text_loop, text, NULL);
+  /* Checked and restarted under task_lock: text_src deactivated between
+   * the two would keep a task on the inactive pad (holding a thread of the
+   * task pool until the pad is activated again or freed; waiting for items
+   * forever when the deactivation ran before the flushing flag was
+   * cleared). */
+  g_mutex_lock (&text->task_lock);
+  if (text->active) {
+    set_flushing (text, FALSE);
+    gst_pad_start_task (text->pad, text_loop, text, NULL);
+  }
+  g_mutex_unlock (&text->task_lock);
   return ok;
 }

@@ -7,10 +7,16 @@
 
 G_BEGIN_DECLS
 
-/* The text pad's queue and task state; lock guards everything but pad. */
+/* The text pad's queue and task state; lock guards everything but pad and
+ * task_lock. task_lock orders FLUSH_STOP's check-and-restart of the task
+ * (the sink pad's streaming thread) with the activation function's change
+ * of active (the state-change thread), so a flush that ends while text_src
+ * is being deactivated cannot restart the task after it was stopped; active
+ * is written under both locks and read under either. */
 typedef struct
 {
   GstPad *pad;                  /* text_src (not a reference) */
+  GMutex task_lock;
   GMutex lock;
   GCond cond;
   GQueue items;                 /* GstBuffer / serialized GstEvent */

@@ -154,6 +154,7 @@ element_test_main (int argc, char **argv, Suite * (*make_suite) (void),
   int failures;
 
   gst_check_init (&argc, &argv);
+  element_watch_start ();
   model_dir = ppx_test_make_tiny_model ();
   if (tokenizer)
     ppx_test_add_tokenizer (model_dir);

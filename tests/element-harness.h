@@ -34,6 +34,21 @@ gboolean has_energy (GArray * a);
 GError *expect_start_error (GstElement * el);
 gchar *expect_start_failure (GstElement * el);
 
+/* Every element a test makes (by any factory) must be gone when it ends (element-watch.c): a test that
+ * leaves one alive fails naming it, instead of hanging in gst_task_cleanup_all () on its streaming
+ * threads. element_watch_start () (element_test_main calls it) starts watching; element_tcase_new makes
+ * a TCase whose checked teardown checks, which check runs even after a failed test (CK_FORK=no jumps out
+ * of the test before its own teardown); GST_END_TEST checks before gst_task_cleanup_all (). */
+void element_watch_start (void);
+void element_check_released (void);
+TCase *element_tcase_new (const char *name, int timeout);
+
+#undef GST_END_TEST
+#define GST_END_TEST element_check_released (); \
+                     GST_LOG ("cleaning up tasks"); \
+                     gst_task_cleanup_all (); \
+                     END_TEST
+
 /* main(): gst-check, the tiny model (with a small tokenizer when asked; with `golden`, a model directory
  * over the golden files when they are there), the suite, and the cleanup. */
 int element_test_main (int argc, char **argv, Suite * (*make_suite) (void), const char *name,

@@ -305,6 +305,134 @@ GST_START_TEST (test_flush_resets_conversation)
 
 GST_END_TEST;
 
+/* A FLUSH_STOP restarts text_src's task unless text_src is inactive; text_src
+ * deactivated (the element going to READY on another thread) between that
+ * check and the restart must not be left with a task: one started on the
+ * inactive pad keeps its thread until the pad is activated again or freed
+ * (gst_task_cleanup_all () waits for it meanwhile), and one started after the
+ * deactivation emptied the queue waits for items forever. The race is made to
+ * happen: a log function holds the flushing thread at GStreamer's "start
+ * task" debug line for text_src (the restart, after the check) until the
+ * deactivation has stopped text_src's task, or for 1 s when the element keeps
+ * the deactivation waiting for the restart. */
+typedef struct
+{
+  GstPad *pad;                  /* text_src */
+  GstHarness *h;
+  gpointer pusher;              /* the GThread pushing FLUSH_STOP */
+  GMutex lock;
+  GCond cond;
+  gboolean held;                /* it reached the restart */
+} RestartRace;
+
+static gboolean
+pad_stopped (GstPad * pad)
+{
+  gboolean stopped;
+
+  GST_OBJECT_LOCK (pad);
+  stopped = GST_PAD_MODE (pad) == GST_PAD_MODE_NONE && GST_PAD_TASK (pad) == NULL;
+  GST_OBJECT_UNLOCK (pad);
+  return stopped;
+}
+
+static void
+hold_text_restart (GstDebugCategory * category, GstDebugLevel level,
+    const gchar * file, const gchar * function, gint line, GObject * object,
+    GstDebugMessage * message, gpointer user_data)
+{
+  RestartRace *r = user_data;
+  gint64 end = g_get_monotonic_time () + G_USEC_PER_SEC;
+
+  if (object != G_OBJECT (r->pad)
+      || g_thread_self () != g_atomic_pointer_get (&r->pusher)
+      || strcmp (gst_debug_message_get (message), "start task") != 0)
+    return;
+  g_mutex_lock (&r->lock);
+  r->held = TRUE;
+  g_cond_signal (&r->cond);
+  g_mutex_unlock (&r->lock);
+  while (!pad_stopped (r->pad) && g_get_monotonic_time () < end)
+    g_usleep (1000);
+}
+
+static gpointer
+push_flush_stop (gpointer data)
+{
+  RestartRace *r = data;
+
+  g_atomic_pointer_set (&r->pusher, g_thread_self ());
+  gst_harness_push_event (r->h, gst_event_new_flush_stop (TRUE));
+  return NULL;
+}
+
+static GstDebugCategory *
+debug_category (const gchar * name)
+{
+  GSList *all = gst_debug_get_all_categories (), *l;
+  GstDebugCategory *found = NULL;
+
+  for (l = all; l && !found; l = l->next)
+    if (strcmp (gst_debug_category_get_name (l->data), name) == 0)
+      found = l->data;
+  g_slist_free (all);
+  return found;
+}
+
+GST_START_TEST (test_flush_stop_meets_deactivation)
+{
+  GstElement *el = new_element (NULL);
+  GstHarness *h = new_harness_for (el, PPX_F32_CAPS);
+  GstDebugCategory *pads = debug_category ("GST_PADS");
+  RestartRace r = { 0 };
+  GstDebugLevel threshold;
+  GstStateChangeReturn change;
+  GstTaskState task;
+  GThread *thread;
+  guint printing;
+  gint64 end;
+
+  fail_unless (pads != NULL);
+  r.pad = gst_element_get_static_pad (el, "text_src");
+  r.h = h;
+  g_mutex_init (&r.lock);
+  g_cond_init (&r.cond);
+  fail_unless (gst_harness_push_event (h, gst_event_new_flush_start ()));
+
+  /* nothing may fail (jump out) until the log function is removed */
+  threshold = gst_debug_category_get_threshold (pads);
+  printing = gst_debug_remove_log_function (gst_debug_log_default);
+  gst_debug_add_log_function (hold_text_restart, &r, NULL);
+  gst_debug_category_set_threshold (pads, GST_LEVEL_DEBUG);
+  thread = g_thread_new ("flush-stop", push_flush_stop, &r);
+  end = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
+  g_mutex_lock (&r.lock);
+  while (!r.held && g_cond_wait_until (&r.cond, &r.lock, end));
+  g_mutex_unlock (&r.lock);
+  /* text_src is deactivated while the restart is held; the sink pad after
+   * the flush has returned */
+  change = gst_element_set_state (el, GST_STATE_NULL);
+  g_thread_join (thread);
+  gst_debug_category_set_threshold (pads, threshold);
+  gst_debug_remove_log_function (hold_text_restart);
+  if (printing)
+    gst_debug_add_log_function (gst_debug_log_default, NULL, NULL);
+
+  task = gst_pad_get_task_state (r.pad);
+  gst_object_unref (r.pad);
+  gst_harness_teardown (h);
+  gst_object_unref (el);
+  g_mutex_clear (&r.lock);
+  g_cond_clear (&r.cond);
+  fail_unless (r.held, "the flush did not restart text_src's task "
+      "(no \"start task\" debug line from GStreamer)");
+  fail_unless_equals_int (change, GST_STATE_CHANGE_SUCCESS);
+  fail_unless (task == GST_TASK_STOPPED, "text_src inactive with a %s task",
+      task == GST_TASK_STARTED ? "started" : "paused");
+}
+
+GST_END_TEST;
+
 /* Waits (up to the harness's 60 s) for EOS among @h's events. */
 static gboolean
 pull_until_eos (GstHarness * h)
@@ -385,6 +513,7 @@ element_test_add_events (TCase * tc)
   tcase_add_test (tc, test_text_pad_unlinked);
   tcase_add_test (tc, test_text_prompt);
   tcase_add_test (tc, test_flush_resets_conversation);
+  tcase_add_test (tc, test_flush_stop_meets_deactivation);
   tcase_add_test (tc, test_eos_both_pads);
   tcase_add_test (tc, test_caps_change);
 }

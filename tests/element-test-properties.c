@@ -244,15 +244,44 @@ GST_START_TEST (test_corrupt_model)
 
 GST_END_TEST;
 
-/* NULL <-> PLAYING cycles from another thread. */
+/* NULL <-> PLAYING cycles from another thread (the harness's stress thread,
+ * which also relinks the sink pad each time), for at least 1 s and at least
+ * 3 cycles. The cycles are counted as they happen, from the element's
+ * state-changed messages, instead of assumed from the time: each start loads
+ * the model, and under valgrind on a busy machine one cycle can take more
+ * than a second (1 cycle in 1 s with 20% of a core), where 1 s of stress
+ * used to make too few and fail. Bounded at 120 s. */
 GST_START_TEST (test_stress_state_changes)
 {
   GstHarness *h = new_harness (PPX_F32_CAPS);
-  GstHarnessThread *t = gst_harness_stress_statechange_start (h);
+  GstBus *bus = gst_bus_new ();
+  GstHarnessThread *t;
+  gint64 start, now;
+  guint played = 0, cycles;
 
-  g_usleep (G_USEC_PER_SEC);
-  fail_unless (gst_harness_stress_thread_stop (t) > 2);
+  gst_element_set_bus (h->element, bus);
+  t = gst_harness_stress_statechange_start (h);
+  start = now = g_get_monotonic_time ();
+  while ((played < 3 || now - start < G_USEC_PER_SEC)
+      && now - start < 120 * G_USEC_PER_SEC) {
+    GstMessage *msg = gst_bus_timed_pop_filtered (bus, 50 * GST_MSECOND,
+        GST_MESSAGE_STATE_CHANGED);
+    GstState state;
+
+    if (msg) {
+      gst_message_parse_state_changed (msg, NULL, &state, NULL);
+      played += state == GST_STATE_PLAYING;
+      gst_message_unref (msg);
+    }
+    now = g_get_monotonic_time ();
+  }
+  cycles = gst_harness_stress_thread_stop (t);
+  gst_element_set_bus (h->element, NULL);
+  gst_object_unref (bus);
   gst_harness_teardown (h);
+  GST_INFO ("%u state cycles in %.1f s", cycles, (now - start) / 1e6);
+  fail_unless (cycles > 2, "%u state cycles in %.1f s", cycles,
+      (now - start) / 1e6);
 }
 
 GST_END_TEST;

@@ -690,6 +690,8 @@ first_answer_after (guint delay_ms, gboolean align, gboolean live,
   }
   gst_harness_teardown (hb);
   gst_harness_teardown (ha);
+  gst_object_unref (b);
+  gst_object_unref (a);
   if (since_lo)
     *since_lo = b0 - a1;
   if (since_hi)
@@ -848,18 +850,16 @@ static Suite *
 engine_suite (void)
 {
   Suite *s = suite_create ("personaplexduplex-engine");
-  TCase *tc = tcase_create ("general");
+  TCase *tc = element_tcase_new ("general", 180);
   /* live pipelines held to real time: not under valgrind */
-  TCase *rt = tcase_create ("realtime");
+  TCase *rt = element_tcase_new ("realtime", 180);
 
-  tcase_set_timeout (tc, 180);
   suite_add_tcase (s, tc);
   tcase_add_test (tc, test_session_limit);
   tcase_add_test (tc, test_latency_and_private_engine);
   tcase_add_test (tc, test_wait_for_active_stream);
   tcase_add_test (tc, test_flush_and_stop_while_waiting);
   tcase_add_test (tc, test_deadline_then_missed);
-  tcase_set_timeout (rt, 180);
   suite_add_tcase (s, rt);
   tcase_add_test (rt, test_paused_pipeline_does_not_stall_others);
   tcase_add_test (rt, test_join_leave_while_others_run);

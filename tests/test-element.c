@@ -14,9 +14,8 @@ static Suite *
 personaplexduplex_suite (void)
 {
   Suite *s = suite_create ("personaplexduplex");
-  TCase *tc = tcase_create ("general");
+  TCase *tc = element_tcase_new ("general", 120);
 
-  tcase_set_timeout (tc, 120);
   suite_add_tcase (s, tc);
   element_test_add_framing (tc);
   element_test_add_events (tc);

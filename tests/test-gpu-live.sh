@@ -6,8 +6,9 @@
 # summary and raw files:
 #   - frames were stepped (3 s is about 37 frames), past the tiny model's 20-frame context, and frames.csv
 #     has one row per frame with the element's own count;
-#   - the latency query was answered: live, the element's own part 160 ms (one 80 ms frame plus the default
-#     80 ms processing-deadline, docs/element.md), and the pipeline's latency covers it;
+#   - the latency query was answered: live, the element's own part 160 ms (one 80 ms frame plus the automatic
+#     processing-deadline's 80 ms before its new engine has measured a tick, docs/element.md), and the
+#     pipeline's latency covers it;
 #   - the counters agree with the per-frame rows (overruns = steps over 80 ms, late buffers = rows with a
 #     positive lateness); memory was sampled before, at the start and end, and after;
 #   - real time was kept: 0 overruns, 0 late or dropped buffers, verdict PASS. A tiny step takes about 2 ms

@@ -46,9 +46,12 @@ live_record_finish (LiveRecord *r, guint64 sink_latency_ns)
 {
   r->sink_latency_ns = sink_latency_ns;
   r->late_buffers = 0;
-  for (guint i = 0; i < r->arrivals->len; i++) {
+  guint64 later = sink_latency_ns; /* the first latency configured after the arrival, going backwards */
+  for (guint i = r->arrivals->len; i-- > 0;) {
     LiveArrival *a = &g_array_index (r->arrivals, LiveArrival, i);
-    gint64 due = (gint64) (a->running_ns + sink_latency_ns);
+    if (a->latency_ns > 0)
+      later = a->latency_ns;
+    gint64 due = (gint64) (a->running_ns + (a->latency_ns > 0 ? a->latency_ns : later));
     a->lateness_ms = (a->arrival_ns - due) / 1e6;
     if (a->arrival_ns > due)
       r->late_buffers++;

@@ -24,6 +24,7 @@ typedef struct {
   guint64 running_ns;    /* its running time */
   gint64 arrival_ns;     /* clock time - base time when it arrived (the running time of its arrival) */
   gdouble queue_ms;      /* the input queue's level (time) at that moment */
+  guint64 latency_ns;    /* the latency the sink synced with at that moment; 0: not configured yet */
   gdouble lateness_ms;   /* set by live_record_finish: arrival - (running time + the sink's latency); > 0: late */
 } LiveArrival;
 
@@ -71,9 +72,10 @@ typedef struct {
 LiveRecord *live_record_new (void);
 void live_record_free (LiveRecord *r);
 
-/* After the run: each arrival's lateness against the latency the sink ended up syncing with
- * (`sink_latency_ns`; the first buffer reaches the sink before the pipeline has configured its latency, and
- * the sink holds it until then), and the count of late buffers. */
+/* After the run: each arrival's lateness against the latency the sink synced with when it arrived (the
+ * element's automatic latency may grow during the run); a buffer that arrived before the pipeline had
+ * configured its latency (the first: the sink holds it until then) against the first latency configured after
+ * it, else `sink_latency_ns`, the latency at the end; and the count of late buffers. */
 void live_record_finish (LiveRecord *r, guint64 sink_latency_ns);
 
 /* p in [0, 1], nearest-rank on a sorted copy; 0 for an empty set. */

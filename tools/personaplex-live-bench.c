@@ -209,6 +209,7 @@ on_sink_buffer (GstPad *pad, GstPadProbeInfo *info, gpointer data)
         .running_ns = rt,
         .arrival_ns = (gint64) now - (gint64) base,
         .queue_ms = level / 1e6,
+        .latency_ns = gst_base_sink_get_latency (GST_BASE_SINK (app->sink)),
       };
       g_mutex_lock (&app->rec->lock);
       g_array_append_val (app->rec->arrivals, a);

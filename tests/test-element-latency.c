@@ -25,22 +25,18 @@ documented_deadline (gdouble p99_ms)
 static gdouble
 stats_double (GstElement * el, const char *field)
 {
-  GstStructure *s = ppx_test_stats (el);
   gdouble v = -1;
 
-  fail_unless (gst_structure_get_double (s, field, &v), "no %s in stats", field);
-  gst_structure_free (s);
+  ppx_test_stats_get (el, field, G_TYPE_DOUBLE, &v);
   return v;
 }
 
 static guint64
 stats_uint64 (GstElement * el, const char *field)
 {
-  GstStructure *s = ppx_test_stats (el);
   guint64 v = 0;
 
-  fail_unless (gst_structure_get_uint64 (s, field, &v), "no %s in stats", field);
-  gst_structure_free (s);
+  ppx_test_stats_get (el, field, G_TYPE_UINT64, &v);
   return v;
 }
 

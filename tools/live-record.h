@@ -48,6 +48,7 @@ typedef struct {
   char *model_dir, *backend_asked, *quant_asked, *source, *gpu_name;
   guint context_frames;
   gdouble seconds_asked;
+  guint calls;           /* live calls on the element's engine, the measured one included */
 
   /* filled by the run */
   GArray *frames;        /* LiveFrame, in arrival order */
@@ -63,6 +64,9 @@ typedef struct {
   gboolean have_stats;
   guint64 stats_frames, stats_overruns, stats_memory_bytes;
   gdouble stats_mean_ms, stats_max_ms;
+  guint64 stats_latency_ns;           /* the element's own latency in its last LATENCY answer */
+  gdouble stats_tick_p99_ms;          /* its engine's tick p99 (all calls' ticks) */
+  guint latency_messages;             /* latency messages it posted (its automatic deadline grew) */
   char *stats_backend, *stats_quantization;
   gdouble cpu_pressure_pct, cpu_steal_pct;  /* over the PLAYING time; -1: not available */
   gboolean got_eos;

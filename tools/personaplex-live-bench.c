@@ -460,7 +460,8 @@ on_bus (GstBus *bus, GstMessage *msg, gpointer data)
     app->rec->qos_messages++;
     break;
   case GST_MESSAGE_LATENCY:
-    app->rec->latency_messages += GST_MESSAGE_SRC (msg) == GST_OBJECT (app->pp);
+    /* its automatic deadline grew (a property set before the run posts one too: not counted) */
+    app->rec->latency_messages += app->playing && GST_MESSAGE_SRC (msg) == GST_OBJECT (app->pp);
     gst_bin_recalculate_latency (GST_BIN (app->pipeline));
     break;
   case GST_MESSAGE_STATE_CHANGED:

@@ -94,9 +94,12 @@ new_shared_harness (const char *id, GstBus ** bus)
   return h;
 }
 
+/* The messages left on the bus hold the element: drop them, and the element's hold on the bus. */
 static void
 teardown_shared (GstHarness * h, GstBus * bus)
 {
+  gst_bus_set_flushing (bus, TRUE);
+  gst_element_set_bus (h->element, NULL);
   gst_harness_teardown (h);
   gst_object_unref (bus);
 }

@@ -12,14 +12,30 @@
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
 
-/* The documented automatic deadline for a tick p99: p99 + max (10 ms, p99 / 4), rounded up to a whole ms. */
+/* The documented margin over a tick p99: max (10 ms, p99 / 4). */
+static GstClockTime
+documented_margin (GstClockTime p99)
+{
+  return MAX (10 * GST_MSECOND, p99 / 4);
+}
+
+/* The documented automatic deadline for a tick p99: p99 + margin, rounded up to a whole ms. */
 static GstClockTime
 documented_deadline (gdouble p99_ms)
 {
   GstClockTime p99 = (GstClockTime) (p99_ms * GST_MSECOND);
-  GstClockTime d = p99 + MAX (10 * GST_MSECOND, p99 / 4);
+  GstClockTime d = p99 + documented_margin (p99);
 
   return (d + GST_MSECOND - 1) / GST_MSECOND * GST_MSECOND;
+}
+
+/* Whether a tick p99 outgrew an answered deadline by the documented rule: p99 + half its margin past it. */
+static gboolean
+grew_past (gdouble p99_ms, GstClockTime answered)
+{
+  GstClockTime p99 = (GstClockTime) (p99_ms * GST_MSECOND);
+
+  return p99 + documented_margin (p99) / 2 > answered;
 }
 
 static gdouble
@@ -109,7 +125,8 @@ teardown_shared (GstHarness * h, GstBus * bus)
 
 /* On a new engine nothing is measured: one frame of deadline (80 + 80 + batch-deadline 20). An element that
  * starts on it once it ticked answers one frame + the measured p99 + margin + 20; the first keeps its first
- * answer (it never goes lower within its stream). */
+ * answer (it never goes lower within its stream), and has posted a latency message only if the ticks outgrew
+ * it (a tiny tick does not, unless the machine is loaded or under valgrind). */
 GST_START_TEST (test_auto_unmeasured_then_measured)
 {
   GstBus *bus_a, *bus_b;
@@ -131,28 +148,47 @@ GST_START_TEST (test_auto_unmeasured_then_measured)
   hb = new_shared_harness ("auto-first", &bus_b);
   fail_unless_equals_uint64 (own_latency (hb), PPX_FRAME_NS + d + 20 * GST_MSECOND);
   fail_unless_equals_uint64 (own_latency (ha), PPX_FRAME_NS + MAX (d, 80 * GST_MSECOND) + 20 * GST_MSECOND);
-  fail_unless_equals_int (latency_messages (bus_a), 0);
+  if (grew_past (p99, 80 * GST_MSECOND))
+    fail_unless (latency_messages (bus_a) >= 1, "tick p99 %.1f ms outgrew 80 ms without a latency message", p99);
+  else
+    fail_unless_equals_int (latency_messages (bus_a), 0);
   teardown_shared (hb, bus_b);
   teardown_shared (ha, bus_a);
 }
 
 GST_END_TEST;
 
-/* Ticks 10 to 12 take 250 ms more (PPX_DEBUG_TICK_DELAY): once two of them are measured the p99 has
- * outgrown the answer and the element posts a latency message; the next answer covers the slow ticks. Then
- * 270 fast ticks push them out of the engine's window (256 ticks): the element's answer stays (never lower
- * within a stream), while a new element on the engine, and the first after a restart (a new stream), answer
- * from the fast ticks again. */
+/* The tick p99 of an engine of its own after 6 frames: how fast this machine ticks now. */
+static gdouble
+probe_tick_p99 (void)
+{
+  GstBus *bus;
+  GstHarness *h = new_shared_harness ("auto-probe", &bus);
+  gdouble p99;
+
+  push_frames (h, 0, 6);
+  p99 = stats_double (h->element, "tick-p99-ms");
+  teardown_shared (h, bus);
+  return p99;
+}
+
+/* Ticks 10 to 12 take at least 250 ms more (PPX_DEBUG_TICK_DELAY; 8 times a tick of this machine where that
+ * is more: under valgrind or load): once two of them are measured the p99 has outgrown the answer and the
+ * element posts a latency message; the next answer covers the slow ticks. Then 270 fast ticks push them out
+ * of the engine's window (256 ticks): the element's answer stays (never lower within a stream), while a new
+ * element on the engine, and the first after a restart (a new stream), answer from the fast ticks again. */
 GST_START_TEST (test_auto_grows_never_shrinks)
 {
   GstBus *bus_a, *bus_b;
   GstHarness *ha, *hb;
   GstClockTime l1, l2, fresh;
-  gdouble p99;
+  gdouble p99, slow_ms = MAX (250, 8 * probe_tick_p99 ());
+  gchar *delay = g_strdup_printf ("10:%.0f,13:0", slow_ms);
 
-  g_setenv ("PPX_DEBUG_TICK_DELAY", "10:250,13:0", TRUE);
+  g_setenv ("PPX_DEBUG_TICK_DELAY", delay, TRUE);
   ha = new_shared_harness ("auto-grow", &bus_a);
   g_unsetenv ("PPX_DEBUG_TICK_DELAY");
+  g_free (delay);
 
   push_frames (ha, 0, 6);
   l1 = own_latency (ha);        /* measured: the first answer follows the ticks */
@@ -163,7 +199,7 @@ GST_START_TEST (test_auto_grows_never_shrinks)
 
   push_frames (ha, 10, 3);
   p99 = stats_double (ha->element, "tick-p99-ms");
-  fail_unless (p99 >= 250, "tick p99 %.1f ms with three 250 ms ticks of 13", p99);
+  fail_unless (p99 >= slow_ms, "tick p99 %.1f ms with three %.0f ms ticks of 13", p99, slow_ms);
   fail_unless (latency_messages (bus_a) >= 1, "no latency message after the ticks grew");
   l2 = own_latency (ha);
   fail_unless_equals_uint64 (l2, PPX_FRAME_NS + 20 * GST_MSECOND + documented_deadline (p99));
@@ -173,7 +209,7 @@ GST_START_TEST (test_auto_grows_never_shrinks)
 
   push_frames (ha, 13, 270);
   p99 = stats_double (ha->element, "tick-p99-ms");
-  fail_unless (p99 < 250, "the slow ticks are still in the window (p99 %.1f ms)", p99);
+  fail_unless (p99 < slow_ms, "the slow ticks are still in the window (p99 %.1f ms)", p99);
   fail_unless_equals_int (latency_messages (bus_a), 0);
   fail_unless_equals_uint64 (own_latency (ha), l2);
 

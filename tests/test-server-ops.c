@@ -251,6 +251,12 @@ test_startup_checks (void)
     {{"--ping-interval", "10", "--ping-timeout", "5"}, "--ping-timeout 5 must be longer"},
     {{"--max-ice-candidates", "0"}, "--max-ice-candidates 0"},
     {{"--drain-timeout", "-1"}, "--drain-timeout -1"},
+    {{"--backend", "gpu"}, "--backend 'gpu': use auto, cpu or cuda"},
+    {{"--quantization", "fp8"}, "--quantization 'fp8': use auto, bf16, int8 or int4"},
+    {{"--kv-cache-format", "int4"}, "--kv-cache-format 'int4': use auto, f32, bf16 or fp8"},
+    {{"--backend", "cpu", "--device", "0"}, "--device 0 names a GPU, but --backend cpu runs on the CPU"},
+    {{"--device", "-1"}, "--device -1: a GPU index, 0 to 1024"},
+    {{"--device", "1025"}, "--device 1025: a GPU index, 0 to 1024"},
   };
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
     g_autoptr (GPtrArray) argv = g_ptr_array_new ();
@@ -274,6 +280,33 @@ test_startup_checks (void)
   }
 }
 
+/* --device N: the GPU, for the keeper and every call. GPU 1024 exists nowhere: the server stops at start-up
+ * (exit 1) saying which GPU it was asked for and why it cannot have it (on a build without CUDA, that it has
+ * none; on a CUDA build, "no usable GPU" or "GPU 1024 does not exist (N present)"), and never serves on the CPU
+ * instead. --help lists the option (personaplex-fleet.sh passes it). */
+static void
+test_device (void)
+{
+  const char *argv[] = {g_getenv ("PPX_SERVER"), "--model-dir", fixture_model_dir (), "--port", "0", "--device",
+                        "1024", NULL};
+  g_autofree char *out = NULL, *err = NULL;
+  int status;
+  g_assert_true (g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out, &err, &status, NULL));
+  g_printerr ("%s", err);
+  g_assert_true (WIFEXITED (status));
+  g_assert_cmpint (WEXITSTATUS (status), ==, 1);
+  g_assert_nonnull (strstr (err, "loading the model from"));
+  g_assert_nonnull (strstr (err, "on GPU 1024 (--device 1024): "));
+  g_assert_true (strstr (err, "without CUDA") || strstr (err, "no usable GPU") ||
+                 strstr (err, "GPU 1024 does not exist"));
+  g_assert_null (strstr (out, "serving"));
+  const char *help[] = {g_getenv ("PPX_SERVER"), "--help", NULL};
+  g_autofree char *usage = NULL;
+  g_assert_true (g_spawn_sync (NULL, (char **) help, NULL, G_SPAWN_DEFAULT, NULL, NULL, &usage, NULL, &status, NULL));
+  g_assert_nonnull (strstr (usage, "--device=N"));
+  g_assert_nonnull (strstr (usage, "auto, f32, bf16 or fp8"));
+}
+
 int
 main (int argc, char **argv)
 {
@@ -286,5 +319,6 @@ main (int argc, char **argv)
   g_test_add_func ("/server-ops/tls", test_tls);
   g_test_add_func ("/server-ops/static", test_static);
   g_test_add_func ("/server-ops/startup-checks", test_startup_checks);
+  g_test_add_func ("/server-ops/device", test_device);
   return g_test_run ();
 }

@@ -184,7 +184,8 @@ serve_health (PpxServer *server, SoupServerMessage *msg, gboolean metrics)
   g_autoptr (GstStructure) stats = ppx_server_model_keeper_stats (server->keeper);
   PpxServerGauges g;
   fill_gauges (server, &g, stats);
-  g_autofree char *device = g.backend && g_str_equal (g.backend, "cuda")
+  PpxBackendKind kind = PPX_BACKEND_AUTO;
+  g_autofree char *device = g.backend && ppx_backend_kind_from_name (g.backend, &kind) && kind == PPX_BACKEND_CUDA
                                 ? g_strdup_printf ("cuda:%d", ppx_server_model_keeper_device (server->keeper))
                                 : g_strdup (g.backend ? g.backend : "unknown");
   g.device = device;

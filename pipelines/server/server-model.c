@@ -48,10 +48,12 @@ ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, con
   if (call && call->has_seed)
     seed = call->seed;
   g_object_set (duplex, "seed", seed, NULL);
-  gst_util_set_object_arg (G_OBJECT (duplex), "backend", o->backend);
-  gst_util_set_object_arg (G_OBJECT (duplex), "quantization", o->quantization);
-  /* One engine for every call: all elements ask for the same one (the keeper holds a slot too). */
-  gst_util_set_object_arg (G_OBJECT (duplex), "kv-cache-format", o->kv_cache_format);
+  /* The element's enums have the library's values. One engine for every call: all elements ask for the same one
+   * (the keeper holds a slot too). */
+  g_object_set (duplex, "backend", (gint) o->backend, "quantization", (gint) o->quantization, "kv-cache-format",
+                (gint) o->kv_cache_format, NULL);
+  if (o->device != PPX_SERVER_DEVICE_UNSET)
+    g_object_set (duplex, "device", o->device, NULL);
   g_object_set (duplex, "max-sessions", o->max_sessions > 0 ? o->max_sessions + 1 : 0, NULL);
   if (o->batch_deadline_ms >= 0)
     g_object_set (duplex, "batch-deadline", (guint64) o->batch_deadline_ms * GST_MSECOND, NULL);
@@ -75,19 +77,23 @@ ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, con
   return duplex;
 }
 
-/* The element's own error message (it names the file and the problem) instead of a bare state failure. */
+/* The element's own error message (it names the file and the problem; a GPU that does not exist: "CUDA backend:
+ * GPU 3 does not exist (2 present)") instead of a bare state failure, with the GPU asked for. */
 static void
-take_bus_error (GstElement *pipeline, const char *model_dir, GError **error)
+take_bus_error (GstElement *pipeline, const PpxServerOptions *o, GError **error)
 {
   g_autoptr (GstBus) bus = gst_element_get_bus (pipeline);
   g_autoptr (GstMessage) msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  g_autofree char *where = o->device == PPX_SERVER_DEVICE_UNSET
+                               ? g_strdup (o->model_dir)
+                               : g_strdup_printf ("%s on GPU %d (--device %d)", o->model_dir, o->device, o->device);
   if (msg) {
     g_autoptr (GError) e = NULL;
     g_autofree char *debug = NULL;
     gst_message_parse_error (msg, &e, &debug);
-    g_set_error (error, model_error_quark (), 0, "loading the model from %s: %s", model_dir, e->message);
+    g_set_error (error, model_error_quark (), 0, "loading the model from %s: %s", where, e->message);
   } else {
-    g_set_error (error, model_error_quark (), 0, "loading the model from %s failed", model_dir);
+    g_set_error (error, model_error_quark (), 0, "loading the model from %s failed", where);
   }
 }
 
@@ -103,7 +109,7 @@ ppx_server_model_keeper_new (const PpxServerOptions *o, GError **error)
   gst_bin_add (GST_BIN (k->pipeline), duplex);
   /* No sink: PAUSED is reached at once, after the element loaded the model and ran the prompts. */
   if (gst_element_set_state (k->pipeline, GST_STATE_PAUSED) == GST_STATE_CHANGE_FAILURE) {
-    take_bus_error (k->pipeline, o->model_dir, error);
+    take_bus_error (k->pipeline, o, error);
     ppx_server_model_keeper_free (k);
     return NULL;
   }

@@ -34,6 +34,7 @@
 #include "gstpersonaplexduplex.h"
 
 #include "gstppenums.h"
+#include "gstpplatency.h"
 #include "gstppmessages.h"
 #include "gstppstream.h"
 #include "gstpptextpad.h"
@@ -57,7 +58,7 @@ GST_DEBUG_CATEGORY (gst_personaplex_duplex_debug);
 #define DEFAULT_BATCH_DEADLINE (20 * GST_MSECOND)
 #define DEFAULT_ALIGN_FRAMES TRUE
 #define DEFAULT_STATS_INTERVAL 25
-#define DEFAULT_PROCESSING_DEADLINE (80 * GST_MSECOND)
+#define DEFAULT_PROCESSING_DEADLINE GST_PP_PROCESSING_DEADLINE_AUTO
 #define DEFAULT_RESET_ON_DISCONT FALSE
 #define DEFAULT_FRAME_MESSAGES FALSE
 
@@ -298,7 +299,8 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
   g_object_class_install_property (gobject_class, PROP_STATS,
       g_param_spec_boxed ("stats", "Statistics",
           "personaplex-stats structure: frames, mean-step-ms, max-step-ms, "
-          "overruns, batch-size, tick-ms, memory-bytes, session-bytes, "
+          "overruns, batch-size, tick-ms, tick-p99-ms, latency, "
+          "memory-bytes, session-bytes, "
           "engine-bytes, max-sessions, kv-cache-format, backend, "
           "quantization, model-users, timestamp, running-time",
           GST_TYPE_STRUCTURE,
@@ -310,10 +312,23 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
           "0: only the one at EOS", 0, G_MAXUINT, DEFAULT_STATS_INTERVAL,
           PLAYING_FLAGS));
 
+  /**
+   * GstPersonaplexDuplex:processing-deadline:
+   *
+   * Time budget for computing one frame, added to the reported latency on
+   * top of the 80 ms frame. -1 (GST_CLOCK_TIME_NONE, the default) is
+   * automatic: the engine's measured tick p99 plus a margin (max (10 ms,
+   * p99 / 4)), one frame (80 ms) before the engine has measured a tick.
+   * Within a stream the automatic value only grows: when the ticks outgrow
+   * it the element posts a latency message. See docs/element.md, "Latency".
+   */
   g_object_class_install_property (gobject_class, PROP_PROCESSING_DEADLINE,
       g_param_spec_uint64 ("processing-deadline", "Processing deadline",
           "Time budget (ns) for computing one frame, added to the latency "
-          "on top of the 80 ms frame", 0, G_MAXUINT64,
+          "on top of the 80 ms frame; -1 (the default): automatic, the "
+          "engine's measured tick p99 plus a margin (80 ms until a tick is "
+          "measured), growing with the load and posting a latency message, "
+          "never shrinking within a stream", 0, G_MAXUINT64,
           DEFAULT_PROCESSING_DEADLINE, PLAYING_FLAGS));
 
   g_object_class_install_property (gobject_class, PROP_RESET_ON_DISCONT,

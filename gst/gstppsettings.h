@@ -34,7 +34,7 @@ typedef struct
   GstClockTime batch_deadline;  /* longest wait for the other sessions' frames */
   gboolean align_frames;        /* lead a live stream's frames into the others' cadence */
   guint stats_interval;         /* frames between personaplex-stats, 0: none */
-  GstClockTime processing_deadline;
+  GstClockTime processing_deadline;     /* GST_CLOCK_TIME_NONE: automatic (gstpplatency.h) */
   gboolean reset_on_discont;
   gboolean frame_messages;
 } GstPersonaplexSettings;
@@ -48,6 +48,8 @@ typedef struct
   gdouble max_step_ms;
   guint batch_size;             /* sessions stepped in the last tick */
   gdouble tick_ms;              /* wall time of the last tick */
+  gdouble tick_p99_ms;          /* the engine's tick p99 over its window, after the last tick */
+  GstClockTime latency;         /* own latency last answered to a LATENCY query, 0: none yet */
   GstClockTime last_pts;
   GstClockTime last_running_time;
 } GstPersonaplexStats;

@@ -79,6 +79,7 @@ gst_pp_stream_init (GstPpStream * st, GstElement * element, GstPad * sinkpad,
   st->adapter = gst_adapter_new ();
   st->stats.last_pts = GST_CLOCK_TIME_NONE;
   st->stats.last_running_time = GST_CLOCK_TIME_NONE;
+  gst_pp_latency_reset (&st->latency);
 }
 
 void
@@ -162,6 +163,8 @@ gst_pp_stream_start (GstPpStream * st, GstPpModelHandle * model,
   memset (&st->stats, 0, sizeof (st->stats));
   st->stats.last_pts = GST_CLOCK_TIME_NONE;
   st->stats.last_running_time = GST_CLOCK_TIME_NONE;
+  /* a new stream: its latency starts from what the engine has measured */
+  gst_pp_latency_reset (&st->latency);
   GST_OBJECT_UNLOCK (st->element);
 }
 
@@ -194,19 +197,29 @@ frame_duration (GstPpStream * st)
   return gst_util_uint64_scale_int (frame_size, GST_SECOND, RATE);
 }
 
+/* The engine of the stream's model, or NULL (object lock held). */
+static PpxEngine *
+engine_locked (GstPpStream * st)
+{
+  return st->model ? gst_pp_model_handle_get_engine (st->model) : NULL;
+}
+
 GstClockTime
 gst_pp_stream_own_latency (GstPpStream * st)
 {
   const GstPersonaplexSettings *s = st->settings;
-  GstClockTime deadline;
+  GstClockTime deadline, ours;
 
   GST_OBJECT_LOCK (st->element);
-  deadline = s->processing_deadline;
+  deadline = gst_pp_latency_answer (&st->latency, s->processing_deadline,
+      engine_locked (st));
   /* a shared engine: a frame may wait for the other sessions' frames */
   if (s->model_instance_id != NULL && s->model_instance_id[0] != '\0')
     deadline += s->batch_deadline;
+  ours = frame_duration (st) + deadline;
+  st->stats.latency = ours;
   GST_OBJECT_UNLOCK (st->element);
-  return frame_duration (st) + deadline;
+  return ours;
 }
 
 /* PTS of the sample @n samples after the resync point. */
@@ -272,18 +285,27 @@ frame_position (GstPpStream * st, guint n_samples)
   return pos;
 }
 
-/* Accounts one step; returns a stats message when one is due. */
+/* Accounts one step; returns a stats message when one is due, and sets
+ * @latency_grew when the engine's ticks outgrew the automatic deadline last
+ * answered (a latency message is due). */
 static GstMessage *
 update_stats (GstPpStream * st, gdouble step_ms,
     const GstPpTickInfo * tick, const GstPpFramePosition * pos,
-    gboolean * frame_messages)
+    gboolean * frame_messages, gboolean * latency_grew)
 {
   GstPersonaplexStats *stats = &st->stats;
   gdouble frame_ms = (gdouble) frame_duration (st) / GST_MSECOND;
   GstStructure *s = NULL;
+  PpxEngineTickTimes times = { 0 };
+  PpxEngine *engine;
   guint interval;
 
   GST_OBJECT_LOCK (st->element);
+  if ((engine = engine_locked (st)) != NULL)
+    ppx_engine_tick_times (engine, &times);
+  stats->tick_p99_ms = times.p99_ms;
+  *latency_grew = gst_pp_latency_grown (&st->latency,
+      st->settings->processing_deadline, &times);
   stats->frames++;
   stats->total_step_ms += step_ms;
   stats->max_step_ms = MAX (stats->max_step_ms, step_ms);
@@ -304,6 +326,10 @@ update_stats (GstPpStream * st, gdouble step_ms,
   if (step_ms > frame_ms)
     GST_DEBUG_OBJECT (st->element, "overrun: step took %.1f ms for a %.0f ms frame",
         step_ms, frame_ms);
+  if (*latency_grew)
+    GST_INFO_OBJECT (st->element, "tick p99 %.1f ms over %u ticks outgrew "
+        "the processing deadline answered: posting a latency message",
+        times.p99_ms, times.n);
   return s ? gst_message_new_element (GST_OBJECT (st->element), s) : NULL;
 }
 
@@ -374,7 +400,7 @@ step_and_push (GstPpStream * st, guint lead, guint n_samples)
   GstPpTickInfo tick = { 0 };
   GstPpFramePosition pos;
   GstMessage *stats_msg, *text_msg = NULL, *frame_msg = NULL;
-  gboolean frame_messages;
+  gboolean frame_messages, latency_grew;
   GstClockTime batch_deadline;
   GstFlowReturn ret;
   GError *err = NULL;
@@ -403,7 +429,11 @@ step_and_push (GstPpStream * st, guint lead, guint n_samples)
   st->conversation_frame++;
 
   stats_msg = update_stats (st, res.step_ms, &tick, &pos,
-      &frame_messages);
+      &frame_messages, &latency_grew);
+  /* before the answer goes out: the pipeline grows its latency the sooner */
+  if (latency_grew)
+    gst_element_post_message (st->element,
+        gst_message_new_latency (GST_OBJECT (st->element)));
   if (res.text != NULL && res.text[0] != '\0')
     text_msg = gst_pp_text_message_new (GST_OBJECT (st->element), res.text, &pos);
   if (frame_messages)
@@ -877,7 +907,8 @@ sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
 }
 
 /* Our output for input frame j can only be computed once frame j has fully
- * arrived (one frame) and then takes up to processing-deadline. */
+ * arrived (one frame) and then takes up to processing-deadline (automatic:
+ * the engine's tick p99 plus a margin, gstpplatency.h). */
 static gboolean
 handle_latency_query (GstPpStream * st, GstQuery * query)
 {

@@ -14,6 +14,7 @@
 #include <gst/audio/audio.h>
 #include <gst/base/base.h>
 
+#include "gstpplatency.h"
 #include "gstppmodelpool.h"
 #include "gstppsettings.h"
 #include "gstpptextpad.h"
@@ -27,6 +28,7 @@ typedef struct
   GstPad *sinkpad, *srcpad, *textpad;
   const GstPersonaplexSettings *settings;       /* the owner's (object lock) */
   GstPersonaplexStats stats;    /* object lock */
+  GstPpLatency latency;         /* what LATENCY queries were answered (object lock) */
 
   /* Between start and stop. The session is stepped through the engine's
    * ticker by `member`, only with the sink stream lock held (flushing is set
@@ -86,7 +88,9 @@ void gst_pp_stream_stop (GstPpStream * st);
  * at once (any thread; nothing before start). */
 void gst_pp_stream_set_flushing (GstPpStream * st, gboolean flushing);
 
-/* The element's own latency: one frame plus processing-deadline. */
+/* The element's own latency, answered to a LATENCY query (and recorded as
+ * answered): one frame plus the processing deadline (explicit, or automatic:
+ * gstpplatency.h), plus batch-deadline with a model-instance-id. */
 GstClockTime gst_pp_stream_own_latency (GstPpStream * st);
 
 G_END_DECLS

@@ -132,6 +132,24 @@ gboolean ppx_engine_step (PpxEngine *engine, PpxSession *const *sessions, int n,
 /* Wall time of the last tick in ms and how many sessions it stepped. */
 double ppx_engine_last_tick_ms (const PpxEngine *engine);
 int ppx_engine_last_batch_size (const PpxEngine *engine);
+/* Wall times of the engine's recent ticks (docs/engine.md, "Tick times"): every ppx_engine_step call that stepped
+ * at least one session, from the call to its return (so a wait for the engine's lock, e.g. behind a joining
+ * session's prompt frame, is included), over the last PPX_ENGINE_TICK_WINDOW ticks. ppx_engine_tick_times
+ * never waits for a running tick (the figures have a lock of their own); the element's automatic
+ * processing-deadline follows p99_ms. */
+#define PPX_ENGINE_TICK_WINDOW 256
+typedef struct {
+  guint n;        /* ticks in the window: all measured, at most PPX_ENGINE_TICK_WINDOW */
+  guint64 ticks;  /* ticks measured since the engine was made */
+  double last_ms; /* the last one */
+  double p50_ms;  /* the window's median (0 while n = 0) */
+  double p99_ms;  /* the window's 99th percentile, nearest rank, but never its largest tick while it holds 2 to 99
+                   * (the second largest then), so that one outlier (a cold first tick, a CUDA graph recorded for a
+                   * new batch size) does not make it; with n = 1 that one tick */
+  double max_ms;
+} PpxEngineTickTimes;
+void ppx_engine_tick_times (PpxEngine *engine, PpxEngineTickTimes *times);
+
 /* How the ticks ran (docs/engine.md, "The GPU tick"). */
 typedef struct {
   guint64 ticks;        /* ticks run */
@@ -144,6 +162,7 @@ typedef struct {
    * copy each; 0 for a graph replay), uploads and downloads (each download waits for the device); other
    * engines working on the same model at the same time are counted too */
   guint64 last_ops, last_uploads, last_downloads;
+  PpxEngineTickTimes times; /* what ppx_engine_tick_times gives */
 } PpxEngineTickStats;
 void ppx_engine_tick_stats (PpxEngine *engine, PpxEngineTickStats *stats);
 

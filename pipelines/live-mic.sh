@@ -17,8 +17,8 @@
 #
 # webrtcdsp runs at 48 kHz (it accepts 8/16/32/48 kHz); the model at 24 kHz. The queue before the
 # element lets the capture thread run while a frame is computed. The element reports one frame
-# (80 ms) plus processing-deadline (default 80 ms) of latency, so the sink plays each answer
-# that long after its input was captured.
+# (80 ms) plus processing-deadline (automatic: 80 ms on its new engine, more if its steps grow)
+# of latency, so the sink plays each answer that long after its input was captured.
 # Without a sound card, PPX_AUDIO_SRC and PPX_AUDIO_SINK replace the two ends, e.g.
 #   PPX_AUDIO_SRC="audiotestsrc is-live=true num-buffers=300" PPX_AUDIO_SINK="fakesink sync=true"
 set -eu

@@ -16,6 +16,8 @@ check_stats_fields (const GstStructure * s)
     {"memory-bytes", G_TYPE_UINT64}, {"backend", G_TYPE_STRING},
     {"quantization", G_TYPE_STRING}, {"model-users", G_TYPE_UINT},
     {"timestamp", G_TYPE_UINT64}, {"running-time", G_TYPE_UINT64},
+    {"tick-ms", G_TYPE_DOUBLE}, {"tick-p99-ms", G_TYPE_DOUBLE},
+    {"latency", G_TYPE_UINT64},
   };
   guint i;
 

@@ -169,15 +169,24 @@ ppx_test_stats (GstElement * el)
   return s;
 }
 
+/* One field of the element's `stats`, of @type, into @out (a pointer to that C type); fails the test when it
+ * is missing or of another type. */
+static inline void
+ppx_test_stats_get (GstElement * el, const char *field, GType type, gpointer out)
+{
+  GstStructure *s = ppx_test_stats (el);
+
+  fail_unless (gst_structure_get (s, field, type, out, NULL), "no %s %s in stats", g_type_name (type), field);
+  gst_structure_free (s);
+}
+
 /* One guint field of the element's `stats`; fails the test when it is missing. */
 static inline guint
 ppx_test_stats_uint (GstElement * el, const char *field)
 {
-  GstStructure *s = ppx_test_stats (el);
   guint v = 0;
 
-  fail_unless (gst_structure_get_uint (s, field, &v), "no %s in stats", field);
-  gst_structure_free (s);
+  ppx_test_stats_get (el, field, G_TYPE_UINT, &v);
   return v;
 }
 

@@ -553,6 +553,59 @@ test_bad_calls (void)
   ppx_engine_unref (other);
 }
 
+/* Every tick that steps a session is measured, from the call to its return, and PPX_DEBUG_TICK_DELAY makes
+ * the ticks it names longer by that much (inside the measured time); an empty or refused tick is not
+ * measured; ppx_engine_tick_stats carries the same figures. */
+static void
+test_tick_times (void)
+{
+  g_autoptr (GError) err = NULL;
+  PpxEngineParams ep;
+  ppx_engine_params_init (&ep);
+  ep.max_sessions = 1;
+  g_setenv ("PPX_DEBUG_TICK_DELAY", "3:40", TRUE); /* read when the engine is made */
+  PpxEngine *e = ppx_engine_new (model, &ep, &err);
+  g_unsetenv ("PPX_DEBUG_TICK_DELAY");
+  g_assert_no_error (err);
+  PpxSessionParams p;
+  ppx_session_params_init (&p);
+  PpxSession *a = ppx_engine_session_new (e, &p, &err);
+  g_assert_no_error (err);
+  float in[1920] = {0}, out[1920];
+  const float *ins[1] = {in};
+  float *outs[1] = {out};
+  PpxEngineTickTimes t;
+  PpxEngineTickStats st;
+  g_assert_true (ppx_engine_step (e, &a, 0, NULL, NULL, NULL, &err));
+  ppx_engine_tick_times (e, &t);
+  g_assert_cmpuint (t.ticks, ==, 0);
+  double wall[5];
+  for (int i = 0; i < 5; i++) {
+    const gint64 t0 = g_get_monotonic_time ();
+    g_assert_true (ppx_engine_step (e, &a, 1, ins, outs, NULL, &err));
+    wall[i] = (g_get_monotonic_time () - t0) / 1000.0;
+    ppx_engine_tick_times (e, &t);
+    g_assert_cmpfloat (t.last_ms, <=, wall[i]);
+    g_assert_cmpfloat (t.last_ms, >=, i >= 3 ? 40 : 0);
+  }
+  g_assert_cmpuint (t.n, ==, 5);
+  g_assert_cmpuint (t.ticks, ==, 5);
+  g_assert_cmpfloat (t.max_ms, >=, 40);
+  g_assert_cmpfloat (t.p99_ms, >=, 40); /* two slow ticks: the second largest is one */
+  g_assert_cmpfloat (t.p50_ms, <=, MAX (MAX (wall[0], wall[1]), wall[2]));
+  ppx_engine_tick_stats (e, &st);
+  g_assert_cmpuint (st.ticks, ==, 5);
+  g_assert_cmpuint (st.times.ticks, ==, 5);
+  g_assert_cmpfloat (st.times.p99_ms, ==, t.p99_ms);
+  PpxSession *dup[2] = {a, a};
+  g_assert_false (ppx_engine_step (e, dup, 2, ins, outs, NULL, &err));
+  g_clear_error (&err);
+  ppx_engine_tick_times (e, &t);
+  g_assert_cmpuint (t.ticks, ==, 5);
+  ppx_session_free (a);
+  ppx_engine_unref (e);
+}
+
 static void
 load_sources (void)
 {
@@ -609,6 +662,7 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/join-from-thread", test_join_from_thread);
   g_test_add_func ("/engine/memory", test_memory);
   g_test_add_func ("/engine/bad-calls", test_bad_calls);
+  g_test_add_func ("/engine/tick-times", test_tick_times);
   int rc = g_test_run ();
   ppx_model_unref (model);
   g_unlink (voice2_wav);

@@ -46,9 +46,12 @@ live_record_finish (LiveRecord *r, guint64 sink_latency_ns)
 {
   r->sink_latency_ns = sink_latency_ns;
   r->late_buffers = 0;
-  for (guint i = 0; i < r->arrivals->len; i++) {
+  guint64 later = sink_latency_ns; /* the first latency configured after the arrival, going backwards */
+  for (guint i = r->arrivals->len; i-- > 0;) {
     LiveArrival *a = &g_array_index (r->arrivals, LiveArrival, i);
-    gint64 due = (gint64) (a->running_ns + sink_latency_ns);
+    if (a->latency_ns > 0)
+      later = a->latency_ns;
+    gint64 due = (gint64) (a->running_ns + (a->latency_ns > 0 ? a->latency_ns : later));
     a->lateness_ms = (a->arrival_ns - due) / 1e6;
     if (a->arrival_ns > due)
       r->late_buffers++;
@@ -323,7 +326,9 @@ live_record_summary (const LiveRecord *r, gdouble tolerance_mib)
   append_latency (s, "pipeline", &r->pipeline);
   g_string_append (s, "; the sink syncs with ");
   append_ms (s, r->sink_latency_ns);
-  g_string_append (s, "\n");
+  g_string_append_printf (s, " at the end\n               the element's own at the end %.1f ms, %u latency "
+                          "message(s) from it; its engine's tick p99 %.2f ms (%u call(s) on the engine)\n",
+                          r->stats_latency_ns / 1e6, r->latency_messages, r->stats_tick_p99_ms, r->calls);
   g_string_append (s, "real time      element overruns (steps longer than 80 ms): ");
   if (r->have_stats)
     g_string_append_printf (s, "%" G_GUINT64_FORMAT " (its stats), ", r->stats_overruns);
@@ -381,6 +386,9 @@ live_record_summary (const LiveRecord *r, gdouble tolerance_mib)
   }
   if (r->pipeline.answered)
     g_string_append_printf (s, "latency_pipeline_ms=%.3f\n", r->pipeline.min_ns / 1e6);
+  g_string_append_printf (s, "latency_own_end_ms=%.3f\nlatency_messages=%u\nsink_latency_end_ms=%.3f\n"
+                          "tick_p99_ms=%.3f\ncalls=%u\n", r->stats_latency_ns / 1e6, r->latency_messages,
+                          r->sink_latency_ns / 1e6, r->stats_tick_p99_ms, r->calls);
   if (gm.have)
     g_string_append_printf (s, "gpu_mib_start=%.0f\ngpu_mib_end=%.0f\ngpu_mib_range=%.0f\n", gm.start, gm.end,
                             gm.hi - gm.lo);

@@ -24,6 +24,7 @@ typedef struct {
   guint64 running_ns;    /* its running time */
   gint64 arrival_ns;     /* clock time - base time when it arrived (the running time of its arrival) */
   gdouble queue_ms;      /* the input queue's level (time) at that moment */
+  guint64 latency_ns;    /* the latency the sink synced with at that moment; 0: not configured yet */
   gdouble lateness_ms;   /* set by live_record_finish: arrival - (running time + the sink's latency); > 0: late */
 } LiveArrival;
 
@@ -47,6 +48,7 @@ typedef struct {
   char *model_dir, *backend_asked, *quant_asked, *source, *gpu_name;
   guint context_frames;
   gdouble seconds_asked;
+  guint calls;           /* live calls on the element's engine, the measured one included */
 
   /* filled by the run */
   GArray *frames;        /* LiveFrame, in arrival order */
@@ -62,6 +64,9 @@ typedef struct {
   gboolean have_stats;
   guint64 stats_frames, stats_overruns, stats_memory_bytes;
   gdouble stats_mean_ms, stats_max_ms;
+  guint64 stats_latency_ns;           /* the element's own latency in its last LATENCY answer */
+  gdouble stats_tick_p99_ms;          /* its engine's tick p99 (all calls' ticks) */
+  guint latency_messages;             /* latency messages it posted (its automatic deadline grew) */
   char *stats_backend, *stats_quantization;
   gdouble cpu_pressure_pct, cpu_steal_pct;  /* over the PLAYING time; -1: not available */
   gboolean got_eos;
@@ -71,9 +76,10 @@ typedef struct {
 LiveRecord *live_record_new (void);
 void live_record_free (LiveRecord *r);
 
-/* After the run: each arrival's lateness against the latency the sink ended up syncing with
- * (`sink_latency_ns`; the first buffer reaches the sink before the pipeline has configured its latency, and
- * the sink holds it until then), and the count of late buffers. */
+/* After the run: each arrival's lateness against the latency the sink synced with when it arrived (the
+ * element's automatic latency may grow during the run); a buffer that arrived before the pipeline had
+ * configured its latency (the first: the sink holds it until then) against the first latency configured after
+ * it, else `sink_latency_ns`, the latency at the end; and the count of late buffers. */
 void live_record_finish (LiveRecord *r, guint64 sink_latency_ns);
 
 /* p in [0, 1], nearest-rank on a sorted copy; 0 for an empty set. */

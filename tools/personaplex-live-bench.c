@@ -4,7 +4,7 @@
  *   personaplex-live-bench --model-dir DIR [--seconds 330] [--backend auto|cpu|cuda] [--device N]
  *                          [--quantization auto|bf16|int8|int4] [--source LAUNCH] [--format F32LE|S16LE]
  *                          [--sample-interval 10] [--gpu-memory auto|on|off] [--memory-tolerance 16]
- *                          [--output-dir DIR] [PROPERTY=VALUE ...]
+ *                          [--calls 1] [--join-after 3] [--output-dir DIR] [PROPERTY=VALUE ...]
  *
  * The pipeline (the plugin is loaded from the GStreamer registry, as an application would):
  *
@@ -16,6 +16,8 @@
  * SOURCE defaults to `audiotestsrc is-live=true wave=pink-noise volume=0.3 samplesperbuffer=480` (20 ms
  * buffers, as a capture device delivers them); the sink renders every buffer at its running time plus the
  * pipeline latency, as an audio sink does. After --seconds in PLAYING it sends EOS and waits for it.
+ * With --calls N (and a model-instance-id), N - 1 other live calls like it run on the same engine, started
+ * --join-after seconds before it (live-calls.c): the measured call joins an engine under load.
  *
  * Recorded: every frame's step time (personaplex-frame messages), every output buffer's arrival at the sink
  * against its presentation time (a pad probe takes the running time of its arrival; late = after its
@@ -29,6 +31,7 @@
  * buffer, frames past the model's context, memory flat within --memory-tolerance MiB), 3 when it completed
  * with verdict FAIL, 1 on an error (the message names it), 2 for bad options. */
 #include "config.h"
+#include "live-calls.h"
 #include "live-machine.h"
 #include "live-record.h"
 
@@ -42,8 +45,8 @@
 
 typedef struct {
   char *model_dir, *backend, *quantization, *source, *format, *gpu_memory, *output_dir;
-  gdouble seconds, sample_interval, tolerance;
-  int device;
+  gdouble seconds, sample_interval, tolerance, join_after;
+  int device, calls;
   char **props;
 } Options;
 
@@ -52,6 +55,7 @@ typedef struct {
   LiveRecord *rec;
   GMainLoop *loop;
   GstElement *pipeline, *pp, *sink, *inq;
+  LiveCalls *others;    /* --calls: the other calls on the engine */
   gboolean sample_gpu, playing, stopping;
   gint64 t_set_playing, t_playing; /* g_get_monotonic_time */
   LiveCpuCounters cpu_start;
@@ -90,6 +94,10 @@ parse_options (Options *o, int *argc, char ***argv, GError **error)
      "WHEN"},
     {"memory-tolerance", 0, 0, G_OPTION_ARG_DOUBLE, &o->tolerance,
      "MiB the memory may move during the run for the verdict (default 16)", "MIB"},
+    {"calls", 0, 0, G_OPTION_ARG_INT, &o->calls, "Live calls on the element's engine, the measured one included "
+     "(default 1; more need model-instance-id=ID)", "N"},
+    {"join-after", 0, 0, G_OPTION_ARG_DOUBLE, &o->join_after, "With --calls: seconds between the other calls' "
+     "start and the measured call's (default 3)", "S"},
     {"output-dir", 'o', 0, G_OPTION_ARG_FILENAME, &o->output_dir, "Write summary.txt, frames.csv, memory.csv here",
      "DIR"},
     {G_OPTION_REMAINING, 0, 0, G_OPTION_ARG_STRING_ARRAY, &o->props, "personaplexduplex properties",
@@ -120,11 +128,23 @@ parse_options (Options *o, int *argc, char ***argv, GError **error)
                  "--seconds and --sample-interval must be > 0, --memory-tolerance and --device >= 0");
     return FALSE;
   }
-  for (char **p = o->props; p && *p; p++)
+  gboolean shared = FALSE;
+  for (char **p = o->props; p && *p; p++) {
     if (!strchr (*p, '=') || **p == '=') {
       g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "'%s' is not PROPERTY=VALUE", *p);
       return FALSE;
     }
+    shared |= g_str_has_prefix (*p, "model-instance-id=") && (*p)[strlen ("model-instance-id=")];
+  }
+  if (o->calls < 1 || o->calls > 4096 || !(o->join_after >= 0)) {
+    g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "--calls must be 1 to 4096, --join-after >= 0");
+    return FALSE;
+  }
+  if (o->calls > 1 && !shared) {
+    g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                 "--calls %d needs model-instance-id=ID: the calls share one engine", o->calls);
+    return FALSE;
+  }
   return check_choice ("--backend", o->backend, ppx_backend_kind_names (), error) &&
          check_choice ("--quantization", o->quantization, ppx_quantization_names (), error) &&
          check_choice ("--format", o->format, (const char *const[]){"F32LE", "S16LE", NULL}, error) &&
@@ -155,6 +175,25 @@ set_property (GstElement *e, const char *name, const char *value, GError **error
   return ok;
 }
 
+/* The element settings every call gets: the model options, then the PROPERTY=VALUE arguments. */
+static gboolean
+configure_element (GstElement *pp, gpointer data, GError **error)
+{
+  Options *o = data;
+  g_autofree char *device = g_strdup_printf ("%d", o->device);
+  const char *fixed[][2] = {{"model-dir", o->model_dir}, {"backend", o->backend}, {"quantization", o->quantization},
+                            {"device", device}};
+  for (guint i = 0; i < G_N_ELEMENTS (fixed); i++)
+    if (!set_property (pp, fixed[i][0], fixed[i][1], error))
+      return FALSE;
+  for (char **p = o->props; p && *p; p++) {
+    g_auto (GStrv) kv = g_strsplit (*p, "=", 2);
+    if (!set_property (pp, kv[0], kv[1], error))
+      return FALSE;
+  }
+  return TRUE;
+}
+
 static gboolean
 build_pipeline (App *app, GError **error)
 {
@@ -173,18 +212,8 @@ build_pipeline (App *app, GError **error)
   app->pp = gst_bin_get_by_name (GST_BIN (app->pipeline), "pp");
   app->sink = gst_bin_get_by_name (GST_BIN (app->pipeline), "sink");
   app->inq = gst_bin_get_by_name (GST_BIN (app->pipeline), "inq");
-  g_autofree char *device = g_strdup_printf ("%d", o->device);
-  const char *fixed[][2] = {{"model-dir", o->model_dir}, {"backend", o->backend}, {"quantization", o->quantization},
-                            {"device", device}, {"frame-messages", "true"}, {"stats-interval", "25"}};
-  for (guint i = 0; i < G_N_ELEMENTS (fixed); i++)
-    if (!set_property (app->pp, fixed[i][0], fixed[i][1], error))
-      return FALSE;
-  for (char **p = o->props; p && *p; p++) {
-    g_auto (GStrv) kv = g_strsplit (*p, "=", 2);
-    if (!set_property (app->pp, kv[0], kv[1], error))
-      return FALSE;
-  }
-  return TRUE;
+  return set_property (app->pp, "frame-messages", "true", error) &&
+         set_property (app->pp, "stats-interval", "25", error) && configure_element (app->pp, o, error);
 }
 
 /* ---- probes (streaming threads) ---- */
@@ -209,6 +238,7 @@ on_sink_buffer (GstPad *pad, GstPadProbeInfo *info, gpointer data)
         .running_ns = rt,
         .arrival_ns = (gint64) now - (gint64) base,
         .queue_ms = level / 1e6,
+        .latency_ns = gst_base_sink_get_latency (GST_BASE_SINK (app->sink)),
       };
       g_mutex_lock (&app->rec->lock);
       g_array_append_val (app->rec->arrivals, a);
@@ -373,6 +403,8 @@ take_stats (LiveRecord *r, const GstStructure *s)
   gst_structure_get_uint64 (s, "memory-bytes", &r->stats_memory_bytes);
   gst_structure_get_double (s, "mean-step-ms", &r->stats_mean_ms);
   gst_structure_get_double (s, "max-step-ms", &r->stats_max_ms);
+  gst_structure_get_uint64 (s, "latency", &r->stats_latency_ns);
+  gst_structure_get_double (s, "tick-p99-ms", &r->stats_tick_p99_ms);
   g_free (r->stats_backend);
   g_free (r->stats_quantization);
   r->stats_backend = g_strdup (gst_structure_get_string (s, "backend"));
@@ -428,6 +460,8 @@ on_bus (GstBus *bus, GstMessage *msg, gpointer data)
     app->rec->qos_messages++;
     break;
   case GST_MESSAGE_LATENCY:
+    /* its automatic deadline grew (a property set before the run posts one too: not counted) */
+    app->rec->latency_messages += app->playing && GST_MESSAGE_SRC (msg) == GST_OBJECT (app->pp);
     gst_bin_recalculate_latency (GST_BIN (app->pipeline));
     break;
   case GST_MESSAGE_STATE_CHANGED:
@@ -498,6 +532,28 @@ add_probes (App *app)
   g_signal_connect (app->inq, "overrun", G_CALLBACK (on_queue_overrun), app->rec);
 }
 
+/* --calls: the other calls start, and run --join-after seconds before the measured one (their buses are
+ * watched on this thread's main context, which turns meanwhile). */
+static gboolean
+start_other_calls (App *app, GError **error)
+{
+  Options *o = app->opt;
+  g_print ("%s: starting %d other call(s) on the engine; the measured call joins %.1f s later\n", PROG,
+           o->calls - 1, o->join_after);
+  app->others = live_calls_start ((guint) o->calls - 1, o->source, o->format, configure_element, o, error);
+  if (!app->others)
+    return FALSE;
+  const gint64 until = g_get_monotonic_time () + (gint64) (o->join_after * G_USEC_PER_SEC);
+  while (g_get_monotonic_time () < until && !live_calls_error (app->others))
+    if (!g_main_context_iteration (NULL, FALSE))
+      g_usleep (10 * 1000);
+  if (live_calls_error (app->others)) {
+    g_set_error (error, GST_CORE_ERROR, GST_CORE_ERROR_FAILED, "%s", live_calls_error (app->others));
+    return FALSE;
+  }
+  return TRUE;
+}
+
 static int
 run (App *app)
 {
@@ -508,6 +564,10 @@ run (App *app)
     return 1;
   }
   add_probes (app);
+  if (o->calls > 1 && !start_other_calls (app, &err)) {
+    g_printerr ("%s: %s\n", PROG, err->message);
+    return 1;
+  }
   app->sample_gpu = g_str_equal (o->gpu_memory, "on") ||
                     (g_str_equal (o->gpu_memory, "auto") && !g_str_equal (o->backend, ppx_backend_kind_name (PPX_BACKEND_CPU)) &&
                      live_memory_have_nvidia_smi ());
@@ -544,6 +604,9 @@ run (App *app)
   read_final_stats (app);
   live_record_finish (app->rec, gst_base_sink_get_latency (GST_BASE_SINK (app->sink)));
   gst_element_set_state (app->pipeline, GST_STATE_NULL);
+  if (app->others && live_calls_error (app->others) && !app->rec->error)
+    app->rec->error = g_strdup (live_calls_error (app->others));
+  g_clear_pointer (&app->others, live_calls_free);
   sample_memory (app, "after");
   return app->rec->error ? 1 : 0;
 }
@@ -551,7 +614,7 @@ run (App *app)
 int
 main (int argc, char **argv)
 {
-  Options o = {.seconds = 330, .sample_interval = 10, .tolerance = 16};
+  Options o = {.seconds = 330, .sample_interval = 10, .tolerance = 16, .calls = 1, .join_after = 3};
   g_autoptr (GError) err = NULL;
   if (!parse_options (&o, &argc, &argv, &err)) {
     g_printerr ("%s: %s\n", PROG, err->message);
@@ -570,6 +633,7 @@ main (int argc, char **argv)
   rec->quant_asked = g_strdup (o.quantization);
   rec->source = g_strdup (o.source);
   rec->seconds_asked = o.seconds;
+  rec->calls = (guint) o.calls;
   rec->context_frames = context_frames (o.model_dir);
 
   int status = run (&app);

@@ -5,6 +5,7 @@
 
 #include "lmgen.h"
 #include "model-internal.h"
+#include "tick-times.h"
 #include "voice-prompt.h"
 
 /* max_sessions <= 0: as many as fit in the backend's free memory, at most this many on the CPU (where the
@@ -43,6 +44,7 @@ struct PpxEngine {
   PpxGraph **graph;     /* [max + 1]: by bucket rows, NULL until first needed */
   int *graph_failures;  /* [max + 1]: recordings that failed; a bucket that fails 3 times runs eagerly */
   PpxEngineTickStats stats;
+  PpxTickTimes *times;  /* wall times of the recent ticks (a lock of its own) */
 
   /* Everything below is guarded by lock. A tick holds it for the whole tick; session creation takes it
    * for one prompt frame at a time and lets a waiting tick go first (ticks_waiting, turn). */

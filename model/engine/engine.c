@@ -75,6 +75,7 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   const int n = e->max_sessions = params->max_sessions > 0 ? params->max_sessions : auto_sessions (model, e->kv);
   g_mutex_init (&e->lock);
   g_cond_init (&e->turn);
+  e->times = ppx_tick_times_new ();
   e->slots = g_new0 (PpxSession *, n);
   e->active = g_new0 (PpxSession *, n);
   e->tick_rows = g_new0 (PpxLmTickRow, n);
@@ -137,6 +138,7 @@ ppx_engine_unref (PpxEngine *e)
   g_free (e->active);
   g_mutex_clear (&e->lock);
   g_cond_clear (&e->turn);
+  ppx_tick_times_free (e->times);
   ppx_model_unref (e->model);
   g_free (e);
 }
@@ -193,10 +195,17 @@ ppx_engine_force_buckets (PpxEngine *e, gboolean on)
 }
 
 void
+ppx_engine_tick_times (PpxEngine *e, PpxEngineTickTimes *times)
+{
+  ppx_tick_times_get (e->times, times);
+}
+
+void
 ppx_engine_tick_stats (PpxEngine *e, PpxEngineTickStats *st)
 {
   g_mutex_lock (&e->lock);
   *st = e->stats;
+  ppx_tick_times_get (e->times, &st->times);
   st->graphs = 0;
   for (int b = 0; b <= e->max_sessions; b++)
     st->graphs += e->graph[b] != NULL;
@@ -539,6 +548,7 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   ppx_backend_counters (be, &c1);
   ppx_lm_batch_tick_done (e->lm, e->tick_rows, n, e->host_out, PPX_LM_TICK_OUT);
 
+  ppx_tick_times_debug_delay (e->times); /* PPX_DEBUG_TICK_DELAY: a slower tick, for tests */
   const double ms = (g_get_monotonic_time () - t0) / 1000.0;
   for (int b = 0; b < n; b++) {
     const int i = e->order[b];
@@ -563,7 +573,8 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   e->stats.last_ops = c1.n_ops - c0.n_ops;
   e->stats.last_uploads = c1.n_uploads - c0.n_uploads;
   e->stats.last_downloads = c1.n_downloads - c0.n_downloads;
-  g_atomic_int_set (&e->last_tick_us, (gint) MIN ((g_get_monotonic_time () - t0), G_MAXINT));
+  const gint64 tick_us = ppx_tick_times_add (e->times, t0);
+  g_atomic_int_set (&e->last_tick_us, (gint) MIN (tick_us, G_MAXINT));
   g_atomic_int_set (&e->last_batch, n);
   unlock_after_tick (e);
   return TRUE;

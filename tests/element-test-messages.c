@@ -17,7 +17,9 @@ check_stats_fields (const GstStructure * s)
     {"quantization", G_TYPE_STRING}, {"model-users", G_TYPE_UINT},
     {"timestamp", G_TYPE_UINT64}, {"running-time", G_TYPE_UINT64},
     {"tick-ms", G_TYPE_DOUBLE}, {"tick-p99-ms", G_TYPE_DOUBLE},
-    {"latency", G_TYPE_UINT64},
+    {"latency", G_TYPE_UINT64}, {"tick-p50-ms", G_TYPE_DOUBLE},
+    {"tick-max-ms", G_TYPE_DOUBLE}, {"ticks", G_TYPE_UINT64},
+    {"tick-overruns", G_TYPE_UINT64}, {"tick-total-ms", G_TYPE_DOUBLE},
   };
   guint i;
 
@@ -25,6 +27,10 @@ check_stats_fields (const GstStructure * s)
   for (i = 0; i < G_N_ELEMENTS (fields); i++)
     fail_unless (gst_structure_has_field_typed (s, fields[i].name,
             fields[i].type), "field %s", fields[i].name);
+  fail_unless (gst_structure_has_field_typed (s, "tick-buckets",
+          GST_TYPE_ARRAY));
+  fail_unless (gst_structure_has_field_typed (s, "tick-bucket-bounds-ms",
+          GST_TYPE_ARRAY));
 }
 
 GST_START_TEST (test_stats)

@@ -1,4 +1,5 @@
-/* personaplex-server for operators: the token (401 before the upgrade, no model time), /health and /metrics,
+/* personaplex-server for operators: the token (401 before the upgrade, no model time), /health and /metrics (the
+ * engine's tick figures),
  * SIGTERM drain (and a second SIGTERM), TLS with a self-signed --ssl-dir, --static web clients with their content
  * types, and the start-up checks of the new options. */
 #include <gst/gst.h>
@@ -105,6 +106,62 @@ test_health_and_metrics (void)
   const char *ticks = strstr (metrics, "personaplex_tick_duration_seconds_count ");
   g_assert_nonnull (ticks);
   g_assert_cmpuint (g_ascii_strtoull (ticks + strlen ("personaplex_tick_duration_seconds_count "), NULL, 10), >=, 10);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
+/* A series' value in /metrics text ("NAME VALUE" at the start of a line); fails when it is missing. */
+static double
+series_value (const char *metrics, const char *name)
+{
+  g_autofree char *needle = g_strdup_printf ("\n%s ", name);
+  const char *at = strstr (metrics, needle);
+  if (!at)
+    g_error ("/metrics lacks '%s':\n%s", name, metrics);
+  return g_ascii_strtod (at + strlen (needle), NULL);
+}
+
+/* The tick figures are the engine's: one observation per tick, however many calls a tick steps. Nothing before
+ * the first call (the prompts are not ticks); two calls at once, each 3 s in real time: every frame of each was
+ * stepped by some tick, so there are at least as many ticks as the longer call's frames, and fewer than both calls'
+ * frames together, since the engine stepped the two in the same ticks (the old per-call-frame figures counted each
+ * such tick twice). The histogram adds up; /health's overruns are /metrics's. */
+static void
+test_engine_ticks (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_autofree char *before = NULL;
+  g_assert_cmpuint (fixture_http (s, NULL, "/metrics", NULL, &before, NULL), ==, 200);
+  g_assert_cmpfloat (series_value (before, "personaplex_tick_duration_seconds_count"), ==, 0);
+  g_autoptr (PpxChatAudio) audio = fixture_speech (2, 3.0);
+  PpxChatCall *calls[2];
+  for (int i = 0; i < 2; i++)
+    calls[i] = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, TRUE);
+  g_assert_true (ppx_chat_calls_wait (calls, 2, NULL, 60000));
+  double frames[2];
+  for (int i = 0; i < 2; i++) {
+    const PpxChatRecord *r = ppx_chat_call_get_record (calls[i]);
+    g_assert_cmpint (r->close_code, ==, 1000);
+    frames[i] = (double) r->answer_samples / 1920;
+    g_assert_cmpfloat (frames[i], >=, 37);
+  }
+  g_assert_true (fixture_server_wait_idle (s, 10000));
+  g_autofree char *metrics = NULL, *health = NULL;
+  g_assert_cmpuint (fixture_http (s, NULL, "/metrics", NULL, &metrics, NULL), ==, 200);
+  g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, &health, NULL), ==, 200);
+  const double ticks = series_value (metrics, "personaplex_tick_duration_seconds_count");
+  g_printerr ("engine ticks %.0f for %.0f + %.0f call frames\n", ticks, frames[0], frames[1]);
+  g_assert_cmpfloat (ticks, >=, MAX (frames[0], frames[1]));
+  g_assert_cmpfloat (ticks, <, frames[0] + frames[1]);
+  g_assert_cmpfloat (series_value (metrics, "personaplex_tick_duration_seconds_bucket{le=\"+Inf\"}"), ==, ticks);
+  g_assert_cmpfloat (series_value (metrics, "personaplex_tick_duration_seconds_bucket{le=\"0.64\"}"), <=, ticks);
+  g_assert_cmpfloat (series_value (metrics, "personaplex_tick_duration_seconds_sum"), >, 0);
+  const double overruns = series_value (metrics, "personaplex_overruns_total");
+  g_autofree char *field = g_strdup_printf ("\"overruns\":%.0f,", overruns);
+  g_assert_nonnull (strstr (health, field));
+  g_assert_null (strstr (health, "\"tick_ms_p50\":0,"));
+  for (int i = 0; i < 2; i++)
+    ppx_chat_call_free (calls[i]);
   g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
   fixture_server_free (s);
 }
@@ -315,6 +372,7 @@ main (int argc, char **argv)
   fixture_model_dir ();
   g_test_add_func ("/server-ops/token", test_token);
   g_test_add_func ("/server-ops/health-and-metrics", test_health_and_metrics);
+  g_test_add_func ("/server-ops/engine-ticks", test_engine_ticks);
   g_test_add_func ("/server-ops/drain", test_drain);
   g_test_add_func ("/server-ops/tls", test_tls);
   g_test_add_func ("/server-ops/static", test_static);

@@ -8,8 +8,9 @@
 
 typedef struct PpxTickTimes PpxTickTimes;
 
-/* Reads PPX_DEBUG_TICK_DELAY (a malformed value is ignored with a warning). */
-PpxTickTimes *ppx_tick_times_new (void);
+/* A tick longer than @frame_ms is an overrun. Reads PPX_DEBUG_TICK_DELAY (a malformed value is ignored with a
+ * warning). */
+PpxTickTimes *ppx_tick_times_new (double frame_ms);
 void ppx_tick_times_free (PpxTickTimes *t);
 /* Sleeps the debug delay due to the tick being run (the engine's lock held: a slower tick), if any. */
 void ppx_tick_times_debug_delay (PpxTickTimes *t);

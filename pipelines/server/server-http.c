@@ -176,6 +176,7 @@ fill_gauges (PpxServer *server, PpxServerGauges *g, GstStructure *stats)
   g->kv_cache_format = gst_structure_get_string (stats, "kv-cache-format");
   gst_structure_get_uint64 (stats, "memory-bytes", &g->weight_bytes);
   gst_structure_get_uint64 (stats, "engine-bytes", &g->engine_bytes);
+  ppx_server_engine_ticks (stats, &g->ticks);
 }
 
 static void

@@ -38,7 +38,7 @@ ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, con
     return NULL;
   }
   g_object_set (duplex, "model-dir", o->model_dir, "model-instance-id", o->model_instance_id, "greedy", o->greedy,
-                "align-frames", !o->no_align_frames, "frame-messages", call != NULL, NULL);
+                "align-frames", !o->no_align_frames, NULL);
   /* Each conversation samples with its own seed, so two callers saying the same words get
    * different replies (reproducible from --seed), unless the call gives its own. */
   static gint sessions = 0;
@@ -130,6 +130,30 @@ ppx_server_model_keeper_stats (PpxServerModelKeeper *k)
   GstStructure *stats = NULL;
   g_object_get (k->duplex, "stats", &stats, NULL);
   return stats;
+}
+
+void
+ppx_server_engine_ticks (const GstStructure *stats, PpxServerTicks *t)
+{
+  memset (t, 0, sizeof *t);
+  if (!stats)
+    return;
+  gst_structure_get (stats, "tick-p50-ms", G_TYPE_DOUBLE, &t->p50_ms, "tick-p99-ms", G_TYPE_DOUBLE, &t->p99_ms,
+                     "tick-total-ms", G_TYPE_DOUBLE, &t->total_ms, "ticks", G_TYPE_UINT64, &t->ticks, "tick-overruns",
+                     G_TYPE_UINT64, &t->overruns, NULL);
+  const GValue *bounds = gst_structure_get_value (stats, "tick-bucket-bounds-ms");
+  const GValue *counts = gst_structure_get_value (stats, "tick-buckets");
+  if (!bounds || !counts || !GST_VALUE_HOLDS_ARRAY (bounds) || !GST_VALUE_HOLDS_ARRAY (counts))
+    return;
+  const guint n = gst_value_array_get_size (bounds);
+  if (n > PPX_METRICS_MAX_TICK_BOUNDS || gst_value_array_get_size (counts) != n + 1)
+    return;
+  for (guint i = 0; i <= n; i++) {
+    if (i < n)
+      t->bounds_ms[i] = g_value_get_double (gst_value_array_get_value (bounds, i));
+    t->counts[i] = g_value_get_uint64 (gst_value_array_get_value (counts, i));
+  }
+  t->n_bounds = n;
 }
 
 char *

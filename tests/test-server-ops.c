@@ -1,4 +1,5 @@
-/* personaplex-server for operators: the token (401 before the upgrade, no model time), /health and /metrics (the
+/* personaplex-server for operators: the token (401 before the upgrade, no model time) and the cookie a browser
+ * gets for it, /health and /metrics (the
  * engine's tick figures),
  * SIGTERM drain (and a second SIGTERM), TLS with a self-signed --ssl-dir, --static web clients with their content
  * types, and the start-up checks of the new options. */
@@ -59,6 +60,168 @@ test_token (void)
   g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 200);
   g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
   fixture_server_free (s);
+}
+
+static gboolean
+accept_certificate (SoupMessage *msg, GTlsCertificate *certificate, GTlsCertificateFlags errors, gpointer data)
+{
+  return TRUE;
+}
+
+/* A GET through `session` (it follows redirects and keeps cookies, as a browser); the final status, the
+ * request's URI in *final (g_free) when asked for. */
+static guint
+session_get (SoupSession *session, FixtureServer *s, const char *path, char **final)
+{
+  g_autofree char *url = g_strconcat (s->url, path + 1, NULL);
+  g_autoptr (SoupMessage) msg = soup_message_new ("GET", url);
+  g_signal_connect (msg, "accept-certificate", G_CALLBACK (accept_certificate), NULL);
+  g_autoptr (GUri) site = g_uri_parse (s->url, G_URI_FLAGS_NONE, NULL);
+  soup_message_set_site_for_cookies (msg, site); /* a same-site request, as the page's own */
+  g_autoptr (GBytes) body = soup_session_send_and_read (session, msg, NULL, NULL);
+  if (final)
+    *final = g_uri_to_string (soup_message_get_uri (msg));
+  return soup_message_get_status (msg);
+}
+
+static void
+on_ws_connected (GObject *source, GAsyncResult *result, gpointer data)
+{
+  GError *error = NULL;
+  SoupWebsocketConnection **ws = data;
+  *ws = soup_session_websocket_connect_finish (SOUP_SESSION (source), result, &error);
+  if (!*ws) {
+    g_printerr ("WebSocket refused (as expected where no cookie is valid): %s\n", error->message);
+    *ws = GINT_TO_POINTER (1); /* refused: done */
+  }
+  g_clear_error (&error);
+}
+
+static void
+on_ws_message (SoupWebsocketConnection *ws, int type, GBytes *message, gpointer data)
+{
+  gsize len;
+  const guint8 *bytes = g_bytes_get_data (message, &len);
+  if (type == SOUP_WEBSOCKET_DATA_BINARY && len >= 1 && bytes[0] == 0x00)
+    *(gboolean *) data = TRUE;
+}
+
+/* /api/chat through `session` (its cookies, none other): TRUE when the upgrade was taken and the handshake (the
+ * call's prompts done) arrived; the call is then closed. */
+static gboolean
+session_call (SoupSession *session, FixtureServer *s)
+{
+  g_autoptr (SoupMessage) msg = soup_message_new ("GET", s->ws_url);
+  g_autoptr (GUri) site = g_uri_parse (s->url, G_URI_FLAGS_NONE, NULL);
+  soup_message_set_site_for_cookies (msg, site);
+  SoupWebsocketConnection *ws = NULL;
+  soup_session_websocket_connect_async (session, msg, NULL, NULL, G_PRIORITY_DEFAULT, NULL, on_ws_connected, &ws);
+  gint64 end = g_get_monotonic_time () + 30 * G_USEC_PER_SEC;
+  while (!ws && g_get_monotonic_time () < end)
+    g_main_context_iteration (NULL, TRUE);
+  if (ws == GINT_TO_POINTER (1) || !ws)
+    return FALSE;
+  gboolean handshake = FALSE;
+  g_signal_connect (ws, "message", G_CALLBACK (on_ws_message), &handshake);
+  while (!handshake && g_get_monotonic_time () < end)
+    g_main_context_iteration (NULL, TRUE);
+  soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_NORMAL, NULL);
+  while (soup_websocket_connection_get_state (ws) != SOUP_WEBSOCKET_STATE_CLOSED && g_get_monotonic_time () < end)
+    g_main_context_iteration (NULL, TRUE);
+  g_object_unref (ws);
+  return handshake;
+}
+
+/* The cookie of `jar` for the server, or NULL. */
+static SoupCookie *
+auth_cookie (SoupCookieJar *jar)
+{
+  SoupCookie *found = NULL;
+  GSList *all = soup_cookie_jar_all_cookies (jar);
+  for (GSList *l = all; l; l = l->next)
+    if (!found && g_str_equal (soup_cookie_get_name (l->data), "personaplex_auth"))
+      found = soup_cookie_copy (l->data);
+  g_slist_free_full (all, (GDestroyNotify) soup_cookie_free);
+  return found;
+}
+
+/* A browser that cannot send the token (the reference web client) opens a page once with ?token=: a wrong one is
+ * 401 and sets nothing; the right one sets the cookie (HttpOnly, SameSite=Strict, Path=/, Secure under TLS, its
+ * value not the token) and redirects to the same page without token=, keeping the other parameters. The cookie then
+ * opens /api/chat (a call to its handshake), /ws and /metrics; a forged cookie gets 401 and no model time. A cookie
+ * jar as a browser keeps one (libsoup's). */
+static void
+test_cookie (void)
+{
+  const char *token = "cookie-token-42";
+  g_setenv ("PERSONAPLEX_AUTH_TOKEN", token, TRUE);
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_autoptr (SoupSession) session = soup_session_new ();
+  g_autoptr (SoupCookieJar) jar = soup_cookie_jar_new ();
+  soup_session_add_feature (session, SOUP_SESSION_FEATURE (jar));
+
+  g_assert_cmpuint (session_get (session, s, "/?token=wrong", NULL), ==, 401);
+  g_assert_null (auth_cookie (jar));
+  g_assert_false (session_call (session, s));
+  g_assert_cmpuint (session_get (session, s, "/metrics", NULL), ==, 401);
+
+  g_autofree char *final = NULL;
+  g_assert_cmpuint (session_get (session, s, "/webrtc/?role=a%20baker&token=cookie-token-42&voice=NATF0.pt", &final),
+                    ==, 200);
+  g_autofree char *want = g_strconcat (s->url, "webrtc/?role=a%20baker&voice=NATF0.pt", NULL);
+  g_assert_cmpstr (final, ==, want);
+  SoupCookie *cookie = auth_cookie (jar);
+  g_assert_nonnull (cookie);
+  g_assert_true (soup_cookie_get_http_only (cookie));
+  g_assert_cmpint (soup_cookie_get_same_site_policy (cookie), ==, SOUP_SAME_SITE_POLICY_STRICT);
+  g_assert_cmpstr (soup_cookie_get_path (cookie), ==, "/");
+  g_assert_false (soup_cookie_get_secure (cookie));
+  g_assert_null (strstr (soup_cookie_get_value (cookie), token));
+  g_autofree char *header = g_strdup_printf ("Cookie: personaplex_auth=%s", soup_cookie_get_value (cookie));
+  soup_cookie_free (cookie);
+  g_assert_cmpuint (fixture_server_log_count (s, "signed in"), ==, 1);
+
+  g_assert_cmpuint (session_get (session, s, "/metrics", NULL), ==, 200);
+  g_assert_cmpuint (session_get (session, s, "/api/voices", NULL), ==, 200);
+  g_assert_true (session_call (session, s));
+  RawWs *ws = raw_ws_connect (s, "/ws", (const char *const[]){header, NULL});
+  g_assert_cmpuint (ws->status, ==, 101);
+  raw_ws_free (ws);
+  g_assert_true (fixture_server_wait_idle (s, 10000));
+  guint calls = fixture_server_log_count (s, "/api/chat, voice");
+
+  /* forged: the token itself, or anything else, as the cookie */
+  const char *forged[] = {"Cookie: personaplex_auth=cookie-token-42", "Cookie: personaplex_auth=00",
+                          "Cookie: other=1; personaplex_auth="};
+  for (guint i = 0; i < G_N_ELEMENTS (forged); i++) {
+    g_assert_cmpuint (fixture_http (s, NULL, "/metrics", (const char *const[]){forged[i], NULL}, NULL, NULL), ==,
+                      401);
+    ws = raw_ws_connect (s, "/api/chat", (const char *const[]){forged[i], NULL});
+    g_assert_cmpuint (ws->status, ==, 401);
+    raw_ws_free (ws);
+  }
+  g_assert_cmpuint (fixture_server_log_count (s, "/api/chat, voice"), ==, calls); /* no model time */
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+
+  /* under TLS the cookie is Secure */
+  g_autofree char *dir = g_dir_make_tmp ("ppx-server-cookie-XXXXXX", NULL);
+  g_autofree char *ssl = g_build_filename (dir, "ssl", NULL);
+  s = fixture_server_start ((const char *const[]){"--max-sessions", "1", "--ssl-dir", ssl, NULL});
+  g_unsetenv ("PERSONAPLEX_AUTH_TOKEN");
+  g_autoptr (SoupSession) tls_session = soup_session_new ();
+  g_autoptr (SoupCookieJar) tls_jar = soup_cookie_jar_new ();
+  soup_session_add_feature (tls_session, SOUP_SESSION_FEATURE (tls_jar));
+  g_assert_cmpuint (session_get (tls_session, s, "/?token=cookie-token-42", NULL), ==, 200);
+  cookie = auth_cookie (tls_jar);
+  g_assert_nonnull (cookie);
+  g_assert_true (soup_cookie_get_secure (cookie));
+  soup_cookie_free (cookie);
+  g_assert_cmpuint (session_get (tls_session, s, "/metrics", NULL), ==, 200);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+  const char *argv[] = {"rm", "-rf", dir, NULL};
+  g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
 }
 
 /* /health's body, /api/voices, and /metrics's series after two calls (one refused as full). */
@@ -371,6 +534,7 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   fixture_model_dir ();
   g_test_add_func ("/server-ops/token", test_token);
+  g_test_add_func ("/server-ops/cookie", test_cookie);
   g_test_add_func ("/server-ops/health-and-metrics", test_health_and_metrics);
   g_test_add_func ("/server-ops/engine-ticks", test_engine_ticks);
   g_test_add_func ("/server-ops/drain", test_drain);

@@ -253,6 +253,20 @@ authorized (PpxServer *server, SoupServerMessage *msg, GHashTable *query, PpxPro
   return FALSE;
 }
 
+/* A page opened with ?token= (a browser that cannot send the token otherwise, e.g. the reference web client): the
+ * right token gets the cookie and a redirect to the page without it, a wrong one 401. */
+static void
+sign_in (PpxServer *server, SoupServerMessage *msg, GHashTable *query)
+{
+  if (!ppx_auth_query_token_ok (query, server->options->auth_token)) {
+    refuse (msg, PPX_PROTO_N, SOUP_STATUS_UNAUTHORIZED, "unauthorized", "a wrong token");
+    return;
+  }
+  g_printerr ("personaplex-server: a browser at %s signed in (token cookie set)\n",
+              soup_server_message_get_remote_host (msg));
+  ppx_auth_sign_in (msg, server->options->auth_token, server->tls);
+}
+
 /* The common part of /api/chat and /ws: a GET from an allowed origin with the token and valid parameters. */
 static gboolean
 check_call (PpxServer *server, SoupServerMessage *msg, GHashTable *query, PpxProto proto, PpxCallParams *params)
@@ -313,6 +327,10 @@ handle (SoupServer *soup, SoupServerMessage *msg, const char *path, GHashTable *
   } else if (g_str_equal (path, "/api/voices")) {
     if (authorized (server, msg, query, PPX_PROTO_N))
       serve_voices (server, msg);
+  } else if (query && g_hash_table_contains (query, "token") && server->options->auth_token &&
+             (soup_server_message_get_method (msg) == SOUP_METHOD_GET ||
+              soup_server_message_get_method (msg) == SOUP_METHOD_HEAD)) {
+    sign_in (server, msg, query);
   } else {
     ppx_server_static_serve (msg, path, server->options->static_dir);
   }

@@ -145,6 +145,19 @@ auth_cookie (SoupCookieJar *jar)
   return found;
 }
 
+/* The Location of a GET of `path` not followed (NULL without one; g_free) and its status in *status. */
+static char *
+location_of (FixtureServer *s, const char *path, guint *status)
+{
+  g_autoptr (SoupSession) session = soup_session_new ();
+  g_autofree char *url = g_strconcat (s->url, path + 1, NULL);
+  g_autoptr (SoupMessage) msg = soup_message_new ("GET", url);
+  soup_message_add_flags (msg, SOUP_MESSAGE_NO_REDIRECT);
+  g_autoptr (GBytes) body = soup_session_send_and_read (session, msg, NULL, NULL);
+  *status = soup_message_get_status (msg);
+  return g_strdup (soup_message_headers_get_one (soup_message_get_response_headers (msg), "Location"));
+}
+
 /* A browser that cannot send the token (the reference web client) opens a page once with ?token=: a wrong one is
  * 401 and sets nothing; the right one sets the cookie (HttpOnly, SameSite=Strict, Path=/, Secure under TLS, its
  * value not the token) and redirects to the same page without token=, keeping the other parameters. The cookie then
@@ -181,6 +194,19 @@ test_cookie (void)
   soup_cookie_free (cookie);
   g_assert_cmpuint (fixture_server_log_count (s, "signed in"), ==, 1);
 
+  /* the Location is relative (a TLS proxy in front makes the request's own URI http://), never another host */
+  const struct {
+    const char *path, *location;
+  } redirects[] = {{"/?token=cookie-token-42", "/"},
+                   {"/assets/x.js?a=1&token=cookie-token-42&b=2", "/assets/x.js?a=1&b=2"},
+                   {"//evil.example/?token=cookie-token-42", "/evil.example/"},
+                   {"/?to%6Ben=cookie-token-42&x", "/?x"}};
+  for (guint i = 0; i < G_N_ELEMENTS (redirects); i++) {
+    guint status;
+    g_autofree char *location = location_of (s, redirects[i].path, &status);
+    g_assert_cmpuint (status, ==, 303);
+    g_assert_cmpstr (location, ==, redirects[i].location);
+  }
   g_assert_cmpuint (session_get (session, s, "/metrics", NULL), ==, 200);
   g_assert_cmpuint (session_get (session, s, "/api/voices", NULL), ==, 200);
   g_assert_true (session_call (session, s));

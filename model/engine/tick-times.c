@@ -105,6 +105,13 @@ gint64
 ppx_tick_times_add (PpxTickTimes *t, gint64 t0)
 {
   const gint64 us = g_get_monotonic_time () - t0;
+  ppx_tick_times_record (t, us);
+  return us;
+}
+
+void
+ppx_tick_times_record (PpxTickTimes *t, gint64 us)
+{
   g_mutex_lock (&t->lock);
   t->last_ms = us / 1000.0;
   t->ms[t->next] = (float) t->last_ms;
@@ -119,7 +126,6 @@ ppx_tick_times_add (PpxTickTimes *t, gint64 t0)
   t->overruns += t->last_ms > t->frame_ms;
   t->summary_valid = FALSE;
   g_mutex_unlock (&t->lock);
-  return us;
 }
 
 static int

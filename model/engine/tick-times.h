@@ -16,6 +16,8 @@ void ppx_tick_times_free (PpxTickTimes *t);
 void ppx_tick_times_debug_delay (PpxTickTimes *t);
 /* Records a tick that started at @t0 (g_get_monotonic_time) and ends now; returns its wall time in us. */
 gint64 ppx_tick_times_add (PpxTickTimes *t, gint64 t0);
+/* Records a tick of @us microseconds (what ppx_tick_times_add measured; tests give exact ones). */
+void ppx_tick_times_record (PpxTickTimes *t, gint64 us);
 void ppx_tick_times_get (PpxTickTimes *t, PpxEngineTickTimes *out);
 
 #endif

@@ -4,7 +4,7 @@
  * flushing, at most batch-deadline, and a state change or flush never waits
  * for a tick), a paused pipeline that does not hold the others back, and
  * sessions joining and leaving while the others run, whose answers stay
- * those of their solo runs, and the engine's tick figures in `stats`. On a tiny random model; the join/leave test
+ * those of their solo runs. On a tiny random model; the join/leave test
  * compares answers on the golden tiny model when there is one. */
 #include "element-harness.h"
 
@@ -196,73 +196,6 @@ GST_START_TEST (test_latency_and_private_engine)
   gst_harness_teardown (hb);
   gst_object_unref (a);
   gst_object_unref (b);
-}
-
-GST_END_TEST;
-
-/* The engine's tick figures in `stats`, read from the engine: an element
- * of the engine that never steps (a server's model keeper, PAUSED in a
- * pipeline of its own) reports every tick the stepping one ran, once per
- * tick, in the buckets, beside the same p99. */
-GST_START_TEST (test_engine_tick_figures)
-{
-  GstElement *keeper = new_element ("ticks-test");
-  GstElement *a = new_element ("ticks-test");
-  GstElement *pipeline = gst_pipeline_new ("keeper");
-  GstStructure *ks, *as;
-  GstHarness *ha;
-  GArray *out;
-  const GValue *buckets, *bounds;
-  guint64 ticks = 0, frames = 0, overruns = G_MAXUINT64, sum = 0;
-  gdouble p50 = 0, p99k = -1, p99a = -2, total = 0;
-  guint i;
-
-  gst_bin_add (GST_BIN (pipeline), gst_object_ref (keeper));
-  fail_unless (gst_element_set_state (pipeline, GST_STATE_PAUSED)
-      != GST_STATE_CHANGE_FAILURE);
-  ks = ppx_test_stats (keeper);
-  fail_unless (gst_structure_get_uint64 (ks, "ticks", &ticks));
-  fail_unless_equals_uint64 (ticks, 0);
-  gst_structure_free (ks);
-
-  ha = new_harness_for (a, PPX_F32_CAPS);
-  out = run_frames (ha, 0, 6);
-  g_array_unref (out);
-
-  ks = ppx_test_stats (keeper);
-  as = ppx_test_stats (a);
-  fail_unless (gst_structure_get_uint64 (as, "frames", &frames));
-  fail_unless (gst_structure_get_uint64 (ks, "ticks", &ticks));
-  fail_unless_equals_uint64 (frames, 6);
-  fail_unless_equals_uint64 (ticks, frames);    /* one session: a tick a frame */
-  fail_unless (gst_structure_get_double (ks, "tick-p50-ms", &p50) && p50 > 0);
-  fail_unless (gst_structure_get_double (ks, "tick-p99-ms", &p99k));
-  fail_unless (gst_structure_get_double (as, "tick-p99-ms", &p99a));
-  fail_unless (p99k == p99a && p99k >= p50, "p99 %f / %f, p50 %f", p99k,
-      p99a, p50);
-  fail_unless (gst_structure_get_uint64 (ks, "tick-overruns", &overruns));
-  fail_unless (overruns <= ticks);
-  fail_unless (gst_structure_get_double (ks, "tick-total-ms", &total));
-  fail_unless (total >= 6 * p50 / 2 && total > 0);
-  buckets = gst_structure_get_value (ks, "tick-buckets");
-  bounds = gst_structure_get_value (ks, "tick-bucket-bounds-ms");
-  fail_unless (buckets != NULL && GST_VALUE_HOLDS_ARRAY (buckets));
-  fail_unless (bounds != NULL && GST_VALUE_HOLDS_ARRAY (bounds));
-  fail_unless_equals_int (gst_value_array_get_size (buckets), 13);
-  fail_unless_equals_int (gst_value_array_get_size (bounds), 12);
-  fail_unless_equals_float (g_value_get_double (gst_value_array_get_value
-          (bounds, 7)), 80.0);
-  for (i = 0; i < 13; i++)
-    sum += g_value_get_uint64 (gst_value_array_get_value (buckets, i));
-  fail_unless_equals_uint64 (sum, ticks);
-  gst_structure_free (ks);
-  gst_structure_free (as);
-
-  gst_harness_teardown (ha);
-  gst_element_set_state (pipeline, GST_STATE_NULL);
-  gst_object_unref (pipeline);
-  gst_object_unref (keeper);
-  gst_object_unref (a);
 }
 
 GST_END_TEST;
@@ -924,7 +857,6 @@ engine_suite (void)
   suite_add_tcase (s, tc);
   tcase_add_test (tc, test_session_limit);
   tcase_add_test (tc, test_latency_and_private_engine);
-  tcase_add_test (tc, test_engine_tick_figures);
   tcase_add_test (tc, test_wait_for_active_stream);
   tcase_add_test (tc, test_flush_and_stop_while_waiting);
   tcase_add_test (tc, test_deadline_then_missed);

@@ -299,10 +299,12 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
   g_object_class_install_property (gobject_class, PROP_STATS,
       g_param_spec_boxed ("stats", "Statistics",
           "personaplex-stats structure: frames, mean-step-ms, max-step-ms, "
-          "overruns, batch-size, tick-ms, tick-p99-ms, latency, "
+          "overruns, batch-size, tick-ms, latency, "
           "memory-bytes, session-bytes, "
           "engine-bytes, max-sessions, kv-cache-format, backend, "
-          "quantization, model-users, timestamp, running-time",
+          "quantization, model-users, timestamp, running-time; the "
+          "engine's ticks: tick-p50-ms, tick-p99-ms, tick-max-ms, ticks, "
+          "tick-overruns, tick-total-ms, tick-buckets, tick-bucket-bounds-ms",
           GST_TYPE_STRUCTURE,
           G_PARAM_READABLE | G_PARAM_STATIC_STRINGS));
 

@@ -2,6 +2,50 @@
  * `stats` property (see docs/element.md for the field list). */
 #include "gstppmessages.h"
 
+/* A GstValueArray of @n values of @type from @values (guint64 or gdouble). */
+static void
+take_array (GstStructure * s, const gchar * field, GType type,
+    gconstpointer values, guint n)
+{
+  GValue array = G_VALUE_INIT;
+  guint i;
+
+  gst_value_array_init (&array, n);
+  for (i = 0; i < n; i++) {
+    GValue v = G_VALUE_INIT;
+
+    g_value_init (&v, type);
+    if (type == G_TYPE_UINT64)
+      g_value_set_uint64 (&v, ((const guint64 *) values)[i]);
+    else
+      g_value_set_double (&v, ((const gdouble *) values)[i]);
+    gst_value_array_append_and_take_value (&array, &v);
+  }
+  gst_structure_take_value (s, field, &array);
+}
+
+/* The engine's tick figures as they are now (every element of the engine
+ * reads the same ones, one that never steps too: ppx_engine_tick_times never
+ * waits for a tick). */
+static void
+set_engine_ticks (GstStructure * s, PpxEngine * e)
+{
+  PpxEngineTickTimes t = { 0 };
+
+  if (e != NULL)
+    ppx_engine_tick_times (e, &t);
+  gst_structure_set (s, "tick-p50-ms", G_TYPE_DOUBLE, t.p50_ms,
+      "tick-p99-ms", G_TYPE_DOUBLE, t.p99_ms,
+      "tick-max-ms", G_TYPE_DOUBLE, t.max_ms,
+      "ticks", G_TYPE_UINT64, t.ticks,
+      "tick-overruns", G_TYPE_UINT64, t.overruns,
+      "tick-total-ms", G_TYPE_DOUBLE, t.total_ms, NULL);
+  take_array (s, "tick-buckets", G_TYPE_UINT64, t.buckets,
+      G_N_ELEMENTS (t.buckets));
+  take_array (s, "tick-bucket-bounds-ms", G_TYPE_DOUBLE,
+      ppx_engine_tick_bucket_bounds_ms (), PPX_ENGINE_TICK_BUCKETS);
+}
+
 GstStructure *
 gst_pp_stats_structure_new (const GstPersonaplexStats * stats,
     const GstPpModelHandle * model)
@@ -9,15 +53,15 @@ gst_pp_stats_structure_new (const GstPersonaplexStats * stats,
   PpxModel *m = model ? gst_pp_model_handle_get_model (model) : NULL;
   PpxEngine *e = model ? gst_pp_model_handle_get_engine (model) : NULL;
   gdouble mean = stats->frames ? stats->total_step_ms / stats->frames : 0.0;
+  GstStructure *s;
 
-  return gst_structure_new (GST_PP_STATS_NAME,
+  s = gst_structure_new (GST_PP_STATS_NAME,
       "frames", G_TYPE_UINT64, stats->frames,
       "mean-step-ms", G_TYPE_DOUBLE, mean,
       "max-step-ms", G_TYPE_DOUBLE, stats->max_step_ms,
       "overruns", G_TYPE_UINT64, stats->overruns,
       "batch-size", G_TYPE_UINT, stats->batch_size,
       "tick-ms", G_TYPE_DOUBLE, stats->tick_ms,
-      "tick-p99-ms", G_TYPE_DOUBLE, stats->tick_p99_ms,
       "latency", G_TYPE_UINT64, stats->latency,
       "memory-bytes", G_TYPE_UINT64, m ? ppx_model_weight_bytes (m) : 0,
       "session-bytes", G_TYPE_UINT64, e ? ppx_engine_session_bytes (e) : 0,
@@ -32,6 +76,8 @@ gst_pp_stats_structure_new (const GstPersonaplexStats * stats,
       model ? gst_pp_model_handle_get_users (model) : 0,
       "timestamp", G_TYPE_UINT64, stats->last_pts,
       "running-time", G_TYPE_UINT64, stats->last_running_time, NULL);
+  set_engine_ticks (s, e);
+  return s;
 }
 
 static GstStructure *

@@ -48,7 +48,6 @@ typedef struct
   gdouble max_step_ms;
   guint batch_size;             /* sessions stepped in the last tick */
   gdouble tick_ms;              /* wall time of the last tick */
-  gdouble tick_p99_ms;          /* the engine's tick p99 over its window, after the last tick */
   GstClockTime latency;         /* own latency last answered to a LATENCY query, 0: none yet */
   GstClockTime last_pts;
   GstClockTime last_running_time;

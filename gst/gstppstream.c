@@ -303,7 +303,6 @@ update_stats (GstPpStream * st, gdouble step_ms,
   GST_OBJECT_LOCK (st->element);
   if ((engine = engine_locked (st)) != NULL)
     ppx_engine_tick_times (engine, &times);
-  stats->tick_p99_ms = times.p99_ms;
   *latency_grew = gst_pp_latency_grown (&st->latency,
       st->settings->processing_deadline, &times);
   stats->frames++;

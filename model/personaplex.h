@@ -145,6 +145,7 @@ int ppx_engine_last_batch_size (const PpxEngine *engine);
  * never waits for a running tick (the figures have a lock of their own); the element's automatic
  * processing-deadline follows p99_ms. */
 #define PPX_ENGINE_TICK_WINDOW 256
+#define PPX_ENGINE_TICK_BUCKETS 12
 typedef struct {
   guint n;        /* ticks in the window: all measured, at most PPX_ENGINE_TICK_WINDOW */
   guint64 ticks;  /* ticks measured since the engine was made */
@@ -154,8 +155,19 @@ typedef struct {
                    * (the second largest then), so that one outlier (a cold first tick, a CUDA graph recorded for a
                    * new batch size) does not make it; with n = 1 that one tick */
   double max_ms;
+  /* every tick since the engine was made (not just the window's), for counters and histograms such as a server's
+   * Prometheus series: those over one frame (80 ms: the tick could not keep up with real time), the sum of their
+   * times, and how many fell in each of PPX_ENGINE_TICK_BUCKETS + 1 buckets: buckets[i] counts the ticks of
+   * more than bound i - 1 and at most bound i ms (ppx_engine_tick_bucket_bounds_ms), the last those above every
+   * bound */
+  guint64 overruns;
+  double total_ms;
+  guint64 buckets[PPX_ENGINE_TICK_BUCKETS + 1];
 } PpxEngineTickTimes;
 void ppx_engine_tick_times (PpxEngine *engine, PpxEngineTickTimes *times);
+/* The upper bounds (ms, ascending) of PpxEngineTickTimes's buckets: 1, 2, 5, 10, 20, 40, 60, 80, 100, 160, 320,
+ * 640. */
+const double *ppx_engine_tick_bucket_bounds_ms (void);
 
 /* How the ticks ran (docs/engine.md, "The GPU tick"). */
 typedef struct {

@@ -23,7 +23,7 @@ RUN_PKGS=(
 TEST_PKGS=(
   clang libclang-rt-14-dev valgrind
   chromium nodejs
-  haproxy
+  haproxy curl
 )
 
 pkgs=("${RUN_PKGS[@]}")

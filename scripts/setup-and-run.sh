@@ -160,20 +160,24 @@ lines = [l for l in open(sys.argv[1], errors='replace') if 'personaplex-stats,' 
 stats = {}
 if lines:
     body = lines[-1].split('personaplex-stats,', 1)[1]
-    for key, typ, val in re.findall(r'([\w-]+)=\((\w+)\)("(?:[^"\\]|\\.)*"|[^,;]+)', body):
+    def value(typ, val):
         val = val.strip()
         if typ == 'string':
-            val = val[1:-1] if val.startswith('"') else val
-        elif typ in ('double', 'float'):
-            val = float(val)
-        elif typ == 'boolean':
-            val = val.lower() in ('true', '1')
+            return val[1:-1] if val.startswith('"') else val
+        if typ in ('double', 'float'):
+            return float(val)
+        if typ == 'boolean':
+            return val.lower() in ('true', '1')
+        try:
+            return int(val)
+        except ValueError:
+            return val
+    # a value: a quoted string, an array "< a, b >" (the engine's tick buckets), or anything up to , or ;
+    for key, typ, val in re.findall(r'([\w-]+)=\((\w+)\)("(?:[^"\\]|\\.)*"|<[^>]*>|[^,;]+)', body):
+        if val.startswith('<'):
+            stats[key] = [value(typ, v) for v in val.strip('<> ').split(',') if v.strip()]
         else:
-            try:
-                val = int(val)
-            except ValueError:
-                pass
-        stats[key] = val
+            stats[key] = value(typ, val)
 with open(sys.argv[2], 'w') as f:
     json.dump(stats, f, indent=2)
     f.write('\n')

@@ -77,6 +77,25 @@ url=$scheme://$listen
 "$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" > /dev/null || fail "personaplex-make-model"
 # a small tokenizer, so that the random model's text comes out as pieces (and a text prompt can be given)
 "$build/tests/webrtc-make-tokenizer" "$tmp/model" > /dev/null || fail "webrtc-make-tokenizer"
+# ---- --devices: each server gets --device i; GPU 0 on this machine, or (no GPU, a build without CUDA) a server
+# that stops at once naming GPU 0, never one on the CPU ----
+dev_run=$tmp/devices
+sh "$fleet_sh" start --devices 0 --run-dir "$dev_run" --server "$server" --listen "$listen" --ops "$ops" \
+  --base-port "$ports" --start-timeout 60 -- --model-dir "$tmp/model" --max-sessions 1 > /dev/null 2> "$tmp/dev.err"
+dev_status=$?
+grep -q -- "--device 0 " "$dev_run/s1.sh" || fail "--devices 0: s1.sh is '$(cat "$dev_run/s1.sh")'"
+if [ "$dev_status" = 0 ]; then
+  http_body "http://127.0.0.1:$ports/health" | grep -q '"device" *: *"cuda:0"' || fail "--devices 0: not on cuda:0"
+  sh "$fleet_sh" stop "$dev_run" --timeout 10 > /dev/null 2>&1
+else
+  grep -q "on GPU 0 (--device 0): " "$dev_run/s1.log" || { cat "$tmp/dev.err" "$dev_run/s1.log" >&2; fail "--devices 0: the server's log does not name GPU 0"; }
+  grep -q "s1 did not start" "$tmp/dev.err" || fail "--devices 0: the fleet did not say s1 did not start"
+fi
+sh "$fleet_sh" config --devices 0,x --run-dir "$dev_run" 2> "$tmp/dev.err" > /dev/null &&
+  fail "--devices 0,x was taken"
+grep -q "GPU indices" "$tmp/dev.err" || fail "--devices 0,x: '$(cat "$tmp/dev.err")'"
+echo "--devices: s1.sh passes --device 0; $( [ "$dev_status" = 0 ] && echo "it served on cuda:0" || echo "the server refused: $(grep -o 'GPU 0 (--device 0): .*' "$dev_run/s1.log" | head -1)")"
+
 # shellcheck disable=SC2086 # $tls: an option and its value, or nothing
 sh "$fleet_sh" start --servers 3 --run-dir "$run" --server "$server" --listen "$listen" --ops "$ops" $tls \
   --base-port "$ports" --start-timeout 60 -- --model-dir "$tmp/model" --backend cpu --max-sessions 2 \

@@ -1,10 +1,12 @@
 /* personaplex-server's /api/chat, the PersonaPlex WebSocket protocol, driven by the chat client
  * (tools/chat-client.h) on the tiny model with a test tokenizer: the handshake after the prompts, the answer as
  * long as what was said (within one Ogg page) in pages of at most 2 frames, text pieces, a call's own persona,
- * voice and seed (two calls at once each equal to its run alone), and the parameters refused with 400. */
+ * voice and seed (two calls at once each equal to its run alone), the parameters refused with 400, and the
+ * input rate a browser writes into its OpusHead. */
 #include <gst/gst.h>
 #include <string.h>
 
+#include "chat-client-private.h"
 #include "ogg-page.h"
 #include "server/server-fixture.h"
 
@@ -186,6 +188,59 @@ test_two_calls_equal_solo (void)
   fixture_server_free (s);
 }
 
+/* The input sample rate its OpusHead page says. */
+static guint32
+opus_input_rate (PpxChatAudio *audio)
+{
+  gsize len;
+  const guint8 *page = g_bytes_get_data (ppx_chat_audio_page (audio, 0, &(gint64){0}), &len);
+  const guint8 *head = page + 27 + page[26];
+  g_assert_cmpmem (head, 8, "OpusHead", 8);
+  return head[12] | (head[13] << 8) | (head[14] << 16) | ((guint32) head[15] << 24);
+}
+
+/* Browsers' opus-recorder writes the capture rate (44100 in many, 48000) into OpusHead's input-rate field, where
+ * GStreamer's oggdemux takes it for the stream's rate and opusdec refuses 44100: the server sets the decoder's rate
+ * (RECEIVE_CHAIN's capssetter). A call whose header says 44100 or 48000 is answered exactly as one that says the
+ * encoder's 24000 (the field is informational, RFC 7845 5.1): the same answer, sample for sample, the whole of it. */
+static void
+test_browser_input_rate (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "1", "--no-align-frames", NULL});
+  const char *params[] = {"seed", "7", "voice_prompt", "NATF0.pt", NULL};
+  const guint32 rates[] = {24000, 44100, 48000};
+  GArray *first = NULL;
+  for (guint i = 0; i < G_N_ELEMENTS (rates); i++) {
+    g_autoptr (PpxChatAudio) audio = fixture_speech (5.0, 2.0);
+    if (rates[i] != 24000)
+      g_assert_true (ppx_chat_audio_set_opus_input_rate (audio, rates[i]));
+    g_assert_cmpuint (opus_input_rate (audio), ==, rates[i]);
+    g_autoptr (PpxChatCall) call = fixture_call_new (s, params, audio, PPX_CHAT_PACE_FAST, TRUE);
+    const PpxChatRecord *r = run_call (call, 60000);
+    if (r->errors->len || r->failure)
+      g_printerr ("input rate %u: failure %s, error %s\n", rates[i], r->failure,
+                  r->errors->len ? (char *) r->errors->pdata[0] : "");
+    g_assert_cmpuint (r->errors->len, ==, 0);
+    g_assert_cmpint (r->close_code, ==, 1000);
+    g_assert_cmpint (event (r, 0)->kind, ==, PPX_CHAT_HANDSHAKE);
+    g_assert_null (r->decode_error);
+    gsize sent = ppx_chat_audio_n_samples (audio);
+    g_printerr ("OpusHead input rate %u: sent %" G_GSIZE_FORMAT " samples, answer %u\n", rates[i], sent, r->pcm->len);
+    g_assert_cmpint (ABS ((gint64) r->pcm->len - (gint64) sent), <=, PAGE_SAMPLES);
+    if (!first) {
+      first = g_array_ref (r->pcm);
+      continue;
+    }
+    g_assert_cmpuint (r->pcm->len, ==, first->len);
+    g_assert_cmpmem (r->pcm->data, r->pcm->len * sizeof (float), first->data, first->len * sizeof (float));
+    g_assert_true (fixture_server_wait_idle (s, 10000));
+  }
+  g_array_unref (first);
+  g_assert_cmpuint (fixture_server_log_count (s, "ended: the client's audio ended"), ==, G_N_ELEMENTS (rates));
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
 /* Bad parameters are refused with 400 before the upgrade (no call starts); parameters without a counterpart are
  * accepted and named once in the log. */
 static void
@@ -314,6 +369,7 @@ main (int argc, char **argv)
   g_test_add_func ("/server-chat/handshake-after-prompts", test_handshake_after_prompts);
   g_test_add_func ("/server-chat/two-calls-equal-solo", test_two_calls_equal_solo);
   g_test_add_func ("/server-chat/params", test_params);
+  g_test_add_func ("/server-chat/browser-input-rate", test_browser_input_rate);
   g_test_add_func ("/server-chat/join-does-not-stall", test_join_does_not_stall);
   g_test_add_func ("/server-chat/join-time", test_join_time);
   return g_test_run ();

@@ -1,4 +1,6 @@
-/* personaplex-server for operators: the token (401 before the upgrade, no model time), /health and /metrics,
+/* personaplex-server for operators: the token (401 before the upgrade, no model time) and the cookie a browser
+ * gets for it, /health and /metrics (the
+ * engine's tick figures),
  * SIGTERM drain (and a second SIGTERM), TLS with a self-signed --ssl-dir, --static web clients with their content
  * types, and the start-up checks of the new options. */
 #include <gst/gst.h>
@@ -60,6 +62,194 @@ test_token (void)
   fixture_server_free (s);
 }
 
+static gboolean
+accept_certificate (SoupMessage *msg, GTlsCertificate *certificate, GTlsCertificateFlags errors, gpointer data)
+{
+  return TRUE;
+}
+
+/* A GET through `session` (it follows redirects and keeps cookies, as a browser); the final status, the
+ * request's URI in *final (g_free) when asked for. */
+static guint
+session_get (SoupSession *session, FixtureServer *s, const char *path, char **final)
+{
+  g_autofree char *url = g_strconcat (s->url, path + 1, NULL);
+  g_autoptr (SoupMessage) msg = soup_message_new ("GET", url);
+  g_signal_connect (msg, "accept-certificate", G_CALLBACK (accept_certificate), NULL);
+  g_autoptr (GUri) site = g_uri_parse (s->url, G_URI_FLAGS_NONE, NULL);
+  soup_message_set_site_for_cookies (msg, site); /* a same-site request, as the page's own */
+  g_autoptr (GBytes) body = soup_session_send_and_read (session, msg, NULL, NULL);
+  if (final)
+    *final = g_uri_to_string (soup_message_get_uri (msg));
+  return soup_message_get_status (msg);
+}
+
+static void
+on_ws_connected (GObject *source, GAsyncResult *result, gpointer data)
+{
+  GError *error = NULL;
+  SoupWebsocketConnection **ws = data;
+  *ws = soup_session_websocket_connect_finish (SOUP_SESSION (source), result, &error);
+  if (!*ws) {
+    g_printerr ("WebSocket refused (as expected where no cookie is valid): %s\n", error->message);
+    *ws = GINT_TO_POINTER (1); /* refused: done */
+  }
+  g_clear_error (&error);
+}
+
+static void
+on_ws_message (SoupWebsocketConnection *ws, int type, GBytes *message, gpointer data)
+{
+  gsize len;
+  const guint8 *bytes = g_bytes_get_data (message, &len);
+  if (type == SOUP_WEBSOCKET_DATA_BINARY && len >= 1 && bytes[0] == 0x00)
+    *(gboolean *) data = TRUE;
+}
+
+/* /api/chat through `session` (its cookies, none other): TRUE when the upgrade was taken and the handshake (the
+ * call's prompts done) arrived; the call is then closed. */
+static gboolean
+session_call (SoupSession *session, FixtureServer *s)
+{
+  g_autoptr (SoupMessage) msg = soup_message_new ("GET", s->ws_url);
+  g_autoptr (GUri) site = g_uri_parse (s->url, G_URI_FLAGS_NONE, NULL);
+  soup_message_set_site_for_cookies (msg, site);
+  SoupWebsocketConnection *ws = NULL;
+  soup_session_websocket_connect_async (session, msg, NULL, NULL, G_PRIORITY_DEFAULT, NULL, on_ws_connected, &ws);
+  gint64 end = g_get_monotonic_time () + 30 * G_USEC_PER_SEC;
+  while (!ws && g_get_monotonic_time () < end)
+    g_main_context_iteration (NULL, TRUE);
+  if (ws == GINT_TO_POINTER (1) || !ws)
+    return FALSE;
+  gboolean handshake = FALSE;
+  g_signal_connect (ws, "message", G_CALLBACK (on_ws_message), &handshake);
+  while (!handshake && g_get_monotonic_time () < end)
+    g_main_context_iteration (NULL, TRUE);
+  soup_websocket_connection_close (ws, SOUP_WEBSOCKET_CLOSE_NORMAL, NULL);
+  while (soup_websocket_connection_get_state (ws) != SOUP_WEBSOCKET_STATE_CLOSED && g_get_monotonic_time () < end)
+    g_main_context_iteration (NULL, TRUE);
+  g_object_unref (ws);
+  return handshake;
+}
+
+/* The cookie of `jar` for the server, or NULL. */
+static SoupCookie *
+auth_cookie (SoupCookieJar *jar)
+{
+  SoupCookie *found = NULL;
+  GSList *all = soup_cookie_jar_all_cookies (jar);
+  for (GSList *l = all; l; l = l->next)
+    if (!found && g_str_equal (soup_cookie_get_name (l->data), "personaplex_auth"))
+      found = soup_cookie_copy (l->data);
+  g_slist_free_full (all, (GDestroyNotify) soup_cookie_free);
+  return found;
+}
+
+/* The Location of a GET of `path` not followed (NULL without one; g_free) and its status in *status. */
+static char *
+location_of (FixtureServer *s, const char *path, guint *status)
+{
+  g_autoptr (SoupSession) session = soup_session_new ();
+  g_autofree char *url = g_strconcat (s->url, path + 1, NULL);
+  g_autoptr (SoupMessage) msg = soup_message_new ("GET", url);
+  soup_message_add_flags (msg, SOUP_MESSAGE_NO_REDIRECT);
+  g_autoptr (GBytes) body = soup_session_send_and_read (session, msg, NULL, NULL);
+  *status = soup_message_get_status (msg);
+  return g_strdup (soup_message_headers_get_one (soup_message_get_response_headers (msg), "Location"));
+}
+
+/* A browser that cannot send the token (the reference web client) opens a page once with ?token=: a wrong one is
+ * 401 and sets nothing; the right one sets the cookie (HttpOnly, SameSite=Strict, Path=/, Secure under TLS, its
+ * value not the token) and redirects to the same page without token=, keeping the other parameters. The cookie then
+ * opens /api/chat (a call to its handshake), /ws and /metrics; a forged cookie gets 401 and no model time. A cookie
+ * jar as a browser keeps one (libsoup's). */
+static void
+test_cookie (void)
+{
+  const char *token = "cookie-token-42";
+  g_setenv ("PERSONAPLEX_AUTH_TOKEN", token, TRUE);
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_autoptr (SoupSession) session = soup_session_new ();
+  g_autoptr (SoupCookieJar) jar = soup_cookie_jar_new ();
+  soup_session_add_feature (session, SOUP_SESSION_FEATURE (jar));
+
+  g_assert_cmpuint (session_get (session, s, "/?token=wrong", NULL), ==, 401);
+  g_assert_null (auth_cookie (jar));
+  g_assert_false (session_call (session, s));
+  g_assert_cmpuint (session_get (session, s, "/metrics", NULL), ==, 401);
+
+  g_autofree char *final = NULL;
+  g_assert_cmpuint (session_get (session, s, "/webrtc/?role=a%20baker&token=cookie-token-42&voice=NATF0.pt", &final),
+                    ==, 200);
+  g_autofree char *want = g_strconcat (s->url, "webrtc/?role=a%20baker&voice=NATF0.pt", NULL);
+  g_assert_cmpstr (final, ==, want);
+  SoupCookie *cookie = auth_cookie (jar);
+  g_assert_nonnull (cookie);
+  g_assert_true (soup_cookie_get_http_only (cookie));
+  g_assert_cmpint (soup_cookie_get_same_site_policy (cookie), ==, SOUP_SAME_SITE_POLICY_STRICT);
+  g_assert_cmpstr (soup_cookie_get_path (cookie), ==, "/");
+  g_assert_false (soup_cookie_get_secure (cookie));
+  g_assert_null (strstr (soup_cookie_get_value (cookie), token));
+  g_autofree char *header = g_strdup_printf ("Cookie: personaplex_auth=%s", soup_cookie_get_value (cookie));
+  soup_cookie_free (cookie);
+  g_assert_cmpuint (fixture_server_log_count (s, "signed in"), ==, 1);
+
+  /* the Location is relative (a TLS proxy in front makes the request's own URI http://), never another host */
+  const struct {
+    const char *path, *location;
+  } redirects[] = {{"/?token=cookie-token-42", "/"},
+                   {"/assets/x.js?a=1&token=cookie-token-42&b=2", "/assets/x.js?a=1&b=2"},
+                   {"//evil.example/?token=cookie-token-42", "/evil.example/"},
+                   {"/?to%6Ben=cookie-token-42&x", "/?x"}};
+  for (guint i = 0; i < G_N_ELEMENTS (redirects); i++) {
+    guint status;
+    g_autofree char *location = location_of (s, redirects[i].path, &status);
+    g_assert_cmpuint (status, ==, 303);
+    g_assert_cmpstr (location, ==, redirects[i].location);
+  }
+  g_assert_cmpuint (session_get (session, s, "/metrics", NULL), ==, 200);
+  g_assert_cmpuint (session_get (session, s, "/api/voices", NULL), ==, 200);
+  g_assert_true (session_call (session, s));
+  RawWs *ws = raw_ws_connect (s, "/ws", (const char *const[]){header, NULL});
+  g_assert_cmpuint (ws->status, ==, 101);
+  raw_ws_free (ws);
+  g_assert_true (fixture_server_wait_idle (s, 10000));
+  guint calls = fixture_server_log_count (s, "/api/chat, voice");
+
+  /* forged: the token itself, or anything else, as the cookie */
+  const char *forged[] = {"Cookie: personaplex_auth=cookie-token-42", "Cookie: personaplex_auth=00",
+                          "Cookie: other=1; personaplex_auth="};
+  for (guint i = 0; i < G_N_ELEMENTS (forged); i++) {
+    g_assert_cmpuint (fixture_http (s, NULL, "/metrics", (const char *const[]){forged[i], NULL}, NULL, NULL), ==,
+                      401);
+    ws = raw_ws_connect (s, "/api/chat", (const char *const[]){forged[i], NULL});
+    g_assert_cmpuint (ws->status, ==, 401);
+    raw_ws_free (ws);
+  }
+  g_assert_cmpuint (fixture_server_log_count (s, "/api/chat, voice"), ==, calls); /* no model time */
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+
+  /* under TLS the cookie is Secure */
+  g_autofree char *dir = g_dir_make_tmp ("ppx-server-cookie-XXXXXX", NULL);
+  g_autofree char *ssl = g_build_filename (dir, "ssl", NULL);
+  s = fixture_server_start ((const char *const[]){"--max-sessions", "1", "--ssl-dir", ssl, NULL});
+  g_unsetenv ("PERSONAPLEX_AUTH_TOKEN");
+  g_autoptr (SoupSession) tls_session = soup_session_new ();
+  g_autoptr (SoupCookieJar) tls_jar = soup_cookie_jar_new ();
+  soup_session_add_feature (tls_session, SOUP_SESSION_FEATURE (tls_jar));
+  g_assert_cmpuint (session_get (tls_session, s, "/?token=cookie-token-42", NULL), ==, 200);
+  cookie = auth_cookie (tls_jar);
+  g_assert_nonnull (cookie);
+  g_assert_true (soup_cookie_get_secure (cookie));
+  soup_cookie_free (cookie);
+  g_assert_cmpuint (session_get (tls_session, s, "/metrics", NULL), ==, 200);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+  const char *argv[] = {"rm", "-rf", dir, NULL};
+  g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
+}
+
 /* /health's body, /api/voices, and /metrics's series after two calls (one refused as full). */
 static void
 test_health_and_metrics (void)
@@ -105,6 +295,62 @@ test_health_and_metrics (void)
   const char *ticks = strstr (metrics, "personaplex_tick_duration_seconds_count ");
   g_assert_nonnull (ticks);
   g_assert_cmpuint (g_ascii_strtoull (ticks + strlen ("personaplex_tick_duration_seconds_count "), NULL, 10), >=, 10);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
+/* A series' value in /metrics text ("NAME VALUE" at the start of a line); fails when it is missing. */
+static double
+series_value (const char *metrics, const char *name)
+{
+  g_autofree char *needle = g_strdup_printf ("\n%s ", name);
+  const char *at = strstr (metrics, needle);
+  if (!at)
+    g_error ("/metrics lacks '%s':\n%s", name, metrics);
+  return g_ascii_strtod (at + strlen (needle), NULL);
+}
+
+/* The tick figures are the engine's: one observation per tick, however many calls a tick steps. Nothing before
+ * the first call (the prompts are not ticks); two calls at once, each 3 s in real time: every frame of each was
+ * stepped by some tick, so there are at least as many ticks as the longer call's frames, and fewer than both calls'
+ * frames together, since the engine stepped the two in the same ticks (the old per-call-frame figures counted each
+ * such tick twice). The histogram adds up; /health's overruns are /metrics's. */
+static void
+test_engine_ticks (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_autofree char *before = NULL;
+  g_assert_cmpuint (fixture_http (s, NULL, "/metrics", NULL, &before, NULL), ==, 200);
+  g_assert_cmpfloat (series_value (before, "personaplex_tick_duration_seconds_count"), ==, 0);
+  g_autoptr (PpxChatAudio) audio = fixture_speech (2, 3.0);
+  PpxChatCall *calls[2];
+  for (int i = 0; i < 2; i++)
+    calls[i] = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, TRUE);
+  g_assert_true (ppx_chat_calls_wait (calls, 2, NULL, 60000));
+  double frames[2];
+  for (int i = 0; i < 2; i++) {
+    const PpxChatRecord *r = ppx_chat_call_get_record (calls[i]);
+    g_assert_cmpint (r->close_code, ==, 1000);
+    frames[i] = (double) r->answer_samples / 1920;
+    g_assert_cmpfloat (frames[i], >=, 37);
+  }
+  g_assert_true (fixture_server_wait_idle (s, 10000));
+  g_autofree char *metrics = NULL, *health = NULL;
+  g_assert_cmpuint (fixture_http (s, NULL, "/metrics", NULL, &metrics, NULL), ==, 200);
+  g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, &health, NULL), ==, 200);
+  const double ticks = series_value (metrics, "personaplex_tick_duration_seconds_count");
+  g_printerr ("engine ticks %.0f for %.0f + %.0f call frames\n", ticks, frames[0], frames[1]);
+  g_assert_cmpfloat (ticks, >=, MAX (frames[0], frames[1]));
+  g_assert_cmpfloat (ticks, <, frames[0] + frames[1]);
+  g_assert_cmpfloat (series_value (metrics, "personaplex_tick_duration_seconds_bucket{le=\"+Inf\"}"), ==, ticks);
+  g_assert_cmpfloat (series_value (metrics, "personaplex_tick_duration_seconds_bucket{le=\"0.64\"}"), <=, ticks);
+  g_assert_cmpfloat (series_value (metrics, "personaplex_tick_duration_seconds_sum"), >, 0);
+  const double overruns = series_value (metrics, "personaplex_overruns_total");
+  g_autofree char *field = g_strdup_printf ("\"overruns\":%.0f,", overruns);
+  g_assert_nonnull (strstr (health, field));
+  g_assert_null (strstr (health, "\"tick_ms_p50\":0,"));
+  for (int i = 0; i < 2; i++)
+    ppx_chat_call_free (calls[i]);
   g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
   fixture_server_free (s);
 }
@@ -251,6 +497,12 @@ test_startup_checks (void)
     {{"--ping-interval", "10", "--ping-timeout", "5"}, "--ping-timeout 5 must be longer"},
     {{"--max-ice-candidates", "0"}, "--max-ice-candidates 0"},
     {{"--drain-timeout", "-1"}, "--drain-timeout -1"},
+    {{"--backend", "gpu"}, "--backend 'gpu': use auto, cpu or cuda"},
+    {{"--quantization", "fp8"}, "--quantization 'fp8': use auto, bf16, int8 or int4"},
+    {{"--kv-cache-format", "int4"}, "--kv-cache-format 'int4': use auto, f32, bf16 or fp8"},
+    {{"--backend", "cpu", "--device", "0"}, "--device 0 names a GPU, but --backend cpu runs on the CPU"},
+    {{"--device", "-1"}, "--device -1: a GPU index, 0 to 1024"},
+    {{"--device", "1025"}, "--device 1025: a GPU index, 0 to 1024"},
   };
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++) {
     g_autoptr (GPtrArray) argv = g_ptr_array_new ();
@@ -274,6 +526,33 @@ test_startup_checks (void)
   }
 }
 
+/* --device N: the GPU, for the keeper and every call. GPU 1024 exists nowhere: the server stops at start-up
+ * (exit 1) saying which GPU it was asked for and why it cannot have it (on a build without CUDA, that it has
+ * none; on a CUDA build, "no usable GPU" or "GPU 1024 does not exist (N present)"), and never serves on the CPU
+ * instead. --help lists the option (personaplex-fleet.sh passes it). */
+static void
+test_device (void)
+{
+  const char *argv[] = {g_getenv ("PPX_SERVER"), "--model-dir", fixture_model_dir (), "--port", "0", "--device",
+                        "1024", NULL};
+  g_autofree char *out = NULL, *err = NULL;
+  int status;
+  g_assert_true (g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out, &err, &status, NULL));
+  g_printerr ("%s", err);
+  g_assert_true (WIFEXITED (status));
+  g_assert_cmpint (WEXITSTATUS (status), ==, 1);
+  g_assert_nonnull (strstr (err, "loading the model from"));
+  g_assert_nonnull (strstr (err, "on GPU 1024 (--device 1024): "));
+  g_assert_true (strstr (err, "without CUDA") || strstr (err, "no usable GPU") ||
+                 strstr (err, "GPU 1024 does not exist"));
+  g_assert_null (strstr (out, "serving"));
+  const char *help[] = {g_getenv ("PPX_SERVER"), "--help", NULL};
+  g_autofree char *usage = NULL;
+  g_assert_true (g_spawn_sync (NULL, (char **) help, NULL, G_SPAWN_DEFAULT, NULL, NULL, &usage, NULL, &status, NULL));
+  g_assert_nonnull (strstr (usage, "--device=N"));
+  g_assert_nonnull (strstr (usage, "auto, f32, bf16 or fp8"));
+}
+
 int
 main (int argc, char **argv)
 {
@@ -281,10 +560,13 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   fixture_model_dir ();
   g_test_add_func ("/server-ops/token", test_token);
+  g_test_add_func ("/server-ops/cookie", test_cookie);
   g_test_add_func ("/server-ops/health-and-metrics", test_health_and_metrics);
+  g_test_add_func ("/server-ops/engine-ticks", test_engine_ticks);
   g_test_add_func ("/server-ops/drain", test_drain);
   g_test_add_func ("/server-ops/tls", test_tls);
   g_test_add_func ("/server-ops/static", test_static);
   g_test_add_func ("/server-ops/startup-checks", test_startup_checks);
+  g_test_add_func ("/server-ops/device", test_device);
   return g_test_run ();
 }

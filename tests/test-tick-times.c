@@ -1,5 +1,6 @@
 /* The engine's tick times (model/engine/tick-times.c, ppx_engine_tick_times in personaplex.h): the window's
  * figures (median, p99 by nearest rank but never the largest below 100 ticks, max) over a window that wraps,
+ * the counts since the engine was made (buckets, overruns, sum),
  * and the PPX_DEBUG_TICK_DELAY schedule: its steps apply from their tick on, a malformed value is refused
  * with a warning. No model: ticks are recorded with a start time in the past. The engine's use of it (every
  * tick measured, the delay inside the tick) is in test-engine's /engine/tick-times. */
@@ -20,7 +21,7 @@ add_ms (PpxTickTimes *t, double ms)
 static void
 test_empty (void)
 {
-  PpxTickTimes *t = ppx_tick_times_new ();
+  PpxTickTimes *t = ppx_tick_times_new (80);
   PpxEngineTickTimes s;
   ppx_tick_times_get (t, &s);
   g_assert_cmpuint (s.n, ==, 0);
@@ -42,7 +43,7 @@ test_empty (void)
 static void
 test_outlier (void)
 {
-  PpxTickTimes *t = ppx_tick_times_new ();
+  PpxTickTimes *t = ppx_tick_times_new (80);
   PpxEngineTickTimes s;
   add_ms (t, 90); /* the cold first tick */
   for (int i = 0; i < 40; i++)
@@ -64,7 +65,7 @@ test_outlier (void)
 static void
 test_window (void)
 {
-  PpxTickTimes *t = ppx_tick_times_new ();
+  PpxTickTimes *t = ppx_tick_times_new (80);
   PpxEngineTickTimes s;
   for (int i = 0; i < 10; i++)
     add_ms (t, 60);
@@ -87,6 +88,51 @@ test_window (void)
   ppx_tick_times_free (t);
 }
 
+/* Every tick since the engine was made, beyond the window: a bucket each (a tick of t ms in the first bucket
+ * whose bound is >= t), the overruns (over the frame given at creation), the sum. */
+static void
+test_since_made (void)
+{
+  PpxTickTimes *t = ppx_tick_times_new (80);
+  PpxEngineTickTimes s;
+  const double *bounds = ppx_engine_tick_bucket_bounds_ms ();
+  for (int i = 1; i < PPX_ENGINE_TICK_BUCKETS; i++)
+    g_assert_cmpfloat (bounds[i], >, bounds[i - 1]);
+  g_assert_cmpfloat (bounds[7], ==, 80);
+  ppx_tick_times_get (t, &s);
+  g_assert_cmpuint (s.overruns, ==, 0);
+  g_assert_cmpfloat (s.total_ms, ==, 0);
+  /* exact durations (a measured one may be longer on a loaded machine); a bound belongs to its own bucket */
+  const struct {
+    gint64 us;
+    guint bucket;
+  } ticks[] = {{500, 0}, {1000, 0}, {1001, 1}, {30000, 5}, {80000, 7}, {80001, 8}, {150000, 9},
+               {640000, PPX_ENGINE_TICK_BUCKETS - 1}, {700000, PPX_ENGINE_TICK_BUCKETS}};
+  double total = 0;
+  for (guint i = 0; i < G_N_ELEMENTS (ticks); i++) {
+    ppx_tick_times_record (t, ticks[i].us);
+    total += ticks[i].us / 1000.0;
+  }
+  for (int i = 0; i < 2 * PPX_ENGINE_TICK_WINDOW; i++) /* the window forgets them; the counts do not */
+    ppx_tick_times_record (t, 3000);
+  total += 2 * PPX_ENGINE_TICK_WINDOW * 3;
+  ppx_tick_times_get (t, &s);
+  guint64 want[PPX_ENGINE_TICK_BUCKETS + 1] = {0};
+  for (guint i = 0; i < G_N_ELEMENTS (ticks); i++)
+    want[ticks[i].bucket]++;
+  want[2] += 2 * PPX_ENGINE_TICK_WINDOW;
+  guint64 sum = 0;
+  for (int b = 0; b <= PPX_ENGINE_TICK_BUCKETS; b++) {
+    g_assert_cmpuint (s.buckets[b], ==, want[b]);
+    sum += s.buckets[b];
+  }
+  g_assert_cmpuint (sum, ==, s.ticks);
+  g_assert_cmpuint (s.overruns, ==, 4); /* over 80 ms: 80.001, 150, 640, 700 */
+  g_assert_cmpfloat_with_epsilon (s.total_ms, total, 1e-6);
+  g_assert_cmpfloat (s.max_ms, ==, 3); /* the window holds the 3 ms ticks only */
+  ppx_tick_times_free (t);
+}
+
 /* How long ppx_tick_times_debug_delay slept for the tick about to be recorded (ms). */
 static double
 delay_ms (PpxTickTimes *t)
@@ -102,7 +148,7 @@ static void
 test_delay_schedule (void)
 {
   g_setenv ("PPX_DEBUG_TICK_DELAY", "2:15,4:0,5:25", TRUE);
-  PpxTickTimes *t = ppx_tick_times_new ();
+  PpxTickTimes *t = ppx_tick_times_new (80);
   const double want[7] = {0, 0, 15, 15, 0, 25, 25};
   for (int i = 0; i < 7; i++) {
     const double got = delay_ms (t);
@@ -114,7 +160,7 @@ test_delay_schedule (void)
   ppx_tick_times_free (t);
 
   g_setenv ("PPX_DEBUG_TICK_DELAY", "12", TRUE); /* every tick */
-  t = ppx_tick_times_new ();
+  t = ppx_tick_times_new (80);
   g_assert_cmpfloat (delay_ms (t), >=, 12);
   ppx_tick_times_free (t);
   g_unsetenv ("PPX_DEBUG_TICK_DELAY");
@@ -127,7 +173,7 @@ test_delay_malformed (void)
   for (guint i = 0; i < G_N_ELEMENTS (bad); i++) {
     g_setenv ("PPX_DEBUG_TICK_DELAY", bad[i], TRUE);
     g_test_expect_message ("personaplex", G_LOG_LEVEL_WARNING, "*PPX_DEBUG_TICK_DELAY*ignored*");
-    PpxTickTimes *t = ppx_tick_times_new ();
+    PpxTickTimes *t = ppx_tick_times_new (80);
     g_test_assert_expected_messages ();
     g_assert_cmpfloat (delay_ms (t), <, 15);
     ppx_tick_times_free (t);
@@ -143,6 +189,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tick-times/empty", test_empty);
   g_test_add_func ("/tick-times/outlier", test_outlier);
   g_test_add_func ("/tick-times/window", test_window);
+  g_test_add_func ("/tick-times/since-made", test_since_made);
   g_test_add_func ("/tick-times/delay-schedule", test_delay_schedule);
   g_test_add_func ("/tick-times/delay-malformed", test_delay_malformed);
   return g_test_run ();

@@ -118,6 +118,28 @@ ppx_chat_audio_new_from_samples (const float *samples, gsize n_samples, GError *
   return audio;
 }
 
+gboolean
+ppx_chat_audio_set_opus_input_rate (PpxChatAudio *audio, guint32 rate)
+{
+  gsize len;
+  const guint8 *data = g_bytes_get_data (g_ptr_array_index (audio->pages, 0), &len);
+  /* the header page: the segment table after the 27 bytes of the header, then the OpusHead packet, whose input
+   * sample rate is the little-endian 32 bits at offset 12 */
+  if (len < 27 || len < 27u + data[26] + 16)
+    return FALSE;
+  g_autofree guint8 *page = g_memdup2 (data, len);
+  guint8 *head = page + 27 + page[26];
+  if (!ppx_ogg_opus_head (head, len - (head - page), NULL, NULL))
+    return FALSE;
+  for (int i = 0; i < 4; i++)
+    head[12 + i] = (guint8) (rate >> (8 * i));
+  ppx_ogg_page_update_crc (page, len);
+  GBytes *old = g_ptr_array_index (audio->pages, 0);
+  g_ptr_array_index (audio->pages, 0) = g_bytes_new_take (g_steal_pointer (&page), len);
+  g_bytes_unref (old);
+  return TRUE;
+}
+
 PpxChatAudio *
 ppx_chat_audio_new_from_file (const char *path, GError **error)
 {

@@ -45,6 +45,10 @@ gsize ppx_chat_audio_n_samples (const PpxChatAudio *audio);
 const float *ppx_chat_audio_samples (const PpxChatAudio *audio);
 /* Ogg pages: the two header pages (OpusHead, OpusTags), then audio pages of at most 2 frames. */
 guint ppx_chat_audio_n_pages (const PpxChatAudio *audio);
+/* Writes `rate` into the OpusHead's input sample rate (RFC 7845 5.1: informational; the encoder writes 24000)
+ * as browsers' opus-recorder does with the capture rate (44100, 48000), checksum updated. Changes the audio for
+ * every call that says it later; FALSE when the first page is not an OpusHead. */
+gboolean ppx_chat_audio_set_opus_input_rate (PpxChatAudio *audio, guint32 rate);
 
 /* ---- a call ---- */
 typedef struct _PpxChatCall PpxChatCall;

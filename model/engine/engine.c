@@ -81,7 +81,7 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
     params->max_sessions > 0 ? params->max_sessions : auto_sessions (model, e->kv, e->prompt_chunk);
   g_mutex_init (&e->lock);
   g_cond_init (&e->turn);
-  e->times = ppx_tick_times_new ();
+  e->times = ppx_tick_times_new (1000.0 * cfg->mimi.frame_size / ppx_model_sample_rate (model));
   e->slots = g_new0 (PpxSession *, n);
   e->active = g_new0 (PpxSession *, n);
   e->tick_rows = g_new0 (PpxLmTickRow, n);

@@ -13,6 +13,11 @@ struct PpxTickTimes {
   guint n, next;
   guint64 ticks;
   double last_ms;
+  /* every tick since made */
+  double frame_ms;
+  guint64 overruns;
+  double total_ms;
+  guint64 buckets[PPX_ENGINE_TICK_BUCKETS + 1];
   /* the window's figures, computed when first asked for after a tick */
   gboolean summary_valid;
   PpxEngineTickTimes summary;
@@ -21,6 +26,14 @@ struct PpxTickTimes {
   guint64 delay_from[MAX_DELAY_STEPS];
   gint64 delay_us[MAX_DELAY_STEPS];
 };
+
+static const double bucket_bounds_ms[PPX_ENGINE_TICK_BUCKETS] = {1, 2, 5, 10, 20, 40, 60, 80, 100, 160, 320, 640};
+
+const double *
+ppx_engine_tick_bucket_bounds_ms (void)
+{
+  return bucket_bounds_ms;
+}
 
 /* "MS" (every tick) or "FROM:MS[,FROM:MS...]" with FROM ascending tick indices; FALSE when malformed. */
 static gboolean
@@ -53,9 +66,10 @@ parse_delays (PpxTickTimes *t, const char *spec)
 }
 
 PpxTickTimes *
-ppx_tick_times_new (void)
+ppx_tick_times_new (double frame_ms)
 {
   PpxTickTimes *t = g_new0 (PpxTickTimes, 1);
+  t->frame_ms = frame_ms;
   const char *spec = g_getenv ("PPX_DEBUG_TICK_DELAY");
   g_mutex_init (&t->lock);
   if (spec && *spec && !parse_delays (t, spec)) {
@@ -91,15 +105,27 @@ gint64
 ppx_tick_times_add (PpxTickTimes *t, gint64 t0)
 {
   const gint64 us = g_get_monotonic_time () - t0;
+  ppx_tick_times_record (t, us);
+  return us;
+}
+
+void
+ppx_tick_times_record (PpxTickTimes *t, gint64 us)
+{
   g_mutex_lock (&t->lock);
   t->last_ms = us / 1000.0;
   t->ms[t->next] = (float) t->last_ms;
   t->next = (t->next + 1) % PPX_ENGINE_TICK_WINDOW;
   t->n = MIN (t->n + 1, PPX_ENGINE_TICK_WINDOW);
   t->ticks++;
+  guint b = 0;
+  while (b < PPX_ENGINE_TICK_BUCKETS && t->last_ms > bucket_bounds_ms[b])
+    b++;
+  t->buckets[b]++;
+  t->total_ms += t->last_ms;
+  t->overruns += t->last_ms > t->frame_ms;
   t->summary_valid = FALSE;
   g_mutex_unlock (&t->lock);
-  return us;
 }
 
 static int
@@ -126,6 +152,9 @@ summarize_locked (PpxTickTimes *t)
   s->n = t->n;
   s->ticks = t->ticks;
   s->last_ms = t->last_ms;
+  s->overruns = t->overruns;
+  s->total_ms = t->total_ms;
+  memcpy (s->buckets, t->buckets, sizeof s->buckets);
   if (t->n > 0) {
     /* the ring holds exactly the window once full; before that, its first n entries */
     memcpy (sorted, t->ms, t->n * sizeof (float));

@@ -2,9 +2,9 @@
 # Packs what the fleet's GPU runs (pipelines/fleet/fleet-live.sh) need on a machine that has the NVIDIA driver
 # but neither GStreamer nor HAProxy (the lent GPU machines): the GStreamer pack of device-pack-gst.sh (its
 # wrapper `run`, its check.sh) plus personaplex-server, personaplex-loadgen and HAProxy (this machine's Debian
-# binary) in bin/, the plugins /api/chat calls use (opus, ogg), and every library they load but glibc's. Not
-# the WebRTC plugins: with libnice's and libsrtp's libraries (ICU, NSS, GnuTLS) they add about 40 MiB, past what
-# a device call carries; PPX_PACK_EXTRA_PLUGINS="webrtc nice dtls srtp sctp rtp rtpmanager" adds them.
+# binary) in bin/, the plugins /api/chat calls use (opus, ogg, debug: capssetter), and every library they load
+# but glibc's. Not the WebRTC plugins: with libnice's and libsrtp's libraries (ICU, NSS, GnuTLS) they add about
+# 40 MiB, past what a device call carries; PPX_PACK_EXTRA_PLUGINS="webrtc nice dtls srtp sctp rtp rtpmanager" adds them.
 #
 #   pipelines/fleet/fleet-pack.sh [--allow-no-cuda] [--no-check] BUILD_DIR OUT_DIR
 #

@@ -13,8 +13,7 @@
 # start/config OPTIONS:
 #   --servers K            local servers (default: one per GPU that nvidia-smi lists, else 1)
 #   --devices LIST         their GPUs, comma-separated (default with GPUs: 0,1,...,K-1, round robin when K is
-#                          more; without GPUs: none); each server gets --device i where it has that option,
-#                          else CUDA_VISIBLE_DEVICES=i (in nvidia-smi's order)
+#                          more; without GPUs: none); each server gets --device i (nvidia-smi's numbering)
 #   --listen ADDR:PORT     where callers connect (default 127.0.0.1:8080)
 #   --tls-pem FILE         HAProxy terminates TLS on --listen with this PEM (certificate and key)
 #   --ops ADDR:PORT        stats page, HAProxy's Prometheus metrics, each server's /metrics and /health under
@@ -83,10 +82,15 @@ parse_start_options () {
     shift
   done
   n_rest=$#
-  server_args=
-  for a in "$@"; do server_args="$server_args $(quote "$a")"; done
+  server_args= prev= cpu=0
+  for a in "$@"; do
+    server_args="$server_args $(quote "$a")"
+    # servers on the CPU get no GPU (a server refuses --device with --backend cpu)
+    { [ "$prev" = --backend ] && [ "$a" = cpu ]; } || [ "$a" = --backend=cpu ] && cpu=1
+    prev=$a
+  done
   gpus=0
-  command -v nvidia-smi > /dev/null 2>&1 && gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+  [ "$cpu" = 1 ] || ! command -v nvidia-smi > /dev/null 2>&1 || gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
   if [ -z "$servers" ]; then
     if [ -n "$devices" ]; then servers=$(echo "$devices" | tr ',' '\n' | grep -c .)
     elif [ "$gpus" -gt 0 ]; then servers=$gpus
@@ -104,6 +108,9 @@ parse_start_options () {
   if [ -n "$devices" ]; then
     n=$(echo "$devices" | tr ',' '\n' | grep -c .)
     [ "$n" -eq "$servers" ] || die "--devices '$devices' names $n GPUs for $servers servers"
+    for d in $(echo "$devices" | tr ',' ' '); do
+      case $d in *[!0-9]*) die "--devices '$devices': GPU indices (0,1,...), please" ;; esac
+    done
   fi
   [ -z "$tls_pem" ] || [ -f "$tls_pem" ] || die "--tls-pem $tls_pem: no such file"
   [ "$servers" -gt 0 ] || [ -n "$remotes" ] || die "no servers: --servers 0 and no --remote"
@@ -213,25 +220,18 @@ cmd_start () {
 
   setsid=
   command -v setsid > /dev/null 2>&1 && setsid=setsid
-  # A server's GPU: its --device option when it has one; else the only GPU it sees (CUDA_VISIBLE_DEVICES, in
-  # nvidia-smi's order)
-  device_option=0 origin_args=
+  origin_args=
   help=$($wrapper "$server" --help 2>&1 || true)
-  if [ -n "$devices" ] && echo "$help" | grep -q -- '--device'; then device_option=1; fi
   if echo "$help" | grep -q -- '--allowed-origin'; then
     for o in $origins; do origin_args="$origin_args --allowed-origin $(quote "$o")"; done
   fi
   while read -r name addr port dev where; do
     [ "$where" = local ] || continue
-    device_arg= gpu_env= gpu=
-    if [ "$dev" != - ]; then
-      gpu=" (GPU $dev)"
-      if [ "$device_option" = 1 ]; then device_arg="--device $dev"
-      else gpu_env="export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=$dev; "
-      fi
-    fi
+    # a server's GPU: --device (the server numbers GPUs as nvidia-smi does)
+    device_arg= gpu=
+    [ "$dev" = - ] || { device_arg="--device $dev" gpu=" (GPU $dev)"; }
     # exec: the pid file holds the server's own pid
-    echo "${gpu_env}exec $setsid $wrapper $(quote "$server") --address $addr --port $port $device_arg" \
+    echo "exec $setsid $wrapper $(quote "$server") --address $addr --port $port $device_arg" \
       "$origin_args $server_args" > "$run_dir/$name.sh"
     : > "$run_dir/$name.log"
     start_server "$name"

@@ -42,7 +42,10 @@ static int
 serve (const PpxServerOptions *options)
 {
   g_autoptr (GError) error = NULL;
-  g_printerr ("personaplex-server: loading the model from %s\n", options->model_dir);
+  if (options->device == PPX_SERVER_DEVICE_UNSET)
+    g_printerr ("personaplex-server: loading the model from %s\n", options->model_dir);
+  else
+    g_printerr ("personaplex-server: loading the model from %s onto GPU %d\n", options->model_dir, options->device);
   PpxServerModelKeeper *keeper = ppx_server_model_keeper_new (options, &error);
   if (!keeper) {
     g_printerr ("personaplex-server: %s\n", error->message);
@@ -94,6 +97,9 @@ int
 main (int argc, char **argv)
 {
   setlocale (LC_ALL, "");
+  /* --device N is the GPU nvidia-smi calls N (CUDA's own default order puts the fastest first), unless the
+   * environment says otherwise; set before any thread exists and before CUDA reads it */
+  g_setenv ("CUDA_DEVICE_ORDER", "PCI_BUS_ID", FALSE);
   gst_init (&argc, &argv);
   PpxServerOptions options;
   g_autoptr (GError) error = NULL;

@@ -28,6 +28,41 @@ equal_constant_time (const char *a, const char *b)
   return diff == 0;
 }
 
+/* The cookie's value: a digest of the token, so that the browser keeps no copy of the token itself, the same on
+ * every server that has the token (a page and its calls may reach different servers behind a balancer). */
+static char *
+cookie_value (const char *token)
+{
+  g_autofree char *salted = g_strconcat ("personaplex-server auth cookie v1\n", token, NULL);
+  return g_compute_checksum_for_string (G_CHECKSUM_SHA256, salted, -1);
+}
+
+/* A PPX_AUTH_COOKIE in the request's Cookie header(s) with the token's value. */
+static gboolean
+cookie_ok (SoupServerMessage *msg, const char *token)
+{
+  const char *cookies = soup_message_headers_get_list (soup_server_message_get_request_headers (msg), "Cookie");
+  if (!cookies)
+    return FALSE;
+  g_autofree char *want = cookie_value (token);
+  gboolean ok = FALSE;
+  g_auto (GStrv) parts = g_strsplit_set (cookies, ";,", -1);
+  for (guint i = 0; parts[i]; i++) {
+    const char *part = g_strstrip (parts[i]);
+    const char *eq = strchr (part, '=');
+    if (eq && (gsize) (eq - part) == strlen (PPX_AUTH_COOKIE) && strncmp (part, PPX_AUTH_COOKIE, eq - part) == 0)
+      ok |= equal_constant_time (eq + 1, want);
+  }
+  return ok;
+}
+
+gboolean
+ppx_auth_query_token_ok (GHashTable *query, const char *token)
+{
+  const char *given = query ? g_hash_table_lookup (query, "token") : NULL;
+  return token && given && equal_constant_time (given, token);
+}
+
 gboolean
 ppx_auth_token_ok (SoupServerMessage *msg, GHashTable *query, const char *token)
 {
@@ -41,8 +76,50 @@ ppx_auth_token_ok (SoupServerMessage *msg, GHashTable *query, const char *token)
     if (equal_constant_time (given, token))
       return TRUE;
   }
-  const char *given = query ? g_hash_table_lookup (query, "token") : NULL;
-  return given && equal_constant_time (given, token);
+  return ppx_auth_query_token_ok (query, token) || cookie_ok (msg, token);
+}
+
+/* The request's path and query without its token= parameters: where the browser goes after signing in. */
+static char *
+without_token (GUri *uri)
+{
+  GString *location = g_string_new (g_uri_get_path (uri));
+  /* "//host/..." would be another site's address */
+  while (location->len > 1 && location->str[0] == '/' && location->str[1] == '/')
+    g_string_erase (location, 0, 1);
+  if (location->len == 0)
+    g_string_append_c (location, '/');
+  const char *query = g_uri_get_query (uri);
+  g_auto (GStrv) params = g_strsplit (query ? query : "", "&", -1);
+  guint kept = 0;
+  for (guint i = 0; params[i]; i++) {
+    if (!*params[i])
+      continue;
+    const char *eq = strchr (params[i], '=');
+    g_autofree char *raw_key = eq ? g_strndup (params[i], eq - params[i]) : g_strdup (params[i]);
+    g_autofree char *key = g_uri_unescape_string (raw_key, NULL);
+    if (key && g_str_equal (key, "token"))
+      continue;
+    g_string_append (location, kept++ ? "&" : "?");
+    g_string_append (location, params[i]);
+  }
+  return g_string_free (location, FALSE);
+}
+
+void
+ppx_auth_sign_in (SoupServerMessage *msg, const char *token, gboolean tls)
+{
+  g_autofree char *value = cookie_value (token);
+  g_autofree char *cookie = g_strdup_printf ("%s=%s; Path=/; HttpOnly; SameSite=Strict%s", PPX_AUTH_COOKIE, value,
+                                             tls ? "; Secure" : "");
+  g_autofree char *location = without_token (soup_server_message_get_uri (msg));
+  SoupMessageHeaders *headers = soup_server_message_get_response_headers (msg);
+  soup_message_headers_append (headers, "Set-Cookie", cookie);
+  soup_message_headers_replace (headers, "Cache-Control", "no-store");
+  soup_message_headers_replace (headers, "Referrer-Policy", "no-referrer");
+  /* relative: behind a proxy that terminates TLS the request's own URI says http:// */
+  soup_message_headers_replace (headers, "Location", location);
+  soup_server_message_set_status (msg, SOUP_STATUS_SEE_OTHER, NULL);
 }
 
 static void

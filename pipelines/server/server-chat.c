@@ -273,11 +273,8 @@ on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
       post (chat, bad_input ? DELIVER_BAD_INPUT : DELIVER_ERROR, g_bytes_new (text, strlen (text)));
   } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ELEMENT) {
     const GstStructure *s = gst_message_get_structure (msg);
-    double step_ms;
     const char *text;
-    if (gst_structure_has_name (s, "personaplex-frame") && gst_structure_get_double (s, "step-ms", &step_ms))
-      ppx_metrics_frame (step_ms);
-    else if (gst_structure_has_name (s, "personaplex-text") && (text = gst_structure_get_string (s, "text")) &&
+    if (gst_structure_has_name (s, "personaplex-text") && (text = gst_structure_get_string (s, "text")) &&
              *text)
       post (chat, DELIVER_TEXT, g_bytes_new (text, strlen (text)));
   }

@@ -176,6 +176,7 @@ fill_gauges (PpxServer *server, PpxServerGauges *g, GstStructure *stats)
   g->kv_cache_format = gst_structure_get_string (stats, "kv-cache-format");
   gst_structure_get_uint64 (stats, "memory-bytes", &g->weight_bytes);
   gst_structure_get_uint64 (stats, "engine-bytes", &g->engine_bytes);
+  ppx_server_engine_ticks (stats, &g->ticks);
 }
 
 static void
@@ -184,7 +185,8 @@ serve_health (PpxServer *server, SoupServerMessage *msg, gboolean metrics)
   g_autoptr (GstStructure) stats = ppx_server_model_keeper_stats (server->keeper);
   PpxServerGauges g;
   fill_gauges (server, &g, stats);
-  g_autofree char *device = g.backend && g_str_equal (g.backend, "cuda")
+  PpxBackendKind kind = PPX_BACKEND_AUTO;
+  g_autofree char *device = g.backend && ppx_backend_kind_from_name (g.backend, &kind) && kind == PPX_BACKEND_CUDA
                                 ? g_strdup_printf ("cuda:%d", ppx_server_model_keeper_device (server->keeper))
                                 : g_strdup (g.backend ? g.backend : "unknown");
   g.device = device;
@@ -251,6 +253,20 @@ authorized (PpxServer *server, SoupServerMessage *msg, GHashTable *query, PpxPro
   return FALSE;
 }
 
+/* A page opened with ?token= (a browser that cannot send the token otherwise, e.g. the reference web client): the
+ * right token gets the cookie and a redirect to the page without it, a wrong one 401. */
+static void
+sign_in (PpxServer *server, SoupServerMessage *msg, GHashTable *query)
+{
+  if (!ppx_auth_query_token_ok (query, server->options->auth_token)) {
+    refuse (msg, PPX_PROTO_N, SOUP_STATUS_UNAUTHORIZED, "unauthorized", "a wrong token");
+    return;
+  }
+  g_printerr ("personaplex-server: a browser at %s signed in (token cookie set)\n",
+              soup_server_message_get_remote_host (msg));
+  ppx_auth_sign_in (msg, server->options->auth_token, server->tls);
+}
+
 /* The common part of /api/chat and /ws: a GET from an allowed origin with the token and valid parameters. */
 static gboolean
 check_call (PpxServer *server, SoupServerMessage *msg, GHashTable *query, PpxProto proto, PpxCallParams *params)
@@ -311,6 +327,10 @@ handle (SoupServer *soup, SoupServerMessage *msg, const char *path, GHashTable *
   } else if (g_str_equal (path, "/api/voices")) {
     if (authorized (server, msg, query, PPX_PROTO_N))
       serve_voices (server, msg);
+  } else if (query && g_hash_table_contains (query, "token") && server->options->auth_token &&
+             (soup_server_message_get_method (msg) == SOUP_METHOD_GET ||
+              soup_server_message_get_method (msg) == SOUP_METHOD_HEAD)) {
+    sign_in (server, msg, query);
   } else {
     ppx_server_static_serve (msg, path, server->options->static_dir);
   }

@@ -5,18 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FRAME_MS 80.0
-#define RECENT_FRAMES 1024 /* the window of tick_ms_p50 / p99 */
-
-static const double tick_bounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.16, 0.32, 0.64};
 static const double join_bounds[] = {0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64};
-#define N_TICK (G_N_ELEMENTS (tick_bounds) + 1)
 #define N_JOIN (G_N_ELEMENTS (join_bounds) + 1)
 
 static const char *const proto_names[PPX_PROTO_N] = {"chat", "webrtc"};
 
 typedef struct {
-  guint64 buckets[N_JOIN > N_TICK ? N_JOIN : N_TICK]; /* not cumulative; the last is +Inf */
+  guint64 buckets[PPX_METRICS_MAX_TICK_BOUNDS + 1]; /* not cumulative; the last is +Inf */
   guint64 count;
   double sum;
 } Histogram;
@@ -24,10 +19,7 @@ typedef struct {
 static struct {
   GMutex lock;
   GHashTable *counts; /* "series{labels}" -> guint64* */
-  Histogram ticks, joins[PPX_PROTO_N];
-  double recent[RECENT_FRAMES];
-  guint n_recent, next_recent;
-  guint64 overruns;
+  Histogram joins[PPX_PROTO_N];
 } M;
 
 static void
@@ -85,49 +77,11 @@ ppx_metrics_join (PpxProto proto, double seconds)
   g_mutex_unlock (&M.lock);
 }
 
-void
-ppx_metrics_frame (double step_ms)
-{
-  g_mutex_lock (&M.lock);
-  observe (&M.ticks, tick_bounds, G_N_ELEMENTS (tick_bounds), step_ms / 1000.0);
-  if (step_ms > FRAME_MS)
-    M.overruns++;
-  M.recent[M.next_recent] = step_ms;
-  M.next_recent = (M.next_recent + 1) % RECENT_FRAMES;
-  M.n_recent = MIN (M.n_recent + 1, RECENT_FRAMES);
-  g_mutex_unlock (&M.lock);
-}
-
-static int
-compare_doubles (const void *a, const void *b)
-{
-  double x = *(const double *) a, y = *(const double *) b;
-  return x < y ? -1 : x > y;
-}
-
-void
-ppx_metrics_ticks (double *p50, double *p99, guint64 *overruns)
-{
-  double sorted[RECENT_FRAMES];
-  g_mutex_lock (&M.lock);
-  guint n = M.n_recent;
-  memcpy (sorted, M.recent, n * sizeof (double));
-  *overruns = M.overruns;
-  g_mutex_unlock (&M.lock);
-  qsort (sorted, n, sizeof (double), compare_doubles);
-  /* nearest rank */
-  *p50 = n ? sorted[(guint) ((n - 1) * 0.50 + 0.5)] : 0.0;
-  *p99 = n ? sorted[(guint) ((n - 1) * 0.99 + 0.5)] : 0.0;
-}
-
 /* ---- /health ---- */
 
 char *
 ppx_metrics_health_json (const PpxServerGauges *g)
 {
-  double p50, p99;
-  guint64 overruns;
-  ppx_metrics_ticks (&p50, &p99, &overruns);
   g_autoptr (JsonBuilder) b = json_builder_new ();
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "sessions");
@@ -139,11 +93,11 @@ ppx_metrics_health_json (const PpxServerGauges *g)
   json_builder_set_member_name (b, "draining");
   json_builder_add_boolean_value (b, g->draining);
   json_builder_set_member_name (b, "tick_ms_p50");
-  json_builder_add_double_value (b, p50);
+  json_builder_add_double_value (b, g->ticks.p50_ms);
   json_builder_set_member_name (b, "tick_ms_p99");
-  json_builder_add_double_value (b, p99);
+  json_builder_add_double_value (b, g->ticks.p99_ms);
   json_builder_set_member_name (b, "overruns");
-  json_builder_add_int_value (b, (gint64) overruns);
+  json_builder_add_int_value (b, (gint64) g->ticks.overruns);
   const char *names[] = {"backend", "device", "quantization", "kv_cache_format"};
   const char *values[] = {g->backend, g->device, g->quantization, g->kv_cache_format};
   for (guint i = 0; i < G_N_ELEMENTS (names); i++) {
@@ -183,6 +137,24 @@ histogram_text (GString *out, const char *name, const char *labels, const Histog
   g_autofree char *braces = *labels ? g_strdup_printf ("{%s}", labels) : g_strdup ("");
   g_string_append_printf (out, "%s_sum%s %s\n%s_count%s %" G_GUINT64_FORMAT "\n", name, braces,
                           num (buf, "%.6f", h->sum), name, braces, h->count);
+}
+
+/* The engine's ticks: its histogram in seconds, and the overruns. */
+static void
+ticks_text (GString *out, const PpxServerTicks *t)
+{
+  Histogram h = {.count = t->ticks, .sum = t->total_ms / 1000.0};
+  double bounds[PPX_METRICS_MAX_TICK_BOUNDS];
+  for (guint i = 0; i < t->n_bounds; i++)
+    bounds[i] = t->bounds_ms[i] / 1000.0;
+  memcpy (h.buckets, t->counts, (t->n_bounds + 1) * sizeof (guint64));
+  g_string_append_printf (out, "# HELP personaplex_overruns_total Engine ticks that took longer than one frame "
+                          "(80 ms).\n# TYPE personaplex_overruns_total counter\npersonaplex_overruns_total %"
+                          G_GUINT64_FORMAT "\n", t->overruns);
+  g_string_append (out, "# HELP personaplex_tick_duration_seconds Wall time of each engine tick (one observation "
+                        "per tick, however many calls it stepped).\n"
+                        "# TYPE personaplex_tick_duration_seconds histogram\n");
+  histogram_text (out, "personaplex_tick_duration_seconds", "", &h, bounds, t->n_bounds);
 }
 
 static void
@@ -225,13 +197,7 @@ ppx_metrics_prometheus (const PpxServerGauges *g)
   counters_text (out, "personaplex_calls_refused_total", "Calls refused before they started, by protocol and "
                  "reason.");
   counters_text (out, "personaplex_calls_ended_total", "Calls ended, by protocol and reason.");
-  g_string_append (out, "# HELP personaplex_overruns_total Call frames whose engine tick took longer than 80 ms.\n"
-                        "# TYPE personaplex_overruns_total counter\n");
-  g_string_append_printf (out, "personaplex_overruns_total %" G_GUINT64_FORMAT "\n", M.overruns);
-  g_string_append (out, "# HELP personaplex_tick_duration_seconds Wall time of the engine tick that stepped each "
-                        "call frame (one observation per call frame).\n"
-                        "# TYPE personaplex_tick_duration_seconds histogram\n");
-  histogram_text (out, "personaplex_tick_duration_seconds", "", &M.ticks, tick_bounds, G_N_ELEMENTS (tick_bounds));
+  ticks_text (out, &g->ticks);
   g_string_append (out, "# HELP personaplex_join_duration_seconds From the connection to the handshake (the "
                         "call's prompts done), by protocol.\n"
                         "# TYPE personaplex_join_duration_seconds histogram\n");

@@ -1,9 +1,8 @@
 /* personaplex-server: what /health and /metrics report (docs/server.md, "Operator endpoints").
  *
- * Calls accepted, refused and ended by protocol and reason, the join time (connect to handshake) of every call,
- * and the engine's tick durations: every frame of every call reports the wall time of the tick that stepped it
- * (the element's personaplex-frame step-ms, read on the streaming thread), so the tick histogram counts one
- * observation per call frame, and a frame whose tick took longer than 80 ms is an overrun. Thread-safe. */
+ * Calls accepted, refused and ended by protocol and reason and the join time (connect to handshake) of every call,
+ * counted here; the engine's tick figures (one observation per tick, every tick of the engine) as the model
+ * keeper's `stats` give them (server-model.h). Thread-safe. */
 #ifndef PPX_SERVER_METRICS_H
 #define PPX_SERVER_METRICS_H
 
@@ -20,17 +19,24 @@ void ppx_metrics_accepted (PpxProto proto);
 void ppx_metrics_refused (PpxProto proto, const char *reason);
 void ppx_metrics_ended (PpxProto proto, const char *reason);
 void ppx_metrics_join (PpxProto proto, double seconds);
-/* One call frame's tick (ms); from any thread. */
-void ppx_metrics_frame (double step_ms);
-
-/* The median and 99th percentile of the last frames' ticks (ms; 0 before any) and the overruns so far. */
-void ppx_metrics_ticks (double *p50, double *p99, guint64 *overruns);
+/* The engine's ticks (the element's stats: tick-*): the window's median and p99 (ms), and since the engine was
+ * made: ticks, those over 80 ms, their summed time (ms), and a histogram (counts[i] the ticks above bounds_ms[i-1]
+ * and at most bounds_ms[i], counts[n_bounds] the rest). */
+#define PPX_METRICS_MAX_TICK_BOUNDS 32
+typedef struct {
+  double p50_ms, p99_ms, total_ms;
+  guint64 ticks, overruns;
+  guint n_bounds;
+  double bounds_ms[PPX_METRICS_MAX_TICK_BOUNDS];
+  guint64 counts[PPX_METRICS_MAX_TICK_BOUNDS + 1];
+} PpxServerTicks;
 
 typedef struct {
   guint sessions, capacity;
   gboolean draining;
   const char *backend, *device, *quantization, *kv_cache_format;
   guint64 weight_bytes, engine_bytes; /* the model's and the engine's device memory (host memory on the CPU) */
+  PpxServerTicks ticks;
 } PpxServerGauges;
 
 /* /health's JSON body (g_free). */

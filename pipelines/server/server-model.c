@@ -38,7 +38,7 @@ ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, con
     return NULL;
   }
   g_object_set (duplex, "model-dir", o->model_dir, "model-instance-id", o->model_instance_id, "greedy", o->greedy,
-                "align-frames", !o->no_align_frames, "frame-messages", call != NULL, NULL);
+                "align-frames", !o->no_align_frames, NULL);
   /* Each conversation samples with its own seed, so two callers saying the same words get
    * different replies (reproducible from --seed), unless the call gives its own. */
   static gint sessions = 0;
@@ -48,10 +48,12 @@ ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, con
   if (call && call->has_seed)
     seed = call->seed;
   g_object_set (duplex, "seed", seed, NULL);
-  gst_util_set_object_arg (G_OBJECT (duplex), "backend", o->backend);
-  gst_util_set_object_arg (G_OBJECT (duplex), "quantization", o->quantization);
-  /* One engine for every call: all elements ask for the same one (the keeper holds a slot too). */
-  gst_util_set_object_arg (G_OBJECT (duplex), "kv-cache-format", o->kv_cache_format);
+  /* The element's enums have the library's values. One engine for every call: all elements ask for the same one
+   * (the keeper holds a slot too). */
+  g_object_set (duplex, "backend", (gint) o->backend, "quantization", (gint) o->quantization, "kv-cache-format",
+                (gint) o->kv_cache_format, NULL);
+  if (o->device != PPX_SERVER_DEVICE_UNSET)
+    g_object_set (duplex, "device", o->device, NULL);
   g_object_set (duplex, "max-sessions", o->max_sessions > 0 ? o->max_sessions + 1 : 0, NULL);
   if (o->batch_deadline_ms >= 0)
     g_object_set (duplex, "batch-deadline", (guint64) o->batch_deadline_ms * GST_MSECOND, NULL);
@@ -75,19 +77,23 @@ ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, con
   return duplex;
 }
 
-/* The element's own error message (it names the file and the problem) instead of a bare state failure. */
+/* The element's own error message (it names the file and the problem; a GPU that does not exist: "CUDA backend:
+ * GPU 3 does not exist (2 present)") instead of a bare state failure, with the GPU asked for. */
 static void
-take_bus_error (GstElement *pipeline, const char *model_dir, GError **error)
+take_bus_error (GstElement *pipeline, const PpxServerOptions *o, GError **error)
 {
   g_autoptr (GstBus) bus = gst_element_get_bus (pipeline);
   g_autoptr (GstMessage) msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  g_autofree char *where = o->device == PPX_SERVER_DEVICE_UNSET
+                               ? g_strdup (o->model_dir)
+                               : g_strdup_printf ("%s on GPU %d (--device %d)", o->model_dir, o->device, o->device);
   if (msg) {
     g_autoptr (GError) e = NULL;
     g_autofree char *debug = NULL;
     gst_message_parse_error (msg, &e, &debug);
-    g_set_error (error, model_error_quark (), 0, "loading the model from %s: %s", model_dir, e->message);
+    g_set_error (error, model_error_quark (), 0, "loading the model from %s: %s", where, e->message);
   } else {
-    g_set_error (error, model_error_quark (), 0, "loading the model from %s failed", model_dir);
+    g_set_error (error, model_error_quark (), 0, "loading the model from %s failed", where);
   }
 }
 
@@ -103,7 +109,7 @@ ppx_server_model_keeper_new (const PpxServerOptions *o, GError **error)
   gst_bin_add (GST_BIN (k->pipeline), duplex);
   /* No sink: PAUSED is reached at once, after the element loaded the model and ran the prompts. */
   if (gst_element_set_state (k->pipeline, GST_STATE_PAUSED) == GST_STATE_CHANGE_FAILURE) {
-    take_bus_error (k->pipeline, o->model_dir, error);
+    take_bus_error (k->pipeline, o, error);
     ppx_server_model_keeper_free (k);
     return NULL;
   }
@@ -124,6 +130,30 @@ ppx_server_model_keeper_stats (PpxServerModelKeeper *k)
   GstStructure *stats = NULL;
   g_object_get (k->duplex, "stats", &stats, NULL);
   return stats;
+}
+
+void
+ppx_server_engine_ticks (const GstStructure *stats, PpxServerTicks *t)
+{
+  memset (t, 0, sizeof *t);
+  if (!stats)
+    return;
+  gst_structure_get (stats, "tick-p50-ms", G_TYPE_DOUBLE, &t->p50_ms, "tick-p99-ms", G_TYPE_DOUBLE, &t->p99_ms,
+                     "tick-total-ms", G_TYPE_DOUBLE, &t->total_ms, "ticks", G_TYPE_UINT64, &t->ticks, "tick-overruns",
+                     G_TYPE_UINT64, &t->overruns, NULL);
+  const GValue *bounds = gst_structure_get_value (stats, "tick-bucket-bounds-ms");
+  const GValue *counts = gst_structure_get_value (stats, "tick-buckets");
+  if (!bounds || !counts || !GST_VALUE_HOLDS_ARRAY (bounds) || !GST_VALUE_HOLDS_ARRAY (counts))
+    return;
+  const guint n = gst_value_array_get_size (bounds);
+  if (n > PPX_METRICS_MAX_TICK_BOUNDS || gst_value_array_get_size (counts) != n + 1)
+    return;
+  for (guint i = 0; i <= n; i++) {
+    if (i < n)
+      t->bounds_ms[i] = g_value_get_double (gst_value_array_get_value (bounds, i));
+    t->counts[i] = g_value_get_uint64 (gst_value_array_get_value (counts, i));
+  }
+  t->n_bounds = n;
 }
 
 char *

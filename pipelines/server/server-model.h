@@ -6,14 +6,14 @@
 
 #include <gst/gst.h>
 
+#include "server-metrics.h"
 #include "server-options.h"
 #include "server-params.h"
 
 G_BEGIN_DECLS
 
 /* A new personaplexduplex with the options' model and model-instance-id, and the call's prompts and sampling
- * (`call` NULL: the server's defaults); NULL with an error when the element is not installed. A call's element
- * posts a personaplex-frame message every frame (the server's tick figures; server-metrics.h). */
+ * (`call` NULL: the server's defaults); NULL with an error when the element is not installed. */
 GstElement *ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, const char *name,
                                    GError **error);
 
@@ -25,8 +25,12 @@ PpxServerModelKeeper *ppx_server_model_keeper_new (const PpxServerOptions *o, GE
 char *ppx_server_model_keeper_describe (PpxServerModelKeeper *k);
 /* The CUDA device index the model was asked for. */
 int ppx_server_model_keeper_device (PpxServerModelKeeper *k);
-/* The keeper's personaplex-stats (backend, quantization, kv-cache-format, memory-bytes, engine-bytes...). */
+/* The keeper's personaplex-stats (backend, quantization, kv-cache-format, memory-bytes, engine-bytes, and the
+ * engine's tick figures: the keeper never steps, but its stats read the engine every call shares). */
 GstStructure *ppx_server_model_keeper_stats (PpxServerModelKeeper *k);
+/* The engine's tick figures of such stats (tick-p50-ms, tick-p99-ms, ticks, tick-overruns, tick-total-ms,
+ * tick-buckets, tick-bucket-bounds-ms); zeros where a field is missing. */
+void ppx_server_engine_ticks (const GstStructure *stats, PpxServerTicks *ticks);
 
 /* The engine every session shares: its slots (the keeper holds one), bytes of one session's state and
  * of the whole engine, and its KV cache format ("bf16"; g_free). */

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ppx-types.h"
+
 #define DEFAULT_ADDRESS "127.0.0.1"
 #define DEFAULT_PORT 8080
 #define DEFAULT_MAX_SESSIONS 0 /* as many as fit */
@@ -17,20 +19,13 @@
 #define MAX_TIMEOUT 86400
 /* The engine's largest max-sessions is 4096; one slot is the keeper's. */
 #define MAX_MAX_SESSIONS 4095
+/* personaplexduplex's "device" property takes 0 to this. */
+#define MAX_DEVICE 1024
 
 static GQuark
 options_error_quark (void)
 {
   return g_quark_from_static_string ("ppx-server-options");
-}
-
-static gboolean
-name_in (const char *name, const char *const *names)
-{
-  for (; *names; names++)
-    if (g_str_equal (name, *names))
-      return TRUE;
-  return FALSE;
 }
 
 /* "1,2,3": non-negative ids that fit an int; the model checks them against its vocabulary. */
@@ -145,13 +140,63 @@ check_serving (PpxServerOptions *o, GError **error)
   return TRUE;
 }
 
-static gboolean
-check_options (PpxServerOptions *o, GError **error)
-{
-  static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
-  static const char *const quantizations[] = {"auto", "bf16", "int8", "int4", NULL};
-  static const char *const kv_formats[] = {"auto", "f32", "bf16", "fp8", NULL};
+/* The options given as names, before check_names turns them into the library's enums. */
+typedef struct {
+  char *backend, *quantization, *kv_cache_format;
+} PpxServerNames;
 
+/* --backend, --quantization and --kv-cache-format: the library's names (ppx-types.h); absent is auto. */
+static gboolean
+check_names (PpxServerOptions *o, const PpxServerNames *n, GError **error)
+{
+  const struct {
+    const char *option, *value;
+    gboolean ok;
+    const char *const *names;
+  } choices[] = {
+    {"--backend", n->backend, !n->backend || ppx_backend_kind_from_name (n->backend, &o->backend),
+     ppx_backend_kind_names ()},
+    {"--quantization", n->quantization, !n->quantization || ppx_quantization_from_name (n->quantization,
+                                                                                          &o->quantization),
+     ppx_quantization_names ()},
+    {"--kv-cache-format", n->kv_cache_format, !n->kv_cache_format || ppx_kv_format_from_name (n->kv_cache_format,
+                                                                                               &o->kv_cache_format),
+     ppx_kv_format_names ()},
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (choices); i++)
+    if (!choices[i].ok) {
+      g_autofree char *names = ppx_names_choice (choices[i].names);
+      g_set_error (error, options_error_quark (), 0, "%s '%s': use %s", choices[i].option, choices[i].value, names);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* --device N names a GPU: the CUDA backend (auto becomes cuda, so that a missing GPU is an error rather than a
+ * server on the CPU); with --backend cpu it is refused. */
+static gboolean
+check_device (PpxServerOptions *o, GError **error)
+{
+  if (o->device == PPX_SERVER_DEVICE_UNSET)
+    return TRUE;
+  if (o->device < 0 || o->device > MAX_DEVICE) {
+    g_set_error (error, options_error_quark (), 0, "--device %d: a GPU index, 0 to %d (nvidia-smi's numbering)",
+                 o->device, MAX_DEVICE);
+    return FALSE;
+  }
+  if (o->backend == PPX_BACKEND_CPU) {
+    g_set_error (error, options_error_quark (), 0, "--device %d names a GPU, but --backend %s runs on the CPU: "
+                 "leave --device out, or use --backend %s", o->device, ppx_backend_kind_name (PPX_BACKEND_CPU),
+                 ppx_backend_kind_name (PPX_BACKEND_CUDA));
+    return FALSE;
+  }
+  o->backend = PPX_BACKEND_CUDA;
+  return TRUE;
+}
+
+static gboolean
+check_options (PpxServerOptions *o, const PpxServerNames *names, GError **error)
+{
   if (!o->model_dir) {
     g_set_error (error, options_error_quark (), 0, "--model-dir is required (see --help)");
     return FALSE;
@@ -172,15 +217,8 @@ check_options (PpxServerOptions *o, GError **error)
   }
   if (o->text_prompt_tokens && !check_token_list (o->text_prompt_tokens, error))
     return FALSE;
-  if (!name_in (o->backend, backends)) {
-    g_set_error (error, options_error_quark (), 0, "--backend '%s': use auto, cpu or cuda", o->backend);
+  if (!check_names (o, names, error) || !check_device (o, error))
     return FALSE;
-  }
-  if (!name_in (o->quantization, quantizations)) {
-    g_set_error (error, options_error_quark (), 0, "--quantization '%s': use auto, bf16, int8 or int4",
-                 o->quantization);
-    return FALSE;
-  }
   if (g_ascii_strcasecmp (o->address, "localhost") == 0) {
     g_free (o->address);
     o->address = g_strdup (DEFAULT_ADDRESS);
@@ -192,11 +230,6 @@ check_options (PpxServerOptions *o, GError **error)
   }
   if (o->port < 0 || o->port > 65535) {
     g_set_error (error, options_error_quark (), 0, "--port %d: use 0 (any free port) to 65535", o->port);
-    return FALSE;
-  }
-  if (!name_in (o->kv_cache_format, kv_formats)) {
-    g_set_error (error, options_error_quark (), 0, "--kv-cache-format '%s': use auto, f32, bf16 or fp8",
-                 o->kv_cache_format);
     return FALSE;
   }
   if (o->max_sessions < 0 || o->max_sessions > MAX_MAX_SESSIONS) {
@@ -216,6 +249,7 @@ gboolean
 ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError **error)
 {
   memset (o, 0, sizeof *o);
+  o->device = PPX_SERVER_DEVICE_UNSET;
   o->port = DEFAULT_PORT;
   o->max_sessions = DEFAULT_MAX_SESSIONS;
   o->seed = -1;
@@ -226,6 +260,15 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
   o->ping_interval = DEFAULT_PING_INTERVAL;
   o->ping_timeout = DEFAULT_PING_TIMEOUT;
   o->max_ice_candidates = DEFAULT_MAX_ICE_CANDIDATES;
+  PpxServerNames names = {NULL};
+  /* the help lists the library's names */
+  g_autofree char *backends = ppx_names_choice (ppx_backend_kind_names ());
+  g_autofree char *quantizations = ppx_names_choice (ppx_quantization_names ());
+  g_autofree char *kv_formats = ppx_names_choice (ppx_kv_format_names ());
+  g_autofree char *backend_help = g_strdup_printf ("Compute backend: %s (default auto: a GPU when one is usable, "
+                                                   "else the CPU)", backends);
+  g_autofree char *quantization_help = g_strdup_printf ("LM weights: %s (default auto)", quantizations);
+  g_autofree char *kv_help = g_strdup_printf ("KV cache of every call: %s (default auto)", kv_formats);
   GOptionEntry entries[] = {
     {"model-dir", 'm', 0, G_OPTION_ARG_FILENAME, &o->model_dir, "Model directory (published layout)", "DIR"},
     {"voice-prompt", 0, 0, G_OPTION_ARG_FILENAME, &o->voice_prompt,
@@ -234,9 +277,11 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
      "TEXT"},
     {"text-prompt-tokens", 0, 0, G_OPTION_ARG_STRING, &o->text_prompt_tokens,
      "System text prompt as comma-separated token ids", "1,2,3"},
-    {"backend", 0, 0, G_OPTION_ARG_STRING, &o->backend, "Compute backend: auto, cpu or cuda (default auto)", "B"},
-    {"quantization", 0, 0, G_OPTION_ARG_STRING, &o->quantization,
-     "LM weights: auto, bf16, int8 or int4 (default auto)", "Q"},
+    {"backend", 0, 0, G_OPTION_ARG_STRING, &names.backend, backend_help, "B"},
+    {"device", 0, 0, G_OPTION_ARG_INT, &o->device,
+     "The GPU to run on (its index, as nvidia-smi numbers them; implies --backend cuda; default: GPU 0 when the "
+     "backend is a GPU's)", "N"},
+    {"quantization", 0, 0, G_OPTION_ARG_STRING, &names.quantization, quantization_help, "Q"},
     {"greedy", 0, 0, G_OPTION_ARG_NONE, &o->greedy, "Greedy decoding instead of sampling", NULL},
     {"seed", 0, 0, G_OPTION_ARG_INT64, &o->seed,
      "Sampling seed of the first session; the n-th session gets SEED + n (default: a random seed each)", "SEED"},
@@ -246,8 +291,7 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
     {"max-sessions", 0, 0, G_OPTION_ARG_INT, &o->max_sessions,
      "Calls served at once (both protocols), all on one engine (default 0: as many as fit in memory, said at "
      "start-up)", "N"},
-    {"kv-cache-format", 0, 0, G_OPTION_ARG_STRING, &o->kv_cache_format,
-     "KV cache of every call: auto, f32, bf16 or fp8 (default auto)", "F"},
+    {"kv-cache-format", 0, 0, G_OPTION_ARG_STRING, &names.kv_cache_format, kv_help, "F"},
     {"batch-deadline", 0, 0, G_OPTION_ARG_INT, &o->batch_deadline_ms,
      "Longest wait (ms) of a call's frame for the other calls' frames before the tick (default: the element's)",
      "MS"},
@@ -285,22 +329,21 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
   };
   g_autoptr (GOptionContext) ctx = g_option_context_new ("- serve PersonaPlex: its WebSocket protocol (/api/chat) and WebRTC calls from browsers");
   g_option_context_add_main_entries (ctx, entries, NULL);
-  if (!g_option_context_parse (ctx, argc, argv, error))
-    return FALSE;
-  if (*argc > 1) {
+  gboolean ok = g_option_context_parse (ctx, argc, argv, error);
+  if (ok && *argc > 1) {
     g_set_error (error, options_error_quark (), 0, "unexpected argument '%s' (see --help)", (*argv)[1]);
-    return FALSE;
+    ok = FALSE;
   }
-  if (!o->backend)
-    o->backend = g_strdup ("auto");
-  if (!o->quantization)
-    o->quantization = g_strdup ("auto");
-  if (!o->kv_cache_format)
-    o->kv_cache_format = g_strdup ("auto");
-  if (!o->address)
-    o->address = g_strdup (DEFAULT_ADDRESS);
-  o->model_instance_id = g_strdup_printf ("personaplex-server-%d", (int) getpid ());
-  return check_options (o, error);
+  if (ok) {
+    if (!o->address)
+      o->address = g_strdup (DEFAULT_ADDRESS);
+    o->model_instance_id = g_strdup_printf ("personaplex-server-%d", (int) getpid ());
+    ok = check_options (o, &names, error);
+  }
+  g_free (names.backend);
+  g_free (names.quantization);
+  g_free (names.kv_cache_format);
+  return ok;
 }
 
 void
@@ -310,9 +353,6 @@ ppx_server_options_clear (PpxServerOptions *o)
   g_free (o->voice_prompt);
   g_free (o->text_prompt);
   g_free (o->text_prompt_tokens);
-  g_free (o->backend);
-  g_free (o->quantization);
-  g_free (o->kv_cache_format);
   g_free (o->address);
   g_free (o->model_instance_id);
   g_free (o->static_dir);

@@ -4,10 +4,14 @@
 
 #include <glib.h>
 
+#include "ppx-types.h"
+
 G_BEGIN_DECLS
 
 /* The environment variable that may hold the token instead of --auth-token (which `ps` would show). */
 #define PPX_SERVER_TOKEN_ENV "PERSONAPLEX_AUTH_TOKEN"
+/* PpxServerOptions.device without --device. */
+#define PPX_SERVER_DEVICE_UNSET G_MININT
 
 typedef struct {
   /* the model and every call's defaults (a call may pick its own persona, voice and sampling) */
@@ -15,11 +19,12 @@ typedef struct {
   char *voice_prompt;       /* NULL: no voice prompt */
   char *text_prompt;        /* NULL: none */
   char *text_prompt_tokens; /* "1,2,3", checked; NULL: none */
-  char *backend;            /* personaplexduplex "backend" nick: auto, cpu, cuda */
-  char *quantization;       /* personaplexduplex "quantization" nick */
+  PpxBackendKind backend;   /* personaplexduplex "backend" (its values are the library's) */
+  int device;               /* --device: the GPU (personaplexduplex "device"); PPX_SERVER_DEVICE_UNSET: not given */
+  PpxQuantization quantization; /* personaplexduplex "quantization" */
   gboolean greedy;
   gint64 seed;              /* sampling seed of the first call (the n-th gets seed + n); -1: random */
-  char *kv_cache_format;    /* personaplexduplex "kv-cache-format" nick: auto, f32, bf16, fp8 */
+  PpxKvFormat kv_cache_format; /* personaplexduplex "kv-cache-format" */
   int batch_deadline_ms;    /* personaplexduplex "batch-deadline"; -1: the element's default */
   gboolean no_align_frames; /* personaplexduplex align-frames=false (answers independent of join time) */
   int max_sessions;         /* calls at once, both protocols; 0: as many as fit in memory (the engine decides) */

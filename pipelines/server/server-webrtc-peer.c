@@ -300,13 +300,11 @@ on_bus_message (GstBus *bus, GstMessage *msg, gpointer user_data)
   return G_SOURCE_CONTINUE;
 }
 
-/* On the thread that posts: the first error (the start's answer), and the per-frame tick figures
- * (server-metrics.h), which are dropped here. */
+/* On the thread that posts: the first error (the start's answer). */
 static GstBusSyncReply
 on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
 {
   PpxWebrtcPeer *peer = user_data;
-  double step_ms;
   if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
     g_autoptr (GError) e = NULL;
     gst_message_parse_error (msg, &e, NULL);
@@ -316,14 +314,8 @@ on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
       peer->first_busy = g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_BUSY);
     }
     g_mutex_unlock (&peer->audio_lock);
-    return GST_BUS_PASS;
   }
-  if (GST_MESSAGE_TYPE (msg) != GST_MESSAGE_ELEMENT ||
-      !gst_structure_has_name (gst_message_get_structure (msg), "personaplex-frame"))
-    return GST_BUS_PASS;
-  if (gst_structure_get_double (gst_message_get_structure (msg), "step-ms", &step_ms))
-    ppx_metrics_frame (step_ms);
-  return GST_BUS_DROP;
+  return GST_BUS_PASS;
 }
 
 /* ---- building ---- */

@@ -2,9 +2,12 @@
 // scripts/build-reference-client.sh) served by personaplex-server --static, driven by headless Chromium with
 // a fake microphone as a user drives it (run by tests/test-webclient.sh):
 //   1. a tiny random model with a small tokenizer and two of the voices the client lists; the server on
-//      127.0.0.1, any free port, on the CPU, serving the client's dist/;
-//   2. the server hands out the client's files with the types a browser insists on;
-//   3. in the page: type a persona, pick a voice, press Connect (the page asks for the microphone);
+//      127.0.0.1, any free port, on the CPU, serving the client's dist/, with a token (--auth-token);
+//   2. the server hands out the client's files with the types a browser insists on; a wrong token= is 401,
+//      the right one sets the cookie (HttpOnly, SameSite=Strict) and redirects to the page without it;
+//   3. the page opened as a user does once: http://HOST:PORT/?token=... (the client has no token field and its
+//      WebSocket sends none): the address bar ends without the token, the page cannot read the cookie;
+//      in the page: type a persona, pick a voice, press Connect (the page asks for the microphone);
 //      the WebSocket goes to /api/chat with them, the handshake arrives and the page says so (its button
 //      turns to Disconnect, its dot green), the microphone's Opus goes up, the agent's Opus comes down
 //      and plays (the client's own "Audio played" figure grows, its player's output is not silent), and
@@ -31,6 +34,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const PERSONA = 'You work for a bakery called Crumbs and take orders for birthday cakes.';
 const VOICE = 'NATM1.pt'; // not the client's default (NATF0.pt): the choice must travel
 const SILENCE_RMS = 1e-3; // -60 dBFS
+const TOKEN = 'webclient-test-token/+=';
 
 // The tiny model, and two of the voice names the client lists (its default one and ours).
 function makeModelDir() {
@@ -63,6 +67,23 @@ async function testStaticFiles(url) {
   }
   const missing = await fetch(new URL('/assets/no-such-file.js', url));
   check(missing.status === 404, `an unknown file is 404 (${missing.status})`);
+}
+
+// ---- signing in: a browser's way to the token (docs/server.md, "Authentication") ----
+
+async function testSignIn(url) {
+  const wrong = await fetch(`${url}?token=nope`, { redirect: 'manual' });
+  check(wrong.status === 401 && !wrong.headers.get('set-cookie'), `a wrong token= is 401 without a cookie (${wrong.status})`);
+  const right = await fetch(`${url}?token=${encodeURIComponent(TOKEN)}&worker_addr=x`, { redirect: 'manual' });
+  const cookie = right.headers.get('set-cookie') ?? '';
+  check(right.status === 303 && right.headers.get('location') === '/?worker_addr=x',
+    `the right token= redirects to the same page without it (${right.status}, Location ${right.headers.get('location')})`);
+  check(/^personaplex_auth=[0-9a-f]{64}; /.test(cookie) && /; HttpOnly/.test(cookie) && /; SameSite=Strict/.test(cookie) &&
+    /; Path=\//.test(cookie) && !cookie.includes(encodeURIComponent(TOKEN)) && !cookie.includes(TOKEN),
+    `and sets the cookie, HttpOnly, SameSite=Strict, not the token itself (${cookie})`);
+  const pair = cookie.split(';')[0];
+  const metrics = [await fetch(new URL('/metrics', url)), await fetch(new URL('/metrics', url), { headers: { cookie: pair } })];
+  check(metrics[0].status === 401 && metrics[1].status === 200, `/metrics: 401 without it, 200 with the cookie (${metrics.map((r) => r.status)})`);
 }
 
 // ---- the page ----
@@ -126,6 +147,7 @@ async function testConversation(page, url) {
     `the page opens a WebSocket to the server's /api/chat (${wsUrl.origin}${wsUrl.pathname})`);
   check(wsUrl.searchParams.get('text_prompt') === PERSONA && wsUrl.searchParams.get('voice_prompt') === VOICE,
     `with the typed persona and the chosen voice (voice_prompt=${wsUrl.searchParams.get('voice_prompt')})`);
+  check(!wsUrl.searchParams.has('token'), 'and no token: the cookie carries it');
 
   const joined = await waitFor('the handshake', async () => {
     const s = await socketOf(page);
@@ -235,7 +257,8 @@ async function main() {
   fs.mkdirSync(artifacts, { recursive: true });
   const modelDir = makeModelDir();
   const server = new ServerProcess(serverExe,
-    ['--model-dir', modelDir, '--backend', 'cpu', '--port', '0', '--static', dist], path.join(artifacts, 'server.log'));
+    ['--model-dir', modelDir, '--backend', 'cpu', '--port', '0', '--static', dist, '--auth-token', TOKEN],
+    path.join(artifacts, 'server.log'));
   const userDataDir = fs.mkdtempSync(path.join(artifacts, 'chromium-profile-'));
   const browserLog = fs.createWriteStream(path.join(artifacts, 'chromium.log'));
   let browser, page, result;
@@ -243,9 +266,14 @@ async function main() {
     const url = await server.started(120000);
     check(/^http:\/\/127\.0\.0\.1:\d+\/$/.test(url), `the server listens on 127.0.0.1 (${url})`);
     await testStaticFiles(url);
+    await testSignIn(url);
 
     browser = new Browser(chromium, headlessChromiumArgs(userDataDir, '1100,850', micFile), (s) => browserLog.write(s));
-    page = await browser.newPage(url, { initScript: fs.readFileSync(path.join(here, 'page-hooks.js'), 'utf8') });
+    page = await browser.newPage(`${url}?token=${encodeURIComponent(TOKEN)}`,
+      { initScript: fs.readFileSync(path.join(here, 'page-hooks.js'), 'utf8') });
+    const where = await page.evaluate('({ href: location.href, cookie: document.cookie })');
+    check(where.href === url && where.cookie === '',
+      `opened with ?token=, the page ends at ${where.href} (the token out of the address bar; the page reads no cookie: "${where.cookie}")`);
     await testConversation(page, url);
     await testDisconnect(page, url);
     const sockets = (await state(page)).sockets;
@@ -253,6 +281,8 @@ async function main() {
     const exceptions = page.consoleLines.filter((l) => /^exception|Decoder worker error|Uncaught/.test(l));
     check(exceptions.length === 0, `no exceptions in the page (${exceptions.join(' | ')})`);
     check(server.running, 'the server is still running');
+    check(/a browser at 127\.0\.0\.1 signed in/.test(server.stderr) && !/refused \/api\/chat/.test(server.stderr),
+      'the server logged the sign-in, and refused no call of the page');
   } finally {
     if (page) await saveClientLogs(page);
     if (browser) await browser.close();

@@ -2,7 +2,9 @@
 //
 // The server offers one sendrecv Opus audio section and a data channel "transcript"; the page answers
 // with the microphone. The call's role (text_prompt) and voice (voice_prompt, one of GET /api/voices) go in
-// the /ws query, as /api/chat takes them; a token= in the page's own address is passed on (--auth-token). Everything the page knows is also in window.ppxStatus (read by the tests):
+// the /ws query, as /api/chat takes them. With --auth-token, the page is opened once as /?token=...: the server
+// answers with a cookie and this page without the token, and the cookie goes with /ws and /api/voices
+// (docs/server.md, "Authentication"). Everything the page knows is also in window.ppxStatus (read by the tests):
 //   connection, ice, signalling, session, model, dataChannel, transcript, errors,
 //   txRms / rxRms: the last 100 level samples (RMS, 0..1, every 100 ms) of the microphone and of the
 //   audio received from the server, rxAudioLevel: the same from getStats() (inbound-rtp audioLevel),
@@ -194,13 +196,12 @@ async function onSignal(message) {
 
 const pageQuery = new URLSearchParams(location.search);
 
-// The /ws address with the call's parameters: its role and voice, and the page's token if it has one.
+// The /ws address with the call's parameters: its role and voice (the token, if any, is the cookie's).
 function signallingUrl() {
   const query = new URLSearchParams();
   const role = $('text-prompt').value.trim();
   if (role) query.set('text_prompt', role);
   if ($('voice').value) query.set('voice_prompt', $('voice').value);
-  if (pageQuery.has('token')) query.set('token', pageQuery.get('token'));
   const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
   const q = query.toString();
   return `${scheme}://${location.host}/ws${q ? '?' + q : ''}`;
@@ -209,8 +210,7 @@ function signallingUrl() {
 // The model's voices, for the voice list (the server's default stays selected: the empty value).
 async function loadVoices() {
   try {
-    const token = pageQuery.has('token') ? `?token=${encodeURIComponent(pageQuery.get('token'))}` : '';
-    const response = await fetch(`/api/voices${token}`);
+    const response = await fetch('/api/voices');
     if (!response.ok) return;
     const { voices } = await response.json();
     for (const name of voices) {

@@ -43,8 +43,8 @@ typedef enum
   GST_PP_TICK_ERROR,
 } GstPpTickResult;
 
-/* A ticker for @engine (takes a reference). */
-GstPpTicker *gst_pp_ticker_new (PpxEngine * engine);
+/* A ticker for @engine (takes a reference), whose frames last @period us. */
+GstPpTicker *gst_pp_ticker_new (PpxEngine * engine, gint64 period);
 /* Every member must have left. */
 void gst_pp_ticker_free (GstPpTicker * ticker);
 

@@ -28,6 +28,7 @@ static struct {
   double recent[RECENT_FRAMES];
   guint n_recent, next_recent;
   guint64 overruns;
+  double dropped_s[PPX_PROTO_N];
 } M;
 
 static void
@@ -82,6 +83,14 @@ ppx_metrics_join (PpxProto proto, double seconds)
 {
   g_mutex_lock (&M.lock);
   observe (&M.joins[proto], join_bounds, G_N_ELEMENTS (join_bounds), seconds);
+  g_mutex_unlock (&M.lock);
+}
+
+void
+ppx_metrics_input_dropped (PpxProto proto, double seconds)
+{
+  g_mutex_lock (&M.lock);
+  M.dropped_s[proto] += seconds;
   g_mutex_unlock (&M.lock);
 }
 
@@ -228,6 +237,14 @@ ppx_metrics_prometheus (const PpxServerGauges *g)
   g_string_append (out, "# HELP personaplex_overruns_total Call frames whose engine tick took longer than 80 ms.\n"
                         "# TYPE personaplex_overruns_total counter\n");
   g_string_append_printf (out, "personaplex_overruns_total %" G_GUINT64_FORMAT "\n", M.overruns);
+  g_string_append (out, "# HELP personaplex_input_dropped_seconds_total Call audio dropped unheard because the "
+                        "model was behind that call by more than --max-input-backlog, by protocol.\n"
+                        "# TYPE personaplex_input_dropped_seconds_total counter\n");
+  for (int p = 0; p < PPX_PROTO_N; p++) {
+    char buf[G_ASCII_DTOSTR_BUF_SIZE];
+    g_string_append_printf (out, "personaplex_input_dropped_seconds_total{protocol=\"%s\"} %s\n", proto_names[p],
+                            num (buf, "%.3f", M.dropped_s[p]));
+  }
   g_string_append (out, "# HELP personaplex_tick_duration_seconds Wall time of the engine tick that stepped each "
                         "call frame (one observation per call frame).\n"
                         "# TYPE personaplex_tick_duration_seconds histogram\n");

@@ -20,6 +20,9 @@ void ppx_metrics_accepted (PpxProto proto);
 void ppx_metrics_refused (PpxProto proto, const char *reason);
 void ppx_metrics_ended (PpxProto proto, const char *reason);
 void ppx_metrics_join (PpxProto proto, double seconds);
+/* Seconds of a call's audio dropped because the model was behind it by more than the bound (--max-input-backlog);
+ * from any thread. */
+void ppx_metrics_input_dropped (PpxProto proto, double seconds);
 /* One call frame's tick (ms); from any thread. */
 void ppx_metrics_frame (double step_ms);
 

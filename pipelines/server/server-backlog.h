@@ -1,11 +1,13 @@
 /* personaplex-server: the bound on a call's audio waiting for the model (docs/server.md, "Falling behind").
  *
- * The decoded audio of a call waits in a queue in front of its personaplexduplex. When the model is behind that
- * call (the engine overloaded, a burst of late audio), the queue holds at most the bound: beyond it the oldest
- * audio is dropped (queue leaky=downstream), as a live system must, rather than answered ever later. A probe on
- * the queue's output counts what was dropped (the jump of the timestamps at the buffer the queue marks DISCONT
- * after a drop) in /metrics (personaplex_input_dropped_seconds_total) and logs the call's first drop; the element
- * then starts a new timeline (docs/element.md, "Framing and timestamps"), without resetting the conversation. */
+ * The decoded audio of a call waits in a queue in front of its personaplexduplex. When the model is behind a call
+ * whose audio comes in real time (the engine overloaded, a burst of late audio), more than the bound never waits:
+ * the oldest is dropped, down to half the bound at once, as a live system must, rather than answered ever later.
+ * Probes on the queue do it: on its input, how far the call's audio runs ahead of the wall clock; on its output,
+ * the drop (each one a single gap, so the element starts one new timeline, docs/element.md "Framing and
+ * timestamps", without resetting the conversation), counted in /metrics (personaplex_input_dropped_seconds_total),
+ * the call's first drop logged. A client that sends faster than real time (a file) is not dropped: the queue
+ * blocks at 4 bounds and TCP flow control slows it to the model's pace. */
 #ifndef PPX_SERVER_BACKLOG_H
 #define PPX_SERVER_BACKLOG_H
 

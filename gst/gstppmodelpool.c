@@ -87,7 +87,8 @@ handle_load (const char *instance_id, const PpxModelParams * params,
   h->kv_format = engine_params->kv_format;
   h->model = model;
   h->engine = engine;
-  h->ticker = gst_pp_ticker_new (engine);
+  h->ticker = gst_pp_ticker_new (engine, (gint64) ppx_model_frame_size (model)
+      * G_USEC_PER_SEC / ppx_model_sample_rate (model));
   h->users = 1;
   return h;
 }

@@ -17,6 +17,16 @@
 /* Frame alignment: a frame complete this long after the others' hand-in is
  * waited for rather than led by a buffer (gst_pp_ticker_lead_in). */
 #define LEAD_TOLERANCE_US 5000
+/* The engine's load: the part of the last LOAD_PERIODS periods its ticks
+ * took (over the last LOAD_RING ticks at most). Loaded from LOADED_ABOVE on,
+ * no longer below UNLOADED_BELOW (gstppticker.h, "Under load"). */
+#define LOAD_PERIODS 4
+#define LOAD_RING 16
+#define LOADED_ABOVE 0.75
+#define UNLOADED_BELOW 0.25
+
+GST_DEBUG_CATEGORY_STATIC (pp_ticker_debug);
+#define GST_CAT_DEFAULT pp_ticker_debug
 
 typedef enum
 {
@@ -47,6 +57,7 @@ struct _GstPpTickerMember
 struct _GstPpTicker
 {
   PpxEngine *engine;
+  gint64 period;                /* of a frame (us) */
   GMutex lock;
   GCond cond;                   /* a tick ended, a batch completed, a member left */
   GPtrArray *members;           /* GstPpTickerMember*, in join order */
@@ -54,6 +65,11 @@ struct _GstPpTicker
   guint n_pending;              /* members with a frame waiting for a tick */
   gint64 deadline;              /* of the pending batch (monotonic us) */
   gint64 last_tick;             /* start of the last tick (monotonic us), 0: none yet */
+  gint64 last_end;              /* end of the last tick */
+  gint64 ring_start[LOAD_RING], ring_end[LOAD_RING];  /* the last ticks */
+  guint ring_next;
+  gboolean loaded;              /* under load: batches wait for the due tick */
+  gint64 emulate_fixed_us, emulate_row_us;    /* PPX_TICK_EMULATE */
   gboolean running;
   /* the running tick's arrays, members->len long */
   guint capacity;
@@ -65,11 +81,33 @@ struct _GstPpTicker
 };
 
 GstPpTicker *
-gst_pp_ticker_new (PpxEngine * engine)
+gst_pp_ticker_new (PpxEngine * engine, gint64 period)
 {
   GstPpTicker *t = g_new0 (GstPpTicker, 1);
+  const gchar *emulate;
 
+  GST_DEBUG_CATEGORY_INIT (pp_ticker_debug, "personaplexticker", 0,
+      "personaplexduplex: the shared engine's ticks");
   t->engine = ppx_engine_ref (engine);
+  t->period = MAX (period, 1);
+  emulate = g_getenv ("PPX_TICK_EMULATE");
+  if (emulate != NULL && *emulate != '\0') {
+    gchar *end = NULL;
+    gdouble fixed = g_ascii_strtod (emulate, &end), row = 0;
+
+    if (end != NULL && *end == ',')
+      row = g_ascii_strtod (end + 1, &end);
+    if (end == NULL || *end != '\0' || fixed < 0 || row < 0 || fixed > 1e4
+        || row > 1e4)
+      g_warning ("PPX_TICK_EMULATE='%s': not FIXED_MS[,PER_ROW_MS]; ignored",
+          emulate);
+    else {
+      t->emulate_fixed_us = (gint64) (fixed * 1000);
+      t->emulate_row_us = (gint64) (row * 1000);
+    }
+    GST_INFO ("emulated device: every tick lasts at least %.3f ms + %.3f ms "
+        "a row", t->emulate_fixed_us / 1000.0, t->emulate_row_us / 1000.0);
+  }
   g_mutex_init (&t->lock);
   g_cond_init (&t->cond);
   t->members = g_ptr_array_new ();
@@ -200,13 +238,63 @@ ensure_capacity_locked (GstPpTicker * t, guint n)
   t->res = g_renew (PpxFrameResult, t->res, t->capacity);
 }
 
+/* Records a tick and updates the load (lock held). */
+static void
+note_load_locked (GstPpTicker * t, gint64 start, gint64 end)
+{
+  const gint64 window = LOAD_PERIODS * t->period;
+  gint64 busy = 0, from = end - window;
+  gdouble load;
+  guint i;
+
+  t->ring_start[t->ring_next] = start;
+  t->ring_end[t->ring_next] = end;
+  t->ring_next = (t->ring_next + 1) % LOAD_RING;
+  /* the ring's oldest tick: a window that reaches further back than the
+   * ring is measured from that tick on */
+  if (t->ring_start[t->ring_next] > from)
+    from = t->ring_start[t->ring_next];
+  for (i = 0; i < LOAD_RING; i++)
+    if (t->ring_end[i] > from)
+      busy += t->ring_end[i] - MAX (t->ring_start[i], from);
+  load = end > from ? (gdouble) busy / (end - from) : 1.0;
+  if (!t->loaded && load >= LOADED_ABOVE)
+    t->loaded = TRUE;
+  else if (t->loaded && load < UNLOADED_BELOW)
+    t->loaded = FALSE;
+  GST_LOG ("engine busy %.0f %% of the last %.0f ms: %s", 100 * load,
+      (end - from) / 1000.0, t->loaded ? "loaded" : "not loaded");
+}
+
+/* PPX_TICK_EMULATE (docs/testing.md): the tick that started at @start
+ * lasts at least the emulated device's time for @n rows, slept (a GPU's
+ * tick takes wall time, not the CPU's); the frames' step_ms say so. Returns
+ * the end of the tick. Called without the lock (the members are RUNNING). */
+static gint64
+emulate_device (GstPpTicker * t, gint64 start, guint n)
+{
+  gint64 until = start + t->emulate_fixed_us + n * t->emulate_row_us, now;
+  guint i;
+
+  now = g_get_monotonic_time ();
+  if (t->emulate_fixed_us == 0 && t->emulate_row_us == 0)
+    return now;
+  if (until > now)
+    g_usleep ((gulong) (until - now));
+  now = g_get_monotonic_time ();
+  for (i = 0; i < n; i++)
+    t->res[i].step_ms = (now - start) / 1000.0;
+  return now;
+}
+
 /* Steps every pending frame as one batch. Called by the leader with the
  * lock held and no tick running; drops the lock while the engine steps. */
 static void
 run_tick_locked (GstPpTicker * t)
 {
   GError *err = NULL;
-  guint n = 0, i;
+  guint n = 0, i, missed = 0, waited = t->n_waited;
+  gint64 oldest = G_MAXINT64;
   gint64 start, end;
   gboolean ok;
 
@@ -221,11 +309,13 @@ run_tick_locked (GstPpTicker * t)
       t->ins[n] = m->in;
       t->outs[n] = m->out;
       memset (&t->res[n], 0, sizeof (PpxFrameResult));
+      oldest = MIN (oldest, m->handed_in);
       n++;
     } else if (m->waited && m->state != MEMBER_RUNNING) {
       /* missed this tick: not waited for until it hands in again */
       m->waited = FALSE;
       t->n_waited--;
+      missed++;
     }
   }
   t->n_pending = 0;
@@ -236,7 +326,12 @@ run_tick_locked (GstPpTicker * t)
 
   ok = ppx_engine_step (t->engine, t->sessions, (int) n, t->ins, t->outs,
       t->res, &err);
-  end = g_get_monotonic_time ();
+  end = emulate_device (t, start, n);
+  GST_DEBUG ("tick of %u rows (%u waited for, %u missed it; %u members): "
+      "%.1f ms after the last one ended, its oldest frame waited %.1f ms, "
+      "ran %.1f ms", n, waited, missed, t->members->len,
+      t->last_end ? (start - t->last_end) / 1000.0 : -1.0,
+      (start - oldest) / 1000.0, (end - start) / 1000.0);
 
   g_mutex_lock (&t->lock);
   for (i = 0; i < n; i++) {
@@ -253,6 +348,8 @@ run_tick_locked (GstPpTicker * t)
     m->state = MEMBER_DONE;
   }
   t->running = FALSE;
+  t->last_end = end;
+  note_load_locked (t, start, end);
   g_clear_error (&err);
   g_cond_broadcast (&t->cond);
 }
@@ -264,7 +361,7 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
 {
   GstPpTicker *t;
   GstPpTickResult ret;
-  gint64 now, wait_us;
+  gint64 now, wait_us, due;
 
   g_return_val_if_fail (m != NULL, GST_PP_TICK_ERROR);
   t = m->ticker;
@@ -286,10 +383,18 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   wait_us = GST_CLOCK_TIME_IS_VALID (batch_deadline)
       ? (gint64) MIN (batch_deadline / GST_USECOND,
       (guint64) MAX_BATCH_DEADLINE_US) : MAX_BATCH_DEADLINE_US;
-  if (++t->n_pending == 1 || now + wait_us < t->deadline)
-    t->deadline = now + wait_us;
+  /* Under load the others' frames are due a period after the last tick
+   * started: a frame handed in before that (while a tick runs, or early in
+   * the period) waits for them until then plus its batch deadline. */
+  due = t->loaded && t->last_tick > 0 ? MAX (now, t->last_tick + t->period)
+      : now;
+  if (++t->n_pending == 1 || due + wait_us < t->deadline)
+    t->deadline = due + wait_us;
   if (t->n_pending >= t->n_waited)
     g_cond_broadcast (&t->cond);
+  GST_LOG ("member %p handed in %.1f ms after the last tick ended%s: %u of %u waited pending",
+      m, t->last_end ? (now - t->last_end) / 1000.0 : -1.0, t->running ? " (a tick runs)" : "",
+      t->n_pending, t->n_waited);
 
   while (m->state == MEMBER_PENDING || m->state == MEMBER_RUNNING) {
     if (m->state == MEMBER_PENDING && !t->running) {

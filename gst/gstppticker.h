@@ -5,7 +5,12 @@
  * ppx_engine_step() then steps all the frames handed in as one batch. A
  * tick runs as soon as every member in the wait set has handed in its
  * frame, or when the batch deadline (the earliest of the hand-in time plus
- * the member's batch-deadline over the frames waiting) passes. The tick
+ * the member's batch-deadline over the frames waiting) passes. Under load
+ * (the engine's ticks took 3/4 of the last four periods, until less than
+ * 1/4) a frame's deadline counts from the next tick's due time (a period
+ * after the last tick started) when that is later than its hand-in: one
+ * tick a period steps every member, and members behind real time merge
+ * into full ticks instead of alternating in ticks of their own. The tick
  * runs on the thread of one of the waiting members (the leader: whichever
  * finds the set complete or the deadline passed first); there is no
  * thread of the ticker's own. See docs/element.md ("The tick").
@@ -13,8 +18,9 @@
  * The wait set: a member joins it when its stream starts (caps) and at
  * every hand-in, and leaves it at EOS, when flushing, and when a tick runs
  * without it (it missed the deadline: a stalled, paused or blocked
- * pipeline). So a stalled member costs the others one deadline at most;
- * afterwards they tick without waiting for it until it hands in again.
+ * pipeline). So a stalled member costs the others one deadline at most
+ * (under load, counted from the due tick); afterwards they tick without
+ * waiting for it until it hands in again.
  *
  * Internal to the plugin. */
 #ifndef __GST_PP_TICKER_H__
@@ -43,8 +49,8 @@ typedef enum
   GST_PP_TICK_ERROR,
 } GstPpTickResult;
 
-/* A ticker for @engine (takes a reference). */
-GstPpTicker *gst_pp_ticker_new (PpxEngine * engine);
+/* A ticker for @engine (takes a reference), whose frames last @period us. */
+GstPpTicker *gst_pp_ticker_new (PpxEngine * engine, gint64 period);
 /* Every member must have left. */
 void gst_pp_ticker_free (GstPpTicker * ticker);
 

@@ -3,8 +3,8 @@
 # personaplex-server, personaplex-loadgen and HAProxy and checks that the pack runs on its own; then
 # pipelines/fleet/fleet-live.sh runs through the pack with the tiny random model:
 #   (a) one server, 2 calls joining over 1 s, 10 s each, straight to it: both ok, the summary has the loadgen's
-#       table and verdict, the CPU of the server, the loadgen and HAProxy, the server's /health and the tick p99
-#       of its /metrics histogram, and the 7 files;
+#       table and verdict (with the latency growth), the CPU of the server, the loadgen and HAProxy, the server's
+#       /health, the tick p99 of its /metrics histogram, its dropped audio (none) and its ticks, and the 7 files;
 #   (b) 2 servers behind HAProxy, 2 calls of 8 s (one each), kill -9 of s2 after 4 s: the summary says it was
 #       killed and marked DOWN, one call ok and one connection-lost.
 # Environment (tests/meson.build): PPX_SOURCE_ROOT, PPX_BUILD_ROOT. Exit 77 (skip) without haproxy, python3 or
@@ -51,7 +51,9 @@ expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
   '^join time, connect to handshake \(ms\) +2 ' '^frame latency, all frames \(ms\) +[0-9]{3} ' \
   '^loadgen CPU: ' '^s1 pid [0-9]+ CPU: ' '^haproxy pid [0-9]+ CPU: ' '^== the machine: ' \
   '^== s1 /health: \{.*"sessions" *: *0' '^== s1 /metrics personaplex_tick_duration_seconds: p99 <= [0-9.]+ ms \(a bucket bound\) of [0-9]+ ticks' \
-  '^== 1 server\(s\)' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat'
+  '^== 1 server\(s\)' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat' \
+  '^latency growth: last quarter - first \(ms\) +2 ' '^== s1 /metrics audio dropped, the model behind \(s\): chat 0\.000' \
+  '^== s1 ticks: [0-9]+ ticks of [0-9]+ to 2 rows .*, [0-9.]+ a second, '
 for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log; do
   [ -s "$tmp/a/$f" ] || fail "(a) $f was not written"
 done

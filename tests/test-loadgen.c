@@ -128,6 +128,8 @@ test_call_stats (void)
   for (guint i = 0; i < 10; i++)
     g_assert_true (CLOSE (g_array_index (s.latency_ms, double, i), i < 5 ? 150 : 350));
   g_assert_true (CLOSE (s.latency_p50_ms, 150) && CLOSE (s.latency_p95_ms, 350) && CLOSE (s.latency_max_ms, 350));
+  /* the answers fell behind: frames 0-1 (the first quarter) 150 ms, frames 8-9 (the last) 350 ms */
+  g_assert_true (CLOSE (s.latency_first_ms, 150) && CLOSE (s.latency_last_ms, 350));
   g_assert_cmpuint (s.underruns, ==, 1);
   g_assert_true (CLOSE (s.max_gap_ms, 240));
   loadgen_call_stats_clear (&s);
@@ -326,6 +328,8 @@ test_report (void)
   JsonObject *c0 = json_array_get_object_element (calls, 0);
   g_assert_cmpstr (json_object_get_string_member (c0, "reason"), ==, "ok");
   g_assert_true (CLOSE (json_object_get_double_member (c0, "latency_p50_ms"), 150));
+  g_assert_true (CLOSE (json_object_get_double_member (c0, "latency_first_quarter_p50_ms"), 150));
+  g_assert_true (CLOSE (json_object_get_double_member (c0, "latency_last_quarter_p50_ms"), 350));
   g_assert_cmpint (json_object_get_int_member (c0, "underruns"), ==, 1);
   JsonObject *c1 = json_array_get_object_element (calls, 1);
   g_assert_cmpint (json_object_get_int_member (c1, "http_status"), ==, 503);
@@ -348,6 +352,9 @@ test_report (void)
                                        "+500\\.0$", text, G_REGEX_MULTILINE, 0));
   g_assert_true (g_regex_match_simple ("^underruns per call \\(gaps > threshold\\) +2 +1 +1 +1 +1$", text,
                                        G_REGEX_MULTILINE, 0));
+  /* the lost call's 6 frames make quarters of one frame: no growth figure */
+  g_assert_true (g_regex_match_simple ("^latency growth: last quarter - first \\(ms\\) +1 +200\\.0 +200\\.0 +200\\.0 "
+                                       "+200\\.0$", text, G_REGEX_MULTILINE, 0));
   g_assert_nonnull (strstr (text, "s1 pid 1234 CPU: 2.00 s user + 0.50 s system in 4.0 s"));
   g_assert_nonnull (strstr (text, "result: PASS"));
   free (text);

@@ -359,6 +359,28 @@ test_join_time (void)
   fixture_server_free (s);
 }
 
+/* A client that sends its audio faster than real time (a file: every page at once) gets all of it answered at the
+ * model's pace, however small --max-input-backlog: the bound drops only audio that came in real time
+ * (test-server-realtime.sh has that side). */
+static void
+test_fast_client_not_dropped (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "1", "--max-input-backlog", "100",
+                                                                 NULL});
+  g_autoptr (PpxChatAudio) audio = fixture_speech (1.0, 6.0);
+  g_autoptr (PpxChatCall) call = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_FAST, TRUE);
+  const PpxChatRecord *r = run_call (call, 60000);
+  g_autofree char *metrics = NULL;
+  g_assert_cmpuint (fixture_http (s, "GET", "/metrics", NULL, &metrics, NULL), ==, 200);
+  g_printerr ("6 s sent at once: %.2f s answered\n", (double) r->answer_samples / PPX_CHAT_RATE);
+  g_assert_cmpint (r->close_code, ==, 1000);
+  g_assert_cmpint (ABS (r->answer_samples - (gint64) ppx_chat_audio_n_samples (audio)), <=, PAGE_SAMPLES);
+  g_assert_nonnull (strstr (metrics, "personaplex_input_dropped_seconds_total{protocol=\"chat\"} 0.000\n"));
+  g_assert_cmpuint (fixture_server_log_count (s, "dropped"), ==, 0);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -372,5 +394,6 @@ main (int argc, char **argv)
   g_test_add_func ("/server-chat/browser-input-rate", test_browser_input_rate);
   g_test_add_func ("/server-chat/join-does-not-stall", test_join_does_not_stall);
   g_test_add_func ("/server-chat/join-time", test_join_time);
+  g_test_add_func ("/server-chat/fast-client-not-dropped", test_fast_client_not_dropped);
   return g_test_run ();
 }

@@ -59,8 +59,8 @@ loadgen_report_passed (const LoadgenReport *r)
 /* ---- the figures of every call, and the table's rows ---- */
 
 typedef enum {
-  ROW_JOIN, ROW_FIRST_AUDIO, ROW_LATENCY_ALL, ROW_LATENCY_P50, ROW_LATENCY_P99, ROW_UNDERRUNS, ROW_MAX_GAP,
-  ROW_UNANSWERED, ROW_TEXT, N_ROWS
+  ROW_JOIN, ROW_FIRST_AUDIO, ROW_LATENCY_ALL, ROW_LATENCY_P50, ROW_LATENCY_P99, ROW_LATENCY_GROWTH,
+  ROW_UNDERRUNS, ROW_MAX_GAP, ROW_UNANSWERED, ROW_TEXT, N_ROWS
 } Row;
 
 static const struct {
@@ -73,6 +73,7 @@ static const struct {
   [ROW_LATENCY_ALL] = {"frame_latency_ms", "frame latency, all frames (ms)", 1},
   [ROW_LATENCY_P50] = {"call_latency_p50_ms", "frame latency p50 of a call (ms)", 1},
   [ROW_LATENCY_P99] = {"call_latency_p99_ms", "frame latency p99 of a call (ms)", 1},
+  [ROW_LATENCY_GROWTH] = {"call_latency_growth_ms", "latency growth: last quarter - first (ms)", 1},
   [ROW_UNDERRUNS] = {"underruns", "underruns per call (gaps > threshold)", 0},
   [ROW_MAX_GAP] = {"max_gap_ms", "longest answer gap of a call (ms)", 1},
   [ROW_UNANSWERED] = {"unanswered_frames", "unanswered input frames per call", 0},
@@ -105,6 +106,7 @@ digest_make (const LoadgenReport *r, Digest *d)
     v[ROW_LATENCY_ALL * d->n] = NAN;
     v[ROW_LATENCY_P50 * d->n] = s->latency_p50_ms;
     v[ROW_LATENCY_P99 * d->n] = s->latency_p99_ms;
+    v[ROW_LATENCY_GROWTH * d->n] = s->latency_last_ms - s->latency_first_ms;
     v[ROW_UNDERRUNS * d->n] = joined ? s->underruns : NAN;
     v[ROW_MAX_GAP * d->n] = joined && !isnan (s->first_audio_ms) ? s->max_gap_ms : NAN;
     v[ROW_UNANSWERED * d->n] = joined ? (double) (s->frames_sent - s->frames_answered) : NAN;
@@ -320,6 +322,8 @@ add_call (JsonBuilder *b, const LoadgenReport *r, const LoadgenCall *c, const Lo
   add_double (b, "latency_p95_ms", s->latency_p95_ms);
   add_double (b, "latency_p99_ms", s->latency_p99_ms);
   add_double (b, "latency_max_ms", s->latency_max_ms);
+  add_double (b, "latency_first_quarter_p50_ms", s->latency_first_ms);
+  add_double (b, "latency_last_quarter_p50_ms", s->latency_last_ms);
   add_int (b, "underruns", s->underruns);
   add_double (b, "max_gap_ms", s->max_gap_ms);
   add_int (b, "text_pieces", rec ? rec->n_text : 0);

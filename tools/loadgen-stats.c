@@ -132,6 +132,7 @@ loadgen_call_stats (const LoadgenCall *c, double gap_ms, LoadgenCallStats *out)
   if (!r) {
     out->latency_ms = g_array_new (FALSE, FALSE, sizeof (double));
     out->latency_p50_ms = out->latency_p95_ms = out->latency_p99_ms = out->latency_max_ms = NAN;
+    out->latency_first_ms = out->latency_last_ms = NAN;
     return;
   }
   if (r->handshake_us)
@@ -162,6 +163,15 @@ loadgen_call_stats (const LoadgenCall *c, double gap_ms, LoadgenCallStats *out)
   out->latency_p95_ms = s.p95;
   out->latency_p99_ms = s.p99;
   out->latency_max_ms = s.max;
+  guint quarter = out->latency_ms->len / 4;
+  const double *lat = (const double *) (void *) out->latency_ms->data;
+  out->latency_first_ms = out->latency_last_ms = NAN;
+  if (quarter >= LOADGEN_QUARTER_MIN) {
+    loadgen_summarize (lat, quarter, &s);
+    out->latency_first_ms = s.p50;
+    loadgen_summarize (lat + out->latency_ms->len - quarter, quarter, &s);
+    out->latency_last_ms = s.p50;
+  }
 }
 
 void

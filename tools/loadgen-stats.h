@@ -61,9 +61,14 @@ typedef struct {
   guint frames_answered;   /* of those, answered */
   GArray *latency_ms;      /* double, one per answered frame (ppx_chat_record_frame_latencies) */
   double latency_p50_ms, latency_p95_ms, latency_p99_ms, latency_max_ms;
+  /* p50 of the first and of the last quarter of the answered frames (at least LOADGEN_QUARTER_MIN frames each,
+   * else NAN): a call whose answers fall behind its input has a last quarter later than its first */
+  double latency_first_ms, latency_last_ms;
   guint underruns;         /* answer messages more than the gap threshold after the previous one */
   double max_gap_ms;       /* the longest time between two answer messages */
 } LoadgenCallStats;
+
+#define LOADGEN_QUARTER_MIN 2
 
 /* Derives the figures; `gap_ms` is the underrun threshold (the 100 ms). */
 void loadgen_call_stats (const LoadgenCall *c, double gap_ms, LoadgenCallStats *out);

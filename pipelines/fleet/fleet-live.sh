@@ -20,9 +20,11 @@
 #   --check           first the pack's check.sh
 #   after --          e.g. --input speech.wav, --text-prompt "...", --voice-prompt NATF2.pt
 # Writes to OUT (default $OUT, else out/fleet-live), 7 files:
-#   summary.txt   the loadgen's table (join time, frame latency, underruns, text, CPU of the loadgen and of each
-#                 server and HAProxy), each server's tick p50/p99 and overruns (/health) and tick p99 from its
-#                 /metrics histogram, GPU memory over the run, the machine's CPU, the kill and HAProxy's DOWN
+#   summary.txt   the loadgen's table (join time, frame latency and its growth over a call, underruns, text, CPU
+#                 of the loadgen and of each server and HAProxy), each server's tick p50/p99 and overruns (/health),
+#                 tick p99 from its /metrics histogram, the audio it dropped (the model behind a call), its ticks
+#                 (from the ticker's debug lines in its log: a second, rows each, waits), GPU memory over the run,
+#                 the machine's CPU, the kill and HAProxy's DOWN
 #   run.log       everything, with a line per call;  loadgen.json  every call's figures
 #   gpu.csv       nvidia-smi every 5 s;  health.log  each server's /health every 10 s
 #   metrics.txt   each server's /metrics at the end;  servers.log  the servers' and HAProxy's logs (tails)
@@ -32,7 +34,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 pack= build= model= make= model_root= servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
 backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} check=0
-usage () { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage () { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --pack) pack=$2; shift ;;
@@ -114,6 +116,26 @@ tick_p99 () {
                printf "%s: p99 <= %g ms (a bucket bound) of %d ticks\n", m, bound[m, i] * 1000, total } }' "$1"
 }
 
+# The engine's ticks, from a server's log (the ticker's debug lines, GST_DEBUG=personaplexticker:5, one a tick):
+# how many a second, rows a tick, ticks that ran without a member (it missed it), the wait of each tick's oldest
+# frame for the others and the tick's own time; over the ticks with at least half the most rows seen (the calls'
+# middle, not their ramps).
+tick_summary () {
+  awk '/ tick of [0-9]+ rows / {
+         for (k = 1; k <= NF; k++) if ($k == "tick" && $(k + 1) == "of") break
+         split($1, hms, ":"); t = hms[1] * 3600 + hms[2] * 60 + hms[3]
+         print t, $(k + 2), $(k + 7), $(NF - 4), $(NF - 1) }' "$1" > "$1.ticks"
+  [ -s "$1.ticks" ] || { echo "no tick lines (GST_DEBUG=personaplexticker:5)"; return; }
+  most=$(sort -k2,2n "$1.ticks" | tail -1 | cut -d" " -f2)
+  awk -v most="$most" '2 * $2 >= most' "$1.ticks" > "$1.busy"
+  pct () { sort -n | awk -v p="$1" '{ v[NR] = $1 } END { i = int(p * NR + 0.999); if (i < 1) i = 1; print v[i] }'; }
+  awk -v most="$most" '{ n++; rows += $2; missed += ($3 > 0); if (NR == 1) t0 = $1; t1 = $1 }
+       END { printf "%d ticks of %d to %d rows (the calls%s middle), %.2f a second, %.1f rows a tick, %d missed a member",
+             n, int((most + 1) / 2), most, "\047", (t1 > t0 ? (n - 1) / (t1 - t0) : 0), rows / n, missed }' "$1.busy"
+  printf "; oldest frame waited p50 %s p99 %s ms; ran p50 %s p99 %s ms\n" "$(cut -d" " -f4 "$1.busy" | pct 0.5)" \
+    "$(cut -d" " -f4 "$1.busy" | pct 0.99)" "$(cut -d" " -f5 "$1.busy" | pct 0.5)" "$(cut -d" " -f5 "$1.busy" | pct 0.99)"
+}
+
 main () {
   : > "$summary"
   say "== fleet-live.sh $(date -u +%Y-%m-%dT%H:%M:%SZ): $(uname -srm), $(getconf _NPROCESSORS_ONLN) cores," \
@@ -142,6 +164,8 @@ main () {
   server_opts="--model-dir $model --backend $backend --quantization $quant --kv-cache-format $kv"
   [ -z "$max_sessions" ] || server_opts="$server_opts --max-sessions $max_sessions"
   say "== $servers server(s): $server_opts"
+  # each tick's line in the servers' logs, summed up after the run
+  export GST_DEBUG="${GST_DEBUG:+$GST_DEBUG,}personaplexticker:5"
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086 # option lists
   sh "$here/personaplex-fleet.sh" start --servers "$servers" --run-dir "$fleet" $fleet_programs \
@@ -208,6 +232,9 @@ main () {
     http_body "http://$addr:$port/metrics" > "$tmp/metrics-$name.txt"
     { echo "# ---- $name"; cat "$tmp/metrics-$name.txt"; } >> "$out/metrics.txt"
     tick_p99 "$tmp/metrics-$name.txt" | sed "s/^/== $name \/metrics /" | tee -a "$summary"
+    say "== $name /metrics audio dropped, the model behind (s): $(awk '/^personaplex_input_dropped_seconds_total\{/ {
+      sub(/.*protocol="/, "", $1); sub(/".*/, "", $1); printf "%s%s %s", sep, $1, $2; sep = ", " }' "$tmp/metrics-$name.txt")"
+    say "== $name ticks: $(tick_summary "$fleet/$name.log")"
   done < "$fleet/servers"
   if [ -s "$out/gpu.csv" ]; then
     awk -F', *' 'NR > 1 && $3 ~ /^[0-9]+$/ { g = $2; if (!(g in lo) || $3 < lo[g]) lo[g] = $3; if ($3 > hi[g]) hi[g] = $3

@@ -9,12 +9,15 @@
 #include <string.h>
 
 #include "ogg-page.h"
+#include "server-backlog.h"
 #include "server-worker.h"
 #include "server-ws.h"
 
-/* The client's audio is read no faster than the model answers it: when INPUT_HIGH bytes of Ogg wait in appsrc (the
- * decoded queue in front of the model being full), the server stops reading the WebSocket, and TCP flow control
- * slows the client down; appsrc asks for more below half of it. Nothing is dropped.
+/* The client's audio is decoded as it comes; the decoded audio waits for the model in a queue bounded in time
+ * (--max-input-backlog, server-backlog.h): beyond it the oldest is dropped and counted, so a call the model falls
+ * behind keeps a bounded latency. The Ogg bytes are read no faster than they are decoded: when INPUT_HIGH bytes wait
+ * in appsrc (the decoder starved of CPU), the server stops reading the WebSocket, and TCP flow control slows the
+ * client down; appsrc asks for more below half of it.
  * capssetter: oggdemux puts the OpusHead's input sample rate in the caps (44100 from a browser whose audio runs
  * at 44.1 kHz, as the reference web client's encoder writes it) and opusdec refuses any rate Opus does not
  * decode at; that field is informational (RFC 7845 5.1), so the caps say 48000, the rate of every Opus stream. */
@@ -23,7 +26,7 @@
   "appsrc name=in is-live=true format=bytes caps=application/ogg max-bytes=65536 min-percent=50 ! " \
   "oggdemux ! capssetter caps=audio/x-opus,rate=48000 ! opusdec max-errors=0 ! audioconvert ! audioresample ! " \
   "audio/x-raw,format=F32LE,rate=24000,channels=1,layout=interleaved ! " \
-  "queue name=decoded max-size-time=200000000 max-size-buffers=0 max-size-bytes=0"
+  "queue name=decoded"
 /* The Opus packets become Ogg pages here (answer_packet), not in oggmux: oggmux holds each packet until the next
  * one arrives (to know whether it is the last), which would hold every frame's last page for a frame (80 ms). */
 #define SEND_CHAIN \
@@ -44,6 +47,7 @@ typedef struct {
   PpxWs *ws;
   gboolean ws_pending; /* the upgrade is not complete yet */
   GstElement *pipeline, *appsrc;
+  PpxBacklog *backlog; /* the decoded audio waiting for the model */
   PpxOggReader *ogg;   /* checks the client's stream */
   gboolean have_head, input_ended;
   gboolean reading_paused; /* the model is behind this call's input */
@@ -90,6 +94,7 @@ chat_unref (gpointer data)
     gst_object_unref (chat->pipeline);
   if (chat->appsrc)
     gst_object_unref (chat->appsrc);
+  ppx_backlog_unref (chat->backlog);
   ppx_ogg_reader_free (chat->ogg);
   g_byte_array_unref (chat->early);
   g_ptr_array_unref (chat->ogg_packets);
@@ -331,6 +336,8 @@ build_pipeline (Chat *chat, GError **error)
     return FALSE;
   }
   chat->appsrc = gst_bin_get_by_name (GST_BIN (receive), "in");
+  g_autoptr (GstElement) decoded = gst_bin_get_by_name (GST_BIN (receive), "decoded");
+  chat->backlog = ppx_backlog_attach (decoded, PPX_PROTO_CHAT, chat->id, (guint) o->max_input_backlog_ms);
   GstAppSrcCallbacks src_callbacks = {.need_data = on_need_data};
   gst_app_src_set_callbacks (GST_APP_SRC (chat->appsrc), &src_callbacks, chat, NULL);
   g_autoptr (GstElement) out = gst_bin_get_by_name (GST_BIN (send), "out");
@@ -357,6 +364,9 @@ on_stopped (gpointer data)
   g_autoptr (GstBus) bus = gst_element_get_bus (chat->pipeline);
   gst_bus_set_sync_handler (bus, NULL, NULL, NULL);
   chat->torn_down = TRUE;
+  if (ppx_backlog_dropped_s (chat->backlog) > 0)
+    g_printerr ("personaplex-server: call %u (%s): %.1f s of its audio dropped in all, the model behind it\n", chat->id,
+                chat->peer, ppx_backlog_dropped_s (chat->backlog));
   if (chat->slot) {
     ppx_server_call_remove (chat->slot, chat->end_reason ? chat->end_reason : "error");
     chat->slot = NULL;

@@ -20,6 +20,7 @@ static struct {
   GMutex lock;
   GHashTable *counts; /* "series{labels}" -> guint64* */
   Histogram joins[PPX_PROTO_N];
+  double dropped_s[PPX_PROTO_N];
 } M;
 
 static void
@@ -74,6 +75,14 @@ ppx_metrics_join (PpxProto proto, double seconds)
 {
   g_mutex_lock (&M.lock);
   observe (&M.joins[proto], join_bounds, G_N_ELEMENTS (join_bounds), seconds);
+  g_mutex_unlock (&M.lock);
+}
+
+void
+ppx_metrics_input_dropped (PpxProto proto, double seconds)
+{
+  g_mutex_lock (&M.lock);
+  M.dropped_s[proto] += seconds;
   g_mutex_unlock (&M.lock);
 }
 
@@ -198,6 +207,14 @@ ppx_metrics_prometheus (const PpxServerGauges *g)
                  "reason.");
   counters_text (out, "personaplex_calls_ended_total", "Calls ended, by protocol and reason.");
   ticks_text (out, &g->ticks);
+  g_string_append (out, "# HELP personaplex_input_dropped_seconds_total Call audio dropped unheard because the "
+                        "model was behind that call by more than --max-input-backlog, by protocol.\n"
+                        "# TYPE personaplex_input_dropped_seconds_total counter\n");
+  for (int p = 0; p < PPX_PROTO_N; p++) {
+    char buf[G_ASCII_DTOSTR_BUF_SIZE];
+    g_string_append_printf (out, "personaplex_input_dropped_seconds_total{protocol=\"%s\"} %s\n", proto_names[p],
+                            num (buf, "%.3f", M.dropped_s[p]));
+  }
   g_string_append (out, "# HELP personaplex_join_duration_seconds From the connection to the handshake (the "
                         "call's prompts done), by protocol.\n"
                         "# TYPE personaplex_join_duration_seconds histogram\n");

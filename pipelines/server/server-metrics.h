@@ -31,6 +31,10 @@ typedef struct {
   guint64 counts[PPX_METRICS_MAX_TICK_BOUNDS + 1];
 } PpxServerTicks;
 
+/* Seconds of a call's audio dropped because the model was behind it by more than the bound (--max-input-backlog);
+ * from any thread. */
+void ppx_metrics_input_dropped (PpxProto proto, double seconds);
+
 typedef struct {
   guint sessions, capacity;
   gboolean draining;

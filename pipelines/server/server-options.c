@@ -13,6 +13,7 @@
 #define DEFAULT_DRAIN_TIMEOUT 30
 #define DEFAULT_JOIN_TIMEOUT 30
 #define DEFAULT_MEDIA_TIMEOUT 30
+#define DEFAULT_MAX_INPUT_BACKLOG_MS 1000
 #define DEFAULT_PING_INTERVAL 10
 #define DEFAULT_PING_TIMEOUT 30
 #define DEFAULT_MAX_ICE_CANDIDATES 50
@@ -242,6 +243,11 @@ check_options (PpxServerOptions *o, const PpxServerNames *names, GError **error)
                  o->batch_deadline_ms);
     return FALSE;
   }
+  if (o->max_input_backlog_ms < 100 || o->max_input_backlog_ms > 60000) {
+    g_set_error (error, options_error_quark (), 0, "--max-input-backlog %d: use 100 to 60000 (milliseconds)",
+                 o->max_input_backlog_ms);
+    return FALSE;
+  }
   return check_serving (o, error);
 }
 
@@ -260,6 +266,7 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
   o->ping_interval = DEFAULT_PING_INTERVAL;
   o->ping_timeout = DEFAULT_PING_TIMEOUT;
   o->max_ice_candidates = DEFAULT_MAX_ICE_CANDIDATES;
+  o->max_input_backlog_ms = DEFAULT_MAX_INPUT_BACKLOG_MS;
   PpxServerNames names = {NULL};
   /* the help lists the library's names */
   g_autofree char *backends = ppx_names_choice (ppx_backend_kind_names ());
@@ -295,6 +302,9 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
     {"batch-deadline", 0, 0, G_OPTION_ARG_INT, &o->batch_deadline_ms,
      "Longest wait (ms) of a call's frame for the other calls' frames before the tick (default: the element's)",
      "MS"},
+    {"max-input-backlog", 0, 0, G_OPTION_ARG_INT, &o->max_input_backlog_ms,
+     "Longest a call's audio may wait for the model (ms, default 1000): the oldest beyond it is dropped, and "
+     "counted in /metrics (/api/chat)", "MS"},
     {"no-align-frames", 0, 0, G_OPTION_ARG_NONE, &o->no_align_frames,
      "Do not line a joining call's frames up with the running calls' (answers then do not depend on when a call "
      "joins)", NULL},

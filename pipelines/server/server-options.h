@@ -44,6 +44,7 @@ typedef struct {
   int media_timeout;        /* a call from which no audio arrives for this long is ended */
   int ping_interval, ping_timeout; /* WebSocket pings, and silence (no byte from the client) that ends a call */
   int max_ice_candidates;   /* remote ICE candidates accepted per WebRTC call */
+  int max_input_backlog_ms; /* /api/chat: a call's decoded audio waiting for the model beyond this is dropped */
 } PpxServerOptions;
 
 /* Parses and checks argv (GOption; --help prints and exits). Returns FALSE with a message naming the

@@ -12,6 +12,7 @@
 #include <gst/sdp/sdp.h>
 #include <gst/webrtc/webrtc.h>
 
+#include "server-backlog.h"
 #include "server-metrics.h"
 #include "server-ice.h"
 #include "server-model.h"
@@ -24,7 +25,9 @@
 #define RECEIVE_CHAIN \
   "rtpopusdepay ! opusdec plc=true ! audioconvert ! audioresample ! " \
   "audio/x-raw,format=F32LE,rate=24000,channels=1,layout=interleaved ! " \
-  "queue leaky=downstream max-size-time=400000000 max-size-buffers=0 max-size-bytes=0"
+  "queue name=decoded"
+/* The decoded audio waiting for the model beyond this is dropped (server-backlog.h): RTP comes in real time. */
+#define RECEIVE_BACKLOG_MS 400
 #define SEND_CHAIN \
   "audioconvert ! audioresample ! audio/x-raw,rate=48000 ! opusenc audio-type=voice bitrate=48000 ! " \
   "rtpopuspay pt=96 ! appsink name=rtp-out sync=false async=false"
@@ -392,6 +395,8 @@ build_pipeline (PpxWebrtcPeer *peer, const PpxServerOptions *o, const PpxCallPar
   if (!(peer->receive_chain = parse_chain (RECEIVE_CHAIN, "receive", error)))
     return FALSE;
   gst_bin_add (GST_BIN (peer->pipeline), peer->receive_chain);
+  g_autoptr (GstElement) decoded = gst_bin_get_by_name (GST_BIN (peer->receive_chain), "decoded");
+  ppx_backlog_unref (ppx_backlog_attach (decoded, PPX_PROTO_WEBRTC, peer->id, RECEIVE_BACKLOG_MS));
   if (!(duplex = ppx_server_duplex_new (o, params, "duplex", error)))
     return FALSE;
   gst_bin_add (GST_BIN (peer->pipeline), duplex);

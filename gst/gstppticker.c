@@ -24,13 +24,6 @@
 #define LOAD_RING 16
 #define LOADED_ABOVE 0.75
 #define UNLOADED_BELOW 0.25
-/* Catch-up ticks (gstppticker.h, "Catching up"): after a tick, the frames
- * handed in within CATCHUP_GATHER_US of its end may be stepped at once, when
- * a tick of that many rows (as measured, times CATCHUP_MARGIN, plus
- * CATCHUP_SLACK_US) ends before the next tick is due. */
-#define CATCHUP_GATHER_US 5000
-#define CATCHUP_MARGIN 1.25
-#define CATCHUP_SLACK_US 2000
 
 GST_DEBUG_CATEGORY_STATIC (pp_ticker_debug);
 #define GST_CAT_DEFAULT pp_ticker_debug
@@ -71,11 +64,8 @@ struct _GstPpTicker
   guint n_waited;               /* members in the wait set */
   guint n_pending;              /* members with a frame waiting for a tick */
   gint64 deadline;              /* of the pending batch (monotonic us) */
-  gint64 last_tick;             /* start of the last regular tick (monotonic us), 0: none yet */
-  gint64 last_end;              /* end of the last tick (regular or catch-up) */
-  gint64 *cost;                 /* cost[n]: the last tick of n rows (us), 0: none; capacity + 1 long */
-  guint catchup_next;           /* where the next catch-up starts choosing (fairness) */
-  guint64 catchups;             /* catch-up ticks run */
+  gint64 last_tick;             /* start of the last tick (monotonic us), 0: none yet */
+  gint64 last_end;              /* end of the last tick */
   gint64 ring_start[LOAD_RING], ring_end[LOAD_RING];  /* the last ticks */
   guint ring_next;
   gboolean loaded;              /* under load: batches wait for the due tick */
@@ -136,7 +126,6 @@ gst_pp_ticker_free (GstPpTicker * t)
   g_free (t->ins);
   g_free (t->outs);
   g_free (t->res);
-  g_free (t->cost);
   g_mutex_clear (&t->lock);
   g_cond_clear (&t->cond);
   ppx_engine_unref (t->engine);
@@ -239,14 +228,9 @@ gst_pp_ticker_set_flushing (GstPpTickerMember * m, gboolean flushing)
 static void
 ensure_capacity_locked (GstPpTicker * t, guint n)
 {
-  guint old = t->capacity;
-
   if (n <= t->capacity)
     return;
   t->capacity = MAX (n, 2 * t->capacity);
-  t->cost = g_renew (gint64, t->cost, t->capacity + 1);
-  memset (t->cost + (old ? old + 1 : 0), 0,
-      (t->capacity + 1 - (old ? old + 1 : 0)) * sizeof (gint64));
   t->batch = g_renew (GstPpTickerMember *, t->batch, t->capacity);
   t->sessions = g_renew (PpxSession *, t->sessions, t->capacity);
   t->ins = g_renew (const gfloat *, t->ins, t->capacity);
@@ -303,31 +287,22 @@ emulate_device (GstPpTicker * t, gint64 start, guint n)
   return now;
 }
 
-/* Steps the pending frames as one batch: every one (a regular tick), or
- * for a catch-up tick (@catchup_rows > 0) that many, chosen in turn. Called
- * by the leader with the lock held and no tick running; drops the lock
- * while the engine steps. */
+/* Steps every pending frame as one batch. Called by the leader with the
+ * lock held and no tick running; drops the lock while the engine steps. */
 static void
-run_tick_locked (GstPpTicker * t, guint catchup_rows)
+run_tick_locked (GstPpTicker * t)
 {
   GError *err = NULL;
-  guint n = 0, i, missed = 0, waited = t->n_waited, len = t->members->len;
+  guint n = 0, i, missed = 0, waited = t->n_waited;
   gint64 oldest = G_MAXINT64;
   gint64 start, end;
   gboolean ok;
 
-  ensure_capacity_locked (t, len);
-  for (guint j = 0; j < len; j++) {
-    /* a catch-up starts where the last one stopped, so every member behind
-     * gets its turn */
-    i = catchup_rows > 0 ? (t->catchup_next + j) % len : j;
+  ensure_capacity_locked (t, t->members->len);
+  for (i = 0; i < t->members->len; i++) {
     GstPpTickerMember *m = g_ptr_array_index (t->members, i);
 
-    if (catchup_rows > 0 && n == catchup_rows)
-      break;
     if (m->state == MEMBER_PENDING) {
-      if (catchup_rows > 0)
-        t->catchup_next = (i + 1) % len;
       m->state = MEMBER_RUNNING;
       t->batch[n] = m;
       t->sessions[n] = m->session;
@@ -336,30 +311,25 @@ run_tick_locked (GstPpTicker * t, guint catchup_rows)
       memset (&t->res[n], 0, sizeof (PpxFrameResult));
       oldest = MIN (oldest, m->handed_in);
       n++;
-    } else if (catchup_rows == 0 && m->waited
-        && m->state != MEMBER_RUNNING) {
+    } else if (m->waited && m->state != MEMBER_RUNNING) {
       /* missed this tick: not waited for until it hands in again */
       m->waited = FALSE;
       t->n_waited--;
       missed++;
     }
   }
-  t->n_pending = catchup_rows > 0 ? t->n_pending - n : 0;
+  t->n_pending = 0;
   t->running = TRUE;
   start = g_get_monotonic_time ();
-  if (catchup_rows == 0)
-    t->last_tick = start;
-  else
-    t->catchups++;
+  t->last_tick = start;
   g_mutex_unlock (&t->lock);
 
   ok = ppx_engine_step (t->engine, t->sessions, (int) n, t->ins, t->outs,
       t->res, &err);
   end = emulate_device (t, start, n);
-  GST_DEBUG ("%s of %u rows (%u waited for, %u missed it; %u members): "
+  GST_DEBUG ("tick of %u rows (%u waited for, %u missed it; %u members): "
       "%.1f ms after the last one ended, its oldest frame waited %.1f ms, "
-      "ran %.1f ms", catchup_rows > 0 ? "catch-up tick" : "tick", n, waited,
-      missed, t->members->len,
+      "ran %.1f ms", n, waited, missed, t->members->len,
       t->last_end ? (start - t->last_end) / 1000.0 : -1.0,
       (start - oldest) / 1000.0, (end - start) / 1000.0);
 
@@ -379,57 +349,9 @@ run_tick_locked (GstPpTicker * t, guint catchup_rows)
   }
   t->running = FALSE;
   t->last_end = end;
-  if (n <= t->capacity)
-    t->cost[n] = MAX (end - start, 1);
   note_load_locked (t, start, end);
   g_clear_error (&err);
   g_cond_broadcast (&t->cond);
-}
-
-/* The measured cost of a tick of @n rows (us): the last tick of the fewest
- * rows at least @n, 0 when none was measured (lock held). */
-static gint64
-cost_of_locked (GstPpTicker * t, guint n)
-{
-  for (guint m = n; m <= t->capacity; m++)
-    if (t->cost[m] > 0)
-      return t->cost[m];
-  return 0;
-}
-
-/* Under load, how many of the pending frames a catch-up tick may step now
- * (0: none), or in *@retry_at when to ask again (lock held, no tick
- * running). Between two regular ticks the engine has the period less a tick
- * to spare; calls behind real time (their next frame ready when their
- * answer is out: a stall while a call joined, a burst of late packets) get
- * a second step in it, as many as end before the next tick is due, so that
- * a lag does not stay for the rest of the call (gstppticker.h). */
-static guint
-catchup_rows_locked (GstPpTicker * t, gint64 now, gint64 * retry_at)
-{
-  gint64 due, gather_end;
-  guint k;
-
-  *retry_at = G_MAXINT64;
-  if (!t->loaded || t->last_tick == 0 || t->n_pending == 0
-      || t->n_pending >= t->n_waited || t->last_end < t->last_tick)
-    return 0;
-  due = t->last_tick + t->period;
-  gather_end = t->last_end + CATCHUP_GATHER_US;
-  if (now >= due)
-    return 0;
-  if (now < gather_end) {
-    *retry_at = gather_end;
-    return 0;
-  }
-  for (k = MIN (t->n_pending, t->capacity); k > 0; k--) {
-    gint64 c = cost_of_locked (t, k);
-
-    if (c > 0 && now + (gint64) (c * CATCHUP_MARGIN) + CATCHUP_SLACK_US
-        <= due)
-      return k;
-  }
-  return 0;
 }
 
 GstPpTickResult
@@ -476,20 +398,12 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
 
   while (m->state == MEMBER_PENDING || m->state == MEMBER_RUNNING) {
     if (m->state == MEMBER_PENDING && !t->running) {
-      gint64 retry_at;
-      guint rows;
-
-      now = g_get_monotonic_time ();
-      if (t->n_pending >= t->n_waited || now >= t->deadline) {
-        run_tick_locked (t, 0);
+      if (t->n_pending >= t->n_waited
+          || g_get_monotonic_time () >= t->deadline) {
+        run_tick_locked (t);
         continue;
       }
-      rows = catchup_rows_locked (t, now, &retry_at);
-      if (rows > 0) {
-        run_tick_locked (t, rows);
-        continue;
-      }
-      g_cond_wait_until (&t->cond, &t->lock, MIN (t->deadline, retry_at));
+      g_cond_wait_until (&t->cond, &t->lock, t->deadline);
     } else {
       g_cond_wait (&t->cond, &t->lock);
     }

@@ -10,15 +10,7 @@
  * 1/4) a frame's deadline counts from the next tick's due time (a period
  * after the last tick started) when that is later than its hand-in: one
  * tick a period steps every member, and members behind real time merge
- * into full ticks instead of alternating in ticks of their own. Catching
- * up: under load, the frames handed in within 5 ms of a tick's end (members
- * behind real time, whose next frame was ready when their answer came) are
- * stepped at once in a catch-up tick, as many of them (in turn) as the
- * measured cost of a tick of that many rows, times 1.25 plus 2 ms, allows
- * before the next tick is due; catch-up ticks do not move the due time.
- * Without them a member that fell behind (a stall while a call joined, a
- * burst of late audio) stayed behind for good: every tick steps a member
- * once, and the members in real time set the ticks' pace. The tick
+ * into full ticks instead of alternating in ticks of their own. The tick
  * runs on the thread of one of the waiting members (the leader: whichever
  * finds the set complete or the deadline passed first); there is no
  * thread of the ticker's own. See docs/element.md ("The tick").

@@ -28,8 +28,6 @@ GArray *pull_all_checked (GstHarness * h, GstClockTime start_pts, guint * n_buff
 void assert_same_samples (GArray * a, GArray * b);
 /* Every sample finite, and not all zero. */
 gboolean has_energy (GArray * a);
-/* Fails the test if @pipeline's bus holds an error message. */
-void assert_no_bus_error (GstElement * pipeline);
 
 /* Brings a bare element (with its own bus) to PAUSED, expecting failure; returns the error it posted
  * (g_error_free it), or its message (g_free it). */

@@ -66,6 +66,8 @@ struct _GstPpTicker
   gint64 deadline;              /* of the pending batch (monotonic us) */
   gint64 last_tick;             /* start of the last tick (monotonic us), 0: none yet */
   gint64 last_end;              /* end of the last tick */
+  gint64 nominal;               /* under load: the start the last tick was due at (its
+                                 * due time, or its start when earlier); 0 when not loaded */
   gint64 ring_start[LOAD_RING], ring_end[LOAD_RING];  /* the last ticks */
   guint ring_next;
   gboolean loaded;              /* under load: batches wait for the due tick */
@@ -322,6 +324,18 @@ run_tick_locked (GstPpTicker * t)
   t->running = TRUE;
   start = g_get_monotonic_time ();
   t->last_tick = start;
+  /* Under load the ticks keep to a grid of periods: a tick that starts
+   * late (it waited for a frame past its due time) does not make the next
+   * one due later, or the calls that were on time would each wait that
+   * much longer from then on; one that starts early (every frame was in)
+   * moves the grid to it. More than a period late (a stall): a new grid. */
+  if (!t->loaded)
+    t->nominal = 0;
+  else if (t->nominal == 0 || start < t->nominal + t->period
+      || start - (t->nominal + t->period) > t->period)
+    t->nominal = start;
+  else
+    t->nominal += t->period;
   g_mutex_unlock (&t->lock);
 
   ok = ppx_engine_step (t->engine, t->sessions, (int) n, t->ins, t->outs,
@@ -386,7 +400,8 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   /* Under load the others' frames are due a period after the last tick
    * started: a frame handed in before that (while a tick runs, or early in
    * the period) waits for them until then plus its batch deadline. */
-  due = t->loaded && t->last_tick > 0 ? MAX (now, t->last_tick + t->period)
+  due = t->loaded && t->last_tick > 0
+      ? MAX (now, (t->nominal > 0 ? t->nominal : t->last_tick) + t->period)
       : now;
   if (++t->n_pending == 1 || due + wait_us < t->deadline)
     t->deadline = due + wait_us;
@@ -430,7 +445,7 @@ gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
     gint64 period, gint64 granularity)
 {
   GstPpTicker *t;
-  gint64 d, lead = 0;
+  gint64 d, lead = 0, ref;
   guint others = 0, i;
 
   g_return_val_if_fail (m != NULL && period > 0, 0);
@@ -441,11 +456,14 @@ gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
 
     others += o != m && o->waited;
   }
-  /* the others' frames are handed in around last_tick + k * period (a tick
-   * starts when the last of them arrives); a cadence older than a few
-   * periods may have gone (the others paused, or left) */
-  if (others > 0 && t->last_tick > 0
-      && complete_at - t->last_tick < 4 * period + granularity) {
+  /* the others' frames are handed in around ref + k * period: the last
+   * tick's start (it starts when the last of them arrives), under load the
+   * grid the ticks are due on (not a start that waited for a late frame); a
+   * cadence older than a few periods may have gone (the others paused, or
+   * left) */
+  ref = t->nominal > 0 ? t->nominal : t->last_tick;
+  if (others > 0 && ref > 0
+      && complete_at - ref < 4 * period + granularity) {
     gint64 g = CLAMP (granularity, 1, period), tol = MIN (LEAD_TOLERANCE_US,
         g / 2);
 
@@ -454,7 +472,7 @@ gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
      * every g: a lead of whole buffers moves it to the last arrival at or
      * before the others' hand-in, where it waits less than g for them;
      * within tol after it, the others wait for it instead. */
-    d = (complete_at - t->last_tick) % period;
+    d = (complete_at - ref) % period;
     if (d < 0)
       d += period;
     lead = d > tol ? (d - tol + g - 1) / g * g : 0;

@@ -10,7 +10,9 @@
  * 1/4) a frame's deadline counts from the next tick's due time (a period
  * after the last tick started) when that is later than its hand-in: one
  * tick a period steps every member, and members behind real time merge
- * into full ticks instead of alternating in ticks of their own. The tick
+ * into full ticks instead of alternating in ticks of their own. Those due
+ * times keep to a grid of periods: a tick that started late (it waited for
+ * a frame past its due time) does not make the next one due later. The tick
  * runs on the thread of one of the waiting members (the leader: whichever
  * finds the set complete or the deadline passed first); there is no
  * thread of the ticker's own. See docs/element.md ("The tick").

@@ -196,6 +196,12 @@ cat "$tmp/kill.out"
 [ "$(json "$tmp/kill.json" 'sorted((c["server"], c["reason"]) for c in j["per_call"] if c["reason"] != "ok")')" = \
   "[('s2', 'connection-lost'), ('s2', 'connection-lost')]" ] ||
   fail "the failed calls: $(json "$tmp/kill.json" '[(c["server"], c["reason"]) for c in j["per_call"]]'), expected s2's two, connection-lost"
+# the loadgen's figures by server: the killed one's calls failed, the others' ended ok
+[ "$(json "$tmp/kill.json" 'sorted((k, v["calls"], v["ok"], v["failed"]) for k, v in j["per_server"].items())')" = \
+  "[('s1', 2, 2, 0), ('s2', 2, 0, 2), ('s3', 2, 2, 0)]" ] ||
+  fail "per server: $(json "$tmp/kill.json" 'j["per_server"]'), expected s2's 2 calls failed and the others' ok"
+grep -q '^  s1: 2 calls, ok 2, failed 0; join p50 .* ms; frame latency p50 .* ms; underruns [0-9]* in all' "$tmp/kill.out" ||
+  fail "no per-server line for s1 in the loadgen's summary"
 wait_for 10 "s1 and s3 UP with room" all_up s1 s3
 # (a short WAV, looped to the call's 3 s)
 gst-launch-1.0 -q audiotestsrc num-buffers=15 samplesperbuffer=4800 wave=sine freq=220 ! \

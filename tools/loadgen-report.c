@@ -81,22 +81,39 @@ static const struct {
 };
 
 typedef struct {
-  LoadgenCallStats *stats; /* one per call */
+  LoadgenCallStats *stats; /* one per call digested, in call order */
   guint n;
   LoadgenSummary rows[N_ROWS];
   guint64 underruns_total, frames_total;
+  guint ok, refused, failed;
 } Digest;
 
+/* Whether call @c is one of @server's: a call it took (NULL: every call). */
+static gboolean
+of_server (const LoadgenCall *c, const char *server)
+{
+  return !server || (c->server && c->record && c->record->http_status == 101 && g_str_equal (c->server, server));
+}
+
+/* The figures of every call, or of the calls @server took. */
 static void
-digest_make (const LoadgenReport *r, Digest *d)
+digest_make (const LoadgenReport *r, const char *server, Digest *d)
 {
   memset (d, 0, sizeof *d);
-  d->n = r->records->len;
+  for (guint i = 0; i < r->records->len; i++)
+    d->n += of_server (record (r, i), server);
   d->stats = g_new0 (LoadgenCallStats, MAX (d->n, 1));
   g_autoptr (GArray) all = g_array_new (FALSE, FALSE, sizeof (double));
   g_autofree double *series = g_new (double, (gsize) N_ROWS * MAX (d->n, 1));
-  for (guint i = 0; i < d->n; i++) {
-    const LoadgenCall *c = record (r, i);
+  for (guint j = 0, i = 0; j < r->records->len; j++) {
+    const LoadgenCall *c = record (r, j);
+    if (!of_server (c, server))
+      continue;
+    switch (loadgen_reason_class (c->reason)) {
+    case LOADGEN_END_OK: d->ok++; break;
+    case LOADGEN_END_REFUSED: d->refused++; break;
+    case LOADGEN_END_FAILED: d->failed++; break;
+    }
     LoadgenCallStats *s = &d->stats[i];
     loadgen_call_stats (c, r->gap_ms, s);
     gboolean joined = c->record && c->record->handshake_us;
@@ -114,6 +131,7 @@ digest_make (const LoadgenReport *r, Digest *d)
     g_array_append_vals (all, s->latency_ms->data, s->latency_ms->len);
     d->underruns_total += s->underruns;
     d->frames_total += s->latency_ms->len;
+    i++;
   }
   for (int k = 0; k < N_ROWS; k++)
     if (k == ROW_LATENCY_ALL)
@@ -184,11 +202,28 @@ cpu_total (const LoadgenCpu *c)
   return c->user_s + c->system_s;
 }
 
+/* A line a server: its calls' outcomes, join time, frame latency and underruns. */
+static void
+print_per_server (const LoadgenReport *r, FILE *out)
+{
+  g_autoptr (GArray) counts = NULL;
+  g_autoptr (GPtrArray) names = count_by (r, TRUE, &counts);
+  for (guint k = 0; k < names->len; k++) {
+    Digest d;
+    digest_make (r, g_ptr_array_index (names, k), &d);
+    const LoadgenSummary *join = &d.rows[ROW_JOIN], *lat = &d.rows[ROW_LATENCY_ALL], *u = &d.rows[ROW_UNDERRUNS];
+    fprintf (out, "  %s: %u calls, ok %u, failed %u; join p50 %.1f p99 %.1f ms; frame latency p50 %.1f p99 %.1f ms; "
+             "underruns %" G_GUINT64_FORMAT " in all (at most %.0f a call)\n", (const char *) g_ptr_array_index (names, k),
+             d.n, d.ok, d.failed, join->p50, join->p99, lat->p50, lat->p99, d.underruns_total, isnan (u->max) ? 0 : u->max);
+    digest_clear (&d);
+  }
+}
+
 void
 loadgen_report_print (const LoadgenReport *r, FILE *out)
 {
   Digest d;
-  digest_make (r, &d);
+  digest_make (r, NULL, &d);
   guint ok, refused, failed;
   loadgen_report_counts (r, &ok, &refused, &failed);
   fprintf (out, "personaplex-loadgen: %u call(s) to %s, %.1f s each, joining over %.1f s, input %s\n", r->calls,
@@ -196,8 +231,10 @@ loadgen_report_print (const LoadgenReport *r, FILE *out)
   g_autofree char *reasons = format_counts (r, FALSE);
   fprintf (out, "outcomes: %s (ok %u, refused %u, failed %u)\n", *reasons ? reasons : "none", ok, refused, failed);
   g_autofree char *servers = format_counts (r, TRUE);
-  if (*servers)
+  if (*servers) {
     fprintf (out, "calls per server: %s\n", servers);
+    print_per_server (r, out);
+  }
   fprintf (out, "%-42s %7s %9s %9s %9s %9s\n", "", "n", "p50", "p95", "p99", "max");
   for (int k = 0; k < N_ROWS; k++) {
     const LoadgenSummary *s = &d.rows[k];
@@ -343,11 +380,36 @@ add_counts (JsonBuilder *b, const char *key, const LoadgenReport *r, gboolean by
   json_builder_end_object (b);
 }
 
+/* "per_server": for each server that took calls, their outcomes and the summary rows over them. */
+static void
+add_per_server (JsonBuilder *b, const LoadgenReport *r)
+{
+  g_autoptr (GArray) counts = NULL;
+  g_autoptr (GPtrArray) names = count_by (r, TRUE, &counts);
+  json_builder_set_member_name (b, "per_server");
+  json_builder_begin_object (b);
+  for (guint k = 0; k < names->len; k++) {
+    Digest d;
+    digest_make (r, g_ptr_array_index (names, k), &d);
+    json_builder_set_member_name (b, g_ptr_array_index (names, k));
+    json_builder_begin_object (b);
+    add_int (b, "calls", d.n);
+    add_int (b, "ok", d.ok);
+    add_int (b, "failed", d.failed);
+    for (int row = 0; row < N_ROWS; row++)
+      add_summary (b, rows[row].key, &d.rows[row]);
+    add_int (b, "underruns_total", (gint64) d.underruns_total);
+    json_builder_end_object (b);
+    digest_clear (&d);
+  }
+  json_builder_end_object (b);
+}
+
 char *
 loadgen_report_to_json (const LoadgenReport *r)
 {
   Digest d;
-  digest_make (r, &d);
+  digest_make (r, NULL, &d);
   guint ok, refused, failed;
   loadgen_report_counts (r, &ok, &refused, &failed);
   g_autoptr (JsonBuilder) b = json_builder_new ();
@@ -373,6 +435,7 @@ loadgen_report_to_json (const LoadgenReport *r)
   json_builder_end_object (b);
   add_counts (b, "reasons", r, FALSE);
   add_counts (b, "servers", r, TRUE);
+  add_per_server (b, r);
   json_builder_set_member_name (b, "summary");
   json_builder_begin_object (b);
   for (int k = 0; k < N_ROWS; k++)

@@ -8,7 +8,7 @@
  * the member's batch-deadline over the frames waiting) passes. Under load
  * (the engine's ticks took 3/4 of the last four periods, until less than
  * 1/4) a frame's deadline counts from the next tick's due time (a period
- * after the last tick started) when that is later than its hand-in: one
+ * after the last tick started, or was due) when that is later than its hand-in: one
  * tick a period steps every member, and members behind real time merge
  * into full ticks instead of alternating in ticks of their own. Those due
  * times keep to a grid of periods: a tick that started late (it waited for

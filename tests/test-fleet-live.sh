@@ -45,13 +45,13 @@ expect () { # NAME REGEX...: each matches a line of NAME's summary
   done
 }
 
-live a --calls 2 --ramp 1 --seconds 10
+live a --calls 2 --ramp 1 --seconds 10 --server-option "--batch-deadline 20"
 sed -n '/^personaplex-loadgen: /,$p' "$tmp/a/summary.txt"
 expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
   '^join time, connect to handshake \(ms\) +2 ' '^frame latency, all frames \(ms\) +[0-9]{3} ' \
   '^loadgen CPU: ' '^s1 pid [0-9]+ CPU: ' '^haproxy pid [0-9]+ CPU: ' '^== the machine: ' \
   '^== s1 /health: \{.*"sessions" *: *0' '^== s1 /metrics personaplex_tick_duration_seconds: p99 <= [0-9.]+ ms \(a bucket bound\) of [0-9]+ ticks' \
-  '^== 1 server\(s\)' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat' \
+  '^== 1 server\(s\): .* --batch-deadline 20$' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat' \
   '^latency growth: last quarter - first \(ms\) +2 ' '^== s1 /metrics audio dropped, the model behind \(s\): chat 0\.000' \
   '^== s1 ticks: [0-9]+ ticks of [0-9]+ to 2 rows .*, [0-9.]+ a second, '
 for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log; do

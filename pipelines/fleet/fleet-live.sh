@@ -8,7 +8,7 @@
 #   pipelines/fleet/fleet-live.sh [--pack DIR | --build DIR] (--model-dir DIR | --make-model PRESET:FORMAT)
 #       [--model-root DIR] [--servers K] [--haproxy] [--calls 64] [--ramp 30] [--seconds 300]
 #       [--kill-at S] [--kill NAME] [--backend cuda] [--quantization int4] [--kv-cache-format fp8]
-#       [--max-sessions N] [--out DIR] [--check] [-- MORE personaplex-loadgen OPTIONS]
+#       [--max-sessions N] [--server-option OPT]... [--out DIR] [--check] [-- MORE personaplex-loadgen OPTIONS]
 #
 #   --make-model P:F  full:int4 (6.2 GB, the issue's), full:int8, full:bf16, tiny:bf16 (pipelines/random-model.sh)
 #   --servers K       servers on this machine (default 1); --haproxy: the calls go through HAProxy (always with
@@ -17,6 +17,7 @@
 #                     8 s for 300 s on 2 cores) (default: none); --kill NAME which one (default the last, sK);
 #                     HAProxy's time to see it dead (DOWN, check L4...) is measured
 #   --max-sessions N  each server's calls at most (default: as many as fit, the server decides)
+#   --server-option O another option for every server, split at spaces (e.g. "--batch-deadline 5"); repeatable
 #   --check           first the pack's check.sh
 #   after --          e.g. --input speech.wav, --text-prompt "...", --voice-prompt NATF2.pt
 # Writes to OUT (default $OUT, else out/fleet-live), 7 files:
@@ -33,8 +34,8 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 pack= build= model= make= model_root= servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
-backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} check=0
-usage () { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} check=0 extra_server_opts=
+usage () { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --pack) pack=$2; shift ;;
@@ -53,6 +54,7 @@ while [ $# -gt 0 ]; do
     --quantization) quant=$2; shift ;;
     --kv-cache-format) kv=$2; shift ;;
     --max-sessions) max_sessions=$2; shift ;;
+    --server-option) extra_server_opts="$extra_server_opts $2"; shift ;;
     --out) out=$2; shift ;;
     --check) check=1 ;;
     --) shift; break ;;
@@ -167,6 +169,7 @@ main () {
   fi
   server_opts="--model-dir $model --backend $backend --quantization $quant --kv-cache-format $kv"
   [ -z "$max_sessions" ] || server_opts="$server_opts --max-sessions $max_sessions"
+  server_opts="$server_opts$extra_server_opts"
   say "== $servers server(s): $server_opts"
   # each tick's line in the servers' logs, summed up after the run
   export GST_DEBUG="${GST_DEBUG:+$GST_DEBUG,}personaplexticker:5"

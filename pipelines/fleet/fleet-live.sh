@@ -128,7 +128,7 @@ tick_summary () {
          split($1, hms, ":"); t = hms[1] * 3600 + hms[2] * 60 + hms[3]
          print t, $(k + 2), $(k + 7), $(NF - 4), $(NF - 1), ($(k - 1) ~ /catch-up/) }' "$1" > "$1.all"
   [ -s "$1.all" ] || { echo "no tick lines (GST_DEBUG=personaplexticker:5)"; return; }
-  # catch-up ticks (docs/element.md, "Catching up") apart: the regular ones set the pace
+  # catch-up ticks (branch catchup; performance.md, run D), if the ticker has them, apart: the regular ones set the pace
   awk '$6 == 1' "$1.all" > "$1.catchup"
   awk '$6 == 0' "$1.all" > "$1.ticks"
   most=$(sort -k2,2n "$1.ticks" | tail -1 | cut -d" " -f2)

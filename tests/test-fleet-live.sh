@@ -45,6 +45,8 @@ expect () { # NAME REGEX...: each matches a line of NAME's summary
   done
 }
 
+# (the ticks line's rows: 2 when the two calls share ticks, 1 when their frames fall 20 ms or more apart, as
+# /api/chat calls on an engine that is not loaded may: frame alignment cannot line up 40 ms Ogg pages; server.md)
 live a --calls 2 --ramp 1 --seconds 10 --server-option "--batch-deadline 20"
 sed -n '/^personaplex-loadgen: /,$p' "$tmp/a/summary.txt"
 expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
@@ -53,7 +55,7 @@ expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
   '^== s1 /health: \{.*"sessions" *: *0' '^== s1 /metrics personaplex_tick_duration_seconds: p99 <= [0-9.]+ ms \(a bucket bound\) of [0-9]+ ticks' \
   '^== 1 server\(s\): .* --batch-deadline 20$' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat' \
   '^latency growth: last quarter - first \(ms\) +2 ' '^== s1 /metrics audio dropped, the model behind \(s\): chat 0\.000' \
-  '^== s1 ticks: [0-9]+ ticks of [0-9]+ to 2 rows .*, [0-9.]+ a second, '
+  '^== s1 ticks: [0-9]+ ticks of [0-9]+ to [12] rows .*, [0-9.]+ a second, '
 for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log; do
   [ -s "$tmp/a/$f" ] || fail "(a) $f was not written"
 done

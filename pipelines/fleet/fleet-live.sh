@@ -126,11 +126,8 @@ tick_summary () {
   awk '/ tick of [0-9]+ rows / {
          for (k = 1; k <= NF; k++) if ($k == "tick" && $(k + 1) == "of") break
          split($1, hms, ":"); t = hms[1] * 3600 + hms[2] * 60 + hms[3]
-         print t, $(k + 2), $(k + 7), $(NF - 4), $(NF - 1), ($(k - 1) ~ /catch-up/) }' "$1" > "$1.all"
-  [ -s "$1.all" ] || { echo "no tick lines (GST_DEBUG=personaplexticker:5)"; return; }
-  # catch-up ticks (branch catchup; performance.md, run D), if the ticker has them, apart: the regular ones set the pace
-  awk '$6 == 1' "$1.all" > "$1.catchup"
-  awk '$6 == 0' "$1.all" > "$1.ticks"
+         print t, $(k + 2), $(k + 7), $(NF - 4), $(NF - 1) }' "$1" > "$1.ticks"
+  [ -s "$1.ticks" ] || { echo "no tick lines (GST_DEBUG=personaplexticker:5)"; return; }
   most=$(sort -k2,2n "$1.ticks" | tail -1 | cut -d" " -f2)
   awk -v most="$most" '2 * $2 >= most' "$1.ticks" > "$1.busy"
   pct () { sort -n | awk -v p="$1" '{ v[NR] = $1 } END { i = int(p * NR + 0.999); if (i < 1) i = 1; print v[i] }'; }
@@ -139,7 +136,6 @@ tick_summary () {
              n, int((most + 1) / 2), most, "\047", (t1 > t0 ? (n - 1) / (t1 - t0) : 0), rows / n, missed }' "$1.busy"
   printf "; oldest frame waited p50 %s p99 %s ms; ran p50 %s p99 %s ms\n" "$(cut -d" " -f4 "$1.busy" | pct 0.5)" \
     "$(cut -d" " -f4 "$1.busy" | pct 0.99)" "$(cut -d" " -f5 "$1.busy" | pct 0.5)" "$(cut -d" " -f5 "$1.busy" | pct 0.99)"
-  awk '{ n++; rows += $2; ms += $5 } END { if (n) printf "catch-up ticks: %d over the run, %.1f rows and %.1f ms each\n", n, rows / n, ms / n; else print "catch-up ticks: none" }' "$1.catchup"
 }
 
 main () {

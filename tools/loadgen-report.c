@@ -88,11 +88,19 @@ typedef struct {
   guint ok, refused, failed;
 } Digest;
 
-/* Whether call @c is one of @server's: a call it took (NULL: every call). */
+/* The server that took call @c (its WebSocket upgrade), or NULL: a refused call may name the server that
+ * refused it. */
+static const char *
+taken_by (const LoadgenCall *c)
+{
+  return c->record && c->record->http_status == 101 ? c->server : NULL;
+}
+
+/* Whether call @c is one of @server's (NULL: every call). */
 static gboolean
 of_server (const LoadgenCall *c, const char *server)
 {
-  return !server || (c->server && c->record && c->record->http_status == 101 && g_str_equal (c->server, server));
+  return !server || g_strcmp0 (taken_by (c), server) == 0;
 }
 
 /* The figures of every call, or of the calls @server took. */
@@ -156,10 +164,7 @@ count_by (const LoadgenReport *r, gboolean by_server, GArray **counts)
   *counts = g_array_new (FALSE, TRUE, sizeof (guint));
   for (guint i = 0; i < r->records->len; i++) {
     const LoadgenCall *c = record (r, i);
-    /* by server: the calls it took (a refused call may name the server that refused it) */
-    if (by_server && !(c->record && c->record->http_status == 101))
-      continue;
-    const char *name = by_server ? c->server : c->reason ? c->reason : "unfinished";
+    const char *name = by_server ? taken_by (c) : c->reason ? c->reason : "unfinished";
     if (!name)
       continue;
     guint k;

@@ -1,5 +1,5 @@
-/* The chat client's parts that need no server: the Ogg page reader (tools/ogg-page.c) and the audio a call
- * sends (tools/chat-audio.c: Ogg Opus pages as the reference client's recorder makes them). */
+/* The chat client's parts that need no server: the Ogg page reader (protocol/ogg-page.c) and the audio a call
+ * sends (protocol/chat-audio.c: Ogg Opus pages as the reference client's recorder makes them). */
 #include <gst/gst.h>
 #include <math.h>
 #include <string.h>

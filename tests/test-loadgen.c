@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../tools/loadgen-options.h"
-#include "../tools/loadgen-report.h"
+#include "../tools/loadgen/loadgen-options.h"
+#include "../tools/loadgen/loadgen-report.h"
 
 #define CLOSE(a, b) (fabs ((a) - (b)) < 1e-6)
 

@@ -1,5 +1,5 @@
 /* personaplex-server's /api/chat, the PersonaPlex WebSocket protocol, driven by the chat client
- * (tools/chat-client.h) on the tiny model with a test tokenizer: the handshake after the prompts, the answer as
+ * (protocol/chat-client.h) on the tiny model with a test tokenizer: the handshake after the prompts, the answer as
  * long as what was said (within one Ogg page) in pages of at most 2 frames, text pieces, a call's own persona,
  * voice and seed (two calls at once each equal to its run alone), the parameters refused with 400, and the
  * input rate a browser writes into its OpusHead. */

@@ -18,18 +18,9 @@
 
 #include <glib.h>
 
+#include "chat-protocol.h"
+
 G_BEGIN_DECLS
-
-#define PPX_CHAT_RATE 24000
-#define PPX_CHAT_FRAME 1920 /* samples of one 80 ms model frame */
-
-/* Message kinds (the first byte of every binary message). */
-enum {
-  PPX_CHAT_HANDSHAKE = 0x00,
-  PPX_CHAT_AUDIO = 0x01,
-  PPX_CHAT_TEXT = 0x02,
-  PPX_CHAT_ERROR = 0x05,
-};
 
 /* ---- what a call says: PCM encoded once as Ogg Opus pages, shared by any number of calls ---- */
 typedef struct _PpxChatAudio PpxChatAudio;

@@ -23,3 +23,25 @@ ppx_check_model () {
     exit 1
   fi
 }
+
+# ppx_need_args SCRIPT N LAST "$@": with fewer than N arguments, prints SCRIPT's usage (its comment lines 2
+# to LAST, without the '# ') and exits 2.
+ppx_need_args () {
+  script=$1 n=$2 last=$3
+  shift 3
+  if [ $# -lt "$n" ]; then
+    sed -n "2,${last}p" "$script" | sed 's/^# \{0,1\}//'
+    exit 2
+  fi
+}
+
+# ppx_prepare MODEL_DIR [INPUT]: checks the model directory and, when given, that the input is readable,
+# then finds the plugin.
+ppx_prepare () {
+  ppx_check_model "$1"
+  if [ $# -gt 1 ] && [ ! -r "$2" ]; then
+    echo "input '$2' not readable" >&2
+    exit 1
+  fi
+  ppx_find_plugin
+}

@@ -24,14 +24,10 @@
 set -eu
 . "$(dirname "$0")/common.sh"
 
-if [ $# -lt 1 ]; then
-  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
-  exit 2
-fi
+ppx_need_args "$0" 1 24 "$@"
 model=$1
 shift
-ppx_check_model "$model"
-ppx_find_plugin
+ppx_prepare "$model"
 audio_src=${PPX_AUDIO_SRC:-autoaudiosrc}
 audio_sink=${PPX_AUDIO_SINK:-autoaudiosink}
 

@@ -17,15 +17,10 @@
 set -eu
 . "$(dirname "$0")/common.sh"
 
-if [ $# -lt 3 ]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
-  exit 2
-fi
+ppx_need_args "$0" 3 16 "$@"
 model=$1 in=$2 out=$3
 shift 3
-ppx_check_model "$model"
-[ -r "$in" ] || { echo "input '$in' not readable" >&2; exit 1; }
-ppx_find_plugin
+ppx_prepare "$model" "$in"
 
 exec gst-launch-1.0 -e ${PPX_VERBOSE:+-m} \
   filesrc location="$in" ! decodebin ! audioconvert ! audioresample ! \

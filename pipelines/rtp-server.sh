@@ -22,14 +22,10 @@
 set -eu
 . "$(dirname "$0")/common.sh"
 
-if [ $# -lt 1 ]; then
-  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
-  exit 2
-fi
+ppx_need_args "$0" 1 22 "$@"
 model=$1
 shift
-ppx_check_model "$model"
-ppx_find_plugin
+ppx_prepare "$model"
 recv_port=${PPX_RTP_RECV_PORT:-5004}
 send_host=${PPX_RTP_SEND_HOST:-127.0.0.1}
 send_port=${PPX_RTP_SEND_PORT:-5006}

@@ -60,6 +60,8 @@ check_params (char **params, GError **error)
 static gboolean
 check_options (LoadgenOptions *o, GError **error)
 {
+  if (o->playout_trace)
+    return TRUE; /* a replay: no calls */
   if (!o->url)
     FAIL ("--url is required (e.g. --url ws://127.0.0.1:8998; see --help)");
   if (!check_url (o, error))
@@ -74,6 +76,8 @@ check_options (LoadgenOptions *o, GError **error)
     FAIL ("--gap-ms %g: use more than 0 and at most 60000", o->gap_ms);
   if (!(o->join_timeout_s > 0 && o->join_timeout_s <= 3600))
     FAIL ("--join-timeout %g: use more than 0 and at most 3600 seconds", o->join_timeout_s);
+  if (!(o->max_missed_ms < 0 || o->max_missed_ms <= 24 * 3600 * 1000.0))
+    FAIL ("--max-missed-ms %g: use 0 or more (ms), or a negative number for no limit", o->max_missed_ms);
   if (!(o->tail_s >= 0 && o->tail_s <= 600))
     FAIL ("--tail %g: use 0 to 600 seconds", o->tail_s);
   if (o->expect_refused < 0 || o->expect_refused > o->calls)
@@ -136,6 +140,7 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
   o->gap_ms = 100;
   o->join_timeout_s = 120;
   o->tail_s = 5;
+  o->max_missed_ms = -1;
   o->server_pids = g_array_new (FALSE, FALSE, sizeof (int));
   o->server_names = g_ptr_array_new_with_free_func (g_free);
   GOptionEntry entries[] = {
@@ -179,6 +184,14 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
     {"origin", 0, 0, G_OPTION_ARG_STRING, &o->origin,
      "Send this Origin header, as a web page's calls do (e.g. https://voice.example.com)", "ORIGIN"},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &o->quiet, "No line per call on stderr", NULL},
+    {"max-missed-ms", 0, 0, G_OPTION_ARG_DOUBLE, &o->max_missed_ms,
+     "FAIL the run when a call missed more than MS of audio at the reference web client's player "
+     "(default: no limit)", "MS"},
+    {"report", 0, 0, G_OPTION_ARG_FILENAME, &o->report_path,
+     "Write a picture of the run to FILE.html (inline SVG, nothing fetched)", "FILE.html"},
+    {"playout-trace", 0, 0, G_OPTION_ARG_FILENAME, &o->playout_trace,
+     "Replay a trace (lines 'ARRIVAL_MS SAMPLES') through the reference player, print its figures as JSON, exit",
+     "FILE"},
     {NULL},
   };
   g_autoptr (GOptionContext) ctx = g_option_context_new ("- calls at scale to a PersonaPlex server (/api/chat)");
@@ -217,6 +230,8 @@ loadgen_options_clear (LoadgenOptions *o)
     g_ptr_array_unref (o->server_names);
   g_free (o->server_header);
   g_free (o->origin);
+  g_free (o->report_path);
+  g_free (o->playout_trace);
   memset (o, 0, sizeof *o);
 }
 

@@ -2,9 +2,11 @@
  * known timings (the run itself against servers is tests/test-fleet.sh). */
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
+#include <libsoup/soup.h>
 #include <math.h>
 #include <string.h>
 
+#include "../tools/loadgen-health.h"
 #include "../tools/loadgen-html.h"
 #include "../tools/loadgen-options.h"
 #include "../tools/loadgen-playout.h"
@@ -468,13 +470,18 @@ test_options (void)
   expect_error ("--url ws://h:1 stray", "stray");
   expect_error ("--url ws://h:1 --no-such-option", "no-such-option");
   expect_error ("--url ws://h:1 --max-missed-ms nan", "--max-missed-ms");
+  expect_error ("--url ws://h:1 --health http://h:2/health", "--health");
+  expect_error ("--url ws://h:1 --health s1=ws://h:2/health", "--health");
+  expect_error ("--url ws://h:1 --health =http://h:2/health", "--health");
 
   /* the verdict's --max-missed-ms (default: no limit), --report, and --playout-trace (no --url needed) */
   g_assert_true (parse (&o, "--url ws://h:1", &error));
   g_assert_true (o.max_missed_ms < 0 && !o.report_path && !o.playout_trace);
   loadgen_options_clear (&o);
-  g_assert_true (parse (&o, "--url ws://h:1 --max-missed-ms 40 --report r.html", &error));
+  g_assert_true (parse (&o, "--url ws://h:1 --max-missed-ms 40 --report r.html --health s1=http://127.0.0.1:8090/health "
+                        "--health s2=https://h:2/health", &error));
   g_assert_true (CLOSE (o.max_missed_ms, 40));
+  g_assert_cmpuint (g_strv_length (o.health), ==, 2);
   g_assert_cmpstr (o.report_path, ==, "r.html");
   loadgen_options_clear (&o);
   g_assert_true (parse (&o, "--playout-trace t.txt", &error));
@@ -770,6 +777,65 @@ test_html (void)
     record_free (records[i]);
 }
 
+static void
+on_health (SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query, gpointer user_data)
+{
+  guint *served = user_data;
+  (*served)++;
+  const char *body = "{\"sessions\": 2, \"tick_ms_p99\": 61.5, \"overruns\": 0}";
+  soup_server_message_set_status (msg, SOUP_STATUS_OK, NULL);
+  soup_server_message_set_response (msg, "application/json", SOUP_MEMORY_STATIC, body, strlen (body));
+}
+
+/* --health: a /health body's tick p99, and the poller against a server on 127.0.0.1 and a port with none */
+static void
+test_health (void)
+{
+  const char *good = "{\"tick_ms_p99\": 83.25, \"sessions\": 1}";
+  g_assert_true (CLOSE (loadgen_health_tick_p99 (good, strlen (good)), 83.25));
+  const char *bad[] = {"{}", "[1]", "not json", "{\"tick_ms_p99\": \"x\"}", "{\"tick_ms_p99\": -1}", NULL};
+  for (int i = 0; bad[i]; i++)
+    g_assert_true (isnan (loadgen_health_tick_p99 (bad[i], strlen (bad[i]))));
+  g_assert_true (isnan (loadgen_health_tick_p99 (NULL, 0)));
+
+  guint served = 0;
+  g_autoptr (SoupServer) server = soup_server_new (NULL, NULL);
+  soup_server_add_handler (server, "/health", on_health, &served, NULL);
+  g_autoptr (GError) error = NULL;
+  g_assert_true (soup_server_listen_local (server, 0, SOUP_SERVER_LISTEN_IPV4_ONLY, &error));
+  GSList *uris = soup_server_get_uris (server);
+  g_autofree char *base = g_uri_to_string (uris->data);
+  g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
+  /* a port nobody listens on: a listener made and closed */
+  g_autoptr (GSocketListener) gone = g_socket_listener_new ();
+  guint16 port = g_socket_listener_add_any_inet_port (gone, NULL, &error);
+  g_socket_listener_close (gone);
+  g_autofree char *t0 = g_strdup_printf ("s1=%shealth", base);
+  g_autofree char *t1 = g_strdup_printf ("s2=http://127.0.0.1:%u/health", port);
+  char *targets[] = {t0, t1, NULL};
+  g_autoptr (LoadgenReport) r = loadgen_report_new ();
+  r->start_us = g_get_monotonic_time ();
+  g_assert_null (loadgen_poller_start (r, NULL, 100));
+  LoadgenPoller *p = loadgen_poller_start (r, targets, 100);
+  g_assert_cmpuint (r->health->len, ==, 2);
+  const LoadgenHealth *s1 = g_ptr_array_index (r->health, 0), *s2 = g_ptr_array_index (r->health, 1);
+  g_assert_cmpstr (s1->name, ==, "s1");
+  gint64 deadline = g_get_monotonic_time () + 20 * G_USEC_PER_SEC;
+  while ((s1->tick_p99_ms->len < 3 || s2->failures < 1) && g_get_monotonic_time () < deadline)
+    g_main_context_iteration (NULL, TRUE);
+  loadgen_poller_stop (p);
+  g_assert_cmpuint (s1->tick_p99_ms->len, >=, 3);
+  g_assert_true (CLOSE (g_array_index (s1->tick_p99_ms, double, 0), 61.5));
+  g_assert_cmpfloat (g_array_index (s1->t_s, double, 0), >=, 0);
+  g_assert_cmpuint (s1->failures, ==, 0);
+  g_assert_cmpuint (s2->failures, >=, 1);
+  g_assert_cmpuint (s2->tick_p99_ms->len, ==, 0);
+  g_assert_cmpuint (served, >=, 3);
+  soup_server_disconnect (server);
+  while (g_main_context_iteration (NULL, FALSE))
+    ;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -785,5 +851,6 @@ main (int argc, char **argv)
   g_test_add_func ("/loadgen/call-playout", test_call_playout);
   g_test_add_func ("/loadgen/missed-rule", test_missed_rule);
   g_test_add_func ("/loadgen/html", test_html);
+  g_test_add_func ("/loadgen/health", test_health);
   return g_test_run ();
 }

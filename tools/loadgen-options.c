@@ -57,6 +57,20 @@ check_params (char **params, GError **error)
   return TRUE;
 }
 
+/* --health NAME=URL: a name, an http:// or https:// URL */
+static gboolean
+check_health (char **health, GError **error)
+{
+  for (guint i = 0; health && health[i]; i++) {
+    const char *eq = strchr (health[i], '=');
+    g_autoptr (GUri) uri = eq ? g_uri_parse (eq + 1, G_URI_FLAGS_NONE, NULL) : NULL;
+    if (!eq || eq == health[i] || eq - health[i] > 40 || !uri || !g_uri_get_host (uri) ||
+        (g_strcmp0 (g_uri_get_scheme (uri), "http") != 0 && g_strcmp0 (g_uri_get_scheme (uri), "https") != 0))
+      FAIL ("--health '%s': use NAME=http://HOST:PORT/health", health[i]);
+  }
+  return TRUE;
+}
+
 static gboolean
 check_options (LoadgenOptions *o, GError **error)
 {
@@ -111,7 +125,7 @@ check_options (LoadgenOptions *o, GError **error)
     for (const char *p = o->auth_token; *p; p++)
       if ((guchar) *p <= ' ' || (guchar) *p >= 0x7f)
         FAIL ("--auth-token: printable ASCII without spaces, please");
-  return check_params (o->params, error);
+  return check_params (o->params, error) && check_health (o->health, error);
 }
 
 /* --server-pid [NAME=]PID */
@@ -189,6 +203,9 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
      "(default: no limit)", "MS"},
     {"report", 0, 0, G_OPTION_ARG_FILENAME, &o->report_path,
      "Write a picture of the run to FILE.html (inline SVG, nothing fetched)", "FILE.html"},
+    {"health", 0, 0, G_OPTION_ARG_STRING_ARRAY, &o->health,
+     "Read this server's /health each second for its tick p99, drawn by --report (repeatable)",
+     "NAME=URL"},
     {"playout-trace", 0, 0, G_OPTION_ARG_FILENAME, &o->playout_trace,
      "Replay a trace (lines 'ARRIVAL_MS SAMPLES') through the reference player, print its figures as JSON, exit",
      "FILE"},
@@ -231,6 +248,7 @@ loadgen_options_clear (LoadgenOptions *o)
   g_free (o->server_header);
   g_free (o->origin);
   g_free (o->report_path);
+  g_strfreev (o->health);
   g_free (o->playout_trace);
   memset (o, 0, sizeof *o);
 }

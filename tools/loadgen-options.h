@@ -35,6 +35,7 @@ typedef struct {
   double max_missed_ms;   /* the verdict fails when a call's missed audio at the reference player exceeds this;
                            * negative: no such rule (the default) */
   char *report_path;      /* --report FILE.html; NULL: none */
+  char **health;          /* --health NAME=URL: servers whose /health the run polls each second (tick p99) */
   char *playout_trace;    /* --playout-trace FILE: replay it through the reference player, print, exit */
 } LoadgenOptions;
 

@@ -666,14 +666,12 @@ test_missed_rule (void)
   r->max_missed_ms = 150;
   g_assert_true (loadgen_report_passed (r));
   g_autofree char *pass = print_report (r);
-  if (g_getenv ("LOADGEN_TEST_PRINT"))
-    g_printerr ("%s", pass);
   g_assert_nonnull (strstr (pass, "result: PASS (expected 1 refused and 1 failed; got 1 and 1)\n"));
   g_assert_true (g_regex_match_simple ("^missed audio at the reference player \\(ms\\) +2 +149\\.3 +149\\.3 +149\\.3 "
                                        "+149\\.3$", pass, G_REGEX_MULTILINE, 0));
-  g_assert_true (g_regex_match_simple ("^  s1: 1 calls, .*reference player: missed p50 149\\.3 p99 149\\.3 max "
-                                       "149\\.3 ms a call, dropped 0\\.0 ms and 0 re-buffers in all; underruns",
-                                       pass, G_REGEX_MULTILINE, 0));
+  g_assert_true (g_regex_match_simple ("^  s1: 1 calls, .* ms; underruns 1 in all \\(at most 1 a call\\); reference "
+                                       "player: missed p50 149\\.3 p99 149\\.3 max 149\\.3 ms a call, dropped 0\\.0 "
+                                       "ms and 0 re-buffers in all$", pass, G_REGEX_MULTILINE, 0));
   r->max_missed_ms = 100;
   g_assert_false (loadgen_report_passed (r));
   g_autofree char *why = loadgen_report_missed_rule (r);

@@ -299,11 +299,11 @@ print_per_server (const LoadgenReport *r, FILE *out)
     const LoadgenSummary *join = &d.rows[ROW_JOIN], *lat = &d.rows[ROW_LATENCY_ALL], *u = &d.rows[ROW_UNDERRUNS];
     const LoadgenSummary *missed = &d.rows[ROW_PLAYOUT_MISSED];
     fprintf (out, "  %s: %u calls, ok %u, failed %u; join p50 %.1f p99 %.1f ms; frame latency p50 %.1f p99 %.1f ms; "
-             "reference player: missed p50 %.1f p99 %.1f max %.1f ms a call, dropped %.1f ms and %" G_GUINT64_FORMAT
-             " re-buffers in all; underruns %" G_GUINT64_FORMAT " in all (at most %.0f a call)\n",
+             "underruns %" G_GUINT64_FORMAT " in all (at most %.0f a call); reference player: missed p50 %.1f p99 %.1f "
+             "max %.1f ms a call, dropped %.1f ms and %" G_GUINT64_FORMAT " re-buffers in all\n",
              (const char *) g_ptr_array_index (names, k), d.n, d.ok, d.failed, join->p50, join->p99, lat->p50, lat->p99,
-             missed->p50, missed->p99, missed->max, d.dropped_total_ms, d.rebuffers_total, d.underruns_total,
-             isnan (u->max) ? 0 : u->max);
+             d.underruns_total, isnan (u->max) ? 0 : u->max, missed->p50, missed->p99, missed->max, d.dropped_total_ms,
+             d.rebuffers_total);
     digest_clear (&d);
   }
 }

@@ -18,7 +18,8 @@ trap 'exit 1' INT TERM
 fail () { echo "FAIL: $*" >&2; exit 1; }
 
 worklet=$tmp/audio-processor.ts
-for s in "${PPX_PERSONAPLEX_SOURCE:-}" "$src/../.mirror/NVIDIA+personaplex/repo" /work/.mirror/NVIDIA+personaplex/repo; do
+mirror=.mirror/NVIDIA+personaplex/repo
+for s in "${PPX_PERSONAPLEX_SOURCE:-}" "$src/../$mirror" "/work/$mirror"; do
   [ -n "$s" ] && [ -d "$s" ] || continue
   if [ -f "$s/client/src/audio-processor.ts" ]; then
     cp "$s/client/src/audio-processor.ts" "$worklet" && break

@@ -218,7 +218,8 @@ latency_lines (const LoadgenReport *r, guint seconds, Line *p50, Line *p99)
     g_autoptr (GArray) lat = ppx_chat_record_frame_latencies (rec, PPX_CHAT_FRAME);
     guint j = 0;
     for (guint k = 0; k < lat->len; k++) {
-      while (j < rec->sent->len && g_array_index (rec->sent, PpxChatSent, j).samples < (gint64) (k + 1) * PPX_CHAT_FRAME)
+      gint64 complete = (gint64) (k + 1) * PPX_CHAT_FRAME;
+      while (j < rec->sent->len && g_array_index (rec->sent, PpxChatSent, j).samples < complete)
         j++;
       if (j == rec->sent->len)
         break;
@@ -282,7 +283,8 @@ loadgen_report_to_html (const LoadgenReport *r)
   guint seconds = run_seconds (r);
   GString *h = g_string_new ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
                              "<title>personaplex-loadgen report</title>\n</head>\n"
-                             "<body style=\"font-family: sans-serif; margin: 16px;\">\n<h1>personaplex-loadgen</h1>\n<p>");
+                             "<body style=\"font-family: sans-serif; margin: 16px;\">\n"
+                             "<h1>personaplex-loadgen</h1>\n<p>");
   guint ok, refused, failed;
   loadgen_report_counts (r, &ok, &refused, &failed);
   g_autofree char *head = g_strdup_printf ("%u call(s) to %s, %.1f s each, joining over %.1f s, started %s; "

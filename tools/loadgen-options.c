@@ -219,7 +219,8 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
     "Each call connects, waits for the handshake, streams its audio as Ogg Opus in real time from its own clock\n"
     "for --seconds, waits for the rest of the answer and closes. It prints a summary table (p50/p95/p99/max over\n"
     "the calls) and exits 0 when exactly the expected calls were refused (--expect-refused) and failed\n"
-    "(--expect-failed), 1 otherwise, 2 on a bad command line. See docs/fleet.md.");
+    "(--expect-failed) and no call missed more audio at the reference web client's player than --max-missed-ms,\n"
+    "1 otherwise, 2 on a bad command line. See docs/fleet.md and docs/tools.md.");
   if (!g_option_context_parse (ctx, argc, argv, error))
     return FALSE;
   if (*argc > 1)

@@ -4,7 +4,9 @@
 # pipelines/fleet/fleet-live.sh runs through the pack with the tiny random model:
 #   (a) one server, 2 calls joining over 1 s, 10 s each, straight to it: both ok, the summary has the loadgen's
 #       table and verdict (with the latency growth), the CPU of the server, the loadgen and HAProxy, the server's
-#       /health, the tick p99 of its /metrics histogram, its dropped audio (none) and its ticks, and the 7 files;
+#       /health, the tick p99 of its /metrics histogram, its dropped audio (none) and its ticks, and the 8 files
+#       (every call's playout at the reference player in loadgen.json; report.html well-formed, fetching nothing,
+#       with the server's tick p99 from /health);
 #   (b) 2 servers behind HAProxy, 2 calls of 8 s (one each), kill -9 of s2 after 4 s: the summary says it was
 #       killed and marked DOWN, one call ok and one connection-lost.
 # Environment (tests/meson.build): PPX_SOURCE_ROOT, PPX_BUILD_ROOT. Exit 77 (skip) without haproxy, python3 or
@@ -56,9 +58,24 @@ expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
   '^== 1 server\(s\): .* --batch-deadline 20$' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat' \
   '^latency growth: last quarter - first \(ms\) +2 ' '^== s1 /metrics audio dropped, the model behind \(s\): chat 0\.000' \
   '^== s1 ticks: [0-9]+ ticks of [0-9]+ to [12] rows .*, [0-9.]+ a second, '
-for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log; do
+for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log report.html; do
   [ -s "$tmp/a/$f" ] || fail "(a) $f was not written"
 done
+expect a '^missed audio at the reference player \(ms\) +2 '
+python3 - "$tmp/a/loadgen.json" "$tmp/a/report.html" <<'EOF' || fail "(a) the per-call playout or report.html"
+import json, re, sys, xml.etree.ElementTree as ET
+j = json.load(open(sys.argv[1]))
+for c in j["per_call"]:
+    p = c["playout"]
+    assert p["played_ms"] > 0 and p["missed_ms"] >= 0 and p["dropped_ms"] >= 0 and p["rebuffers"] >= 0, p
+html = open(sys.argv[2]).read()
+svgs = re.findall(r"<svg .*?</svg>", html, re.S)
+assert len(svgs) == 4, len(svgs)
+for s in svgs:
+    ET.fromstring(s)
+assert not re.search(r"https?:|<script|<link|<img|src=|href=|url\(", html), "the report would fetch something"
+assert "not measured" not in html, "no tick p99 from /health"
+EOF
 grep -q '^call [01]: ok' "$tmp/a/run.log" || fail "(a) no per-call lines in run.log"
 
 live b --servers 2 --calls 2 --ramp 0 --seconds 8 --kill-at 4

@@ -2,13 +2,18 @@
  * known timings (the run itself against servers is tests/test-fleet.sh). */
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
+#include <libsoup/soup.h>
 #include <math.h>
 #include <string.h>
 
+#include "../tools/loadgen/loadgen-health.h"
+#include "../tools/loadgen/loadgen-html.h"
 #include "../tools/loadgen/loadgen-options.h"
+#include "../tools/loadgen/loadgen-playout.h"
 #include "../tools/loadgen/loadgen-report.h"
 
 #define CLOSE(a, b) (fabs ((a) - (b)) < 1e-6)
+#define CLOSE_MS(a, b) (fabs ((a) - (b)) < 1e-3)
 
 static void
 test_percentiles (void)
@@ -464,6 +469,370 @@ test_options (void)
   expect_error ("--url ws://h:1 --origin nonsense", "--origin");
   expect_error ("--url ws://h:1 stray", "stray");
   expect_error ("--url ws://h:1 --no-such-option", "no-such-option");
+  expect_error ("--url ws://h:1 --max-missed-ms nan", "--max-missed-ms");
+  expect_error ("--url ws://h:1 --health http://h:2/health", "--health");
+  expect_error ("--url ws://h:1 --health s1=ws://h:2/health", "--health");
+  expect_error ("--url ws://h:1 --health =http://h:2/health", "--health");
+
+  /* the verdict's --max-missed-ms (default: no limit), --report, and --playout-trace (no --url needed) */
+  g_assert_true (parse (&o, "--url ws://h:1", &error));
+  g_assert_true (o.max_missed_ms < 0 && !o.report_path && !o.playout_trace);
+  loadgen_options_clear (&o);
+  g_assert_true (parse (&o, "--url ws://h:1 --max-missed-ms 40 --report r.html "
+                        "--health s1=http://127.0.0.1:8090/health --health s2=https://h:2/health", &error));
+  g_assert_true (CLOSE (o.max_missed_ms, 40));
+  g_assert_cmpuint (g_strv_length (o.health), ==, 2);
+  g_assert_cmpstr (o.report_path, ==, "r.html");
+  loadgen_options_clear (&o);
+  g_assert_true (parse (&o, "--playout-trace t.txt", &error));
+  g_assert_cmpstr (o.playout_trace, ==, "t.txt");
+  loadgen_options_clear (&o);
+}
+
+/* The reference player's rules, step by step (the agreement with the worklet itself is test playout-reference). */
+static void
+test_player (void)
+{
+  LoadgenPlayer p;
+  loadgen_player_init (&p);
+  /* 40 ms queued: not started; silence before any sound is not missed audio */
+  g_assert_cmpint (loadgen_player_push (&p, 1920), ==, 0);
+  g_assert_false (p.started);
+  g_assert_cmpint (loadgen_player_render (&p), ==, 0);
+  g_assert_cmpint (p.total_played, ==, 0);
+  /* 80 ms: it starts, waits 10 ms (4 quanta: 480 samples counted down by 128), then plays */
+  loadgen_player_push (&p, 1920);
+  g_assert_true (p.started);
+  for (int q = 0; q < 4; q++)
+    g_assert_cmpint (loadgen_player_render (&p), ==, 0);
+  for (int q = 0; q < 30; q++)
+    g_assert_cmpint (loadgen_player_render (&p), ==, 128);
+  /* dry at a quantum's end: silence counted as missed, but no re-buffer (the worklet's quirk) */
+  g_assert_cmpint (loadgen_player_render (&p), ==, 0);
+  g_assert_cmpint (p.total_played - p.actual_played, ==, 128);
+  g_assert_cmpuint (p.rebuffers, ==, 0);
+  g_assert_true (p.started);
+  /* still started: the next chunk plays at once */
+  loadgen_player_push (&p, 1920);
+  g_assert_cmpint (loadgen_player_render (&p), ==, 128);
+  /* three more chunks at once: the second brings 5632 samples (100 ms or more), the oldest go down to 90 ms and the
+   * cap grows by 5 ms; the third goes over the new cap (105 ms) and drops a whole chunk's worth */
+  g_assert_cmpint (loadgen_player_push (&p, 1920), ==, 0);
+  g_assert_cmpint (loadgen_player_push (&p, 1920), ==, 1792 + 3840 - 4320);
+  g_assert_cmpint (p.max_buffer, ==, 720);
+  g_assert_cmpint (loadgen_player_push (&p, 1920), ==, 1920);
+  g_assert_cmpint (p.queued, ==, 4320);
+  g_assert_cmpint (p.max_buffer, ==, 960);
+  g_assert_cmpint (p.dropped, ==, 1312 + 1920);
+  /* run out part way: a re-buffer, a longer partial wait, and it waits for 80 ms again */
+  for (int q = 0; q < 33; q++)
+    g_assert_cmpint (loadgen_player_render (&p), ==, 128);
+  g_assert_cmpint (loadgen_player_render (&p), ==, 4320 - 33 * 128);
+  g_assert_cmpuint (p.rebuffers, ==, 1);
+  g_assert_false (p.started);
+  g_assert_cmpint (p.partial, ==, 720);
+  loadgen_player_push (&p, 1920);
+  g_assert_false (p.started);
+  g_assert_cmpint (loadgen_player_render (&p), ==, 0);
+  loadgen_player_clear (&p);
+}
+
+static char *
+write_temp (const char *dir, const char *name, const char *contents)
+{
+  char *path = g_build_filename (dir, name, NULL);
+  g_assert_true (g_file_set_contents (path, contents, -1, NULL));
+  return path;
+}
+
+static void
+expect_trace_error (const char *dir, const char *contents, const char *needle)
+{
+  g_autofree char *path = write_temp (dir, "bad.trace", contents);
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GArray) chunks = loadgen_playout_read_trace (path, &error);
+  g_assert_null (chunks);
+  if (!strstr (error->message, needle))
+    g_error ("'%s': expected an error naming '%s', got '%s'", contents, needle, error->message);
+  g_remove (path);
+}
+
+/* --playout-trace's file, the replay's rules and its JSON */
+static void
+test_playout_trace (void)
+{
+  g_autofree char *dir = g_dir_make_tmp ("loadgen-XXXXXX", NULL);
+  /* 20 pages of 40 ms, one every 40 ms, a late one (the 15th, 30 ms late), comments, tabs, blank lines */
+  GString *t = g_string_new ("# arrival samples\n\n");
+  for (int j = 0; j < 20; j++)
+    g_string_append_printf (t, "%d\t1920\n", (j < 10 ? 690 : 890) + 40 * j + (j == 14 ? 30 : 0));
+  g_autofree char *path = write_temp (dir, "ok.trace", t->str);
+  g_string_free (t, TRUE);
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GArray) chunks = loadgen_playout_read_trace (path, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (chunks->len, ==, 20);
+  LoadgenPlayout p;
+  g_autoptr (GArray) seconds = g_array_new (FALSE, TRUE, sizeof (LoadgenPlayoutSecond));
+  loadgen_playout_replay ((const LoadgenChunk *) (void *) chunks->data, chunks->len, 0, seconds, &p);
+  /* the figures of the reference worklet under node on the same trace */
+  g_assert_true (CLOSE_MS (p.played_ms, 730.667) && CLOSE_MS (p.missed_ms, 178.667));
+  g_assert_true (p.dropped_ms == 0 && p.rebuffers == 0);
+  g_assert_cmpuint (p.quanta, ==, 1650 * 48 / 128 + 1); /* the last quantum starts at or before 1650 ms */
+  /* by second: the silence after 1050 ms, all in the second second */
+  g_assert_cmpuint (seconds->len, ==, 2);
+  g_assert_true (CLOSE_MS (g_array_index (seconds, LoadgenPlayoutSecond, 1).missed_ms, p.missed_ms));
+  g_autofree char *json = loadgen_playout_to_json (&p);
+  g_assert_cmpstr (json, ==,
+                   "{\"played_ms\": 730.667, \"missed_ms\": 178.667, \"dropped_ms\": 0.000, \"rebuffers\": 0}");
+  g_remove (path);
+  /* nothing to play: all 0 */
+  loadgen_playout_replay (NULL, 0, 0, NULL, &p);
+  g_assert_true (p.played_ms == 0 && p.missed_ms == 0 && p.quanta == 0);
+
+  expect_trace_error (dir, "10 1920\n5 1920\n", "line 2: arrival 5 ms is before");
+  expect_trace_error (dir, "10\n", "line 1: '10'");
+  expect_trace_error (dir, "10 1920 3\n", "line 1");
+  expect_trace_error (dir, "x 1920\n", "line 1");
+  expect_trace_error (dir, "10 -5\n", "line 1");
+  expect_trace_error (dir, "10 1.5\n", "line 1");
+  expect_trace_error (dir, "nan 5\n", "line 1");
+  g_autoptr (GArray) none = loadgen_playout_read_trace ("/no/such.trace", &error);
+  g_assert_null (none);
+  g_assert_nonnull (strstr (error->message, "/no/such.trace"));
+  g_rmdir (dir);
+}
+
+/* A call's decoded chunks from its record, and its playout: made_up_record's pages of 40 ms come one a 40 ms,
+ * then 240 ms apart once (the worklet's figures on this trace, under node: 760 ms played, 149.333 missed). */
+static void
+test_call_playout (void)
+{
+  PpxChatRecord *r = made_up_record (20);
+  g_autoptr (LoadgenCall) c = call_of (0, r);
+  g_autoptr (GArray) chunks = loadgen_call_chunks (r, r->start_us);
+  g_assert_cmpuint (chunks->len, ==, 20);
+  g_assert_true (CLOSE_MS (g_array_index (chunks, LoadgenChunk, 0).arrival_ms, 690));
+  g_assert_true (CLOSE_MS (g_array_index (chunks, LoadgenChunk, 10).arrival_ms, 1290));
+  g_assert_cmpint (g_array_index (chunks, LoadgenChunk, 19).samples, ==, LOADGEN_PLAYOUT_CHUNK);
+  LoadgenCallStats s;
+  loadgen_call_stats (c, 100, &s);
+  g_assert_true (s.has_playout);
+  g_assert_true (CLOSE_MS (s.playout.played_ms, 760) && CLOSE_MS (s.playout.missed_ms, 149.333));
+  g_assert_true (s.playout.dropped_ms == 0 && s.playout.rebuffers == 0);
+  loadgen_call_stats_clear (&s);
+  /* with a pre-skip of 312 (48 kHz), a granule position of 1920 * k completes k chunks: the chat client keeps
+   * (granule - pre-skip) / 2 answer samples */
+  r->answer_pre_skip = 312;
+  for (guint e = 0; e < r->events->len; e++) {
+    PpxChatEvent *ev = &g_array_index (r->events, PpxChatEvent, e);
+    if (ev->kind == PPX_CHAT_AUDIO && ev->samples > 0)
+      ev->samples = (2 * ev->samples - 312) / 2;
+  }
+  g_autoptr (GArray) again = loadgen_call_chunks (r, r->start_us);
+  g_assert_cmpuint (again->len, ==, 20);
+  g_assert_true (CLOSE_MS (g_array_index (again, LoadgenChunk, 19).arrival_ms, 1650));
+  record_free (r);
+
+  /* no answer: no playout */
+  r = record_new (503);
+  g_autoptr (LoadgenCall) refused = call_of (1, r);
+  loadgen_call_stats (refused, 100, &s);
+  g_assert_false (s.has_playout);
+  loadgen_call_stats_clear (&s);
+  record_free (r);
+}
+
+static char *
+print_report (const LoadgenReport *r)
+{
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream (&text, &len);
+  loadgen_report_print (r, out);
+  fclose (out);
+  return text;
+}
+
+/* --max-missed-ms: the ok call and the lost one (12 pages: the gap after the 10th is in it) both missed 149.3 ms
+ * at the reference player */
+static void
+test_missed_rule (void)
+{
+  PpxChatRecord *records[3];
+  g_autoptr (LoadgenReport) r = made_up_report (records);
+  r->expect_refused = r->expect_failed = 1;
+  g_assert_true (loadgen_report_passed (r));
+  g_assert_null (loadgen_report_missed_rule (r)); /* no limit */
+  r->max_missed_ms = 150;
+  g_assert_true (loadgen_report_passed (r));
+  g_autofree char *pass = print_report (r);
+  g_assert_nonnull (strstr (pass, "result: PASS (expected 1 refused and 1 failed; got 1 and 1)\n"));
+  g_assert_true (g_regex_match_simple ("^missed audio at the reference player \\(ms\\) +2 +149\\.3 +149\\.3 +149\\.3 "
+                                       "+149\\.3$", pass, G_REGEX_MULTILINE, 0));
+  g_assert_true (g_regex_match_simple ("^  s1: 1 calls, .* ms; underruns 1 in all \\(at most 1 a call\\); reference "
+                                       "player: missed p50 149\\.3 p99 149\\.3 max 149\\.3 ms a call, dropped 0\\.0 "
+                                       "ms and 0 re-buffers in all$", pass, G_REGEX_MULTILINE, 0));
+  r->max_missed_ms = 100;
+  g_assert_false (loadgen_report_passed (r));
+  g_autofree char *why = loadgen_report_missed_rule (r);
+  g_assert_cmpstr (why, ==, "2 call(s) missed more than 100.0 ms of audio at the reference player (the most: call 0, "
+                   "149.3 ms)");
+  g_autofree char *fail = print_report (r);
+  g_assert_nonnull (strstr (fail, "result: FAIL (expected 1 refused and 1 failed; got 1 and 1); failed rule(s): "
+                                  "max-missed-ms\nrule max-missed-ms: 2 call(s) missed"));
+  r->expect_failed = 0;
+  g_autofree char *both = print_report (r);
+  g_assert_nonnull (strstr (both, "; failed rule(s): outcomes, max-missed-ms\n"));
+
+  g_autofree char *json = loadgen_report_to_json (r);
+  g_autoptr (JsonParser) parser = json_parser_new ();
+  g_assert_true (json_parser_load_from_data (parser, json, -1, NULL));
+  JsonObject *root = json_node_get_object (json_parser_get_root (parser));
+  JsonObject *result = member_object (root, "result");
+  g_assert_false (json_object_get_boolean_member (result, "passed"));
+  g_assert_true (CLOSE (json_object_get_double_member (result, "max_missed_ms"), 100));
+  JsonArray *rules = json_object_get_array_member (result, "failed_rules");
+  g_assert_cmpuint (json_array_get_length (rules), ==, 2);
+  g_assert_cmpstr (json_array_get_string_element (rules, 1), ==, "max-missed-ms");
+  JsonArray *calls = json_object_get_array_member (root, "per_call");
+  JsonObject *p0 = member_object (json_array_get_object_element (calls, 0), "playout");
+  g_assert_true (CLOSE_MS (json_object_get_double_member (p0, "missed_ms"), 149.333));
+  g_assert_true (CLOSE_MS (json_object_get_double_member (p0, "played_ms"), 760));
+  g_assert_cmpint (json_object_get_int_member (p0, "rebuffers"), ==, 0);
+  g_assert_true (CLOSE (json_object_get_double_member (p0, "dropped_ms"), 0));
+  g_assert_true (json_object_get_null_member (json_array_get_object_element (calls, 1), "playout"));
+  JsonObject *summary = member_object (root, "summary");
+  g_assert_cmpint (json_object_get_int_member (member_object (summary, "playout_missed_ms"), "n"), ==, 2);
+  g_assert_true (CLOSE_MS (json_object_get_double_member (summary, "playout_missed_ms_total"), 298.667));
+  JsonObject *s1 = member_object (member_object (root, "per_server"), "s1");
+  g_assert_true (CLOSE_MS (json_object_get_double_member (member_object (s1, "playout_missed_ms"), "max"), 149.333));
+  g_clear_pointer (&r, loadgen_report_free);
+  for (guint i = 0; i < 3; i++)
+    record_free (records[i]);
+}
+
+/* --report: one page, its charts well-formed XML (python3's parser where there is one), nothing fetched */
+static void
+test_html (void)
+{
+  PpxChatRecord *records[3];
+  g_autoptr (LoadgenReport) r = made_up_report (records);
+  LoadgenHealth *h = loadgen_health_new ("s1", "http://127.0.0.1:8090/health");
+  double t = 1, v = 12.5;
+  g_array_append_val (h->t_s, t);
+  g_array_append_val (h->tick_p99_ms, v);
+  t = 2;
+  v = 14;
+  g_array_append_val (h->t_s, t);
+  g_array_append_val (h->tick_p99_ms, v);
+  g_ptr_array_add (r->health, h);
+  g_free (r->url);
+  r->url = g_strdup ("ws://127.0.0.1:8080/api/chat?x=<&>");
+  g_autofree char *dir = g_dir_make_tmp ("loadgen-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename (dir, "r.html", NULL);
+  g_autoptr (GError) error = NULL;
+  g_assert_true (loadgen_report_write_html (r, path, &error));
+  g_autofree char *html = NULL;
+  g_assert_true (g_file_get_contents (path, &html, NULL, NULL));
+  g_assert_true (g_str_has_prefix (html, "<!DOCTYPE html>"));
+  g_assert_true (g_str_has_suffix (html, "</html>\n"));
+  guint svgs = 0;
+  for (const char *p = html; (p = strstr (p, "<svg ")); p++)
+    svgs++;
+  g_assert_cmpuint (svgs, ==, 4);
+  g_assert_nonnull (strstr (html, "frame latency p99"));
+  g_assert_nonnull (strstr (html, "298.7 ms missed"));
+  g_assert_nonnull (strstr (html, "x=&lt;&amp;&gt;"));
+  /* no fetches: no URL of the web (the health URL is not shown), no script, style sheet, image or font */
+  const char *never[] = {"http:", "https:", "<script", "<link", "<img", "src=", "href=", "url(", "@import", NULL};
+  for (int i = 0; never[i]; i++)
+    if (strstr (html, never[i]))
+      g_error ("the report has '%s'", never[i]);
+  g_autofree char *python = g_find_program_in_path ("python3");
+  if (python) {
+    const char *check = "import re, sys, xml.etree.ElementTree as ET\n"
+                        "html = open(sys.argv[1]).read()\n"
+                        "svgs = re.findall(r'<svg .*?</svg>', html, re.S)\n"
+                        "assert len(svgs) == 4, len(svgs)\n"
+                        "for s in svgs:\n"
+                        "  root = ET.fromstring(s)\n"
+                        "  assert root.tag == 'svg' and root.findall('.//text'), s[:80]\n"
+                        "print(sum(len(ET.fromstring(s).findall('.//polyline')) for s in svgs))\n";
+    const char *argv[] = {python, "-c", check, path, NULL};
+    g_autofree char *out = NULL, *err = NULL;
+    int status;
+    g_assert_true (g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out, &err, &status, NULL));
+    if (!g_spawn_check_wait_status (status, NULL))
+      g_error ("python3's XML parser on the report's SVG: %s", err);
+    g_assert_cmpint (atoi (out), >=, 7); /* 2 latency, 2 playout, 2 calls, 1 tick line */
+  }
+  g_autofree char *bad = g_build_filename (dir, "no", "such", "r.html", NULL);
+  g_assert_false (loadgen_report_write_html (r, bad, &error));
+  g_remove (path);
+  g_rmdir (dir);
+  g_clear_pointer (&r, loadgen_report_free);
+  for (guint i = 0; i < 3; i++)
+    record_free (records[i]);
+}
+
+static void
+on_health (SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query, gpointer user_data)
+{
+  guint *served = user_data;
+  (*served)++;
+  const char *body = "{\"sessions\": 2, \"tick_ms_p99\": 61.5, \"overruns\": 0}";
+  soup_server_message_set_status (msg, SOUP_STATUS_OK, NULL);
+  soup_server_message_set_response (msg, "application/json", SOUP_MEMORY_STATIC, body, strlen (body));
+}
+
+/* --health: a /health body's tick p99, and the poller against a server on 127.0.0.1 and a port with none */
+static void
+test_health (void)
+{
+  const char *good = "{\"tick_ms_p99\": 83.25, \"sessions\": 1}";
+  g_assert_true (CLOSE (loadgen_health_tick_p99 (good, strlen (good)), 83.25));
+  const char *bad[] = {"{}", "[1]", "not json", "{\"tick_ms_p99\": \"x\"}", "{\"tick_ms_p99\": -1}", NULL};
+  for (int i = 0; bad[i]; i++)
+    g_assert_true (isnan (loadgen_health_tick_p99 (bad[i], strlen (bad[i]))));
+  g_assert_true (isnan (loadgen_health_tick_p99 (NULL, 0)));
+
+  guint served = 0;
+  g_autoptr (SoupServer) server = soup_server_new (NULL, NULL);
+  soup_server_add_handler (server, "/health", on_health, &served, NULL);
+  g_autoptr (GError) error = NULL;
+  g_assert_true (soup_server_listen_local (server, 0, SOUP_SERVER_LISTEN_IPV4_ONLY, &error));
+  GSList *uris = soup_server_get_uris (server);
+  g_autofree char *base = g_uri_to_string (uris->data);
+  g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
+  /* a port nobody listens on: a listener made and closed */
+  g_autoptr (GSocketListener) gone = g_socket_listener_new ();
+  guint16 port = g_socket_listener_add_any_inet_port (gone, NULL, &error);
+  g_socket_listener_close (gone);
+  g_autofree char *t0 = g_strdup_printf ("s1=%shealth", base);
+  g_autofree char *t1 = g_strdup_printf ("s2=http://127.0.0.1:%u/health", port);
+  char *targets[] = {t0, t1, NULL};
+  g_autoptr (LoadgenReport) r = loadgen_report_new ();
+  r->start_us = g_get_monotonic_time ();
+  g_assert_null (loadgen_poller_start (r, NULL, 100));
+  LoadgenPoller *p = loadgen_poller_start (r, targets, 100);
+  g_assert_cmpuint (r->health->len, ==, 2);
+  const LoadgenHealth *s1 = g_ptr_array_index (r->health, 0), *s2 = g_ptr_array_index (r->health, 1);
+  g_assert_cmpstr (s1->name, ==, "s1");
+  gint64 deadline = g_get_monotonic_time () + 20 * G_USEC_PER_SEC;
+  while ((s1->tick_p99_ms->len < 3 || s2->failures < 1) && g_get_monotonic_time () < deadline)
+    g_main_context_iteration (NULL, TRUE);
+  loadgen_poller_stop (p);
+  g_assert_cmpuint (s1->tick_p99_ms->len, >=, 3);
+  g_assert_true (CLOSE (g_array_index (s1->tick_p99_ms, double, 0), 61.5));
+  g_assert_cmpfloat (g_array_index (s1->t_s, double, 0), >=, 0);
+  g_assert_cmpuint (s1->failures, ==, 0);
+  g_assert_cmpuint (s2->failures, >=, 1);
+  g_assert_cmpuint (s2->tick_p99_ms->len, ==, 0);
+  g_assert_cmpuint (served, >=, 3);
+  soup_server_disconnect (server);
+  while (g_main_context_iteration (NULL, FALSE))
+    ;
 }
 
 int
@@ -476,5 +845,11 @@ main (int argc, char **argv)
   g_test_add_func ("/loadgen/classify", test_classify);
   g_test_add_func ("/loadgen/report", test_report);
   g_test_add_func ("/loadgen/options", test_options);
+  g_test_add_func ("/loadgen/player", test_player);
+  g_test_add_func ("/loadgen/playout-trace", test_playout_trace);
+  g_test_add_func ("/loadgen/call-playout", test_call_playout);
+  g_test_add_func ("/loadgen/missed-rule", test_missed_rule);
+  g_test_add_func ("/loadgen/html", test_html);
+  g_test_add_func ("/loadgen/health", test_health);
   return g_test_run ();
 }

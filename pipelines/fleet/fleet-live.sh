@@ -20,13 +20,16 @@
 #   --server-option O another option for every server, split at spaces (e.g. "--batch-deadline 5"); repeatable
 #   --check           first the pack's check.sh
 #   after --          e.g. --input speech.wav, --text-prompt "...", --voice-prompt NATF2.pt
-# Writes to OUT (default $OUT, else out/fleet-live), 7 files:
-#   summary.txt   the loadgen's table (join time, frame latency and its growth over a call, underruns, text, CPU
-#                 of the loadgen and of each server and HAProxy), each server's tick p50/p99 and overruns (/health),
+# Writes to OUT (default $OUT, else out/fleet-live), 8 files:
+#   summary.txt   the loadgen's table (join time, frame latency and its growth over a call, audio missed and
+#                 dropped at the reference web client's player, underruns, text, CPU of the loadgen and of each
+#                 server and HAProxy), each server's tick p50/p99 and overruns (/health),
 #                 tick p99 from its /metrics histogram, the audio it dropped (the model behind a call), its ticks
 #                 (from the ticker's debug lines in its log: a second, rows each, waits), GPU memory over the run,
 #                 the machine's CPU, the kill and HAProxy's DOWN
 #   run.log       everything, with a line per call;  loadgen.json  every call's figures
+#   report.html   the run by second in inline SVG (personaplex-loadgen --report): frame latency p50/p99, audio
+#                 missed and dropped at the reference player, calls joined and open, each server's tick p99
 #   gpu.csv       nvidia-smi every 5 s;  health.log  each server's /health every 10 s
 #   metrics.txt   each server's /metrics at the end;  servers.log  the servers' and HAProxy's logs (tails)
 # Exit status: 0 when the run happened (the figures say how it went), 1 when a step failed, 2 for bad options.
@@ -35,7 +38,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 pack= build= model= make= model_root= servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
 backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} check=0 extra_server_opts=
-usage () { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage () { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --pack) pack=$2; shift ;;
@@ -180,6 +183,8 @@ main () {
   pids=
   for f in "$fleet"/s*.pid; do pids="$pids --server-pid $(basename "$f" .pid)=$(cat "$f")"; done
   pids="$pids --server-pid haproxy=$(cat "$fleet/haproxy.pid")"
+  # each server's /health read by the loadgen each second: the tick p99 of report.html
+  health=$(awk '{ printf " --health %s=http://%s:%s/health", $1, $2, $3 }' "$fleet/servers")
 
   # samplers: GPU memory every 5 s, each server's /health every 10 s
   if command -v nvidia-smi > /dev/null; then
@@ -216,7 +221,7 @@ main () {
   say "== personaplex-loadgen: $calls calls to $url joining over $ramp s, $seconds s each"
   # shellcheck disable=SC2086 # option lists
   run_in personaplex-loadgen --url "$url" --calls "$calls" --ramp "$ramp" --seconds "$seconds" \
-    --json "$out/loadgen.json" $pids "$@" > "$tmp/loadgen.txt"
+    --json "$out/loadgen.json" --report "$out/report.html" $pids $health "$@" > "$tmp/loadgen.txt"
   loadgen_status=$?
   cpu1=$(machine_cpu)
   cat "$tmp/loadgen.txt" >> "$summary"

@@ -57,9 +57,25 @@ check_params (char **params, GError **error)
   return TRUE;
 }
 
+/* --health NAME=URL: a name, an http:// or https:// URL */
+static gboolean
+check_health (char **health, GError **error)
+{
+  for (guint i = 0; health && health[i]; i++) {
+    const char *eq = strchr (health[i], '=');
+    g_autoptr (GUri) uri = eq ? g_uri_parse (eq + 1, G_URI_FLAGS_NONE, NULL) : NULL;
+    if (!eq || eq == health[i] || eq - health[i] > 40 || !uri || !g_uri_get_host (uri) ||
+        (g_strcmp0 (g_uri_get_scheme (uri), "http") != 0 && g_strcmp0 (g_uri_get_scheme (uri), "https") != 0))
+      FAIL ("--health '%s': use NAME=http://HOST:PORT/health", health[i]);
+  }
+  return TRUE;
+}
+
 static gboolean
 check_options (LoadgenOptions *o, GError **error)
 {
+  if (o->playout_trace)
+    return TRUE; /* a replay: no calls */
   if (!o->url)
     FAIL ("--url is required (e.g. --url ws://127.0.0.1:8998; see --help)");
   if (!check_url (o, error))
@@ -74,6 +90,8 @@ check_options (LoadgenOptions *o, GError **error)
     FAIL ("--gap-ms %g: use more than 0 and at most 60000", o->gap_ms);
   if (!(o->join_timeout_s > 0 && o->join_timeout_s <= 3600))
     FAIL ("--join-timeout %g: use more than 0 and at most 3600 seconds", o->join_timeout_s);
+  if (!(o->max_missed_ms < 0 || o->max_missed_ms <= 24 * 3600 * 1000.0))
+    FAIL ("--max-missed-ms %g: use 0 or more (ms), or a negative number for no limit", o->max_missed_ms);
   if (!(o->tail_s >= 0 && o->tail_s <= 600))
     FAIL ("--tail %g: use 0 to 600 seconds", o->tail_s);
   if (o->expect_refused < 0 || o->expect_refused > o->calls)
@@ -107,7 +125,7 @@ check_options (LoadgenOptions *o, GError **error)
     for (const char *p = o->auth_token; *p; p++)
       if ((guchar) *p <= ' ' || (guchar) *p >= 0x7f)
         FAIL ("--auth-token: printable ASCII without spaces, please");
-  return check_params (o->params, error);
+  return check_params (o->params, error) && check_health (o->health, error);
 }
 
 /* --server-pid [NAME=]PID */
@@ -136,6 +154,7 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
   o->gap_ms = 100;
   o->join_timeout_s = 120;
   o->tail_s = 5;
+  o->max_missed_ms = -1;
   o->server_pids = g_array_new (FALSE, FALSE, sizeof (int));
   o->server_names = g_ptr_array_new_with_free_func (g_free);
   GOptionEntry entries[] = {
@@ -179,6 +198,17 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
     {"origin", 0, 0, G_OPTION_ARG_STRING, &o->origin,
      "Send this Origin header, as a web page's calls do (e.g. https://voice.example.com)", "ORIGIN"},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &o->quiet, "No line per call on stderr", NULL},
+    {"max-missed-ms", 0, 0, G_OPTION_ARG_DOUBLE, &o->max_missed_ms,
+     "FAIL the run when a call missed more than MS of audio at the reference web client's player "
+     "(default: no limit)", "MS"},
+    {"report", 0, 0, G_OPTION_ARG_FILENAME, &o->report_path,
+     "Write a picture of the run to FILE.html (inline SVG, nothing fetched)", "FILE.html"},
+    {"health", 0, 0, G_OPTION_ARG_STRING_ARRAY, &o->health,
+     "Read this server's /health each second for its tick p99, drawn by --report (repeatable)",
+     "NAME=URL"},
+    {"playout-trace", 0, 0, G_OPTION_ARG_FILENAME, &o->playout_trace,
+     "Replay a trace (lines 'ARRIVAL_MS SAMPLES') through the reference player, print its figures as JSON, exit",
+     "FILE"},
     {NULL},
   };
   g_autoptr (GOptionContext) ctx = g_option_context_new ("- calls at scale to a PersonaPlex server (/api/chat)");
@@ -189,7 +219,8 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
     "Each call connects, waits for the handshake, streams its audio as Ogg Opus in real time from its own clock\n"
     "for --seconds, waits for the rest of the answer and closes. It prints a summary table (p50/p95/p99/max over\n"
     "the calls) and exits 0 when exactly the expected calls were refused (--expect-refused) and failed\n"
-    "(--expect-failed), 1 otherwise, 2 on a bad command line. See docs/fleet.md.");
+    "(--expect-failed) and no call missed more audio at the reference web client's player than --max-missed-ms,\n"
+    "1 otherwise, 2 on a bad command line. See docs/fleet.md and docs/tools.md.");
   if (!g_option_context_parse (ctx, argc, argv, error))
     return FALSE;
   if (*argc > 1)
@@ -217,6 +248,9 @@ loadgen_options_clear (LoadgenOptions *o)
     g_ptr_array_unref (o->server_names);
   g_free (o->server_header);
   g_free (o->origin);
+  g_free (o->report_path);
+  g_strfreev (o->health);
+  g_free (o->playout_trace);
   memset (o, 0, sizeof *o);
 }
 

@@ -32,6 +32,11 @@ typedef struct {
   char *server_header;    /* the upgrade response's header that names the server ("" : none) */
   char *origin;           /* an Origin header, as a browser page would send; NULL: none */
   gboolean quiet;         /* no line per call on stderr */
+  double max_missed_ms;   /* the verdict fails when a call's missed audio at the reference player exceeds this;
+                           * negative: no such rule (the default) */
+  char *report_path;      /* --report FILE.html; NULL: none */
+  char **health;          /* --health NAME=URL: servers whose /health the run polls each second (tick p99) */
+  char *playout_trace;    /* --playout-trace FILE: replay it through the reference player, print, exit */
 } LoadgenOptions;
 
 /* Parses and checks argv (GOption; --help prints and exits). FALSE with a message naming the option on bad

@@ -12,9 +12,34 @@ loadgen_report_new (void)
 {
   LoadgenReport *r = g_new0 (LoadgenReport, 1);
   r->gap_ms = 100;
+  r->max_missed_ms = -1;
   r->processes = g_array_new (FALSE, TRUE, sizeof (LoadgenProcess));
   r->records = g_ptr_array_new_with_free_func ((GDestroyNotify) loadgen_call_free);
+  r->health = g_ptr_array_new_with_free_func ((GDestroyNotify) loadgen_health_free);
   return r;
+}
+
+LoadgenHealth *
+loadgen_health_new (const char *name, const char *url)
+{
+  LoadgenHealth *h = g_new0 (LoadgenHealth, 1);
+  h->name = g_strdup (name);
+  h->url = g_strdup (url);
+  h->t_s = g_array_new (FALSE, FALSE, sizeof (double));
+  h->tick_p99_ms = g_array_new (FALSE, FALSE, sizeof (double));
+  return h;
+}
+
+void
+loadgen_health_free (LoadgenHealth *h)
+{
+  if (!h)
+    return;
+  g_free (h->name);
+  g_free (h->url);
+  g_array_unref (h->t_s);
+  g_array_unref (h->tick_p99_ms);
+  g_free (h);
 }
 
 void
@@ -27,6 +52,7 @@ loadgen_report_free (LoadgenReport *r)
   g_free (r->started_utc);
   g_array_unref (r->processes);
   g_ptr_array_unref (r->records);
+  g_ptr_array_unref (r->health);
   g_free (r);
 }
 
@@ -48,19 +74,63 @@ loadgen_report_counts (const LoadgenReport *r, guint *ok, guint *refused, guint 
     }
 }
 
-gboolean
-loadgen_report_passed (const LoadgenReport *r)
+static gboolean
+outcomes_as_expected (const LoadgenReport *r)
 {
   guint ok, refused, failed;
   loadgen_report_counts (r, &ok, &refused, &failed);
   return (int) refused == r->expect_refused && (int) failed == r->expect_failed;
 }
 
+char *
+loadgen_report_missed_rule (const LoadgenReport *r)
+{
+  if (r->max_missed_ms < 0)
+    return NULL;
+  guint over = 0, worst = 0;
+  double most = -1;
+  for (guint i = 0; i < r->records->len; i++) {
+    LoadgenPlayout p;
+    if (!loadgen_call_playout (record (r, i), 0, NULL, &p) || !(p.missed_ms > r->max_missed_ms))
+      continue;
+    over++;
+    if (p.missed_ms > most) {
+      most = p.missed_ms;
+      worst = record (r, i)->index;
+    }
+  }
+  if (!over)
+    return NULL;
+  return g_strdup_printf ("%u call(s) missed more than %.1f ms of audio at the reference player (the most: "
+                          "call %u, %.1f ms)", over, r->max_missed_ms, worst, most);
+}
+
+/* The names of the verdict's rules that failed, ", " between them; "" when it passed. */
+static char *
+failed_rules (const LoadgenReport *r)
+{
+  GString *s = g_string_new (NULL);
+  if (!outcomes_as_expected (r))
+    g_string_append (s, "outcomes");
+  g_autofree char *missed = loadgen_report_missed_rule (r);
+  if (missed)
+    g_string_append_printf (s, "%smax-missed-ms", s->len ? ", " : "");
+  return g_string_free (s, FALSE);
+}
+
+gboolean
+loadgen_report_passed (const LoadgenReport *r)
+{
+  g_autofree char *failed = failed_rules (r);
+  return !*failed;
+}
+
 /* ---- the figures of every call, and the table's rows ---- */
 
 typedef enum {
   ROW_JOIN, ROW_FIRST_AUDIO, ROW_LATENCY_ALL, ROW_LATENCY_P50, ROW_LATENCY_P99, ROW_LATENCY_GROWTH,
-  ROW_UNDERRUNS, ROW_MAX_GAP, ROW_UNANSWERED, ROW_TEXT, N_ROWS
+  ROW_PLAYOUT_MISSED, ROW_PLAYOUT_DROPPED, ROW_PLAYOUT_REBUFFERS, ROW_UNDERRUNS, ROW_MAX_GAP, ROW_UNANSWERED,
+  ROW_TEXT, N_ROWS
 } Row;
 
 static const struct {
@@ -74,6 +144,9 @@ static const struct {
   [ROW_LATENCY_P50] = {"call_latency_p50_ms", "frame latency p50 of a call (ms)", 1},
   [ROW_LATENCY_P99] = {"call_latency_p99_ms", "frame latency p99 of a call (ms)", 1},
   [ROW_LATENCY_GROWTH] = {"call_latency_growth_ms", "latency growth: last quarter - first (ms)", 1},
+  [ROW_PLAYOUT_MISSED] = {"playout_missed_ms", "missed audio at the reference player (ms)", 1},
+  [ROW_PLAYOUT_DROPPED] = {"playout_dropped_ms", "audio the reference player dropped (ms)", 1},
+  [ROW_PLAYOUT_REBUFFERS] = {"playout_rebuffers", "re-buffers of the reference player per call", 0},
   [ROW_UNDERRUNS] = {"underruns", "underruns per call (gaps > threshold)", 0},
   [ROW_MAX_GAP] = {"max_gap_ms", "longest answer gap of a call (ms)", 1},
   [ROW_UNANSWERED] = {"unanswered_frames", "unanswered input frames per call", 0},
@@ -85,6 +158,8 @@ typedef struct {
   guint n;
   LoadgenSummary rows[N_ROWS];
   guint64 underruns_total, frames_total;
+  double missed_total_ms, dropped_total_ms;
+  guint64 rebuffers_total;
   guint ok, refused, failed;
 } Digest;
 
@@ -132,6 +207,9 @@ digest_make (const LoadgenReport *r, const char *server, Digest *d)
     v[ROW_LATENCY_P50 * d->n] = s->latency_p50_ms;
     v[ROW_LATENCY_P99 * d->n] = s->latency_p99_ms;
     v[ROW_LATENCY_GROWTH * d->n] = s->latency_last_ms - s->latency_first_ms;
+    v[ROW_PLAYOUT_MISSED * d->n] = s->has_playout ? s->playout.missed_ms : NAN;
+    v[ROW_PLAYOUT_DROPPED * d->n] = s->has_playout ? s->playout.dropped_ms : NAN;
+    v[ROW_PLAYOUT_REBUFFERS * d->n] = s->has_playout ? s->playout.rebuffers : NAN;
     v[ROW_UNDERRUNS * d->n] = joined ? s->underruns : NAN;
     v[ROW_MAX_GAP * d->n] = joined && !isnan (s->first_audio_ms) ? s->max_gap_ms : NAN;
     v[ROW_UNANSWERED * d->n] = joined ? (double) (s->frames_sent - s->frames_answered) : NAN;
@@ -139,6 +217,9 @@ digest_make (const LoadgenReport *r, const char *server, Digest *d)
     g_array_append_vals (all, s->latency_ms->data, s->latency_ms->len);
     d->underruns_total += s->underruns;
     d->frames_total += s->latency_ms->len;
+    d->missed_total_ms += s->playout.missed_ms;
+    d->dropped_total_ms += s->playout.dropped_ms;
+    d->rebuffers_total += s->playout.rebuffers;
     i++;
   }
   for (int k = 0; k < N_ROWS; k++)
@@ -217,9 +298,13 @@ print_per_server (const LoadgenReport *r, FILE *out)
     Digest d;
     digest_make (r, g_ptr_array_index (names, k), &d);
     const LoadgenSummary *join = &d.rows[ROW_JOIN], *lat = &d.rows[ROW_LATENCY_ALL], *u = &d.rows[ROW_UNDERRUNS];
+    const LoadgenSummary *missed = &d.rows[ROW_PLAYOUT_MISSED];
     fprintf (out, "  %s: %u calls, ok %u, failed %u; join p50 %.1f p99 %.1f ms; frame latency p50 %.1f p99 %.1f ms; "
-             "underruns %" G_GUINT64_FORMAT " in all (at most %.0f a call)\n", (const char *) g_ptr_array_index (names, k),
-             d.n, d.ok, d.failed, join->p50, join->p99, lat->p50, lat->p99, d.underruns_total, isnan (u->max) ? 0 : u->max);
+             "underruns %" G_GUINT64_FORMAT " in all (at most %.0f a call); reference player: missed p50 %.1f p99 %.1f "
+             "max %.1f ms a call, dropped %.1f ms and %" G_GUINT64_FORMAT " re-buffers in all\n",
+             (const char *) g_ptr_array_index (names, k), d.n, d.ok, d.failed, join->p50, join->p99, lat->p50, lat->p99,
+             d.underruns_total, isnan (u->max) ? 0 : u->max, missed->p50, missed->p99, missed->max, d.dropped_total_ms,
+             d.rebuffers_total);
     digest_clear (&d);
   }
 }
@@ -250,6 +335,8 @@ loadgen_report_print (const LoadgenReport *r, FILE *out)
     print_value (out, s->max, rows[k].decimals);
     fputc ('\n', out);
   }
+  fprintf (out, "reference player in all: %.1f ms missed, %.1f ms dropped, %" G_GUINT64_FORMAT " re-buffers\n",
+           d.missed_total_ms, d.dropped_total_ms, d.rebuffers_total);
   fprintf (out, "underruns in all: %" G_GUINT64_FORMAT " (threshold %.0f ms); frames timed: %" G_GUINT64_FORMAT "\n",
            d.underruns_total, r->gap_ms, d.frames_total);
   double audio_s = 0;
@@ -273,8 +360,13 @@ loadgen_report_print (const LoadgenReport *r, FILE *out)
              p->last.user_s - p->first.user_s, p->last.system_s - p->first.system_s, span,
              span > 0 ? 100 * used / span : 0.0, p->ended ? ", until it ended" : "");
   }
-  fprintf (out, "result: %s (expected %d refused and %d failed; got %u and %u)\n",
-           loadgen_report_passed (r) ? "PASS" : "FAIL", r->expect_refused, r->expect_failed, refused, failed);
+  g_autofree char *failed_names = failed_rules (r);
+  fprintf (out, "result: %s (expected %d refused and %d failed; got %u and %u)%s%s\n", *failed_names ? "FAIL" : "PASS",
+           r->expect_refused, r->expect_failed, refused, failed, *failed_names ? "; failed rule(s): " : "",
+           failed_names);
+  g_autofree char *missed = loadgen_report_missed_rule (r);
+  if (missed)
+    fprintf (out, "rule max-missed-ms: %s\n", missed);
   digest_clear (&d);
 }
 
@@ -366,6 +458,17 @@ add_call (JsonBuilder *b, const LoadgenReport *r, const LoadgenCall *c, const Lo
   add_double (b, "latency_max_ms", s->latency_max_ms);
   add_double (b, "latency_first_quarter_p50_ms", s->latency_first_ms);
   add_double (b, "latency_last_quarter_p50_ms", s->latency_last_ms);
+  json_builder_set_member_name (b, "playout");
+  if (s->has_playout) {
+    json_builder_begin_object (b);
+    add_double (b, "played_ms", s->playout.played_ms);
+    add_double (b, "missed_ms", s->playout.missed_ms);
+    add_double (b, "dropped_ms", s->playout.dropped_ms);
+    add_int (b, "rebuffers", s->playout.rebuffers);
+    json_builder_end_object (b);
+  } else {
+    json_builder_add_null_value (b);
+  }
   add_int (b, "underruns", s->underruns);
   add_double (b, "max_gap_ms", s->max_gap_ms);
   add_int (b, "text_pieces", rec ? rec->n_text : 0);
@@ -383,6 +486,14 @@ add_counts (JsonBuilder *b, const char *key, const LoadgenReport *r, gboolean by
   for (guint k = 0; k < names->len; k++)
     add_int (b, g_ptr_array_index (names, k), g_array_index (counts, guint, k));
   json_builder_end_object (b);
+}
+
+static void
+add_playout_totals (JsonBuilder *b, const Digest *d)
+{
+  add_double (b, "playout_missed_ms_total", d->missed_total_ms);
+  add_double (b, "playout_dropped_ms_total", d->dropped_total_ms);
+  add_int (b, "playout_rebuffers_total", (gint64) d->rebuffers_total);
 }
 
 /* "per_server": for each server that took calls, their outcomes and the summary rows over them. */
@@ -403,6 +514,7 @@ add_per_server (JsonBuilder *b, const LoadgenReport *r)
     add_int (b, "failed", d.failed);
     for (int row = 0; row < N_ROWS; row++)
       add_summary (b, rows[row].key, &d.rows[row]);
+    add_playout_totals (b, &d);
     add_int (b, "underruns_total", (gint64) d.underruns_total);
     json_builder_end_object (b);
     digest_clear (&d);
@@ -437,6 +549,15 @@ loadgen_report_to_json (const LoadgenReport *r)
   add_int (b, "failed", failed);
   add_int (b, "expect_refused", r->expect_refused);
   add_int (b, "expect_failed", r->expect_failed);
+  add_double (b, "max_missed_ms", r->max_missed_ms < 0 ? NAN : r->max_missed_ms);
+  g_autofree char *failed_names = failed_rules (r);
+  g_auto (GStrv) names = g_strsplit (failed_names, ", ", -1);
+  json_builder_set_member_name (b, "failed_rules");
+  json_builder_begin_array (b);
+  for (guint k = 0; names[k]; k++)
+    if (*names[k])
+      json_builder_add_string_value (b, names[k]);
+  json_builder_end_array (b);
   json_builder_end_object (b);
   add_counts (b, "reasons", r, FALSE);
   add_counts (b, "servers", r, TRUE);
@@ -445,6 +566,7 @@ loadgen_report_to_json (const LoadgenReport *r)
   json_builder_begin_object (b);
   for (int k = 0; k < N_ROWS; k++)
     add_summary (b, rows[k].key, &d.rows[k]);
+  add_playout_totals (b, &d);
   add_int (b, "underruns_total", (gint64) d.underruns_total);
   json_builder_end_object (b);
   add_cpu (b, "loadgen_cpu", &r->cpu, r->wall_s);

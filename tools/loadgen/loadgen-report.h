@@ -23,6 +23,15 @@ typedef struct {
   gboolean ended;         /* gone before the end of the run (the last reading is its last one alive) */
 } LoadgenProcess;
 
+/* A server's /health polled during the run (--health): its tick p99 at each reading. */
+typedef struct {
+  char *name;
+  char *url;
+  GArray *t_s;         /* double: run clock of each reading */
+  GArray *tick_p99_ms; /* double: its "tick_ms_p99" then */
+  guint failures;      /* readings that got no answer or no figure */
+} LoadgenHealth;
+
 typedef struct {
   /* what was asked */
   char *url;
@@ -31,6 +40,7 @@ typedef struct {
   char *input;          /* NULL: the test signal */
   int expect_refused;   /* calls refused with HTTP 503 that the run expects, exactly */
   int expect_failed;    /* calls that fail otherwise that the run expects, exactly */
+  double max_missed_ms; /* --max-missed-ms: the most audio a call may miss at the reference player; < 0: no limit */
   /* what happened */
   char *started_utc;
   gint64 start_us;      /* the run's start on the monotonic clock (g_get_monotonic_time) */
@@ -38,15 +48,22 @@ typedef struct {
   LoadgenCpu cpu;       /* the loadgen's own (getrusage) */
   GArray *processes;    /* LoadgenProcess */
   GPtrArray *records;   /* LoadgenCall, in call order */
+  GPtrArray *health;    /* LoadgenHealth, one per --health server */
 } LoadgenReport;
+
+LoadgenHealth *loadgen_health_new (const char *name, const char *url);
+void loadgen_health_free (LoadgenHealth *h);
 
 LoadgenReport *loadgen_report_new (void);
 void loadgen_report_free (LoadgenReport *r);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LoadgenReport, loadgen_report_free)
 
 void loadgen_report_counts (const LoadgenReport *r, guint *ok, guint *refused, guint *failed);
-/* TRUE when exactly the expected numbers of calls were refused and failed. */
+/* TRUE when every rule of the verdict holds: exactly the expected numbers of calls were refused and failed
+ * ("outcomes"), and no call missed more audio at the reference player than max_missed_ms ("max-missed-ms"). */
 gboolean loadgen_report_passed (const LoadgenReport *r);
+/* The rule --max-missed-ms: NULL when it holds (or has no limit), else a sentence naming the calls over it. */
+char *loadgen_report_missed_rule (const LoadgenReport *r);
 
 /* The summary table (p50, p95, p99, max over the calls), the outcomes by reason, calls per server, CPU. */
 void loadgen_report_print (const LoadgenReport *r, FILE *out);

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include "audio-io.h"
+#include "loadgen-health.h"
 
 #define CPU_SAMPLE_MS 1000
+#define HEALTH_POLL_MS 1000
 #define RUN_MARGIN_S 30
 
 typedef struct {
@@ -162,9 +164,10 @@ print_call (const LoadgenRun *run, const Slot *s)
               s->record->server ? s->record->server : "", s->record->server ? ")" : "", s->record->reason,
               s->record->detail ? ": " : "", s->record->detail ? s->record->detail : "");
   if (!isnan (st.join_ms))
-    g_printerr ("; join %.0f ms, %u frames, latency p50 %.0f p99 %.0f ms, %u underruns, %u text pieces",
-                st.join_ms, st.frames_answered, st.latency_p50_ms, st.latency_p99_ms, st.underruns,
-                s->record->record->n_text);
+    g_printerr ("; join %.0f ms, %u frames, latency p50 %.0f p99 %.0f ms, reference player missed %.0f ms "
+                "(%u re-buffers, %.0f ms dropped), %u underruns, %u text pieces", st.join_ms, st.frames_answered,
+                st.latency_p50_ms, st.latency_p99_ms, st.playout.missed_ms, st.playout.rebuffers,
+                st.playout.dropped_ms, st.underruns, s->record->record->n_text);
   g_printerr (" (at %.1f s)\n", now_s (run));
   loadgen_call_stats_clear (&st);
 }
@@ -308,6 +311,7 @@ fill_report_header (const LoadgenOptions *o, LoadgenReport *r)
   r->input = g_strdup (o->input);
   r->expect_refused = o->expect_refused;
   r->expect_failed = o->expect_failed;
+  r->max_missed_ms = o->max_missed_ms;
   g_autoptr (GDateTime) t = g_date_time_new_now_utc ();
   r->started_utc = g_date_time_format (t, "%Y-%m-%dT%H:%M:%SZ");
   r->start_us = g_get_monotonic_time ();
@@ -338,6 +342,7 @@ loadgen_run_calls (LoadgenRun *run, LoadgenReport *report)
     set_timer (s, at, on_start_call);
   }
   guint cpu_timer = g_timeout_add (CPU_SAMPLE_MS, on_cpu_sample, run);
+  LoadgenPoller *poller = loadgen_poller_start (report, o->health, HEALTH_POLL_MS);
   run->deadline = g_timeout_add_seconds ((guint) ceil (o->ramp_s + o->join_timeout_s + o->seconds + o->tail_s +
                                                         RUN_MARGIN_S), on_deadline, run);
   guint sigint = g_unix_signal_add (SIGINT, on_signal, run);
@@ -346,6 +351,7 @@ loadgen_run_calls (LoadgenRun *run, LoadgenReport *report)
   g_source_remove (sigint);
   g_source_remove (sigterm);
   g_source_remove (cpu_timer);
+  loadgen_poller_stop (poller);
   if (run->deadline)
     g_source_remove (run->deadline);
   read_processes (run);

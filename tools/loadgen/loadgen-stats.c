@@ -123,6 +123,39 @@ loadgen_summarize (const double *values, guint n, LoadgenSummary *out)
   out->mean = sum / m;
 }
 
+GArray *
+loadgen_call_chunks (const PpxChatRecord *r, gint64 origin_us)
+{
+  GArray *chunks = g_array_new (FALSE, FALSE, sizeof (LoadgenChunk));
+  /* granule = 2 * samples + pre-skip: the chat client keeps (granule - pre-skip) / 2, and granule positions
+   * are whole Opus frames (even) */
+  gint64 pre_skip = r->answer_pre_skip + (r->answer_pre_skip & 1);
+  gint64 chunks_done = 0;
+  for (guint e = 0; e < r->events->len; e++) {
+    const PpxChatEvent *ev = &g_array_index (r->events, PpxChatEvent, e);
+    if (ev->kind != PPX_CHAT_AUDIO || ev->samples <= 0)
+      continue;
+    gint64 complete = (2 * ev->samples + pre_skip) / LOADGEN_PLAYOUT_CHUNK;
+    for (; chunks_done < complete; chunks_done++) {
+      LoadgenChunk c = {(ev->time_us - origin_us) / 1000.0, LOADGEN_PLAYOUT_CHUNK};
+      g_array_append_val (chunks, c);
+    }
+  }
+  return chunks;
+}
+
+gboolean
+loadgen_call_playout (const LoadgenCall *c, gint64 origin_us, GArray *per_second, LoadgenPlayout *out)
+{
+  memset (out, 0, sizeof *out);
+  if (!c->record || c->record->answer_samples <= 0)
+    return FALSE;
+  g_autoptr (GArray) chunks = loadgen_call_chunks (c->record, c->record->start_us);
+  loadgen_playout_replay ((const LoadgenChunk *) (void *) chunks->data, chunks->len,
+                          (c->record->start_us - origin_us) / 1000.0, per_second, out);
+  return TRUE;
+}
+
 void
 loadgen_call_stats (const LoadgenCall *c, double gap_ms, LoadgenCallStats *out)
 {
@@ -155,6 +188,7 @@ loadgen_call_stats (const LoadgenCall *c, double gap_ms, LoadgenCallStats *out)
     prev = ev->time_us;
   }
   out->underruns = ppx_chat_record_gaps (r, (gint64) (gap_ms * 1000));
+  out->has_playout = loadgen_call_playout (c, r->start_us, NULL, &out->playout);
 
   out->latency_ms = ppx_chat_record_frame_latencies (r, PPX_CHAT_FRAME);
   LoadgenSummary s;

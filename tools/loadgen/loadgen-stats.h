@@ -8,6 +8,7 @@
 #define LOADGEN_STATS_H
 
 #include "chat-client.h"
+#include "loadgen-playout.h"
 
 G_BEGIN_DECLS
 
@@ -66,6 +67,10 @@ typedef struct {
   double latency_first_ms, latency_last_ms;
   guint underruns;         /* answer messages more than the gap threshold after the previous one */
   double max_gap_ms;       /* the longest time between two answer messages */
+  /* the reference web client's player fed the call's decoded answer (loadgen_call_chunks; all 0 without an
+   * answer); `has_playout`: the call had answer audio to play */
+  LoadgenPlayout playout;
+  gboolean has_playout;
 } LoadgenCallStats;
 
 #define LOADGEN_QUARTER_MIN 2
@@ -73,6 +78,17 @@ typedef struct {
 /* Derives the figures; `gap_ms` is the underrun threshold (the 100 ms). */
 void loadgen_call_stats (const LoadgenCall *c, double gap_ms, LoadgenCallStats *out);
 void loadgen_call_stats_clear (LoadgenCallStats *s);
+
+/* The call's answer as the reference client's decoder worker hands it to the player: opus-recorder decodes
+ * every Opus packet (pre-skip included) at 24 kHz, resamples it to 48 kHz and posts a chunk each time its
+ * output buffer of LOADGEN_PLAYOUT_CHUNK samples fills. The 48 kHz samples decoded after a message are its Ogg
+ * granule position (RFC 7845: pre-skip included), so each audio message brings the chunks its granule position
+ * completes, arriving when it arrived: ms after `origin_us` (a monotonic time). An array of LoadgenChunk. */
+GArray *loadgen_call_chunks (const PpxChatRecord *r, gint64 origin_us);
+/* Replays the call's chunks through the player (loadgen_playout_replay) with the quanta's clock starting at the
+ * call's connect; `per_second` as there, by seconds after `origin_us` (NULL: not wanted). FALSE (and `out`
+ * zeroed) when the call had no answer audio. */
+gboolean loadgen_call_playout (const LoadgenCall *c, gint64 origin_us, GArray *per_second, LoadgenPlayout *out);
 
 /* Nearest-rank percentiles of a series (NANs left out): n, p50, p95, p99, max, mean. */
 typedef struct {

@@ -221,36 +221,7 @@ ppx_engine_tick_stats (PpxEngine *e, PpxEngineTickStats *st)
   g_mutex_unlock (&e->lock);
 }
 
-/* ---- locking, slots and rows ---- */
-
-void
-ppx_engine_lock_for_prompt (PpxEngine *e)
-{
-  g_mutex_lock (&e->lock);
-  while (g_atomic_int_get (&e->ticks_waiting) > 0)
-    g_cond_wait (&e->turn, &e->lock);
-}
-
-void
-ppx_engine_unlock (PpxEngine *e)
-{
-  g_mutex_unlock (&e->lock);
-}
-
-static void
-lock_for_tick (PpxEngine *e)
-{
-  g_atomic_int_inc (&e->ticks_waiting);
-  g_mutex_lock (&e->lock);
-  g_atomic_int_dec_and_test (&e->ticks_waiting);
-}
-
-static void
-unlock_after_tick (PpxEngine *e)
-{
-  g_cond_broadcast (&e->turn);
-  g_mutex_unlock (&e->lock);
-}
+/* ---- slots and rows (the lock: engine-lock.c) ---- */
 
 gboolean
 ppx_engine_claim_slot (PpxEngine *e, PpxSession *s, GError **error)
@@ -489,14 +460,14 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   const PpxConfig *cfg = &e->model->cfg;
   const int fs = cfg->mimi.frame_size, ns = cfg->lm.n_streams;
   gint64 t0 = g_get_monotonic_time ();
-  lock_for_tick (e);
+  ppx_engine_lock_for_tick (e);
   const gint64 t_lock = g_get_monotonic_time ();
   if (!check_tick (e, sessions, n, in, out, error)) {
-    unlock_after_tick (e);
+    ppx_engine_unlock_after_tick (e);
     return FALSE;
   }
   if (n == 0) {
-    unlock_after_tick (e);
+    ppx_engine_unlock_after_tick (e);
     return TRUE;
   }
   sort_by_row (e, sessions, n);
@@ -514,7 +485,7 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
     if (s->gen.offset <= cfg->lm.max_delay || !ppx_lmgen_peek_conversation (&s->gen, &steps, &sample)) {
       g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_engine_step: session %d is still inside the model's "
                    "output lag (prompt phase too short)", e->order[b]);
-      unlock_after_tick (e);
+      ppx_engine_unlock_after_tick (e);
       return FALSE;
     }
     if (sample)
@@ -587,6 +558,6 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   g_atomic_int_set (&e->last_tick_us, (gint) MIN (tick_us, G_MAXINT));
   g_atomic_int_set (&e->last_batch, n);
   ppx_engine_note_tick (e, t0, t_lock, g_get_monotonic_time ());
-  unlock_after_tick (e);
+  ppx_engine_unlock_after_tick (e);
   return TRUE;
 }

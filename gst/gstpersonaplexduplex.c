@@ -256,8 +256,8 @@ settings_to_params (GstPersonaplexDuplex * self, PpxModelParams * mp,
   mp->device = s->device;
   *instance_id = g_strdup (s->model_instance_id);
   ep->max_sessions = s->max_sessions;
+  /* the engine's: the session is a slot of it (sp->kv_format is for ppx_session_new only) */
   ep->kv_format = s->kv_cache_format;
-  sp->kv_format = s->kv_cache_format;
 
   g_ptr_array_add (strings, g_strdup (s->voice_prompt));
   sp->voice_prompt = g_ptr_array_index (strings, strings->len - 1);

@@ -54,7 +54,8 @@ struct PpxEngine {
   gint refcount;
   PpxModel *model;
   int max_sessions;
-  PpxKvFormat kv;    /* resolved: never AUTO */
+  PpxKvFormat kv;    /* the API's format, resolved: never AUTO (ppx_engine_kv_format) */
+  PpxTensorType kv_storage; /* its storage, the form the LM and the backend take (ppx_kv_storage) */
   PpxLmBatch *lm;    /* KV caches of max_sessions slots, scratch of max_sessions rows */
   PpxMimiBatch *mimi; /* codec state of max_sessions rows: the active sessions, compact in rows 0.. */
   PpxTensor *pcm_in, *pcm_out, *codes; /* [max, frame_size], [max, frame_size], [max, num_codebooks] */

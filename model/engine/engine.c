@@ -14,7 +14,7 @@
 /* Device bytes of an engine with n slots: LM caches, LMGen states + LM scratch, Mimi state + scratch,
  * PCM/code staging, and the prompt prefill's scratch (chunks of up to prompt_chunk frames). */
 static guint64
-engine_bytes (const PpxModel *m, PpxKvFormat kv, int n, int prompt_chunk)
+engine_bytes (const PpxModel *m, PpxTensorType kv, int n, int prompt_chunk)
 {
   const PpxMimiConfig *mc = &m->cfg.mimi;
   const guint64 staging = (guint64) n * (2 * (guint64) mc->frame_size + mc->num_codebooks + PPX_LM_TICK_OUT) * 4;
@@ -26,8 +26,8 @@ engine_bytes (const PpxModel *m, PpxKvFormat kv, int n, int prompt_chunk)
 guint64
 ppx_model_session_bytes (const PpxModel *m, PpxKvFormat kv)
 {
-  kv = ppx_kv_format_resolve (kv);
-  return engine_bytes (m, kv, 2, 1) - engine_bytes (m, kv, 1, 1);
+  const PpxTensorType type = ppx_kv_storage (kv);
+  return engine_bytes (m, type, 2, 1) - engine_bytes (m, type, 1, 1);
 }
 
 /* max_sessions <= 0: what fits in PPX_ENGINE_AUTO_FRACTION of the backend's free memory. */
@@ -39,7 +39,8 @@ auto_sessions (PpxModel *m, PpxKvFormat kv, int prompt_chunk)
   const guint64 free_bytes = ppx_backend_free_bytes (m->be);
   if (free_bytes == 0)
     return cpu ? PPX_ENGINE_AUTO_MAX_CPU : 1;
-  const guint64 per = ppx_model_session_bytes (m, kv), fixed = engine_bytes (m, kv, 1, prompt_chunk) - per;
+  const guint64 per = ppx_model_session_bytes (m, kv);
+  const guint64 fixed = engine_bytes (m, ppx_kv_storage (kv), 1, prompt_chunk) - per;
   const double budget = (double) free_bytes * PPX_ENGINE_AUTO_FRACTION - (double) fixed;
   const double n = budget > 0 ? floor (budget / (double) per) : 0;
   return (int) CLAMP (n, 1.0, (double) cap);
@@ -74,6 +75,7 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   e->refcount = 1;
   e->model = ppx_model_ref (model);
   e->kv = ppx_kv_format_resolve (params->kv_format);
+  e->kv_storage = ppx_kv_storage (e->kv);
   e->prompt_chunk = ppx_engine_prompt_chunk_for (params);
   e->voice_snapshots = params->voice_snapshots < 0 ? 0
                        : params->voice_snapshots > 0 ? params->voice_snapshots : PPX_VOICE_SNAPSHOTS_DEFAULT;
@@ -91,7 +93,7 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   e->graph = g_new0 (PpxGraph *, n + 1);
   e->graph_failures = g_new0 (int, n + 1);
   const gsize fs = cfg->mimi.frame_size;
-  gboolean ok = (e->lm = ppx_lm_batch_new (model->lm, n, n, e->kv, error)) &&
+  gboolean ok = (e->lm = ppx_lm_batch_new (model->lm, n, n, e->kv_storage, error)) &&
                 (e->mimi = ppx_mimi_batch_new (model->mimi, n, error)) &&
                 (e->pcm_in = ppx_tensor_new (model->be, PPX_TENSOR_F32, n * fs, error)) &&
                 (e->pcm_out = ppx_tensor_new (model->be, PPX_TENSOR_F32, n * fs, error)) &&
@@ -179,7 +181,7 @@ ppx_engine_session_bytes (const PpxEngine *e)
 guint64
 ppx_engine_device_bytes (const PpxEngine *e)
 {
-  return engine_bytes (e->model, e->kv, e->max_sessions, e->prefill ? ppx_lm_prefill_max_rows (e->prefill) : 1);
+  return engine_bytes (e->model, e->kv_storage, e->max_sessions, e->prefill ? ppx_lm_prefill_max_rows (e->prefill) : 1);
 }
 
 double

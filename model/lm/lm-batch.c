@@ -11,7 +11,7 @@
 struct PpxLmBatch {
   PpxLm *lm;
   int n_slots, R; /* R: max rows */
-  PpxKvFormat kv;
+  PpxTensorType kv; /* the temporal KV caches' storage */
   PpxTensor **k, **v;   /* temporal ring caches, per layer [n_slots, context, dim] */
   PpxTensor **dk, **dv; /* depformer caches, per layer [R, dep_q, depformer_dim], indexed by row */
   PpxTensor *t_pos, *slot, *dep_pos, *dep_slot;
@@ -43,8 +43,8 @@ batch_plan (PpxLmBatch *b, const PpxLmConfig *c, PpxTensorPlan *p)
     b->v[l] = ppx_plan_kv_cache (p, b->kv, b->n_slots, c->context, Ht, c->dim / Ht);
   }
   for (int l = 0; l < c->depformer_num_layers; l++) {
-    b->dk[l] = ppx_plan_kv_cache (p, PPX_KV_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
-    b->dv[l] = ppx_plan_kv_cache (p, PPX_KV_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
+    b->dk[l] = ppx_plan_kv_cache (p, PPX_TENSOR_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
+    b->dv[l] = ppx_plan_kv_cache (p, PPX_TENSOR_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
   }
   b->t_pos = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
   b->slot = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
@@ -74,7 +74,7 @@ batch_plan (PpxLmBatch *b, const PpxLmConfig *c, PpxTensorPlan *p)
 }
 
 static PpxLmBatch *
-batch_shell (const PpxLmConfig *c, int n_slots, int max_rows, PpxKvFormat kv)
+batch_shell (const PpxLmConfig *c, int n_slots, int max_rows, PpxTensorType kv)
 {
   PpxLmBatch *b = g_new0 (PpxLmBatch, 1);
   b->n_slots = n_slots;
@@ -88,7 +88,7 @@ batch_shell (const PpxLmConfig *c, int n_slots, int max_rows, PpxKvFormat kv)
 }
 
 guint64
-ppx_lm_batch_bytes (const PpxLmConfig *c, int n_slots, int max_rows, PpxKvFormat kv)
+ppx_lm_batch_bytes (const PpxLmConfig *c, int n_slots, int max_rows, PpxTensorType kv)
 {
   PpxLmBatch *b = batch_shell (c, n_slots, max_rows, kv);
   PpxTensorPlan p = {0};
@@ -102,10 +102,10 @@ ppx_lm_batch_bytes (const PpxLmConfig *c, int n_slots, int max_rows, PpxKvFormat
 }
 
 PpxLmBatch *
-ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxKvFormat kv, GError **error)
+ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxTensorType kv, GError **error)
 {
   const PpxLmConfig *c = &lm->cfg;
-  g_return_val_if_fail (n_slots > 0 && max_rows > 0 && kv != PPX_KV_AUTO, NULL);
+  g_return_val_if_fail (n_slots > 0 && max_rows > 0, NULL);
   PpxLmBatch *b = batch_shell (c, n_slots, max_rows, kv);
   b->lm = lm;
   PpxTensorPlan p = {.be = lm->be, .error = error};

@@ -44,13 +44,13 @@ typedef struct {
   int out[PPX_MAX_STREAMS];    /* out: the sampled tokens 0..n_steps (always the sample, as the reference) */
 } PpxLmRow;
 
-/* kv_format: F32, BF16 or FP8 (not AUTO). max_rows <= n_slots is not required. Every slot's device LMGen
+/* kv: the temporal KV caches' storage, F32, BF16 or FP8 (ppx_kv_storage). max_rows <= n_slots is not required. Every slot's device LMGen
  * state (the conversation tick, below) starts as a harmless conversation state, so a free slot can be
  * stepped as a padding row. */
-PpxLmBatch *ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxKvFormat kv_format, GError **error);
+PpxLmBatch *ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxTensorType kv, GError **error);
 void ppx_lm_batch_free (PpxLmBatch *b);
 /* Device bytes ppx_lm_batch_new allocates for these sizes. */
-guint64 ppx_lm_batch_bytes (const PpxLmConfig *cfg, int n_slots, int max_rows, PpxKvFormat kv_format);
+guint64 ppx_lm_batch_bytes (const PpxLmConfig *cfg, int n_slots, int max_rows, PpxTensorType kv);
 
 /* One temporal step for rows[0..M) (M <= max_rows, distinct slots), then, when any row has `sample`,
  * the text head, sampling and max(n_steps) depformer steps for all M rows. A row's results depend only on

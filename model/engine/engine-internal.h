@@ -69,6 +69,7 @@ struct PpxEngine {
    * every tick. */
   PpxTensor *tick_out;  /* [max, PPX_LM_TICK_OUT] i32, by row: tokens, then the state */
   int32_t *host_out;    /* [max, PPX_LM_TICK_OUT] */
+  int (*tick_tokens)[PPX_MAX_STREAMS]; /* [max]: each row's frame, from ppx_lm_batch_tick_done */
 
   /* The GPU tick (docs/engine.md): a tick of every active session is padded to a batch-size bucket and,
    * with graphs, replayed from one CUDA graph per bucket. */

@@ -1,6 +1,7 @@
-/* personaplexduplex: the element's settings (its properties) and step
- * statistics, the types the element and its stream (gstppstream.c) share.
- * Internal to the plugin. */
+/* personaplexduplex: the element's settings (its properties: gstppsettings.c
+ * installs them and sets, gets, defaults and frees the settings from one
+ * table) and step statistics, the types the element and its stream
+ * (gstppstream.c) share. Internal to the plugin. */
 #ifndef __GST_PP_SETTINGS_H__
 #define __GST_PP_SETTINGS_H__
 
@@ -52,6 +53,59 @@ typedef struct
   GstClockTime last_pts;
   GstClockTime last_running_time;
 } GstPersonaplexStats;
+
+/* The element's property ids, in the order they are installed. */
+enum
+{
+  GST_PP_PROP_0,
+  GST_PP_PROP_MODEL_DIR,
+  GST_PP_PROP_VOICE_PROMPT,
+  GST_PP_PROP_VOICE_NORMALIZE,
+  GST_PP_PROP_VOICE_CACHE_DIR,
+  GST_PP_PROP_TEXT_PROMPT,
+  GST_PP_PROP_TEXT_PROMPT_TOKENS,
+  GST_PP_PROP_GREEDY,
+  GST_PP_PROP_SEED,
+  GST_PP_PROP_TEMP_AUDIO,
+  GST_PP_PROP_TEMP_TEXT,
+  GST_PP_PROP_TOPK_AUDIO,
+  GST_PP_PROP_TOPK_TEXT,
+  GST_PP_PROP_QUANTIZATION,
+  GST_PP_PROP_BACKEND,
+  GST_PP_PROP_DEVICE,
+  GST_PP_PROP_MODEL_INSTANCE_ID,
+  GST_PP_PROP_MAX_SESSIONS,
+  GST_PP_PROP_KV_CACHE_FORMAT,
+  GST_PP_PROP_BATCH_DEADLINE,
+  GST_PP_PROP_ALIGN_FRAMES,
+  GST_PP_PROP_STATS,            /* the stream's statistics, not a setting */
+  GST_PP_PROP_STATS_INTERVAL,
+  GST_PP_PROP_PROCESSING_DEADLINE,
+  GST_PP_PROP_RESET_ON_DISCONT,
+  GST_PP_PROP_FRAME_MESSAGES,
+  GST_PP_N_PROPS
+};
+
+/* Installs every property of the element on @klass (class_init). */
+void gst_pp_settings_install (GObjectClass * klass);
+
+/* Every setting at its property's default (instance init, after
+ * gst_pp_settings_install). */
+void gst_pp_settings_init (GstPersonaplexSettings * s);
+
+/* Frees the strings (finalize). */
+void gst_pp_settings_clear (GstPersonaplexSettings * s);
+
+/* Sets the setting of property @id from @value (object lock held); FALSE
+ * when @id is not a setting. @latency_changed: the element's latency
+ * changed (a latency message is due). */
+gboolean gst_pp_settings_set (GstPersonaplexSettings * s, guint id,
+    const GValue * value, gboolean * latency_changed);
+
+/* Reads the setting of property @id into @value (object lock held); FALSE
+ * when @id is not a setting. */
+gboolean gst_pp_settings_get (const GstPersonaplexSettings * s, guint id,
+    GValue * value);
 
 G_END_DECLS
 

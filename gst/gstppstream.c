@@ -21,19 +21,21 @@
  * wait set with its caps and leaves it at EOS and while flushing.
  *
  * Locking: everything here runs with the sink pad's stream lock (chain and
- * serialized events) except the queries and upstream events; settings and
- * statistics are read or written under the object lock. */
+ * serialized events); settings and statistics are read or written under the
+ * object lock. The queries and upstream events are in gstppstream-query.c,
+ * the statistics and the own latency in gstppstream-stats.c, the sample
+ * conversion in gstppsamples.c. */
 #include "gstppstream.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "gstppmessages.h"
+#include "gstppsamples.h"
+#include "gstppstream-internal.h"
 
-GST_DEBUG_CATEGORY_EXTERN (gst_personaplex_duplex_debug);
 #define GST_CAT_DEFAULT gst_personaplex_duplex_debug
 
-#define RATE 24000
+#define RATE GST_PP_STREAM_RATE
 /* Timestamp jumps smaller than this are absorbed (jitter); larger ones that
  * persist for DISCONT_WAIT, or come with the DISCONT flag, resync. */
 #define ALIGNMENT_THRESHOLD (40 * GST_MSECOND)
@@ -43,12 +45,6 @@ static GstFlowReturn sink_chain (GstPad * pad, GstObject * parent,
     GstBuffer * buffer);
 static gboolean sink_event (GstPad * pad, GstObject * parent,
     GstEvent * event);
-static gboolean sink_query (GstPad * pad, GstObject * parent,
-    GstQuery * query);
-static gboolean src_event (GstPad * pad, GstObject * parent,
-    GstEvent * event);
-static gboolean src_query (GstPad * pad, GstObject * parent,
-    GstQuery * query);
 
 void
 gst_pp_stream_init (GstPpStream * st, GstElement * element, GstPad * sinkpad,
@@ -65,11 +61,11 @@ gst_pp_stream_init (GstPpStream * st, GstElement * element, GstPad * sinkpad,
   gst_pad_set_element_private (textpad, st);
   gst_pad_set_chain_function (st->sinkpad, GST_DEBUG_FUNCPTR (sink_chain));
   gst_pad_set_event_function (st->sinkpad, GST_DEBUG_FUNCPTR (sink_event));
-  gst_pad_set_query_function (st->sinkpad, GST_DEBUG_FUNCPTR (sink_query));
-  gst_pad_set_event_function (st->srcpad, GST_DEBUG_FUNCPTR (src_event));
-  gst_pad_set_query_function (st->srcpad, GST_DEBUG_FUNCPTR (src_query));
-  gst_pad_set_event_function (st->textpad, GST_DEBUG_FUNCPTR (src_event));
-  gst_pad_set_query_function (st->textpad, GST_DEBUG_FUNCPTR (src_query));
+  gst_pad_set_query_function (st->sinkpad, GST_DEBUG_FUNCPTR (gst_pp_stream_sink_query));
+  gst_pad_set_event_function (st->srcpad, GST_DEBUG_FUNCPTR (gst_pp_stream_src_event));
+  gst_pad_set_query_function (st->srcpad, GST_DEBUG_FUNCPTR (gst_pp_stream_src_query));
+  gst_pad_set_event_function (st->textpad, GST_DEBUG_FUNCPTR (gst_pp_stream_src_event));
+  gst_pad_set_query_function (st->textpad, GST_DEBUG_FUNCPTR (gst_pp_stream_src_query));
   gst_pad_use_fixed_caps (st->textpad);
   gst_pp_text_pad_init (&st->text, textpad);
 
@@ -189,81 +185,11 @@ gst_pp_stream_stop (GstPpStream * st)
   st->have_caps = FALSE;
 }
 
-static GstClockTime
-frame_duration (GstPpStream * st)
-{
-  gint frame_size = st->frame_size > 0 ? st->frame_size : 1920;
-
-  return gst_util_uint64_scale_int (frame_size, GST_SECOND, RATE);
-}
-
-/* The engine of the stream's model, or NULL (object lock held). */
-static PpxEngine *
-engine_locked (GstPpStream * st)
-{
-  return st->model ? gst_pp_model_handle_get_engine (st->model) : NULL;
-}
-
-GstClockTime
-gst_pp_stream_own_latency (GstPpStream * st)
-{
-  const GstPersonaplexSettings *s = st->settings;
-  GstClockTime deadline, ours;
-
-  GST_OBJECT_LOCK (st->element);
-  deadline = gst_pp_latency_answer (&st->latency, s->processing_deadline,
-      engine_locked (st));
-  /* a shared engine: a frame may wait for the other sessions' frames */
-  if (s->model_instance_id != NULL && s->model_instance_id[0] != '\0')
-    deadline += s->batch_deadline;
-  ours = frame_duration (st) + deadline;
-  st->stats.latency = ours;
-  GST_OBJECT_UNLOCK (st->element);
-  return ours;
-}
-
 /* PTS of the sample @n samples after the resync point. */
 static GstClockTime
 sample_time (GstPpStream * st, guint64 n)
 {
   return st->resync_pts + gst_util_uint64_scale_int (n, GST_SECOND, RATE);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Sample formats                                                           */
-
-static void
-samples_to_f32 (GstAudioFormat format, const guint8 * raw, guint n,
-    gfloat * out)
-{
-  guint i;
-
-  if (format == GST_AUDIO_FORMAT_F32LE) {
-    for (i = 0; i < n; i++)
-      out[i] = GST_READ_FLOAT_LE (raw + 4 * i);
-  } else {
-    for (i = 0; i < n; i++)
-      out[i] = (gint16) GST_READ_UINT16_LE (raw + 2 * i) / 32768.0f;
-  }
-}
-
-static void
-f32_to_samples (GstAudioFormat format, const gfloat * in, guint n,
-    guint8 * raw)
-{
-  guint i;
-
-  if (format == GST_AUDIO_FORMAT_F32LE) {
-    for (i = 0; i < n; i++)
-      GST_WRITE_FLOAT_LE (raw + 4 * i, in[i]);
-  } else {
-    for (i = 0; i < n; i++) {
-      gfloat x = isfinite (in[i]) ? in[i] * 32768.0f : 0.0f;
-      glong v = lrintf (CLAMP (x, -32768.0f, 32767.0f));
-
-      GST_WRITE_UINT16_LE (raw + 2 * i, (guint16) (gint16) v);
-    }
-  }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -285,66 +211,6 @@ frame_position (GstPpStream * st, guint n_samples)
   return pos;
 }
 
-/* Accounts one step; returns a stats message when one is due, and sets
- * @latency_grew when the engine's ticks outgrew the automatic deadline last
- * answered (a latency message is due). */
-static GstMessage *
-update_stats (GstPpStream * st, gdouble step_ms,
-    const GstPpTickInfo * tick, const GstPpFramePosition * pos,
-    gboolean * frame_messages, gboolean * latency_grew)
-{
-  GstPersonaplexStats *stats = &st->stats;
-  gdouble frame_ms = (gdouble) frame_duration (st) / GST_MSECOND;
-  GstStructure *s = NULL;
-  PpxEngineTickTimes times = { 0 };
-  PpxEngine *engine;
-  guint interval;
-
-  GST_OBJECT_LOCK (st->element);
-  if ((engine = engine_locked (st)) != NULL)
-    ppx_engine_tick_times (engine, &times);
-  *latency_grew = gst_pp_latency_grown (&st->latency,
-      st->settings->processing_deadline, &times);
-  stats->frames++;
-  stats->total_step_ms += step_ms;
-  stats->max_step_ms = MAX (stats->max_step_ms, step_ms);
-  if (step_ms > frame_ms)
-    stats->overruns++;
-  stats->batch_size = tick->batch_size;
-  stats->tick_ms = tick->tick_ms;
-  stats->last_pts = pos->pts;
-  stats->last_running_time = pos->running_time;
-  interval = st->settings->stats_interval;
-  *frame_messages = st->settings->frame_messages;
-  if (interval > 0 && ++st->frames_since_stats >= interval) {
-    st->frames_since_stats = 0;
-    s = gst_pp_stats_structure_new (stats, st->model);
-  }
-  GST_OBJECT_UNLOCK (st->element);
-
-  if (step_ms > frame_ms)
-    GST_DEBUG_OBJECT (st->element, "overrun: step took %.1f ms for a %.0f ms frame",
-        step_ms, frame_ms);
-  if (*latency_grew)
-    GST_INFO_OBJECT (st->element, "tick p99 %.1f ms over %u ticks outgrew "
-        "the processing deadline answered: posting a latency message",
-        times.p99_ms, times.n);
-  return s ? gst_message_new_element (GST_OBJECT (st->element), s) : NULL;
-}
-
-static void
-post_stats (GstPpStream * st)
-{
-  GstStructure *s;
-
-  GST_OBJECT_LOCK (st->element);
-  s = gst_pp_stats_structure_new (&st->stats, st->model);
-  st->frames_since_stats = 0;
-  GST_OBJECT_UNLOCK (st->element);
-  gst_element_post_message (st->element,
-      gst_message_new_element (GST_OBJECT (st->element), s));
-}
-
 static GstFlowReturn
 push_audio (GstPpStream * st, const gfloat * samples,
     guint n_samples, const GstPpFramePosition * pos)
@@ -355,7 +221,7 @@ push_audio (GstPpStream * st, const gfloat * samples,
 
   buf = gst_buffer_new_allocate (NULL, n_samples * st->info.bpf, NULL);
   gst_buffer_map (buf, &map, GST_MAP_WRITE);
-  f32_to_samples (format, samples, n_samples, map.data);
+  gst_pp_f32_to_samples (format, samples, n_samples, map.data);
   gst_buffer_unmap (buf, &map);
   GST_BUFFER_PTS (buf) = pos->pts;
   GST_BUFFER_DURATION (buf) = pos->duration;
@@ -427,7 +293,7 @@ step_and_push (GstPpStream * st, guint lead, guint n_samples)
   st->samples_since_resync += n_samples;
   st->conversation_frame++;
 
-  stats_msg = update_stats (st, res.step_ms, &tick, &pos,
+  stats_msg = gst_pp_stream_update_stats (st, res.step_ms, &tick, &pos,
       &frame_messages, &latency_grew);
   /* before the answer goes out: the pipeline grows its latency the sooner */
   if (latency_grew)
@@ -468,7 +334,7 @@ step_from_adapter (GstPpStream * st, guint n_samples)
   gst_adapter_copy (st->adapter, st->raw_frame, 0, bytes);
   gst_adapter_flush (st->adapter, bytes);
   memset (st->in_frame, 0, lead * sizeof (gfloat));
-  samples_to_f32 (GST_AUDIO_INFO_FORMAT (&st->info), st->raw_frame,
+  gst_pp_samples_to_f32 (GST_AUDIO_INFO_FORMAT (&st->info), st->raw_frame,
       n_samples, st->in_frame + lead);
   if (lead + n_samples < (guint) st->frame_size)
     memset (st->in_frame + lead + n_samples, 0,
@@ -828,7 +694,7 @@ sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
     case GST_EVENT_EOS:
       step_partial_frame (st);
       gst_pp_ticker_set_active (st->member, FALSE);
-      post_stats (st);
+      gst_pp_stream_post_stats (st);
       return forward_event (st, event);
     case GST_EVENT_FLUSH_START:{
       gboolean ok;
@@ -856,120 +722,4 @@ sink_event (GstPad * pad, GstObject * parent, GstEvent * event)
     default:
       return forward_event (st, event);
   }
-}
-
-/* ------------------------------------------------------------------------ */
-/* Queries and upstream events                                              */
-
-/* The caps of @pad: its template, narrowed by what the peer of the audio
- * pad on the other side accepts (both sides carry the same format). */
-static GstCaps *
-query_audio_caps (GstPpStream * st, GstPad * pad,
-    GstCaps * filter)
-{
-  GstPad *other = pad == st->sinkpad ? st->srcpad : st->sinkpad;
-  GstCaps *templ = gst_pad_get_pad_template_caps (pad);
-  GstCaps *peer = gst_pad_peer_query_caps (other, templ);
-  GstCaps *result;
-
-  result = gst_caps_intersect_full (templ, peer, GST_CAPS_INTERSECT_FIRST);
-  gst_caps_unref (peer);
-  gst_caps_unref (templ);
-  if (filter) {
-    GstCaps *tmp = gst_caps_intersect_full (filter, result,
-        GST_CAPS_INTERSECT_FIRST);
-
-    gst_caps_unref (result);
-    result = tmp;
-  }
-  return result;
-}
-
-static gboolean
-sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
-{
-  GstPpStream *st = gst_pad_get_element_private (pad);
-
-  switch (GST_QUERY_TYPE (query)) {
-    case GST_QUERY_CAPS:{
-      GstCaps *filter, *caps;
-
-      gst_query_parse_caps (query, &filter);
-      caps = query_audio_caps (st, pad, filter);
-      gst_query_set_caps_result (query, caps);
-      gst_caps_unref (caps);
-      return TRUE;
-    }
-    default:
-      return gst_pad_query_default (pad, parent, query);
-  }
-}
-
-/* Our output for input frame j can only be computed once frame j has fully
- * arrived (one frame) and then takes up to processing-deadline (automatic:
- * the engine's tick p99 plus a margin, gstpplatency.h). */
-static gboolean
-handle_latency_query (GstPpStream * st, GstQuery * query)
-{
-  gboolean live;
-  GstClockTime min, max, ours;
-
-  if (!gst_pad_peer_query (st->sinkpad, query))
-    return FALSE;
-  gst_query_parse_latency (query, &live, &min, &max);
-  ours = gst_pp_stream_own_latency (st);
-  GST_DEBUG_OBJECT (st->element, "upstream latency min %" GST_TIME_FORMAT " max %"
-      GST_TIME_FORMAT ", ours %" GST_TIME_FORMAT, GST_TIME_ARGS (min),
-      GST_TIME_ARGS (max), GST_TIME_ARGS (ours));
-  min += ours;
-  if (GST_CLOCK_TIME_IS_VALID (max))
-    max += ours;
-  gst_query_set_latency (query, live, min, max);
-  return TRUE;
-}
-
-static gboolean
-src_query (GstPad * pad, GstObject * parent, GstQuery * query)
-{
-  GstPpStream *st = gst_pad_get_element_private (pad);
-
-  switch (GST_QUERY_TYPE (query)) {
-    case GST_QUERY_LATENCY:
-      return handle_latency_query (st, query);
-    case GST_QUERY_CAPS:
-      if (pad == st->srcpad) {
-        GstCaps *filter, *caps;
-
-        gst_query_parse_caps (query, &filter);
-        caps = query_audio_caps (st, pad, filter);
-        gst_query_set_caps_result (query, caps);
-        gst_caps_unref (caps);
-        return TRUE;
-      }
-      return gst_pad_query_default (pad, parent, query);
-    default:
-      return gst_pad_query_default (pad, parent, query);
-  }
-}
-
-static gboolean
-src_event (GstPad * pad, GstObject * parent, GstEvent * event)
-{
-  GstPpStream *st = gst_pad_get_element_private (pad);
-
-  if (GST_EVENT_TYPE (event) == GST_EVENT_SEEK) {
-    guint32 seqnum = gst_event_get_seqnum (event);
-    gboolean duplicate;
-
-    GST_OBJECT_LOCK (st->element);
-    duplicate = seqnum == st->last_seek_seqnum;
-    st->last_seek_seqnum = seqnum;
-    GST_OBJECT_UNLOCK (st->element);
-    if (duplicate) {
-      GST_DEBUG_OBJECT (pad, "seek %u already forwarded", seqnum);
-      gst_event_unref (event);
-      return TRUE;
-    }
-  }
-  return gst_pad_push_event (st->sinkpad, event);
 }

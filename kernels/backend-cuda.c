@@ -504,14 +504,10 @@ cuda_attention (PpxBackend *be, const PpxTensor *qkv, const PpxTensor *pos, cons
                 int context)
 {
   cuda_enter (be);
-  const int kv = kcache->type == PPX_TENSOR_FP8 ? PPX_CUDA_KV_FP8
-                 : kcache->type == PPX_TENSOR_BF16 ? PPX_CUDA_KV_BF16
-                                                   : PPX_CUDA_KV_F32;
-  PROF_SHAPE (be, "%s M=%d T=%d H=%d Dh=%d cap=%d",
-              ppx_kv_format_name (kv == PPX_CUDA_KV_FP8 ? PPX_KV_FP8 : kv == PPX_CUDA_KV_BF16 ? PPX_KV_BF16 : PPX_KV_F32),
-              M, T, H, Dh, cap);
+  const PpxTensorType kv = kcache->type; /* the caches' storage: F32, BF16 or FP8 */
+  PROF_SHAPE (be, "%s M=%d T=%d H=%d Dh=%d cap=%d", ppx_tensor_type_name (kv), M, T, H, Dh, cap);
   float *ks = NULL, *vs = NULL;
-  if (kv == PPX_CUDA_KV_FP8) {
+  if (kv == PPX_TENSOR_FP8) {
     ks = (float *) ((char *) kcache->data + ppx_kv_scale_offset (kcache->n));
     vs = (float *) ((char *) vcache->data + ppx_kv_scale_offset (vcache->n));
   }

@@ -68,15 +68,15 @@ ppx_cuda_rope (float *qkv, const int32_t *pos, size_t rows, int H, int Dh, const
 /* ---- storage formats ---- */
 
 template <int KV> struct Kv;
-template <> struct Kv<PPX_CUDA_KV_F32> {
+template <> struct Kv<PPX_TENSOR_F32> {
   typedef float T;
   static const int ES = 4;
 };
-template <> struct Kv<PPX_CUDA_KV_BF16> {
+template <> struct Kv<PPX_TENSOR_BF16> {
   typedef uint16_t T;
   static const int ES = 2;
 };
-template <> struct Kv<PPX_CUDA_KV_FP8> {
+template <> struct Kv<PPX_TENSOR_FP8> {
   typedef uint8_t T;
   static const int ES = 1;
 };
@@ -104,7 +104,7 @@ template <int KV, int DH> struct Shape {
 };
 
 __device__ __forceinline__ void
-unpack (const uint4 &r, float *v, std::integral_constant<int, PPX_CUDA_KV_F32>)
+unpack (const uint4 &r, float *v, std::integral_constant<int, PPX_TENSOR_F32>)
 {
   v[0] = __uint_as_float (r.x);
   v[1] = __uint_as_float (r.y);
@@ -113,7 +113,7 @@ unpack (const uint4 &r, float *v, std::integral_constant<int, PPX_CUDA_KV_F32>)
 }
 
 __device__ __forceinline__ void
-unpack (const uint4 &r, float *v, std::integral_constant<int, PPX_CUDA_KV_BF16>)
+unpack (const uint4 &r, float *v, std::integral_constant<int, PPX_TENSOR_BF16>)
 {
   const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -138,7 +138,7 @@ fp8_unit (void)
 }
 
 __device__ __forceinline__ void
-unpack (const uint4 &r, float *v, std::integral_constant<int, PPX_CUDA_KV_FP8>)
+unpack (const uint4 &r, float *v, std::integral_constant<int, PPX_TENSOR_FP8>)
 {
   const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -187,7 +187,7 @@ template <int KV, int DH>
 __device__ __forceinline__ float
 code_unit (void)
 {
-  return KV == PPX_CUDA_KV_FP8 && DH != 0 ? fp8_unit () : 1.0f;
+  return KV == PPX_TENSOR_FP8 && DH != 0 ? fp8_unit () : 1.0f;
 }
 
 /* Lane li's loads of one head row; p points at the lane's first value of the row (row + li * VEC, or row + li
@@ -275,10 +275,10 @@ template <int KV>
 __device__ __forceinline__ void
 store_row (typename Kv<KV>::T *dst, float *scale, const float *src, int Dh, int lane)
 {
-  if constexpr (KV == PPX_CUDA_KV_F32) {
+  if constexpr (KV == PPX_TENSOR_F32) {
     for (int d = lane; d < Dh; d += 32)
       dst[d] = src[d];
-  } else if constexpr (KV == PPX_CUDA_KV_BF16) {
+  } else if constexpr (KV == PPX_TENSOR_BF16) {
     for (int d = lane; d < Dh; d += 32)
       dst[d] = ppx_kv_to_bf16 (src[d]);
   } else {
@@ -354,7 +354,7 @@ attend_tile (const typename Kv<KV>::T *kl, const typename Kv<KV>::T *vl, const f
     const int k = k0 + ((li * S::U) / S::LPP + j) * S::G + gg;
     ok[j] = !CHECK || window_has (win, k);
     ksc[j] = vsc[j] = 1.0f;
-    if constexpr (KV == PPX_CUDA_KV_FP8) {
+    if constexpr (KV == PPX_TENSOR_FP8) {
       ksc[j] = ok[j] ? ks[k] : 0.0f;
       vsc[j] = ok[j] ? vs[k] : 0.0f;
     }
@@ -376,7 +376,7 @@ attend_tile (const typename Kv<KV>::T *kl, const typename Kv<KV>::T *vl, const f
 #pragma unroll
   for (int j = 0; j < S::NS; j++) {
     float s = p[j];
-    if constexpr (KV == PPX_CUDA_KV_FP8)
+    if constexpr (KV == PPX_TENSOR_FP8)
       s = s * (ksc[j] * unit);
     sc[j] = ok[j] ? s * qscale : -INFINITY;
     tmax = fmaxf (tmax, sc[j]);
@@ -395,7 +395,7 @@ attend_tile (const typename Kv<KV>::T *kl, const typename Kv<KV>::T *vl, const f
     const float e = expf (sc[j] - mnew);
     if (li % S::REP == 0)
       lsum += e;
-    w[j] = KV == PPX_CUDA_KV_FP8 ? e * (vsc[j] * unit) : e;
+    w[j] = KV == PPX_TENSOR_FP8 ? e * (vsc[j] * unit) : e;
   }
   /* values: position u's weight from the lane that holds it */
 #pragma unroll
@@ -429,8 +429,8 @@ attention_split_kernel (AttnArgs a)
   const int slot = a.kv_slot[m];
   T *kc = (T *) a.kc + (size_t) slot * cap * HD + (size_t) h * Dh;
   T *vc = (T *) a.vc + (size_t) slot * cap * HD + (size_t) h * Dh;
-  float *ks = KV == PPX_CUDA_KV_FP8 ? a.ks + ((size_t) slot * H + h) * cap : NULL;
-  float *vs = KV == PPX_CUDA_KV_FP8 ? a.vs + ((size_t) slot * H + h) * cap : NULL;
+  float *ks = KV == PPX_TENSOR_FP8 ? a.ks + ((size_t) slot * H + h) * cap : NULL;
+  float *vs = KV == PPX_TENSOR_FP8 ? a.vs + ((size_t) slot * H + h) * cap : NULL;
   const int32_t *pos = a.pos + (size_t) m * T_;
 
   /* this call's rows whose ring index is in the chunk, in order */
@@ -662,7 +662,7 @@ launch_fmt (const AttnArgs &a, int M, cudaStream_t s)
 }
 
 extern "C" int
-ppx_cuda_attention (int kv_type, const float *qkv, const int32_t *pos, const int32_t *kv_slot, void *kcache,
+ppx_cuda_attention (PpxTensorType kv_type, const float *qkv, const int32_t *pos, const int32_t *kv_slot, void *kcache,
                     void *vcache, float *kscales, float *vscales, float *out, int M, int T, int H, int Dh, int cap,
                     int context, float *scratch, void *stream)
 {
@@ -677,14 +677,14 @@ ppx_cuda_attention (int kv_type, const float *qkv, const int32_t *pos, const int
   AttnArgs a = {qkv, pos, kv_slot, kcache, vcache, kscales, vscales, out, scratch, T, H, Dh, cap, context,
                 p.chunk, p.n_chunks};
   switch (kv_type) {
-    case PPX_CUDA_KV_F32:
-      launch_fmt<PPX_CUDA_KV_F32> (a, M, s);
+    case PPX_TENSOR_F32:
+      launch_fmt<PPX_TENSOR_F32> (a, M, s);
       break;
-    case PPX_CUDA_KV_BF16:
-      launch_fmt<PPX_CUDA_KV_BF16> (a, M, s);
+    case PPX_TENSOR_BF16:
+      launch_fmt<PPX_TENSOR_BF16> (a, M, s);
       break;
-    case PPX_CUDA_KV_FP8:
-      launch_fmt<PPX_CUDA_KV_FP8> (a, M, s);
+    case PPX_TENSOR_FP8:
+      launch_fmt<PPX_TENSOR_FP8> (a, M, s);
       break;
     default:
       return (int) cudaErrorInvalidValue;

@@ -60,250 +60,320 @@ conv_cp_wait (void)
   asm volatile ("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-template <bool TR, int TM, int TN, int RG, int CG, bool PIPE>
-__global__ void __launch_bounds__ (RG * CG, RG * CG >= 256 ? 2 : 4)
-conv_gemm_kernel (const ConvArgs a)
-{
-  ppx_pdl_enter ();
-  constexpr int NT = RG * CG, BM = RG * TM, BN = CG * TN;
-  constexpr int BMP = BM + 4, BNP = BN + 4;
-  constexpr int NSA = conv_a_stages (PIPE, BM);
-  constexpr int AJ = (CONV_BK * BM + NT - 1) / NT; /* A elements a thread loads per stage */
-  constexpr int BJ = (CONV_BK * BN + NT - 1) / NT; /* B elements */
+/* The tile shape of one conv_gemm_kernel instance and the sizes that follow from it. */
+template <bool TR_, int TM_, int TN_, int RG_, int CG_, bool PIPE_>
+struct ConvShape {
+  static constexpr bool TR = TR_, PIPE = PIPE_;
+  static constexpr int TM = TM_, TN = TN_, RG = RG_, CG = CG_;
+  static constexpr int NT = RG * CG, BM = RG * TM, BN = CG * TN;
+  static constexpr int BMP = BM + 4, BNP = BN + 4;
+  static constexpr int NSA = conv_a_stages (PIPE, BM);
+  static constexpr int AJ = (CONV_BK * BM + NT - 1) / NT; /* A elements a thread loads per stage */
+  static constexpr int BJ = (CONV_BK * BN + NT - 1) / NT; /* B elements */
   static_assert (NT % 32 == 0 && NT % BM == 0 && NT % BN == 0, "tile shape");
-  extern __shared__ float smem[];
-  float *const As = smem;                       /* [NSA][CONV_BK][BMP] */
-  float *const Bs = smem + NSA * CONV_BK * BMP; /* [2][CONV_BK][BNP] */
-  const int tid = threadIdx.x;
-  const int row0 = blockIdx.y * BM;
-  const long n0 = (long) blockIdx.x * BN;
-  const int leaf = blockIdx.z;
-  const int ci_lo = leaf * a.cpl, ci_hi = min (a.Cin, ci_lo + a.cpl);
-  const int BK = a.CK * a.KR;
-  const int nst = (ci_hi - ci_lo + a.CK - 1) / a.CK;
+};
 
-  /* ---- what this thread loads each stage (the same (row, r) / (r, col) pairs every stage) ----
-   * conv1d A: lanes along r (w's rows are contiguous in r): r = tid % 32, rows tid / 32 + j * NT / 32.
-   * transposed A: lanes along the rows (co, p) (w[ci, co, :] is contiguous): row = tid % BM, r = tid / BM +
-   * j * NT / BM. B: lanes along the cols: col = tid % BN, r = tid / BN + j * NT / BN. r = (channel within
-   * the stage, tap) is stepped from j to j + 1 without divisions. */
-  const int a_r0 = TR ? tid / BM : tid & 31, a_rs = TR ? NT / BM : 0;
-  const int a_rowl = TR ? tid % BM : tid >> 5;
-  const int a_ch0 = a_r0 / a.KR, a_tap0 = a_r0 % a.KR, a_dch = a_rs / a.KR, a_dtap = a_rs % a.KR;
-  const int a_row = row0 + a_rowl;
-  const int a_co = TR ? a_row / a.stride : a_row, a_p = TR ? a_row % a.stride : 0;
-  const float *a_base = TR ? a.w + (size_t) a_co * a.K + a_p : a.w + (size_t) a_row * a.Cin * a.K + a_r0;
-  const int b_r0 = tid / BN, b_rs = NT / BN;
-  const int b_ch0 = b_r0 / a.KR, b_tap0 = b_r0 % a.KR, b_dch = b_rs / a.KR, b_dtap = b_rs % a.KR;
-  const int bcol = tid % BN;
-  const long bn = n0 + bcol;
-  const bool b_ok = bn < a.N;
-  const int bm = b_ok ? (int) (bn / a.Lcols) : 0, bc = b_ok ? (int) (bn % a.Lcols) : 0;
-  const float *xm = a.x + (size_t) bm * a.Cin * a.Lin;
-  const float *pm = a.prev ? a.prev + (size_t) bm * a.Cin * a.P : NULL;
-  const int b_v0 = TR ? bc : bc * a.stride; /* transposed: input frame bc - tap; conv1d: index bc*stride + tap*dil */
+/* What one thread stages each stage: the same (row, r) / (r, col) pairs every stage.
+ * conv1d A: lanes along r (w's rows are contiguous in r): r = tid % 32, rows tid / 32 + j * NT / 32.
+ * transposed A: lanes along the rows (co, p) (w[ci, co, :] is contiguous): row = tid % BM, r = tid / BM +
+ * j * NT / BM. B: lanes along the cols: col = tid % BN, r = tid / BN + j * NT / BN. r = (channel within
+ * the stage, tap) is stepped from j to j + 1 without divisions. */
+struct ConvThread {
+  int row0;          /* the block's first row */
+  long n0;           /* the block's first col */
+  int leaf, ci_lo, ci_hi, BK, nst;
+  int a_r0, a_rs, a_rowl, a_ch0, a_tap0, a_dch, a_dtap, a_row, a_p;
+  const float *a_base;
+  int b_r0, b_rs, b_ch0, b_tap0, b_dch, b_dtap, bcol;
+  bool b_ok;
+  const float *xm, *pm;
+  int b_v0;          /* transposed: input frame bc - tap; conv1d: index bc*stride + tap*dil */
+  int cg, rg;        /* the thread's TN cols and TM rows of the tile */
+};
 
-  /* A of stage st: through registers (ra, then store_a) or, with PIPE, by cp.async straight into a slot */
-  float ra[PIPE ? 1 : AJ], rb[BJ];
-  auto fetch_a = [&] (int st, float *slot) {
-    const int ci0 = ci_lo + st * a.CK, cnt = min (a.CK, ci_hi - ci0);
-    int ch = a_ch0, tap = a_tap0;
+/* Sets up this thread's block position, its leaf of the input channels and its staging pairs. */
+template <class S>
+__device__ __forceinline__ ConvThread
+conv_thread (const ConvArgs &a, int tid)
+{
+  constexpr bool TR = S::TR;
+  constexpr int BM = S::BM, BN = S::BN, NT = S::NT;
+  ConvThread g;
+  g.row0 = blockIdx.y * BM;
+  g.n0 = (long) blockIdx.x * BN;
+  g.leaf = blockIdx.z;
+  g.ci_lo = g.leaf * a.cpl;
+  g.ci_hi = min (a.Cin, g.ci_lo + a.cpl);
+  g.BK = a.CK * a.KR;
+  g.nst = (g.ci_hi - g.ci_lo + a.CK - 1) / a.CK;
+  g.a_r0 = TR ? tid / BM : tid & 31;
+  g.a_rs = TR ? NT / BM : 0;
+  g.a_rowl = TR ? tid % BM : tid >> 5;
+  g.a_ch0 = g.a_r0 / a.KR;
+  g.a_tap0 = g.a_r0 % a.KR;
+  g.a_dch = g.a_rs / a.KR;
+  g.a_dtap = g.a_rs % a.KR;
+  g.a_row = g.row0 + g.a_rowl;
+  const int a_co = TR ? g.a_row / a.stride : g.a_row;
+  g.a_p = TR ? g.a_row % a.stride : 0;
+  g.a_base = TR ? a.w + (size_t) a_co * a.K + g.a_p : a.w + (size_t) g.a_row * a.Cin * a.K + g.a_r0;
+  g.b_r0 = tid / BN;
+  g.b_rs = NT / BN;
+  g.b_ch0 = g.b_r0 / a.KR;
+  g.b_tap0 = g.b_r0 % a.KR;
+  g.b_dch = g.b_rs / a.KR;
+  g.b_dtap = g.b_rs % a.KR;
+  g.bcol = tid % BN;
+  const long bn = g.n0 + g.bcol;
+  g.b_ok = bn < a.N;
+  const int bm = g.b_ok ? (int) (bn / a.Lcols) : 0, bc = g.b_ok ? (int) (bn % a.Lcols) : 0;
+  g.xm = a.x + (size_t) bm * a.Cin * a.Lin;
+  g.pm = a.prev ? a.prev + (size_t) bm * a.Cin * a.P : NULL;
+  g.b_v0 = TR ? bc : bc * a.stride;
+  g.cg = tid % S::CG;
+  g.rg = tid / S::CG;
+  return g;
+}
+
+/* Loads this thread's A (weight) elements of stage st: into registers ra (then conv_store_a) or, with PIPE,
+ * by cp.async straight into the shared-memory slot; elements past the leaf, the rows or K read as 0. */
+template <class S>
+__device__ __forceinline__ void
+conv_fetch_a (const ConvArgs &a, const ConvThread &g, int st, float *slot, float *ra)
+{
+  constexpr int NT = S::NT, BM = S::BM, BMP = S::BMP;
+  const int ci0 = g.ci_lo + st * a.CK, cnt = min (a.CK, g.ci_hi - ci0);
+  int ch = g.a_ch0, tap = g.a_tap0;
 #pragma unroll
-    for (int j = 0; j < AJ; j++) {
-      if constexpr (!TR) {
-        const int rowl = a_rowl + j * (NT / 32);
-        const bool ok = a_r0 < BK && a_ch0 < cnt && rowl < BM && row0 + rowl < a.rows;
-        const float *src = a_base + (size_t) j * (NT / 32) * a.Cin * a.K + (size_t) ci0 * a.K;
-        if constexpr (PIPE) {
-          if (rowl < BM)
-            conv_cp_async4 (slot + a_r0 * BMP + rowl, ok ? src : a.w, ok);
-        } else {
-          ra[j] = ok ? __ldg (src) : 0.0f;
-        }
+  for (int j = 0; j < S::AJ; j++) {
+    if constexpr (!S::TR) {
+      const int rowl = g.a_rowl + j * (NT / 32);
+      const bool ok = g.a_r0 < g.BK && g.a_ch0 < cnt && rowl < BM && g.row0 + rowl < a.rows;
+      const float *src = g.a_base + (size_t) j * (NT / 32) * a.Cin * a.K + (size_t) ci0 * a.K;
+      if constexpr (S::PIPE) {
+        if (rowl < BM)
+          conv_cp_async4 (slot + g.a_r0 * BMP + rowl, ok ? src : a.w, ok);
       } else {
-        const int r = a_r0 + j * a_rs, k = tap * a.stride;
-        const bool ok = r < BK && ch < cnt && a_row < a.rows && a_p + k < a.K;
-        const float *src = a_base + (size_t) (ci0 + ch) * a.Cout * a.K + k;
-        if constexpr (PIPE) {
-          if (r < CONV_BK)
-            conv_cp_async4 (slot + r * BMP + a_rowl, ok ? src : a.w, ok);
-        } else {
-          ra[j] = ok ? __ldg (src) : 0.0f;
-        }
-        ch += a_dch;
-        tap += a_dtap;
-        if (tap >= a.KR) {
-          tap -= a.KR;
-          ch++;
-        }
+        ra[j] = ok ? __ldg (src) : 0.0f;
       }
-    }
-  };
-  auto store_a = [&] (float *A) {
-    if constexpr (!PIPE) {
-#pragma unroll
-      for (int j = 0; j < AJ; j++) {
-        if constexpr (!TR) {
-          const int rowl = a_rowl + j * (NT / 32);
-          if (rowl < BM)
-            A[a_r0 * BMP + rowl] = ra[j];
-        } else {
-          const int r = a_r0 + j * a_rs;
-          if (r < CONV_BK)
-            A[r * BMP + a_rowl] = ra[j];
-        }
+    } else {
+      const int r = g.a_r0 + j * g.a_rs, k = tap * a.stride;
+      const bool ok = r < g.BK && ch < cnt && g.a_row < a.rows && g.a_p + k < a.K;
+      const float *src = g.a_base + (size_t) (ci0 + ch) * a.Cout * a.K + k;
+      if constexpr (S::PIPE) {
+        if (r < CONV_BK)
+          conv_cp_async4 (slot + r * BMP + g.a_rowl, ok ? src : a.w, ok);
+      } else {
+        ra[j] = ok ? __ldg (src) : 0.0f;
       }
-    }
-  };
-  auto load_b = [&] (int st) {
-    const int ci0 = ci_lo + st * a.CK, cnt = min (a.CK, ci_hi - ci0);
-    int ch = b_ch0, tap = b_tap0;
-#pragma unroll
-    for (int j = 0; j < BJ; j++) {
-      const int r = b_r0 + j * b_rs;
-      float v = 0.0f;
-      if (b_ok && r < BK && ch < cnt) {
-        const int ci = ci0 + ch;
-        if constexpr (!TR) {
-          const int vi = b_v0 + tap * a.dil;
-          v = vi < a.P ? pm[(size_t) ci * a.P + vi] : ppx_act_apply (a.act, xm[(size_t) ci * a.Lin + (vi - a.P)]);
-        } else {
-          const int t = b_v0 - tap;
-          if (t >= 0 && t < a.Lin)
-            v = ppx_act_apply (a.act, xm[(size_t) ci * a.Lin + t]);
-        }
-      }
-      rb[j] = v;
-      ch += b_dch;
-      tap += b_dtap;
+      ch += g.a_dch;
+      tap += g.a_dtap;
       if (tap >= a.KR) {
         tap -= a.KR;
         ch++;
       }
     }
-  };
-  auto store_b = [&] (float *B) {
-#pragma unroll
-    for (int j = 0; j < BJ; j++) {
-      const int r = b_r0 + j * b_rs;
-      if (r < CONV_BK)
-        B[r * BNP + bcol] = rb[j];
-    }
-  };
+  }
+}
 
-  const int cg = tid % CG, rg = tid / CG;
-  float acc[TM][TN];
+/* Stores the A elements held in registers (without PIPE) into the shared tile A, transposed to [r][row]. */
+template <class S>
+__device__ __forceinline__ void
+conv_store_a (const ConvThread &g, const float *ra, float *A)
+{
+  if constexpr (!S::PIPE) {
 #pragma unroll
-  for (int i = 0; i < TM; i++)
-#pragma unroll
-    for (int j = 0; j < TN; j++)
-      acc[i][j] = 0.0f;
-  /* one stage: acc += A^T B over its BK reduction steps, in order */
-  auto compute = [&] (const float *Ab, const float *Bb) {
-    const float *A = Ab + rg * TM, *B = Bb + cg * TN;
-#pragma unroll 2
-    for (int r = 0; r < BK; r++) {
-      float av[TM], bv[TN];
-      if constexpr (TM == 4) {
-        const float4 t = *reinterpret_cast<const float4 *> (A + r * BMP);
-        av[0] = t.x;
-        av[1] = t.y;
-        av[2] = t.z;
-        av[3] = t.w;
+    for (int j = 0; j < S::AJ; j++) {
+      if constexpr (!S::TR) {
+        const int rowl = g.a_rowl + j * (S::NT / 32);
+        if (rowl < S::BM)
+          A[g.a_r0 * S::BMP + rowl] = ra[j];
       } else {
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-          av[i] = A[r * BMP + i];
+        const int r = g.a_r0 + j * g.a_rs;
+        if (r < CONV_BK)
+          A[r * S::BMP + g.a_rowl] = ra[j];
       }
-      if constexpr (TN % 4 == 0) {
-#pragma unroll
-        for (int j = 0; j < TN; j += 4) {
-          const float4 t = *reinterpret_cast<const float4 *> (B + r * BNP + j);
-          bv[j] = t.x;
-          bv[j + 1] = t.y;
-          bv[j + 2] = t.z;
-          bv[j + 3] = t.w;
-        }
-      } else if constexpr (TN == 2) {
-        const float2 t = *reinterpret_cast<const float2 *> (B + r * BNP);
-        bv[0] = t.x;
-        bv[1] = t.y;
-      } else {
-#pragma unroll
-        for (int j = 0; j < TN; j++)
-          bv[j] = B[r * BNP + j];
-      }
-#pragma unroll
-      for (int i = 0; i < TM; i++)
-#pragma unroll
-        for (int j = 0; j < TN; j++)
-          acc[i][j] = fmaf (av[i], bv[j], acc[i][j]);
-    }
-  };
-
-  if constexpr (PIPE) {
-    /* A ring of NSA slots: stages st+1 .. st+NSA-2 in flight while st is computed; every iteration commits one
-     * cp.async group (empty past the last stage), so waiting until NSA-2 groups are pending means stage st
-     * has landed. One barrier per stage: after it, stage st is visible to all and everyone has finished
-     * stage st-1, whose A slot ((st-1) % NSA) and B buffer ((st+1) & 1) are then refilled. */
-#pragma unroll
-    for (int s = 0; s < NSA - 1; s++) {
-      if (s < nst)
-        fetch_a (s, As + s * CONV_BK * BMP);
-      conv_cp_commit ();
-    }
-    load_b (0);
-    store_b (Bs);
-    for (int st = 0; st < nst; st++) {
-      conv_cp_wait<NSA - 2> ();
-      __syncthreads ();
-      const int sn = st + NSA - 1;
-      if (sn < nst)
-        fetch_a (sn, As + (sn % NSA) * CONV_BK * BMP);
-      conv_cp_commit ();
-      if (st + 1 < nst)
-        load_b (st + 1);
-      compute (As + (st % NSA) * CONV_BK * BMP, Bs + (st & 1) * CONV_BK * BNP);
-      if (st + 1 < nst)
-        store_b (Bs + ((st + 1) & 1) * CONV_BK * BNP);
-    }
-  } else {
-    fetch_a (0, NULL);
-    load_b (0);
-    store_a (As);
-    store_b (Bs);
-    __syncthreads ();
-    for (int st = 0; st < nst; st++) {
-      const int buf = st & 1;
-      if (st + 1 < nst) {
-        fetch_a (st + 1, NULL);
-        load_b (st + 1);
-      }
-      compute (As + buf * CONV_BK * BMP, Bs + buf * CONV_BK * BNP);
-      if (st + 1 < nst) {
-        store_a (As + (buf ^ 1) * CONV_BK * BMP);
-        store_b (Bs + (buf ^ 1) * CONV_BK * BNP);
-      }
-      __syncthreads ();
     }
   }
+}
 
-  /* ---- epilogue ---- */
+/* Gathers this thread's B (input) elements of stage st into registers rb, the activation applied: conv1d
+ * reads concat(prev, x) at t*stride + tap*dil, transposed reads x at q - tap (0 outside [0, T)). */
+template <class S>
+__device__ __forceinline__ void
+conv_load_b (const ConvArgs &a, const ConvThread &g, int st, float *rb)
+{
+  const int ci0 = g.ci_lo + st * a.CK, cnt = min (a.CK, g.ci_hi - ci0);
+  int ch = g.b_ch0, tap = g.b_tap0;
 #pragma unroll
-  for (int i = 0; i < TM; i++) {
-    const int row = row0 + rg * TM + i;
+  for (int j = 0; j < S::BJ; j++) {
+    const int r = g.b_r0 + j * g.b_rs;
+    float v = 0.0f;
+    if (g.b_ok && r < g.BK && ch < cnt) {
+      const int ci = ci0 + ch;
+      if constexpr (!S::TR) {
+        const int vi = g.b_v0 + tap * a.dil;
+        v = vi < a.P ? g.pm[(size_t) ci * a.P + vi] : ppx_act_apply (a.act, g.xm[(size_t) ci * a.Lin + (vi - a.P)]);
+      } else {
+        const int t = g.b_v0 - tap;
+        if (t >= 0 && t < a.Lin)
+          v = ppx_act_apply (a.act, g.xm[(size_t) ci * a.Lin + t]);
+      }
+    }
+    rb[j] = v;
+    ch += g.b_dch;
+    tap += g.b_dtap;
+    if (tap >= a.KR) {
+      tap -= a.KR;
+      ch++;
+    }
+  }
+}
+
+/* Stores the B elements held in registers into the shared tile B ([r][col]). */
+template <class S>
+__device__ __forceinline__ void
+conv_store_b (const ConvThread &g, const float *rb, float *B)
+{
+#pragma unroll
+  for (int j = 0; j < S::BJ; j++) {
+    const int r = g.b_r0 + j * g.b_rs;
+    if (r < CONV_BK)
+      B[r * S::BNP + g.bcol] = rb[j];
+  }
+}
+
+/* One stage: acc += A^T B over its BK reduction steps, in order (one fmaf chain per output). */
+template <class S>
+__device__ __forceinline__ void
+conv_compute_stage (const ConvThread &g, const float *Ab, const float *Bb, float (&acc)[S::TM][S::TN])
+{
+  constexpr int TM = S::TM, TN = S::TN, BMP = S::BMP, BNP = S::BNP;
+  const float *A = Ab + g.rg * TM, *B = Bb + g.cg * TN;
+#pragma unroll 2
+  for (int r = 0; r < g.BK; r++) {
+    float av[TM], bv[TN];
+    if constexpr (TM == 4) {
+      const float4 t = *reinterpret_cast<const float4 *> (A + r * BMP);
+      av[0] = t.x;
+      av[1] = t.y;
+      av[2] = t.z;
+      av[3] = t.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < TM; i++)
+        av[i] = A[r * BMP + i];
+    }
+    if constexpr (TN % 4 == 0) {
+#pragma unroll
+      for (int j = 0; j < TN; j += 4) {
+        const float4 t = *reinterpret_cast<const float4 *> (B + r * BNP + j);
+        bv[j] = t.x;
+        bv[j + 1] = t.y;
+        bv[j + 2] = t.z;
+        bv[j + 3] = t.w;
+      }
+    } else if constexpr (TN == 2) {
+      const float2 t = *reinterpret_cast<const float2 *> (B + r * BNP);
+      bv[0] = t.x;
+      bv[1] = t.y;
+    } else {
+#pragma unroll
+      for (int j = 0; j < TN; j++)
+        bv[j] = B[r * BNP + j];
+    }
+#pragma unroll
+    for (int i = 0; i < TM; i++)
+#pragma unroll
+      for (int j = 0; j < TN; j++)
+        acc[i][j] = fmaf (av[i], bv[j], acc[i][j]);
+  }
+}
+
+/* The stages with PIPE: A in a ring of NSA slots filled by cp.async, stages st+1 .. st+NSA-2 in flight while
+ * st is computed; every iteration commits one cp.async group (empty past the last stage), so waiting until
+ * NSA-2 groups are pending means stage st has landed. One barrier per stage: after it, stage st is visible
+ * to all and everyone has finished stage st-1, whose A slot ((st-1) % NSA) and B buffer ((st+1) & 1) are then
+ * refilled. */
+template <class S>
+__device__ __forceinline__ void
+conv_stages_async (const ConvArgs &a, const ConvThread &g, float *As, float *Bs, float (&acc)[S::TM][S::TN])
+{
+  constexpr int NSA = S::NSA, BMP = S::BMP, BNP = S::BNP;
+  float rb[S::BJ];
+#pragma unroll
+  for (int s = 0; s < NSA - 1; s++) {
+    if (s < g.nst)
+      conv_fetch_a<S> (a, g, s, As + s * CONV_BK * BMP, NULL);
+    conv_cp_commit ();
+  }
+  conv_load_b<S> (a, g, 0, rb);
+  conv_store_b<S> (g, rb, Bs);
+  for (int st = 0; st < g.nst; st++) {
+    conv_cp_wait<NSA - 2> ();
+    __syncthreads ();
+    const int sn = st + NSA - 1;
+    if (sn < g.nst)
+      conv_fetch_a<S> (a, g, sn, As + (sn % NSA) * CONV_BK * BMP, NULL);
+    conv_cp_commit ();
+    if (st + 1 < g.nst)
+      conv_load_b<S> (a, g, st + 1, rb);
+    conv_compute_stage<S> (g, As + (st % NSA) * CONV_BK * BMP, Bs + (st & 1) * CONV_BK * BNP, acc);
+    if (st + 1 < g.nst)
+      conv_store_b<S> (g, rb, Bs + ((st + 1) & 1) * CONV_BK * BNP);
+  }
+}
+
+/* The stages without PIPE: A and B double-buffered in shared memory, the next stage's loads held in registers
+ * while the current stage is computed; one barrier per stage. */
+template <class S>
+__device__ __forceinline__ void
+conv_stages_registers (const ConvArgs &a, const ConvThread &g, float *As, float *Bs, float (&acc)[S::TM][S::TN])
+{
+  constexpr int BMP = S::BMP, BNP = S::BNP;
+  float ra[S::AJ], rb[S::BJ];
+  conv_fetch_a<S> (a, g, 0, NULL, ra);
+  conv_load_b<S> (a, g, 0, rb);
+  conv_store_a<S> (g, ra, As);
+  conv_store_b<S> (g, rb, Bs);
+  __syncthreads ();
+  for (int st = 0; st < g.nst; st++) {
+    const int buf = st & 1;
+    if (st + 1 < g.nst) {
+      conv_fetch_a<S> (a, g, st + 1, NULL, ra);
+      conv_load_b<S> (a, g, st + 1, rb);
+    }
+    conv_compute_stage<S> (g, As + buf * CONV_BK * BMP, Bs + buf * CONV_BK * BNP, acc);
+    if (st + 1 < g.nst) {
+      conv_store_a<S> (g, ra, As + (buf ^ 1) * CONV_BK * BMP);
+      conv_store_b<S> (g, rb, Bs + (buf ^ 1) * CONV_BK * BNP);
+    }
+    __syncthreads ();
+  }
+}
+
+/* Writes this thread's TM x TN sums: with several leaves to the leaf's scratch (the combine launch adds them);
+ * with one, conv1d y = (res +) bias + sum, transposed z = sum (+ partial) (+ bias) and the tail of the next
+ * call's partial. */
+template <class S>
+__device__ __forceinline__ void
+conv_store_tile (const ConvArgs &a, const ConvThread &g, const float (&acc)[S::TM][S::TN])
+{
+#pragma unroll
+  for (int i = 0; i < S::TM; i++) {
+    const int row = g.row0 + g.rg * S::TM + i;
     if (row >= a.rows)
       continue;
 #pragma unroll
-    for (int j = 0; j < TN; j++) {
-      const long n = n0 + cg * TN + j;
+    for (int j = 0; j < S::TN; j++) {
+      const long n = g.n0 + g.cg * S::TN + j;
       if (n >= a.N)
         continue;
       const int m = (int) (n / a.Lcols), c = (int) (n % a.Lcols);
-      if (!TR) {
+      if (!S::TR) {
         const size_t idx = ((size_t) m * a.Cout + row) * a.Lcols + c;
         if (a.split > 1)
-          a.ws[(size_t) leaf * a.N * a.Cout + idx] = acc[i][j];
+          a.ws[(size_t) g.leaf * a.N * a.Cout + idx] = acc[i][j];
         else {
           const float v = (a.bias ? a.bias[row] : 0.0f) + acc[i][j];
           a.y[idx] = a.res ? a.res[idx] + v : v;
@@ -314,7 +384,7 @@ conv_gemm_kernel (const ConvArgs a)
           continue;
         const size_t mc = (size_t) m * a.Cout + co;
         if (a.split > 1) {
-          a.ws[((size_t) leaf * a.M * a.Cout + mc) * a.Lz + jz] = acc[i][j];
+          a.ws[((size_t) g.leaf * a.M * a.Cout + mc) * a.Lz + jz] = acc[i][j];
         } else {
           float z = acc[i][j];
           if (a.partial && jz < a.tail)
@@ -327,6 +397,30 @@ conv_gemm_kernel (const ConvArgs a)
       }
     }
   }
+}
+
+/* The implicit GEMM: one block's BM x BN outputs over one leaf of the input channels (the file's comment). */
+template <bool TR, int TM, int TN, int RG, int CG, bool PIPE>
+__global__ void __launch_bounds__ (RG * CG, RG * CG >= 256 ? 2 : 4)
+conv_gemm_kernel (const ConvArgs a)
+{
+  using S = ConvShape<TR, TM, TN, RG, CG, PIPE>;
+  ppx_pdl_enter ();
+  extern __shared__ float smem[];
+  float *const As = smem;                             /* [NSA][CONV_BK][BMP] */
+  float *const Bs = smem + S::NSA * CONV_BK * S::BMP; /* [2][CONV_BK][BNP] */
+  const ConvThread g = conv_thread<S> (a, threadIdx.x);
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; i++)
+#pragma unroll
+    for (int j = 0; j < TN; j++)
+      acc[i][j] = 0.0f;
+  if constexpr (PIPE)
+    conv_stages_async<S> (a, g, As, Bs, acc);
+  else
+    conv_stages_registers<S> (a, g, As, Bs, acc);
+  conv_store_tile<S> (a, g, acc);
 }
 
 /* conv1d with several leaves: y = (res +) (bias + leaf 0 + leaf 1 + ...) (one thread per output, leaves in

@@ -12,6 +12,7 @@
 
 #include "lmgen-state.h"
 #include "sample-params.h"
+#include "tensor-type.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -107,12 +108,11 @@ int ppx_cuda_embed (const PpxCudaWeight *w, const int32_t *ids, int id_index, in
 /* ---- attention (cuda-attention.cu) ---- */
 /* freqs: Dh/2 floats (device), the CPU backend's expf(i * c) computed on the host. */
 int ppx_cuda_rope (float *qkv, const int32_t *pos, size_t rows, int H, int Dh, const float *freqs, void *stream);
-/* KV cache storage (kv-format.h): f32, bf16, or e4m3 with f32 scales [n_slots, H, cap] (kscales/vscales). */
-enum { PPX_CUDA_KV_F32 = 0, PPX_CUDA_KV_BF16 = 1, PPX_CUDA_KV_FP8 = 2 };
-/* scratch: at least ppx_cuda_attention_scratch_floats() floats (device; the split-K partials), or NULL
- * when that is 0. Head sizes up to 256. */
+/* kv_type: the caches' storage (kv-format.h), PPX_TENSOR_F32, _BF16, or _FP8 with f32 scales [n_slots, H, cap]
+ * (kscales/vscales). scratch: at least ppx_cuda_attention_scratch_floats() floats (device; the split-K
+ * partials), or NULL when that is 0. Head sizes up to 256. */
 size_t ppx_cuda_attention_scratch_floats (int M, int T, int H, int Dh, int cap);
-int ppx_cuda_attention (int kv_type, const float *qkv, const int32_t *pos, const int32_t *kv_slot, void *kcache,
+int ppx_cuda_attention (PpxTensorType kv_type, const float *qkv, const int32_t *pos, const int32_t *kv_slot, void *kcache,
                         void *vcache, float *kscales, float *vscales, float *out, int M, int T, int H, int Dh, int cap,
                         int context, float *scratch, void *stream);
 

@@ -168,20 +168,14 @@ sample_greedy_row (const float *l, int V, int32_t *tok)
     *tok = a.i < 0 ? 0 : a.i;
 }
 
-/* Row m's temperature + top-k draw (the whole block); P and cand: V floats and ints of scratch. */
-__device__ void
-sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int stream, float temp, int k, float *P,
-                 int *cand)
+/* P = softmax(logits / temp) of one row (the whole block); the max is the greedy winner's logit, as on the
+ * CPU. */
+__device__ __forceinline__ void
+sample_softmax_row (const float *l, int V, float temp, float *P)
 {
   __shared__ float sv[32];
   __shared__ int si[32];
   __shared__ float red[32];
-  __shared__ int warp_counts[32];
-  __shared__ float race_v[32];
-  __shared__ int race_rank[32], race_tok[32];
-  __shared__ unsigned hist[256];
-  __shared__ unsigned sel_prefix, sel_remaining;
-  /* softmax: the max is the greedy winner's logit, as on the CPU */
   ArgBest a = {0.0f, -1};
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
     const float v = l[i];
@@ -199,8 +193,52 @@ sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int str
   sum = ppx_block_sum (sum, red);
   for (int i = threadIdx.x; i < V; i += blockDim.x)
     P[i] = P[i] / sum;
+}
 
-  /* radix select: the key (f32 bits) of the k-th largest probability */
+/* One radix-select step, by the first warp: the bin of hist (keys of the current prefix, by their 8 bits at
+ * shift) that holds the *remaining-th largest key; extends *prefix by it and leaves in *remaining how many
+ * keys of that bin are still needed. Lane l owns bins 255 - 8 l .. 248 - 8 l (high bins first); a suffix
+ * count over the lanes gives each lane the keys above its bins. */
+__device__ __forceinline__ void
+radix_pick_bin (const unsigned *hist, unsigned prefix, int shift, unsigned *sel_prefix, unsigned *sel_remaining)
+{
+  const int lane = threadIdx.x;
+  const unsigned need = *sel_remaining;
+  unsigned own = 0;
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+    own += hist[255 - 8 * lane - j];
+  unsigned incl = own; /* keys in the bins of lanes 0..lane */
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned v = __shfl_up_sync (0xffffffffu, incl, o);
+    if (lane >= o)
+      incl += v;
+  }
+  const unsigned above0 = incl - own;
+  /* the first lane whose bins reach need (the last lane if none does: bin 0 takes the rest) */
+  const unsigned reach = __ballot_sync (0xffffffffu, incl >= need);
+  const int owner = reach ? __ffs (reach) - 1 : 31;
+  if (lane == owner) {
+    unsigned above = above0;
+    int b = 255 - 8 * lane;
+    for (int j = 0; j < 8 && b > 0; j++, b--) {
+      if (above + hist[b] >= need)
+        break;
+      above += hist[b];
+    }
+    *sel_prefix = prefix | ((unsigned) b << shift);
+    *sel_remaining = need - above;
+  }
+}
+
+/* The key (f32 bits) of the k-th largest of the V probabilities P, by a radix select over 4 bytes (p >= 0,
+ * so the bits order like the values); *take_equal gets how many keys equal to it are among the k. */
+__device__ __forceinline__ unsigned
+radix_select_kth (const float *P, int V, int k, int *take_equal)
+{
+  __shared__ unsigned hist[256];
+  __shared__ unsigned sel_prefix, sel_remaining;
   if (threadIdx.x == 0) {
     sel_prefix = 0;
     sel_remaining = (unsigned) k;
@@ -223,53 +261,26 @@ sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int str
         atomicAdd (&hist[bin], (unsigned) __popc (same));
     }
     __syncthreads ();
-    if (threadIdx.x < 32) {
-      /* the bin holding the need-th largest key: lane l owns bins 255 - 8 l .. 248 - 8 l (high bins first);
-       * a suffix count over the lanes gives each lane the keys above its bins */
-      const int lane = threadIdx.x;
-      const unsigned need = sel_remaining;
-      unsigned own = 0;
-#pragma unroll
-      for (int j = 0; j < 8; j++)
-        own += hist[255 - 8 * lane - j];
-      unsigned incl = own; /* keys in the bins of lanes 0..lane */
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const unsigned v = __shfl_up_sync (0xffffffffu, incl, o);
-        if (lane >= o)
-          incl += v;
-      }
-      const unsigned above0 = incl - own;
-      /* the first lane whose bins reach need (the last lane if none does: bin 0 takes the rest) */
-      const unsigned reach = __ballot_sync (0xffffffffu, incl >= need);
-      const int owner = reach ? __ffs (reach) - 1 : 31;
-      if (lane == owner) {
-        unsigned above = above0;
-        int b = 255 - 8 * lane;
-        for (int j = 0; j < 8 && b > 0; j++, b--) {
-          if (above + hist[b] >= need)
-            break;
-          above += hist[b];
-        }
-        sel_prefix = prefix | ((unsigned) b << shift);
-        sel_remaining = need - above;
-      }
-    }
+    if (threadIdx.x < 32)
+      radix_pick_bin (hist, prefix, shift, &sel_prefix, &sel_remaining);
     mask |= 255u << shift;
     __syncthreads ();
   }
-  const unsigned thr = sel_prefix;
-  const int take_equal = (int) sel_remaining; /* ties at the threshold, lowest indices first */
+  *take_equal = (int) sel_remaining; /* ties at the threshold, lowest indices first */
+  return sel_prefix;
+}
 
-  /* gather the k candidates (their indices and probabilities in shared memory when k <= SAMPLE_SMEM_CAND:
-   * the rank count below reads every candidate once per candidate). Their order does not matter (ranks are
-   * counted, the race compares values and ranks), so keys above the threshold take places by one atomic
-   * a warp; only keys equal to it need the ordered scan (the lowest indices are taken), in the one or few
-   * sweeps that hold such keys. */
-  __shared__ int cand_s[SAMPLE_SMEM_CAND];
-  __shared__ float cand_p[SAMPLE_SMEM_CAND];
+/* Gathers the k candidates, the keys above thr and the take_equal lowest indices of the keys equal to it:
+ * into cand_s / cand_p (indices and probabilities, shared memory) when in_smem, else the indices into cand.
+ * Their order does not matter (ranks are counted, the race compares values and ranks), so keys above the
+ * threshold take places by one atomic a warp; only keys equal to it need the ordered scan (the lowest
+ * indices are taken), in the one or few sweeps that hold such keys. Returns how many were gathered. */
+__device__ __forceinline__ int
+gather_candidates (const float *P, int V, unsigned thr, int take_equal, bool in_smem, int *cand_s, float *cand_p,
+                   int *cand)
+{
+  __shared__ int warp_counts[32];
   __shared__ int n_sel;
-  const bool in_smem = k <= SAMPLE_SMEM_CAND;
   const int lane = threadIdx.x & 31;
   if (threadIdx.x == 0)
     n_sel = 0;
@@ -300,9 +311,17 @@ sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int str
     }
   }
   __syncthreads ();
-  const int n_cand = n_sel;
+  return n_sel;
+}
 
-  /* each candidate's rank, its exponential, and the race */
+/* The exponential race over the n_cand candidates: each one's rank, its Exp(1) draw keyed by (seed, frame*64
+ * + stream, rank), and the candidate with the largest p / q (the first rank on ties). Returns its token. */
+__device__ __forceinline__ int
+race_candidates (const uint32_t *s, int stream, int n_cand, bool in_smem, const int *cand_s,
+                 const float *cand_p, const int *cand, const float *P)
+{
+  __shared__ float race_v[32];
+  __shared__ int race_rank[32], race_tok[32];
   const uint64_t seed = (uint64_t) s[PPX_SAMPLE_SEED_LO] | ((uint64_t) s[PPX_SAMPLE_SEED_HI] << 32);
   const uint64_t frame = (uint64_t) s[PPX_SAMPLE_FRAME_LO] | ((uint64_t) s[PPX_SAMPLE_FRAME_HI] << 32);
   const uint64_t draw = frame * 64 + (uint64_t) stream;
@@ -318,8 +337,27 @@ sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int str
     best = race_combine (best, (Race) {pc / q, rank, ic});
   }
   best = block_race (best, race_v, race_rank, race_tok);
+  return best.rank < 0 ? 0 : best.tok;
+}
+
+/* Row m's temperature + top-k draw (the whole block); P and cand: V floats and ints of scratch. The k
+ * candidates' indices and probabilities stay in shared memory when k <= SAMPLE_SMEM_CAND (the rank count
+ * reads every candidate once per candidate). */
+__device__ void
+sample_topk_row (const float *l, int V, int32_t *tok, const uint32_t *s, int stream, float temp, int k, float *P,
+                 int *cand)
+{
+  __shared__ int cand_s[SAMPLE_SMEM_CAND];
+  __shared__ float cand_p[SAMPLE_SMEM_CAND];
+  const bool in_smem = k <= SAMPLE_SMEM_CAND;
+  int take_equal;
+
+  sample_softmax_row (l, V, temp, P);
+  const unsigned thr = radix_select_kth (P, V, k, &take_equal);
+  const int n_cand = gather_candidates (P, V, thr, take_equal, in_smem, cand_s, cand_p, cand);
+  const int t = race_candidates (s, stream, n_cand, in_smem, cand_s, cand_p, cand, P);
   if (threadIdx.x == 0)
-    *tok = best.rank < 0 ? 0 : best.tok;
+    *tok = t;
 }
 
 /* One block per row: the row's parameters choose the greedy or the top-k draw (uniform per block). */

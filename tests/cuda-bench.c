@@ -148,7 +148,7 @@ bench_attention (PpxKvFormat fmt, int M, int T)
 {
   const int H = 32, Dh = 128, cap = 3000;
   const gsize HD = (gsize) H * Dh;
-  const guint64 pair_bytes = 2 * ppx_kv_cache_bytes (fmt, M, cap, H, Dh);
+  const guint64 pair_bytes = 2 * ppx_kv_cache_bytes (ppx_kv_storage (fmt), M, cap, H, Dh);
   const int copies = (int) MIN (8, 1 + (768ull << 20) / pair_bytes);
   g_autoptr (GError) err = NULL;
   PpxTensor **k = g_new0 (PpxTensor *, copies), **v = g_new0 (PpxTensor *, copies);
@@ -168,9 +168,9 @@ bench_attention (PpxKvFormat fmt, int M, int T)
     }
   }
   for (int i = 0; i < copies; i++) {
-    k[i] = ppx_kv_cache_new (gpu, fmt, M, cap, H, Dh, &err);
+    k[i] = ppx_kv_cache_new (gpu, ppx_kv_storage (fmt), M, cap, H, Dh, &err);
     if (k[i])
-      v[i] = ppx_kv_cache_new (gpu, fmt, M, cap, H, Dh, &err);
+      v[i] = ppx_kv_cache_new (gpu, ppx_kv_storage (fmt), M, cap, H, Dh, &err);
     if (!k[i] || !v[i]) {
       printf ("%-5s M=%-3d does not fit: %s\n", ppx_kv_format_name (fmt), M, err->message);
       for (int j = 0; j <= i; j++) {
@@ -190,7 +190,7 @@ bench_attention (PpxKvFormat fmt, int M, int T)
   }
   if (fmt == PPX_KV_FP8) { /* scales: upload_raw of a whole cache would need its size in host memory */
     const gsize n = (gsize) M * cap * HD, ns = (gsize) M * H * cap;
-    g_autofree guint8 *raw = g_malloc (ppx_kv_cache_bytes (fmt, M, cap, H, Dh));
+    g_autofree guint8 *raw = g_malloc (ppx_kv_cache_bytes (ppx_kv_storage (fmt), M, cap, H, Dh));
     memset (raw, 0x38, n); /* 1.0 */
     float *sc = (float *) (raw + ((n + 15) & ~(gsize) 15));
     for (gsize i = 0; i < ns; i++)

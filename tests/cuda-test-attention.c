@@ -33,13 +33,13 @@ static CachePair
 cache_pair (PpxKvFormat fmt, int n_slots, int cap, int H, int Dh, gboolean fill)
 {
   g_autoptr (GError) err = NULL;
-  CachePair p = {ppx_kv_cache_new (cpu, fmt, n_slots, cap, H, Dh, &err), NULL, 0};
+  CachePair p = {ppx_kv_cache_new (cpu, ppx_kv_storage (fmt), n_slots, cap, H, Dh, &err), NULL, 0};
   g_assert_no_error (err);
-  p.g = ppx_kv_cache_new (gpu, fmt, n_slots, cap, H, Dh, &err);
+  p.g = ppx_kv_cache_new (gpu, ppx_kv_storage (fmt), n_slots, cap, H, Dh, &err);
   g_assert_no_error (err);
   p.bytes = ppx_tensor_bytes (p.c);
   g_assert_cmpuint (p.bytes, ==, ppx_tensor_bytes (p.g));
-  g_assert_cmpuint (p.bytes, ==, ppx_kv_cache_bytes (fmt, n_slots, cap, H, Dh));
+  g_assert_cmpuint (p.bytes, ==, ppx_kv_cache_bytes (ppx_kv_storage (fmt), n_slots, cap, H, Dh));
   if (fill) {
     /* a random pattern of a prime number of values, tiled (generating gigabytes one by one is slow) */
     const gsize n = ppx_tensor_numel (p.c), es = fmt == PPX_KV_F32 ? 4 : fmt == PPX_KV_FP8 ? 1 : 2;

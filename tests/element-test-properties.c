@@ -53,6 +53,85 @@ GST_START_TEST (test_property_validation)
 
 GST_END_TEST;
 
+/* Every property reads its spec's default on a new element, and every writable one reads back a value other
+ * than its default once set (the settings are one table over offsets: gstppsettings.c). */
+GST_START_TEST (test_property_round_trip)
+{
+  GstElement *el = new_bare_element ();
+  guint n, i;
+  GParamSpec **specs = g_object_class_list_properties (G_OBJECT_GET_CLASS (el),
+      &n);
+
+  for (i = 0; i < n; i++) {
+    GParamSpec *ps = specs[i];
+    GType type = G_PARAM_SPEC_VALUE_TYPE (ps);
+    GValue got = G_VALUE_INIT, want = G_VALUE_INIT;
+
+    if (ps->owner_type != G_OBJECT_TYPE (el) || !(ps->flags & G_PARAM_WRITABLE))
+      continue;
+    g_value_init (&got, type);
+    g_object_get_property (G_OBJECT (el), ps->name, &got);
+    fail_unless (g_param_values_cmp (ps, &got,
+            g_param_spec_get_default_value (ps)) == 0, "%s: not its default",
+        ps->name);
+
+    g_value_init (&want, type);
+    switch (G_TYPE_FUNDAMENTAL (type)) {
+      case G_TYPE_STRING:
+        g_value_take_string (&want, g_strdup_printf ("x-%s", ps->name));
+        break;
+      case G_TYPE_BOOLEAN:
+        g_value_set_boolean (&want, !g_value_get_boolean (&got));
+        break;
+      case G_TYPE_INT:{
+        GParamSpecInt *pi = G_PARAM_SPEC_INT (ps);
+        g_value_set_int (&want, g_value_get_int (&got) == pi->maximum
+            ? pi->minimum : pi->maximum);
+        break;
+      }
+      case G_TYPE_UINT:{
+        GParamSpecUInt *pu = G_PARAM_SPEC_UINT (ps);
+        g_value_set_uint (&want, g_value_get_uint (&got) == pu->maximum
+            ? pu->minimum : pu->maximum);
+        break;
+      }
+      case G_TYPE_UINT64:{
+        GParamSpecUInt64 *pu = G_PARAM_SPEC_UINT64 (ps);
+        g_value_set_uint64 (&want, g_value_get_uint64 (&got) == pu->maximum
+            ? pu->minimum : pu->maximum);
+        break;
+      }
+      case G_TYPE_FLOAT:{
+        GParamSpecFloat *pf = G_PARAM_SPEC_FLOAT (ps);
+        g_value_set_float (&want, g_value_get_float (&got) == pf->maximum
+            ? pf->minimum : pf->maximum);
+        break;
+      }
+      case G_TYPE_ENUM:{
+        GEnumClass *ec = G_PARAM_SPEC_ENUM (ps)->enum_class;
+        g_value_set_enum (&want, ec->values[ec->n_values - 1].value ==
+            g_value_get_enum (&got) ? ec->values[0].value :
+            ec->values[ec->n_values - 1].value);
+        break;
+      }
+      default:
+        fail ("%s: a property type this test does not know", ps->name);
+    }
+    fail_unless (g_param_values_cmp (ps, &want, &got) != 0, "%s", ps->name);
+    g_object_set_property (G_OBJECT (el), ps->name, &want);
+    g_value_reset (&got);
+    g_object_get_property (G_OBJECT (el), ps->name, &got);
+    fail_unless (g_param_values_cmp (ps, &got, &want) == 0,
+        "%s: not the value set", ps->name);
+    g_value_unset (&got);
+    g_value_unset (&want);
+  }
+  g_free (specs);
+  gst_object_unref (el);
+}
+
+GST_END_TEST;
+
 /* Settings applied at start cannot change in PAUSED/PLAYING. */
 GST_START_TEST (test_property_refused_when_playing)
 {
@@ -420,6 +499,7 @@ void
 element_test_add_properties (TCase * tc)
 {
   tcase_add_test (tc, test_property_validation);
+  tcase_add_test (tc, test_property_round_trip);
   tcase_add_test (tc, test_property_refused_when_playing);
   tcase_add_test (tc, test_missing_model_dir);
   tcase_add_test (tc, test_bad_text_prompt_tokens);

@@ -26,8 +26,8 @@ prefill_attention_rows (PpxBackend *be, PpxKvFormat fmt, int H, int Dh, int cap,
   g_autoptr (GError) err = NULL;
   const gsize HD = (gsize) H * Dh, width = 3 * HD;
   const int slots = 2, slot = 1, rows = p0 + T;
-  PpxTensor *ka = ppx_kv_cache_new (be, fmt, slots, cap, H, Dh, &err), *va = ppx_kv_cache_new (be, fmt, slots, cap, H, Dh, &err);
-  PpxTensor *kb = ppx_kv_cache_new (be, fmt, slots, cap, H, Dh, &err), *vb = ppx_kv_cache_new (be, fmt, slots, cap, H, Dh, &err);
+  PpxTensor *ka = ppx_kv_cache_new (be, ppx_kv_storage (fmt), slots, cap, H, Dh, &err), *va = ppx_kv_cache_new (be, ppx_kv_storage (fmt), slots, cap, H, Dh, &err);
+  PpxTensor *kb = ppx_kv_cache_new (be, ppx_kv_storage (fmt), slots, cap, H, Dh, &err), *vb = ppx_kv_cache_new (be, ppx_kv_storage (fmt), slots, cap, H, Dh, &err);
   g_assert_no_error (err);
   GRand *r = g_rand_new_with_seed (1234 + fmt);
   g_autofree float *x = g_new (float, (gsize) rows * width);
@@ -93,7 +93,7 @@ prefill_kv_copy_check (PpxBackend *be, PpxKvFormat fmt, int H, int Dh, int cap, 
   g_autoptr (GError) err = NULL;
   const int slots = 3;
   const gsize HD = (gsize) H * Dh;
-  PpxTensor *big = ppx_kv_cache_new (be, fmt, slots, cap, H, Dh, &err), *snap = ppx_kv_cache_new (be, fmt, 1, n, H, Dh, &err);
+  PpxTensor *big = ppx_kv_cache_new (be, ppx_kv_storage (fmt), slots, cap, H, Dh, &err), *snap = ppx_kv_cache_new (be, ppx_kv_storage (fmt), 1, n, H, Dh, &err);
   g_assert_no_error (err);
   const gsize nb = ppx_tensor_bytes (big), ns = ppx_tensor_bytes (snap);
   g_autofree guint8 *hb = g_malloc (nb), *hs = g_malloc (ns), *gb = g_malloc (nb), *gs = g_malloc (ns);
@@ -111,7 +111,7 @@ prefill_kv_copy_check (PpxBackend *be, PpxKvFormat fmt, int H, int Dh, int cap, 
   ok &= !ppx_kv_cache_copy (snap, 0, n, 1, big, 1, cap, p, n, H, Dh);
   ok &= !ppx_kv_cache_copy (big, 3, cap, 0, snap, 0, n, 0, n, H, Dh);
   ok &= !ppx_kv_cache_copy (big, 0, cap, cap - n + 1, snap, 0, n, 0, n, H, Dh);
-  PpxTensor *other = ppx_kv_cache_new (be, fmt == PPX_KV_F32 ? PPX_KV_BF16 : PPX_KV_F32, 1, n, H, Dh, &err);
+  PpxTensor *other = ppx_kv_cache_new (be, ppx_kv_storage (fmt == PPX_KV_F32 ? PPX_KV_BF16 : PPX_KV_F32), 1, n, H, Dh, &err);
   g_assert_no_error (err);
   ok &= !ppx_kv_cache_copy (other, 0, n, 0, big, 1, cap, p, n, H, Dh);
   ppx_tensor_free (other);

@@ -14,6 +14,7 @@
 #include "audio-io.h"
 #include "golden-model.h"
 #include "model-internal.h"
+#include "personaplex-internal.h"
 
 static GoldenModel G;
 static PpxModel *model;
@@ -547,6 +548,26 @@ test_bad_calls (void)
   g_assert_true (ppx_engine_step (e, dup, 1, ins, outs, NULL, &err));
   g_assert_cmpuint (ppx_session_frames (a), ==, 1);
   g_assert_cmpuint (ppx_session_frames (b), ==, 0); /* the other engine's session was not stepped */
+  /* a session inside the model's output lag (its prompt phase too short): the tick is refused before anything
+   * runs, naming the caller's index of that session (c is index 0 of the call but row 1 of the tick) */
+  PpxSession *c = ppx_engine_session_new (e, &p, &err);
+  g_assert_no_error (err);
+  PpxLmGen *gen = ppx_session_lmgen (c);
+  const int offset = gen->offset;
+  gen->offset = 0;
+  PpxSession *late[2] = {c, a};
+  g_assert_false (ppx_engine_step (e, late, 2, ins, outs, NULL, &err));
+  g_assert_error (err, PPX_ERROR, PPX_ERROR_INVALID);
+  g_assert_nonnull (strstr (err->message, "session 0 is still inside the model's output lag"));
+  g_clear_error (&err);
+  g_assert_cmpuint (ppx_session_frames (a), ==, 1);
+  g_assert_cmpuint (ppx_session_frames (c), ==, 0);
+  gen->offset = offset;
+  g_assert_true (ppx_engine_step (e, late, 2, ins, outs, NULL, &err));
+  g_assert_no_error (err);
+  g_assert_cmpuint (ppx_session_frames (a), ==, 2);
+  g_assert_cmpuint (ppx_session_frames (c), ==, 1);
+  ppx_session_free (c);
   ppx_session_free (a);
   ppx_session_free (b);
   ppx_engine_unref (e);

@@ -120,11 +120,11 @@ test_cache_new (void)
   const int n_slots = 3, cap = 7, H = 2, Dh = 6; /* 252 values: FP8 scales start at byte 256 */
   for (guint i = 0; i < G_N_ELEMENTS (fmts); i++) {
     const guint64 before = ppx_backend_allocated_bytes (be);
-    PpxTensor *t = ppx_kv_cache_new (be, fmts[i], n_slots, cap, H, Dh, &err);
+    PpxTensor *t = ppx_kv_cache_new (be, ppx_kv_storage (fmts[i]), n_slots, cap, H, Dh, &err);
     g_assert_no_error (err);
     g_assert_cmpint (ppx_tensor_type (t), ==, types[i]);
     g_assert_cmpuint (ppx_tensor_numel (t), ==, n_slots * cap * H * Dh);
-    const guint64 bytes = ppx_kv_cache_bytes (fmts[i], n_slots, cap, H, Dh);
+    const guint64 bytes = ppx_kv_cache_bytes (ppx_kv_storage (fmts[i]), n_slots, cap, H, Dh);
     const guint64 want = types[i] == PPX_TENSOR_F32 ? 252 * 4 : types[i] == PPX_TENSOR_BF16 ? 252 * 2
                                                                                              : 256 + 3 * 7 * 2 * 4;
     g_assert_cmpuint (bytes, ==, want);
@@ -139,12 +139,15 @@ test_cache_new (void)
     g_assert_cmpuint (ppx_backend_allocated_bytes (be), ==, before);
   }
   /* the 7B at full context: 32 layers x (K, V) x 3000 x 4096 per session */
-  g_assert_cmpuint (64 * ppx_kv_cache_bytes (PPX_KV_BF16, 1, 3000, 32, 128), ==, 1572864000ull);
-  g_assert_cmpuint (64 * ppx_kv_cache_bytes (PPX_KV_FP8, 1, 3000, 32, 128), ==, 786432000ull + 24576000ull);
-  g_assert_null (ppx_kv_cache_new (be, PPX_KV_FP8, 0, 7, 2, 6, &err));
+  g_assert_cmpuint (64 * ppx_kv_cache_bytes (ppx_kv_storage (PPX_KV_BF16), 1, 3000, 32, 128), ==, 1572864000ull);
+  g_assert_cmpuint (64 * ppx_kv_cache_bytes (ppx_kv_storage (PPX_KV_FP8), 1, 3000, 32, 128), ==, 786432000ull + 24576000ull);
+  g_assert_null (ppx_kv_cache_new (be, ppx_kv_storage (PPX_KV_FP8), 0, 7, 2, 6, &err));
   g_assert_error (err, PPX_ERROR, PPX_ERROR_INVALID);
   g_clear_error (&err);
-  g_assert_null (ppx_kv_cache_new (be, (PpxKvFormat) 42, 1, 7, 2, 6, &err));
+  g_assert_null (ppx_kv_cache_new (be, PPX_TENSOR_I32, 1, 7, 2, 6, &err));
+  g_assert_error (err, PPX_ERROR, PPX_ERROR_INVALID);
+  g_clear_error (&err);
+  g_assert_null (ppx_kv_cache_new (be, (PpxTensorType) 42, 1, 7, 2, 6, &err));
   g_assert_error (err, PPX_ERROR, PPX_ERROR_INVALID);
   g_clear_error (&err);
   g_assert_null (ppx_tensor_new (be, PPX_TENSOR_FP8, 16, &err));
@@ -274,9 +277,9 @@ check_attention (int M, int T, int H, int Dh, int cap, int context, int calls, d
   FmtState st[3];
   for (int f = 0; f < 3; f++) {
     st[f].fmt = fmts[f];
-    st[f].kc = ppx_kv_cache_new (be, fmts[f], n_slots, cap, H, Dh, &err);
+    st[f].kc = ppx_kv_cache_new (be, ppx_kv_storage (fmts[f]), n_slots, cap, H, Dh, &err);
     g_assert_no_error (err);
-    st[f].vc = ppx_kv_cache_new (be, fmts[f], n_slots, cap, H, Dh, &err);
+    st[f].vc = ppx_kv_cache_new (be, ppx_kv_storage (fmts[f]), n_slots, cap, H, Dh, &err);
     g_assert_no_error (err);
     st[f].kref = g_new0 (float, nv);
     st[f].vref = g_new0 (float, nv);

@@ -28,7 +28,7 @@ test_kv_cache_copy (void)
     g_assert_true (prefill_kv_copy_check (be, fmts[f], 3, 128, 300, 37, 125));
   }
   /* a row that is not a whole number of words */
-  PpxTensor *a = ppx_kv_cache_new (be, PPX_KV_FP8, 2, 8, 1, 6, &err), *b = ppx_kv_cache_new (be, PPX_KV_FP8, 1, 4, 1, 6, &err);
+  PpxTensor *a = ppx_kv_cache_new (be, ppx_kv_storage (PPX_KV_FP8), 2, 8, 1, 6, &err), *b = ppx_kv_cache_new (be, ppx_kv_storage (PPX_KV_FP8), 1, 4, 1, 6, &err);
   g_assert_no_error (err);
   g_assert_false (ppx_kv_cache_copy (b, 0, 4, 0, a, 1, 8, 0, 4, 1, 6));
   ppx_tensor_free (a);
@@ -205,7 +205,7 @@ check_snapshots (PpxModel *m, PpxKvFormat kv, const char *voice, gboolean kept)
               clock.voice_stores, clock.voice_restores, n_voices, bytes, n_pos);
   g_assert_cmpuint (clock.voice_stores, ==, kept ? 1 : 0);
   g_assert_cmpuint (clock.voice_restores, ==, kept ? 2 : 0);
-  g_assert_cmpuint (bytes, ==, kept ? 2 * c->num_layers * ppx_kv_cache_bytes (kv, 1, n_pos, c->num_heads, c->dim / c->num_heads) : 0);
+  g_assert_cmpuint (bytes, ==, kept ? 2 * c->num_layers * ppx_kv_cache_bytes (ppx_kv_storage (kv), 1, n_pos, c->num_heads, c->dim / c->num_heads) : 0);
   for (int i = 0; i < 3; i++) {
     prefill_assert_same_lmgen (s[i], ref[i]);
     KvDiff d = prefill_kv_diff (s[i], ref[i]);

@@ -653,8 +653,24 @@ ppx_graph_free (PpxGraph *g)
     g->be->ops->graph_free (g);
 }
 
-static PpxTensorType
-kv_tensor_type (PpxKvFormat fmt)
+const char *
+ppx_tensor_type_name (PpxTensorType type)
+{
+  switch (type) {
+    case PPX_TENSOR_F32:
+      return "f32";
+    case PPX_TENSOR_I32:
+      return "i32";
+    case PPX_TENSOR_BF16:
+      return "bf16";
+    case PPX_TENSOR_FP8:
+      return "fp8";
+  }
+  return "?";
+}
+
+PpxTensorType
+ppx_kv_storage (PpxKvFormat fmt)
 {
   switch (ppx_kv_format_resolve (fmt)) {
     case PPX_KV_F32:
@@ -668,32 +684,37 @@ kv_tensor_type (PpxKvFormat fmt)
   return PPX_TENSOR_BF16;
 }
 
+static gboolean
+is_kv_storage (PpxTensorType type)
+{
+  return type == PPX_TENSOR_F32 || type == PPX_TENSOR_BF16 || type == PPX_TENSOR_FP8;
+}
+
 guint64
-ppx_kv_cache_bytes (PpxKvFormat fmt, gsize n_slots, int cap, int H, int Dh)
+ppx_kv_cache_bytes (PpxTensorType type, gsize n_slots, int cap, int H, int Dh)
 {
   const gsize n = n_slots * (gsize) cap * H * Dh;
-  const PpxTensorType type = kv_tensor_type (fmt);
   return storage_bytes (type, n, type == PPX_TENSOR_FP8 ? n_slots * (gsize) cap * H * sizeof (float) : 0);
 }
 
 PpxTensor *
-ppx_kv_cache_new (PpxBackend *be, PpxKvFormat fmt, int n_slots, int cap, int H, int Dh, GError **error)
+ppx_kv_cache_new (PpxBackend *be, PpxTensorType type, int n_slots, int cap, int H, int Dh, GError **error)
 {
   if (n_slots <= 0 || cap <= 0 || H <= 0 || Dh <= 0) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "KV cache with an empty shape (%d slots x %d positions x %d x %d)",
                  n_slots, cap, H, Dh);
     return NULL;
   }
-  if (fmt != PPX_KV_AUTO && fmt != PPX_KV_F32 && fmt != PPX_KV_BF16 && fmt != PPX_KV_FP8) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "unknown KV cache format %d", (int) fmt);
+  if (!is_kv_storage (type)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "unknown KV cache format %d (storage type %s)", (int) type,
+                 ppx_tensor_type_name (type));
     return NULL;
   }
-  if (!(be->ops->kv_formats & (1u << kv_tensor_type (fmt)))) {
+  if (!(be->ops->kv_formats & (1u << type))) {
     g_set_error (error, PPX_ERROR, PPX_ERROR_UNSUPPORTED, "%s backend: %s KV caches are not supported",
-                 ppx_backend_name (be), ppx_kv_format_name (ppx_kv_format_resolve (fmt)));
+                 ppx_backend_name (be), ppx_tensor_type_name (type));
     return NULL;
   }
   const gsize n = (gsize) n_slots * cap * H * Dh;
-  const PpxTensorType type = kv_tensor_type (fmt);
   return tensor_alloc (be, type, n, type == PPX_TENSOR_FP8 ? (gsize) n_slots * cap * H * sizeof (float) : 0, error);
 }

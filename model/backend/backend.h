@@ -18,6 +18,7 @@
 #include "ppx-common.h"
 #include "lmgen-state.h"
 #include "sample-params.h"
+#include "tensor-type.h"
 
 G_BEGIN_DECLS
 
@@ -45,9 +46,8 @@ typedef struct {
   gboolean borrow;     /* keep a pointer instead of copying (CPU: zero-copy mmap) */
 } PpxWeightDesc;
 
-/* BF16 and FP8 are storage types for KV caches (made by ppx_kv_cache_new, read and written by
- * ppx_op_attention); every other op takes F32 or I32 tensors (and refuses others with a critical). */
-typedef enum { PPX_TENSOR_F32, PPX_TENSOR_I32, PPX_TENSOR_BF16, PPX_TENSOR_FP8 } PpxTensorType;
+/* PpxTensorType: tensor-type.h. Its name ("f32", "i32", "bf16", "fp8"), for reports. */
+const char *ppx_tensor_type_name (PpxTensorType type);
 
 /* ---- backend ---- */
 PpxBackend *ppx_backend_cpu_new (int n_threads, GError **error);
@@ -101,17 +101,22 @@ void ppx_tensor_copy2d (PpxTensor *dst, gsize doff, gsize dld, const PpxTensor *
                         gsize rows, gsize cols);
 
 /* ---- KV caches ---- */
-/* A K or V cache for ppx_op_attention: n_slots x cap positions x H*Dh values stored as fmt (PPX_KV_AUTO:
- * bf16), zero-filled. The tensor's elements are the values, [n_slots, cap, H*Dh], of type F32, BF16 or FP8
+/* Below the library's API a KV cache's format is its storage type: F32, BF16 or FP8 (e4m3 with scales). The
+ * storage of the API's format f (PPX_KV_AUTO: the default, bf16); the one place the two meet. */
+PpxTensorType ppx_kv_storage (PpxKvFormat f);
+/* A K or V cache for ppx_op_attention: n_slots x cap positions x H*Dh values stored as type (F32, BF16 or
+ * FP8), zero-filled. The tensor's elements are the values, [n_slots, cap, H*Dh], of type F32, BF16 or FP8
  * (numel, upload and download address them). An FP8 cache also keeps one f32 scale per (slot, head,
  * position) in the same allocation, after the values at byte offset round_up(numel, 16), laid out
  * [n_slots, H, cap] (contiguous over positions, so a head's scales stream with its values). The
  * conversions (bf16 round to nearest even; e4m3 with scale amax/448, saturating, round to nearest even)
  * are in kv-format.h, shared by every backend so their caches hold the same bits.
- * PPX_ERROR_UNSUPPORTED when this backend cannot store fmt, PPX_ERROR_INVALID for an empty shape. */
-PpxTensor *ppx_kv_cache_new (PpxBackend *be, PpxKvFormat fmt, int n_slots, int cap, int H, int Dh, GError **error);
+ * PPX_ERROR_UNSUPPORTED when this backend cannot store type, PPX_ERROR_INVALID for an empty shape or a type that
+ * is not a KV storage. */
+PpxTensor *ppx_kv_cache_new (PpxBackend *be, PpxTensorType type, int n_slots, int cap, int H, int Dh,
+                             GError **error);
 /* Device bytes of such a cache (values, plus the FP8 scales and the padding before them). */
-guint64 ppx_kv_cache_bytes (PpxKvFormat fmt, gsize n_slots, int cap, int H, int Dh);
+guint64 ppx_kv_cache_bytes (PpxTensorType type, gsize n_slots, int cap, int H, int Dh);
 /* Copies positions [src_pos, src_pos + n) of slot src_slot of the cache src (capacity src_cap) to positions
  * [dst_pos, dst_pos + n) of slot dst_slot of dst (capacity dst_cap): the values and, for FP8, their scales; both
  * caches made by ppx_kv_cache_new with one format and head shape H x Dh, positions inside the capacities (the

@@ -27,12 +27,12 @@ ppx_plan_tensor (PpxTensorPlan *p, PpxTensorType type, gsize n)
 
 /* A KV cache (ppx_kv_cache_new). */
 static inline PpxTensor *
-ppx_plan_kv_cache (PpxTensorPlan *p, PpxKvFormat fmt, int n_slots, int cap, int H, int Dh)
+ppx_plan_kv_cache (PpxTensorPlan *p, PpxTensorType type, int n_slots, int cap, int H, int Dh)
 {
-  p->bytes += ppx_kv_cache_bytes (fmt, n_slots, cap, H, Dh);
+  p->bytes += ppx_kv_cache_bytes (type, n_slots, cap, H, Dh);
   if (!p->be || p->failed)
     return NULL;
-  PpxTensor *t = ppx_kv_cache_new (p->be, fmt, n_slots, cap, H, Dh, p->error);
+  PpxTensor *t = ppx_kv_cache_new (p->be, type, n_slots, cap, H, Dh, p->error);
   p->failed = t == NULL;
   return t;
 }

@@ -1,5 +1,8 @@
-/* Private: the engine and session objects, shared by engine.c (slots, rows, the tick) and session.c
- * (parameters, voice and system prompts). docs/engine.md describes the design. */
+/* Private: the engine and session objects, shared by engine.c (slots, rows, the tick), engine-lock.c (the
+ * lock), session.c (parameters, voice and system prompts), prompt-prefill.c and voice-snapshot.c. The arrows:
+ * session.c -> engine.c -> prompt-prefill.c, voice-snapshot.c -> engine-lock.c (engine.c and session.c lock
+ * through engine-lock.c too); nothing of the prompts calls into the tick. docs/engine.md describes the
+ * design. */
 #ifndef PPX_ENGINE_INTERNAL_H
 #define PPX_ENGINE_INTERNAL_H
 
@@ -51,7 +54,8 @@ struct PpxEngine {
   gint refcount;
   PpxModel *model;
   int max_sessions;
-  PpxKvFormat kv;    /* resolved: never AUTO */
+  PpxKvFormat kv;    /* the API's format, resolved: never AUTO (ppx_engine_kv_format) */
+  PpxTensorType kv_storage; /* its storage, the form the LM and the backend take (ppx_kv_storage) */
   PpxLmBatch *lm;    /* KV caches of max_sessions slots, scratch of max_sessions rows */
   PpxMimiBatch *mimi; /* codec state of max_sessions rows: the active sessions, compact in rows 0.. */
   PpxTensor *pcm_in, *pcm_out, *codes; /* [max, frame_size], [max, frame_size], [max, num_codebooks] */
@@ -65,6 +69,7 @@ struct PpxEngine {
    * every tick. */
   PpxTensor *tick_out;  /* [max, PPX_LM_TICK_OUT] i32, by row: tokens, then the state */
   int32_t *host_out;    /* [max, PPX_LM_TICK_OUT] */
+  int (*tick_tokens)[PPX_MAX_STREAMS]; /* [max]: each row's frame, from ppx_lm_batch_tick_done */
 
   /* The GPU tick (docs/engine.md): a tick of every active session is padded to a batch-size bucket and,
    * with graphs, replayed from one CUDA graph per bucket. */
@@ -110,9 +115,19 @@ struct PpxSession {
   char *text;
 };
 
-/* Takes the engine lock for one prompt frame, after any tick that is waiting for it. */
+/* ---- the engine lock (engine-lock.c): below both the tick and the prompts ---- */
+/* Takes the engine lock for one prompt frame (or chunk), after any tick that is waiting for it. */
 void ppx_engine_lock_for_prompt (PpxEngine *e);
 void ppx_engine_unlock (PpxEngine *e);
+/* Takes the engine lock for a tick: a tick waiting for it goes before the prompts. */
+void ppx_engine_lock_for_tick (PpxEngine *e);
+/* Lets a tick's lock go and wakes the prompts waiting for their turn. */
+void ppx_engine_unlock_after_tick (PpxEngine *e);
+/* A tick that arrived at `arrival` held the lock from `start` to `end` (us): the prompt clock's tick part, read
+ * by the prompt schedule; call with the lock held. */
+void ppx_engine_note_tick (PpxEngine *e, gint64 arrival, gint64 start, gint64 end);
+
+/* ---- slots, rows and prompt frames (engine.c) ---- */
 /* A slot for a new session (PPX_ERROR_LIMIT when all are taken); the session is not active yet. */
 gboolean ppx_engine_claim_slot (PpxEngine *e, PpxSession *s, GError **error);
 /* After the prompts: the session gets the next Mimi row (fresh codec state) and can be stepped. */
@@ -130,8 +145,6 @@ gboolean ppx_engine_lm_call (PpxEngine *e, PpxSession *s, const int *user, const
 int ppx_engine_prompt_chunk_for (const PpxEngineParams *params);
 /* Sets up e->prefill and e->clock for e->prompt_chunk (at creation). */
 gboolean ppx_engine_prompt_init (PpxEngine *e, GError **error);
-/* A tick that arrived at `arrival` held the lock from `start` to `end` (us); call with the lock held. */
-void ppx_engine_note_tick (PpxEngine *e, gint64 arrival, gint64 start, gint64 end);
 /* Runs n prompt frames of session s in chunks of one temporal pass each, one chunk per hold of the lock, sized
  * to end before the next tick is due. Takes and releases the lock itself. */
 void ppx_engine_run_prompt (PpxEngine *e, PpxSession *s, const PpxPromptFrame *f, int n);

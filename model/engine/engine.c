@@ -14,7 +14,7 @@
 /* Device bytes of an engine with n slots: LM caches, LMGen states + LM scratch, Mimi state + scratch,
  * PCM/code staging, and the prompt prefill's scratch (chunks of up to prompt_chunk frames). */
 static guint64
-engine_bytes (const PpxModel *m, PpxKvFormat kv, int n, int prompt_chunk)
+engine_bytes (const PpxModel *m, PpxTensorType kv, int n, int prompt_chunk)
 {
   const PpxMimiConfig *mc = &m->cfg.mimi;
   const guint64 staging = (guint64) n * (2 * (guint64) mc->frame_size + mc->num_codebooks + PPX_LM_TICK_OUT) * 4;
@@ -26,8 +26,8 @@ engine_bytes (const PpxModel *m, PpxKvFormat kv, int n, int prompt_chunk)
 guint64
 ppx_model_session_bytes (const PpxModel *m, PpxKvFormat kv)
 {
-  kv = ppx_kv_format_resolve (kv);
-  return engine_bytes (m, kv, 2, 1) - engine_bytes (m, kv, 1, 1);
+  const PpxTensorType type = ppx_kv_storage (kv);
+  return engine_bytes (m, type, 2, 1) - engine_bytes (m, type, 1, 1);
 }
 
 /* max_sessions <= 0: what fits in PPX_ENGINE_AUTO_FRACTION of the backend's free memory. */
@@ -39,7 +39,8 @@ auto_sessions (PpxModel *m, PpxKvFormat kv, int prompt_chunk)
   const guint64 free_bytes = ppx_backend_free_bytes (m->be);
   if (free_bytes == 0)
     return cpu ? PPX_ENGINE_AUTO_MAX_CPU : 1;
-  const guint64 per = ppx_model_session_bytes (m, kv), fixed = engine_bytes (m, kv, 1, prompt_chunk) - per;
+  const guint64 per = ppx_model_session_bytes (m, kv);
+  const guint64 fixed = engine_bytes (m, ppx_kv_storage (kv), 1, prompt_chunk) - per;
   const double budget = (double) free_bytes * PPX_ENGINE_AUTO_FRACTION - (double) fixed;
   const double n = budget > 0 ? floor (budget / (double) per) : 0;
   return (int) CLAMP (n, 1.0, (double) cap);
@@ -74,6 +75,7 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   e->refcount = 1;
   e->model = ppx_model_ref (model);
   e->kv = ppx_kv_format_resolve (params->kv_format);
+  e->kv_storage = ppx_kv_storage (e->kv);
   e->prompt_chunk = ppx_engine_prompt_chunk_for (params);
   e->voice_snapshots = params->voice_snapshots < 0 ? 0
                        : params->voice_snapshots > 0 ? params->voice_snapshots : PPX_VOICE_SNAPSHOTS_DEFAULT;
@@ -88,10 +90,11 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   e->order = g_new0 (int, n);
   e->host_pcm = g_new0 (float, (gsize) n * cfg->mimi.frame_size);
   e->host_out = g_new0 (int32_t, (gsize) n * PPX_LM_TICK_OUT);
+  e->tick_tokens = g_malloc0_n (n, sizeof *e->tick_tokens);
   e->graph = g_new0 (PpxGraph *, n + 1);
   e->graph_failures = g_new0 (int, n + 1);
   const gsize fs = cfg->mimi.frame_size;
-  gboolean ok = (e->lm = ppx_lm_batch_new (model->lm, n, n, e->kv, error)) &&
+  gboolean ok = (e->lm = ppx_lm_batch_new (model->lm, n, n, e->kv_storage, error)) &&
                 (e->mimi = ppx_mimi_batch_new (model->mimi, n, error)) &&
                 (e->pcm_in = ppx_tensor_new (model->be, PPX_TENSOR_F32, n * fs, error)) &&
                 (e->pcm_out = ppx_tensor_new (model->be, PPX_TENSOR_F32, n * fs, error)) &&
@@ -141,6 +144,7 @@ ppx_engine_unref (PpxEngine *e)
   g_free (e->graph_failures);
   g_free (e->host_pcm);
   g_free (e->host_out);
+  g_free (e->tick_tokens);
   g_free (e->tick_rows);
   g_free (e->order);
   g_free (e->slots);
@@ -179,7 +183,7 @@ ppx_engine_session_bytes (const PpxEngine *e)
 guint64
 ppx_engine_device_bytes (const PpxEngine *e)
 {
-  return engine_bytes (e->model, e->kv, e->max_sessions, e->prefill ? ppx_lm_prefill_max_rows (e->prefill) : 1);
+  return engine_bytes (e->model, e->kv_storage, e->max_sessions, e->prefill ? ppx_lm_prefill_max_rows (e->prefill) : 1);
 }
 
 double
@@ -221,36 +225,7 @@ ppx_engine_tick_stats (PpxEngine *e, PpxEngineTickStats *st)
   g_mutex_unlock (&e->lock);
 }
 
-/* ---- locking, slots and rows ---- */
-
-void
-ppx_engine_lock_for_prompt (PpxEngine *e)
-{
-  g_mutex_lock (&e->lock);
-  while (g_atomic_int_get (&e->ticks_waiting) > 0)
-    g_cond_wait (&e->turn, &e->lock);
-}
-
-void
-ppx_engine_unlock (PpxEngine *e)
-{
-  g_mutex_unlock (&e->lock);
-}
-
-static void
-lock_for_tick (PpxEngine *e)
-{
-  g_atomic_int_inc (&e->ticks_waiting);
-  g_mutex_lock (&e->lock);
-  g_atomic_int_dec_and_test (&e->ticks_waiting);
-}
-
-static void
-unlock_after_tick (PpxEngine *e)
-{
-  g_cond_broadcast (&e->turn);
-  g_mutex_unlock (&e->lock);
-}
+/* ---- slots and rows (the lock: engine-lock.c) ---- */
 
 gboolean
 ppx_engine_claim_slot (PpxEngine *e, PpxSession *s, GError **error)
@@ -329,6 +304,16 @@ ppx_engine_lm_call (PpxEngine *e, PpxSession *s, const int *user, const int *age
 
 /* ---- the tick ---- */
 
+/* The bucket of a full tick of n rows: the next power of two, at most max_sessions. */
+static int
+bucket_rows (const PpxEngine *e, int n)
+{
+  int B = 1;
+  while (B < n)
+    B *= 2;
+  return MIN (B, e->max_sessions);
+}
+
 static gboolean
 check_tick (PpxEngine *e, PpxSession *const *sessions, int n, const float *const *in, float *const *out,
             GError **error)
@@ -405,16 +390,24 @@ codec_runs (PpxEngine *e, PpxSession *const *sessions, int n, gboolean decode)
   }
 }
 
-/* The tick's LM rows: rows 0..n-1 are its sessions in Mimi row order, rows n..B-1 padding on free slots. */
-static void
-set_rows (PpxEngine *e, PpxSession *const *sessions, int n, int B, const int *pad_slots)
+/* The tick's LM rows: rows 0..n-1 are its sessions in Mimi row order. A tick of every active session (then
+ * rows 0..n-1 are Mimi rows 0..n-1) is offered padding to its bucket, its extra rows n..B-1 on free slots (and
+ * free Mimi rows); returns how many padding rows are offered, -1 for none. */
+static int
+set_rows (PpxEngine *e, PpxSession *const *sessions, int n, gboolean all_started)
 {
-  for (int b = 0; b < B; b++) {
-    PpxSession *s = b < n ? sessions[e->order[b]] : NULL;
-    e->tick_rows[b] = s ? (PpxLmTickRow){.slot = s->slot, .gen = &s->gen, .smp = &s->smp}
-                        : (PpxLmTickRow){.slot = pad_slots[b - n]};
+  for (int b = 0; b < n; b++) {
+    PpxSession *s = sessions[e->order[b]];
+    e->tick_rows[b] = (PpxLmTickRow){.slot = s->slot, .gen = &s->gen, .smp = &s->smp};
   }
-  ppx_lm_batch_tick_rows (e->lm, e->tick_rows, B);
+  if (!e->bucketed || n != e->n_active || !all_started)
+    return -1;
+  const int want = bucket_rows (e, n);
+  int got = 0;
+  for (int i = 0; i < e->max_sessions && n + got < want; i++)
+    if (!e->slots[i])
+      e->tick_rows[n + got++] = (PpxLmTickRow){.slot = i};
+  return n + got == want ? got : -1; /* else a session holds a slot for its prompts: this tick runs unpadded */
 }
 
 /* The device work of a tick of M rows (n of them sessions): encode -> the LM tick -> decode. `full`: rows
@@ -432,16 +425,6 @@ enqueue_tick (PpxEngine *e, PpxSession *const *sessions, int n, int M, gboolean 
     ppx_mimi_batch_decode (e->mimi, 0, M, e->tick_out, 1, PPX_LM_TICK_OUT, e->pcm_out);
   else
     codec_runs (e, sessions, n, TRUE);
-}
-
-/* The bucket of a full tick of n rows: the next power of two, at most max_sessions. */
-static int
-bucket_rows (const PpxEngine *e, int n)
-{
-  int B = 1;
-  while (B < n)
-    B *= 2;
-  return MIN (B, e->max_sessions);
 }
 
 /* Runs a bucketed tick from its graph, recording it first when needed. FALSE: it could not (the caller
@@ -489,14 +472,14 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   const PpxConfig *cfg = &e->model->cfg;
   const int fs = cfg->mimi.frame_size, ns = cfg->lm.n_streams;
   gint64 t0 = g_get_monotonic_time ();
-  lock_for_tick (e);
+  ppx_engine_lock_for_tick (e);
   const gint64 t_lock = g_get_monotonic_time ();
   if (!check_tick (e, sessions, n, in, out, error)) {
-    unlock_after_tick (e);
+    ppx_engine_unlock_after_tick (e);
     return FALSE;
   }
   if (n == 0) {
-    unlock_after_tick (e);
+    ppx_engine_unlock_after_tick (e);
     return TRUE;
   }
   sort_by_row (e, sessions, n);
@@ -504,44 +487,23 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   PpxBackendCounters c0, c1;
   ppx_backend_counters (be, &c0);
 
-  /* every session past its output lag; the depformer steps the rows need */
-  int n_steps = -1;
+  /* the LM's rows: every session past its output lag, the depformer steps they need, and the padding to
+   * the bucket's graph when those are enough */
   gboolean all_started = TRUE;
-  for (int b = 0; b < n; b++) {
-    PpxSession *s = sessions[e->order[b]];
-    int steps;
-    gboolean sample;
-    if (s->gen.offset <= cfg->lm.max_delay || !ppx_lmgen_peek_conversation (&s->gen, &steps, &sample)) {
-      g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_engine_step: session %d is still inside the model's "
-                   "output lag (prompt phase too short)", e->order[b]);
-      unlock_after_tick (e);
-      return FALSE;
-    }
-    if (sample)
-      n_steps = MAX (n_steps, CLAMP (steps, 0, cfg->lm.dep_q));
-    all_started &= ppx_mimi_batch_row_started (e->mimi, s->row);
+  for (int b = 0; b < n; b++)
+    all_started &= ppx_mimi_batch_row_started (e->mimi, sessions[e->order[b]]->row);
+  const int n_pad = set_rows (e, sessions, n, all_started);
+  PpxLmTickPlan plan;
+  if (!ppx_lm_batch_tick_rows (e->lm, e->tick_rows, n, n_pad, e->graph_steps, &plan)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_engine_step: session %d is still inside the model's "
+                 "output lag (prompt phase too short)", e->order[plan.late]);
+    ppx_engine_unlock_after_tick (e);
+    return FALSE;
   }
-
-  /* a tick of every active session (then rows 0..n-1 are Mimi rows 0..n-1) is padded to its bucket, its
-   * extra rows on free slots and free Mimi rows, when the depformer steps it runs are enough */
-  int B = n;
-  gboolean full = FALSE;
-  g_autofree int *pad = NULL;
-  if (e->bucketed && n == e->n_active && all_started && n_steps <= e->graph_steps) {
-    const int want = bucket_rows (e, n);
-    pad = g_new (int, MAX (want - n, 1));
-    int got = 0;
-    for (int i = 0; i < e->max_sessions && got < want - n; i++)
-      if (!e->slots[i])
-        pad[got++] = i;
-    if (got == want - n) { /* else a session holds a slot for its prompts: this tick runs unpadded */
-      full = TRUE;
-      B = want;
-    }
-  }
+  const int B = plan.rows, n_steps = plan.n_steps;
+  const gboolean full = plan.padded;
   for (int r = n; r < B; r++)
     ppx_mimi_batch_mark_started (e->mimi, r); /* padding: no replicate padding step */
-  set_rows (e, sessions, n, B, pad);
 
   for (int b = 0; b < n; b++) {
     const float *src = in[e->order[b]];
@@ -556,14 +518,14 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   ppx_tensor_download (e->pcm_out, 0, e->host_pcm, (gsize) n * fs);
   ppx_tensor_download (e->tick_out, 0, e->host_out, (gsize) n * PPX_LM_TICK_OUT);
   ppx_backend_counters (be, &c1);
-  ppx_lm_batch_tick_done (e->lm, e->tick_rows, n, e->host_out, PPX_LM_TICK_OUT);
+  ppx_lm_batch_tick_done (e->lm, e->tick_rows, n, e->host_out, PPX_LM_TICK_OUT, e->tick_tokens);
 
   ppx_tick_times_debug_delay (e->times); /* PPX_DEBUG_TICK_DELAY: a slower tick, for tests */
   const double ms = (g_get_monotonic_time () - t0) / 1000.0;
   for (int b = 0; b < n; b++) {
     const int i = e->order[b];
     PpxSession *s = sessions[i];
-    const int32_t *t = e->host_out + (gsize) b * PPX_LM_TICK_OUT;
+    const int *t = e->tick_tokens[b];
     s->lm_row = b;
     memcpy (out[i], e->host_pcm + (gsize) b * fs, fs * sizeof (float));
     g_free (s->text);
@@ -587,6 +549,6 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   g_atomic_int_set (&e->last_tick_us, (gint) MIN (tick_us, G_MAXINT));
   g_atomic_int_set (&e->last_batch, n);
   ppx_engine_note_tick (e, t0, t_lock, g_get_monotonic_time ());
-  unlock_after_tick (e);
+  ppx_engine_unlock_after_tick (e);
   return TRUE;
 }

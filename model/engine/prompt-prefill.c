@@ -79,16 +79,6 @@ ppx_engine_prompt_clock (PpxEngine *e, PpxPromptClock *out)
   g_mutex_unlock (&e->lock);
 }
 
-void
-ppx_engine_note_tick (PpxEngine *e, gint64 arrival, gint64 start, gint64 end)
-{
-  PpxPromptClock *c = &e->clock;
-  c->arrival[c->n_ticks % G_N_ELEMENTS (c->arrival)] = arrival;
-  c->n_ticks++;
-  c->last_run_us = end - start;
-  c->stalled = FALSE;
-}
-
 /* ---- the schedule ---- */
 
 static double

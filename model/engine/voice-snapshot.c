@@ -131,8 +131,8 @@ ppx_engine_voice_store (PpxEngine *e, PpxSession *s, const char *key)
     gboolean ok = TRUE;
     for (int l = 0; ok && l < c->num_layers; l++) {
       g_autoptr (GError) err = NULL;
-      ok = (v->k[l] = ppx_kv_cache_new (e->model->be, e->kv, 1, n_pos, H, Dh, &err)) &&
-           (v->v[l] = ppx_kv_cache_new (e->model->be, e->kv, 1, n_pos, H, Dh, &err));
+      ok = (v->k[l] = ppx_kv_cache_new (e->model->be, e->kv_storage, 1, n_pos, H, Dh, &err)) &&
+           (v->v[l] = ppx_kv_cache_new (e->model->be, e->kv_storage, 1, n_pos, H, Dh, &err));
       if (!ok)
         g_debug ("voice snapshot not kept: %s", err->message);
       else

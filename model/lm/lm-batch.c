@@ -11,7 +11,7 @@
 struct PpxLmBatch {
   PpxLm *lm;
   int n_slots, R; /* R: max rows */
-  PpxKvFormat kv;
+  PpxTensorType kv; /* the temporal KV caches' storage */
   PpxTensor **k, **v;   /* temporal ring caches, per layer [n_slots, context, dim] */
   PpxTensor **dk, **dv; /* depformer caches, per layer [R, dep_q, depformer_dim], indexed by row */
   PpxTensor *t_pos, *slot, *dep_pos, *dep_slot;
@@ -43,8 +43,8 @@ batch_plan (PpxLmBatch *b, const PpxLmConfig *c, PpxTensorPlan *p)
     b->v[l] = ppx_plan_kv_cache (p, b->kv, b->n_slots, c->context, Ht, c->dim / Ht);
   }
   for (int l = 0; l < c->depformer_num_layers; l++) {
-    b->dk[l] = ppx_plan_kv_cache (p, PPX_KV_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
-    b->dv[l] = ppx_plan_kv_cache (p, PPX_KV_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
+    b->dk[l] = ppx_plan_kv_cache (p, PPX_TENSOR_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
+    b->dv[l] = ppx_plan_kv_cache (p, PPX_TENSOR_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
   }
   b->t_pos = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
   b->slot = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
@@ -74,7 +74,7 @@ batch_plan (PpxLmBatch *b, const PpxLmConfig *c, PpxTensorPlan *p)
 }
 
 static PpxLmBatch *
-batch_shell (const PpxLmConfig *c, int n_slots, int max_rows, PpxKvFormat kv)
+batch_shell (const PpxLmConfig *c, int n_slots, int max_rows, PpxTensorType kv)
 {
   PpxLmBatch *b = g_new0 (PpxLmBatch, 1);
   b->n_slots = n_slots;
@@ -88,7 +88,7 @@ batch_shell (const PpxLmConfig *c, int n_slots, int max_rows, PpxKvFormat kv)
 }
 
 guint64
-ppx_lm_batch_bytes (const PpxLmConfig *c, int n_slots, int max_rows, PpxKvFormat kv)
+ppx_lm_batch_bytes (const PpxLmConfig *c, int n_slots, int max_rows, PpxTensorType kv)
 {
   PpxLmBatch *b = batch_shell (c, n_slots, max_rows, kv);
   PpxTensorPlan p = {0};
@@ -102,10 +102,10 @@ ppx_lm_batch_bytes (const PpxLmConfig *c, int n_slots, int max_rows, PpxKvFormat
 }
 
 PpxLmBatch *
-ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxKvFormat kv, GError **error)
+ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxTensorType kv, GError **error)
 {
   const PpxLmConfig *c = &lm->cfg;
-  g_return_val_if_fail (n_slots > 0 && max_rows > 0 && kv != PPX_KV_AUTO, NULL);
+  g_return_val_if_fail (n_slots > 0 && max_rows > 0, NULL);
   PpxLmBatch *b = batch_shell (c, n_slots, max_rows, kv);
   b->lm = lm;
   PpxTensorPlan p = {.be = lm->be, .error = error};
@@ -365,8 +365,9 @@ ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M)
 
 /* ---- the conversation tick ---- */
 
-void
-ppx_lm_batch_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int M)
+/* The tick's rows 0..M-1 go to the device where they changed (ppx_lm_batch_tick_rows). */
+static void
+upload_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int M)
 {
   g_return_if_fail (M > 0 && M <= b->R);
   int lo = M, hi = 0; /* the slot and parameter rows that changed */
@@ -405,6 +406,29 @@ ppx_lm_batch_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int M)
   b->rows_known = MAX (b->rows_known, M);
 }
 
+gboolean
+ppx_lm_batch_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int n, int n_pad, int pad_steps,
+                        PpxLmTickPlan *plan)
+{
+  const PpxLmConfig *c = &b->lm->cfg;
+  *plan = (PpxLmTickPlan){.rows = n, .n_steps = -1, .padded = FALSE, .late = -1};
+  for (int m = 0; m < n; m++) {
+    int steps;
+    gboolean sample;
+    if (rows[m].gen->offset <= c->max_delay || !ppx_lmgen_peek_conversation (rows[m].gen, &steps, &sample)) {
+      plan->late = m;
+      return FALSE;
+    }
+    if (sample)
+      plan->n_steps = MAX (plan->n_steps, CLAMP (steps, 0, c->dep_q));
+  }
+  /* the padding rows run the depformer steps of the bucket's graph: enough when the sessions need no more */
+  plan->padded = n_pad >= 0 && plan->n_steps <= pad_steps;
+  plan->rows = plan->padded ? n + n_pad : n;
+  upload_tick_rows (b, rows, plan->rows);
+  return TRUE;
+}
+
 void
 ppx_lm_batch_tick (PpxLmBatch *b, const PpxTensor *codes, int code_off, int code_stride, int M, int n_steps,
                    PpxTensor *out, int out_stride)
@@ -421,11 +445,15 @@ ppx_lm_batch_tick (PpxLmBatch *b, const PpxTensor *codes, int code_off, int code
 }
 
 void
-ppx_lm_batch_tick_done (PpxLmBatch *b, const PpxLmTickRow *rows, int n, const int32_t *host_out, int out_stride)
+ppx_lm_batch_tick_done (PpxLmBatch *b, const PpxLmTickRow *rows, int n, const int32_t *host_out, int out_stride,
+                        int (*tokens)[PPX_MAX_STREAMS])
 {
   for (int m = 0; m < n; m++) {
     const PpxLmTickRow *r = &rows[m];
-    ppx_lmgen_unpack (r->gen, host_out + (gsize) m * out_stride + PPX_MAX_STREAMS);
+    const int32_t *words = host_out + (gsize) m * out_stride; /* tokens, then the state (PPX_LM_TICK_OUT) */
+    for (int k = 0; k < PPX_MAX_STREAMS; k++)
+      tokens[m][k] = words[k];
+    ppx_lmgen_unpack (r->gen, words + PPX_MAX_STREAMS);
     ppx_lmgen_pack (r->gen, b->gen_held + (gsize) r->slot * PPX_LMGEN_STATE); /* what the slot holds now */
     b->gen_known[r->slot] = TRUE;
   }

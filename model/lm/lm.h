@@ -44,13 +44,13 @@ typedef struct {
   int out[PPX_MAX_STREAMS];    /* out: the sampled tokens 0..n_steps (always the sample, as the reference) */
 } PpxLmRow;
 
-/* kv_format: F32, BF16 or FP8 (not AUTO). max_rows <= n_slots is not required. Every slot's device LMGen
+/* kv: the temporal KV caches' storage, F32, BF16 or FP8 (ppx_kv_storage). max_rows <= n_slots is not required. Every slot's device LMGen
  * state (the conversation tick, below) starts as a harmless conversation state, so a free slot can be
  * stepped as a padding row. */
-PpxLmBatch *ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxKvFormat kv_format, GError **error);
+PpxLmBatch *ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxTensorType kv, GError **error);
 void ppx_lm_batch_free (PpxLmBatch *b);
 /* Device bytes ppx_lm_batch_new allocates for these sizes. */
-guint64 ppx_lm_batch_bytes (const PpxLmConfig *cfg, int n_slots, int max_rows, PpxKvFormat kv_format);
+guint64 ppx_lm_batch_bytes (const PpxLmConfig *cfg, int n_slots, int max_rows, PpxTensorType kv);
 
 /* One temporal step for rows[0..M) (M <= max_rows, distinct slots), then, when any row has `sample`,
  * the text head, sampling and max(n_steps) depformer steps for all M rows. A row's results depend only on
@@ -104,10 +104,22 @@ typedef struct {
   const PpxSampling *smp; /* the session's sampling (unused for padding) */
 } PpxLmTickRow;
 
-/* Before a tick, on the host: rows[m] becomes row m of the tick. Its slot and sampling parameters, and its
- * session's LMGen state where the host copy differs from what the slot holds, go to the device; what the
- * device holds already is not uploaded again. */
-void ppx_lm_batch_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int M);
+/* What ppx_lm_batch_tick_rows decided for a tick. */
+typedef struct {
+  int rows;         /* the tick's rows M: the sessions, and the padding when taken */
+  int n_steps;      /* depformer steps the sessions' rows need (-1: none samples) */
+  gboolean padded;  /* the padding rows were taken */
+  int late;         /* FALSE returned: the first session row still inside the model's output lag; else -1 */
+} PpxLmTickPlan;
+
+/* Before a tick, on the host: rows 0..n-1 are the sessions' rows (gen set), rows n..n+n_pad-1 padding rows on
+ * free slots (gen NULL; n_pad < 0: none offered). Checks that every session is past the model's output lag
+ * (FALSE, plan->late set and nothing changed when one is not), finds the depformer steps the sessions need,
+ * and takes the padding when those are at most pad_steps. Each row m < plan->rows becomes row m of the tick:
+ * its slot and sampling parameters, and its session's LMGen state where the host copy differs from what the
+ * slot holds, go to the device; what the device holds already is not uploaded again. */
+gboolean ppx_lm_batch_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int n, int n_pad, int pad_steps,
+                                 PpxLmTickPlan *plan);
 /* The model tick of rows 0..M-1: LMGen prepare (row m's user codes are codes[m*code_stride + code_off +
  * q]), the temporal step, then, when n_steps >= 0, the text head, sampling and n_steps depformer steps,
  * and LMGen finish, whose rows go to out (row m at m*out_stride, PPX_LM_TICK_OUT words). Only enqueues
@@ -115,9 +127,9 @@ void ppx_lm_batch_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int M);
 void ppx_lm_batch_tick (PpxLmBatch *b, const PpxTensor *codes, int code_off, int code_stride, int M, int n_steps,
                         PpxTensor *out, int out_stride);
 /* After the tick's out was downloaded to host_out: the host copy of each of the n session rows' LMGen
- * takes its state after the call. */
+ * takes its state after the call, and tokens[m] gets row m's frame: text, agent codes, user codes. */
 void ppx_lm_batch_tick_done (PpxLmBatch *b, const PpxLmTickRow *rows, int n, const int32_t *host_out,
-                             int out_stride);
+                             int out_stride, int (*tokens)[PPX_MAX_STREAMS]);
 /* Logits of row `row` of the last sampling step (text_card floats; card floats of depformer step `step`). */
 void ppx_lm_batch_text_logits (PpxLmBatch *b, int row, float *out);
 void ppx_lm_batch_audio_logits (PpxLmBatch *b, int row, int step, float *out);

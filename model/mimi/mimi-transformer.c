@@ -63,8 +63,8 @@ ppx_mimi_transformer_state_plan (PpxMimiTransformerState *st, const PpxMimiTrans
   st->v = g_new0 (PpxTensor *, tf->n_layers);
   const gsize d = tf->d, rows = (gsize) n * T;
   for (int i = 0; i < tf->n_layers; i++) {
-    st->k[i] = ppx_plan_kv_cache (p, PPX_KV_F32, n, tf->context, tf->heads, tf->d / tf->heads);
-    st->v[i] = ppx_plan_kv_cache (p, PPX_KV_F32, n, tf->context, tf->heads, tf->d / tf->heads);
+    st->k[i] = ppx_plan_kv_cache (p, PPX_TENSOR_F32, n, tf->context, tf->heads, tf->d / tf->heads);
+    st->v[i] = ppx_plan_kv_cache (p, PPX_TENSOR_F32, n, tf->context, tf->heads, tf->d / tf->heads);
   }
   st->pos = ppx_plan_tensor (p, PPX_TENSOR_I32, rows);
   st->x = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * d);

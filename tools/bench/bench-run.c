@@ -340,7 +340,7 @@ bench_run_lm (const BenchSetup *s, BenchReport *r, GError **error)
   p.rows = g_new0 (PpxLmRow, B);
   for (int i = 0; i < B; i++)
     ppx_lmgen_init (&p.gens[i], c);
-  if (!(p.batch = ppx_lm_batch_new (p.lm, B, B, s->kv_format, error))) {
+  if (!(p.batch = ppx_lm_batch_new (p.lm, B, B, ppx_kv_storage (s->kv_format), error))) {
     lm_phase_clear (&p);
     return FALSE;
   }

@@ -269,7 +269,7 @@ make_random (const Options *o, const PpxConfig *cfg, gboolean need_lm, gboolean 
     if (lm_formats[i])
       need += random_model_lm_bytes (&cfg->lm, formats[i]);
   guint64 state = need_lm && !o->measure_load
-                      ? ppx_lm_batch_bytes (&cfg->lm, o->batch, o->batch, ppx_kv_format_resolve ((PpxKvFormat) o->kv_id))
+                      ? ppx_lm_batch_bytes (&cfg->lm, o->batch, o->batch, ppx_kv_storage ((PpxKvFormat) o->kv_id))
                       : 0;
   g_autofree char *what = g_strdup_printf ("the random %s model", o->random_size);
   if (!check_memory (need, state, what, error))

@@ -1,0 +1,38 @@
+/* personaplexduplex: what the stream's files (gstppstream.c: pads, framing,
+ * events; gstppstream-query.c: queries and upstream events;
+ * gstppstream-stats.c: statistics and the own latency) share. Internal to
+ * the stream. */
+#ifndef __GST_PP_STREAM_INTERNAL_H__
+#define __GST_PP_STREAM_INTERNAL_H__
+
+#include "gstppmessages.h"
+#include "gstppstream.h"
+
+G_BEGIN_DECLS
+
+GST_DEBUG_CATEGORY_EXTERN (gst_personaplex_duplex_debug);
+
+/* The sample rate of the pads' audio. */
+#define GST_PP_STREAM_RATE 24000
+
+/* Pad functions (gstppstream-query.c), installed by gst_pp_stream_init. */
+gboolean gst_pp_stream_sink_query (GstPad * pad, GstObject * parent,
+    GstQuery * query);
+gboolean gst_pp_stream_src_query (GstPad * pad, GstObject * parent,
+    GstQuery * query);
+gboolean gst_pp_stream_src_event (GstPad * pad, GstObject * parent,
+    GstEvent * event);
+
+/* Accounts one step; returns a stats message when one is due, and sets
+ * @latency_grew when the engine's ticks outgrew the automatic deadline last
+ * answered (a latency message is due). */
+GstMessage *gst_pp_stream_update_stats (GstPpStream * st, gdouble step_ms,
+    const GstPpTickInfo * tick, const GstPpFramePosition * pos,
+    gboolean * frame_messages, gboolean * latency_grew);
+
+/* Posts a personaplex-stats message now (EOS) and restarts the interval. */
+void gst_pp_stream_post_stats (GstPpStream * st);
+
+G_END_DECLS
+
+#endif /* __GST_PP_STREAM_INTERNAL_H__ */

@@ -33,6 +33,7 @@
 
 #include "gstpersonaplexduplex.h"
 
+#include "gstppcapacity.h"
 #include "gstppenums.h"
 #include "gstpplatency.h"
 #include "gstppmessages.h"
@@ -90,7 +91,21 @@ enum
   PROP_PROCESSING_DEADLINE,
   PROP_RESET_ON_DISCONT,
   PROP_FRAME_MESSAGES,
+  PROP_TICK_HISTORY,
 };
+
+/* The measure-tick action signal: the handle is read under the object lock;
+ * the element must stay in PAUSED or PLAYING while it measures. */
+static GstStructure *
+measure_tick (GstPersonaplexDuplex * self, guint rows, guint ticks)
+{
+  GstPpModelHandle *model;
+
+  GST_OBJECT_LOCK (self);
+  model = self->model;
+  GST_OBJECT_UNLOCK (self);
+  return gst_pp_measure_tick (model, rows, ticks);
+}
 
 #define AUDIO_CAPS \
   "audio/x-raw, format = (string) { F32LE, S16LE }, rate = (int) 24000, " \
@@ -344,6 +359,32 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
           "Post a personaplex-frame element message (the frame's 17 tokens "
           "and step time) for every frame", DEFAULT_FRAME_MESSAGES,
           PLAYING_FLAGS));
+
+  /**
+   * GstPersonaplexDuplex:tick-history:
+   *
+   * The live ticks of the element's engine (its ticker's last 256): a
+   * `personaplex-tick-history` structure (docs/element.md, "Measuring the
+   * tick").
+   */
+  g_object_class_install_property (gobject_class, PROP_TICK_HISTORY,
+      g_param_spec_boxed ("tick-history", "Tick history",
+          "The engine's last ticks: total, rows, ms, age-ms",
+          GST_TYPE_STRUCTURE, G_PARAM_READABLE | G_PARAM_STATIC_STRINGS));
+
+  /**
+   * GstPersonaplexDuplex::measure-tick:
+   * @rows: sessions in the tick
+   * @ticks: ticks measured
+   *
+   * Action signal, in PAUSED or PLAYING: measures a tick of @rows sessions
+   * at full context on the element's engine (free slots needed) and returns
+   * a `personaplex-tick-measure` structure (docs/element.md, "Measuring the
+   * tick"). Takes the engine for as long; meant for start-up.
+   */
+  g_signal_new_class_handler ("measure-tick", G_TYPE_FROM_CLASS (klass),
+      G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION, G_CALLBACK (measure_tick), NULL,
+      NULL, NULL, GST_TYPE_STRUCTURE, 2, G_TYPE_UINT, G_TYPE_UINT);
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -623,6 +664,10 @@ gst_personaplex_duplex_get_property (GObject * object, guint prop_id,
       break;
     case PROP_STATS_INTERVAL:
       g_value_set_uint (value, s->stats_interval);
+      break;
+    case PROP_TICK_HISTORY:
+      g_value_take_boxed (value,
+          gst_pp_tick_history_structure_new (self->model));
       break;
     case PROP_PROCESSING_DEADLINE:
       g_value_set_uint64 (value, s->processing_deadline);

@@ -29,6 +29,9 @@ typedef struct _PpxServerCall PpxServerCall;
  * more than `max_calls` calls at once are refused. */
 PpxServer *ppx_server_new (const PpxServerOptions *options, PpxServerModelKeeper *keeper, int max_calls,
                            GError **error);
+/* Admission by the measured tick as well (server-admission.h; it must outlive the server). */
+typedef struct _PpxAdmission PpxAdmission;
+void ppx_server_set_admission (PpxServer *server, PpxAdmission *admission);
 /* "http://127.0.0.1:8080/" or "https://..." (g_free). */
 char *ppx_server_get_url (PpxServer *server);
 /* SIGTERM: takes no more calls; open calls run on for --drain-timeout, then each is ended; `loop` is quit once

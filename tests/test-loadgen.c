@@ -466,6 +466,56 @@ test_options (void)
   expect_error ("--url ws://h:1 --no-such-option", "no-such-option");
 }
 
+
+/* The verdict's quality rules (issue 27): a run with the expected outcomes still FAILs when a call that ended ok
+ * lost audio at the server (frames sent, never answered), or when the frame latency p99 exceeds --max-latency-ms;
+ * the summary names the rule. */
+static void
+test_verdict_rules (void)
+{
+  PpxChatRecord *records[3];
+  g_autoptr (LoadgenReport) r = made_up_report (records);
+  r->expect_refused = r->expect_failed = 1;
+  g_assert_true (loadgen_report_passed (r));
+  g_assert_null (loadgen_report_broken_rules (r));
+
+  /* latency: the pooled frames' p99 is 350 ms */
+  r->max_latency_ms = 300;
+  g_assert_false (loadgen_report_passed (r));
+  g_autofree char *lat = loadgen_report_broken_rules (r);
+  g_assert_nonnull (lat);
+  g_assert_nonnull (strstr (lat, "latency: frame latency p99 350 ms > --max-latency-ms 300"));
+  g_assert_null (strstr (lat, "dropped"));
+  r->max_latency_ms = 1000;
+  g_assert_true (loadgen_report_passed (r));
+
+  /* dropped: the ok call answered 16 of its 20 pages (its last 2 frames never answered) */
+  LoadgenCall *ok = g_ptr_array_index (r->records, 0);
+  PpxChatRecord *whole = records[0];
+  records[0] = made_up_record (16);
+  records[0]->response_header = g_strdup ("s1");
+  ok->record = records[0];
+  loadgen_call_classify (ok, 19200);
+  g_assert_cmpstr (ok->reason, ==, "ok");
+  g_assert_false (loadgen_report_passed (r));
+  g_autofree char *dropped = loadgen_report_broken_rules (r);
+  g_assert_nonnull (strstr (dropped, "dropped: 1 call(s) lost audio at the server (2 input frame(s), 0.2 s"));
+  /* the summary says which */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream (&text, &len);
+  loadgen_report_print (r, out);
+  fclose (out);
+  g_assert_nonnull (strstr (text, "result: FAIL (expected 1 refused and 1 failed; got 1 and 1); rules broken: "
+                                  "dropped: 1 call(s)"));
+  free (text);
+  /* the lost call (connection-lost, expected) is not held against the rule: only calls that ended ok are */
+  loadgen_report_free (g_steal_pointer (&r));
+  record_free (whole);
+  for (guint i = 0; i < 3; i++)
+    record_free (records[i]);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -475,6 +525,7 @@ main (int argc, char **argv)
   g_test_add_func ("/loadgen/reason-classes", test_reason_classes);
   g_test_add_func ("/loadgen/classify", test_classify);
   g_test_add_func ("/loadgen/report", test_report);
+  g_test_add_func ("/loadgen/verdict-rules", test_verdict_rules);
   g_test_add_func ("/loadgen/options", test_options);
   return g_test_run ();
 }

@@ -174,8 +174,8 @@ ppx_tick_model_predict (PpxTickModel *m, guint n)
   const guint r = ppx_tick_model_rows (m, n);
   double p, floor_ms = 0;
   guint i = 0;
-  while (i < m->n_known && m->k_rows[i] < r)
-    floor_ms = MAX (floor_ms, m->k_ms[i++]);
+  for (; i < m->n_known && m->k_rows[i] < r; i++)
+    floor_ms = MAX (floor_ms, m->k_ms[i]);
   if (i < m->n_known && m->k_rows[i] == r)
     p = m->k_ms[i];
   else if (i == 0)

@@ -199,6 +199,7 @@ char *
 ppx_metrics_prometheus (const PpxServerGauges *g)
 {
   GString *out = g_string_new (NULL);
+  char budget[G_ASCII_DTOSTR_BUF_SIZE];
   g_string_append_printf (out,
                           "# HELP personaplex_sessions_active Calls holding (or about to hold) an engine slot.\n"
                           "# TYPE personaplex_sessions_active gauge\npersonaplex_sessions_active %u\n"
@@ -215,8 +216,11 @@ ppx_metrics_prometheus (const PpxServerGauges *g)
                           "personaplex_capacity_calls{bound=\"compute\"} %u\n"
                           "# HELP personaplex_tick_over_budget 1 while the live ticks of the last 2 s run over "
                           "--tick-budget-ms (no call is admitted).\n"
-                          "# TYPE personaplex_tick_over_budget gauge\npersonaplex_tick_over_budget %d\n",
-                          g->capacity_memory, g->capacity_compute, g->over_budget ? 1 : 0);
+                          "# TYPE personaplex_tick_over_budget gauge\npersonaplex_tick_over_budget %d\n"
+                          "# HELP personaplex_tick_budget_seconds --tick-budget-ms: the tick p99 a call is admitted "
+                          "within.\n# TYPE personaplex_tick_budget_seconds gauge\npersonaplex_tick_budget_seconds %s\n",
+                          g->capacity_memory, g->capacity_compute, g->over_budget ? 1 : 0,
+                          num (budget, "%.3f", g->tick_budget_ms / 1000.0));
   g_string_append_printf (out,
                           "# HELP personaplex_device_memory_bytes Device memory held (host memory on the CPU): the "
                           "model's weights and the engine (every call's state and the batch scratch).\n"

@@ -7,6 +7,8 @@
 #include <math.h>
 
 #define CLOSE(a, b) (fabs ((a) - (b)) < 1e-6)
+/* the live ticks' time, and the predictions' (monotonic us) */
+#define T0 ((gint64) 1000 * G_USEC_PER_SEC)
 
 /* The emulated device of the CPU test (PPX_TICK_EMULATE=40,2) measured at 1, 7, 15, 22 and 30 calls: 40 + 2 n. */
 static PpxTickModel *
@@ -60,11 +62,12 @@ static void
 test_live_learning (void)
 {
   PpxTickModel *m = emulated ();
+  ppx_tick_model_set_now (m, T0 + G_USEC_PER_SEC);
   for (guint i = 0; i < PPX_TICK_MODEL_LIVE_MIN - 1; i++)
-    ppx_tick_model_add_live (m, 10, 90);
+    ppx_tick_model_add_live (m, 10, 90, T0);
   g_assert_true (CLOSE (ppx_tick_model_predict (m, 10), 60)); /* not yet */
   g_assert_cmpuint (ppx_tick_model_calls_within (m, 70, 30), ==, 15);
-  ppx_tick_model_add_live (m, 10, 90);
+  ppx_tick_model_add_live (m, 10, 90, T0);
   g_assert_true (CLOSE (ppx_tick_model_predict (m, 10), 90));
   /* the prediction never falls below a smaller count's cost: 10 calls cost 90, so 11 to 15 cost 90 at least */
   g_assert_true (ppx_tick_model_predict (m, 12) >= 90);
@@ -73,8 +76,24 @@ test_live_learning (void)
   g_assert_cmpuint (ppx_tick_model_calls_within (m, 70, 30), ==, 8);
   /* the p99 of the last 32: one outlier among them is not the p99 (the second largest of 2 to 99 is) */
   for (guint i = 0; i < PPX_TICK_MODEL_LIVE_KEEP; i++)
-    ppx_tick_model_add_live (m, 10, i == 5 ? 500 : 58);
+    ppx_tick_model_add_live (m, 10, i == 5 ? 500 : 58, T0);
   g_assert_true (CLOSE (ppx_tick_model_predict (m, 10), 58)); /* the GPU is back: the live cost, 58 ms */
+  g_assert_cmpuint (ppx_tick_model_calls_within (m, 70, 30), ==, 15);
+  ppx_tick_model_free (m);
+}
+
+/* A slow spell is forgotten once its live ticks are older than PPX_TICK_MODEL_LIVE_TTL_S: a server that stopped
+ * admitting (compute 0) and went idle, with no live tick to learn from, admits again. */
+static void
+test_live_expiry (void)
+{
+  PpxTickModel *m = emulated ();
+  for (guint i = 0; i < PPX_TICK_MODEL_LIVE_KEEP; i++)
+    ppx_tick_model_add_live (m, 1, 90, T0);
+  ppx_tick_model_set_now (m, T0 + (gint64) (PPX_TICK_MODEL_LIVE_TTL_S - 1) * G_USEC_PER_SEC);
+  g_assert_cmpuint (ppx_tick_model_calls_within (m, 70, 30), ==, 0);
+  ppx_tick_model_set_now (m, T0 + (gint64) (PPX_TICK_MODEL_LIVE_TTL_S + 1) * G_USEC_PER_SEC);
+  g_assert_true (CLOSE (ppx_tick_model_predict (m, 1), 42));
   g_assert_cmpuint (ppx_tick_model_calls_within (m, 70, 30), ==, 15);
   ppx_tick_model_free (m);
 }
@@ -114,6 +133,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tick-model/measured-line", test_measured_line);
   g_test_add_func ("/tick-model/unknown", test_unknown);
   g_test_add_func ("/tick-model/live-learning", test_live_learning);
+  g_test_add_func ("/tick-model/live-expiry", test_live_expiry);
   g_test_add_func ("/tick-model/buckets", test_buckets);
   g_test_add_func ("/tick-model/p99", test_p99);
   return g_test_run ();

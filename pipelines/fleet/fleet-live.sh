@@ -221,7 +221,7 @@ main () {
   cpu1=$(machine_cpu)
   cat "$tmp/loadgen.txt" >> "$summary"
   cat "$tmp/loadgen.txt"
-  say "== personaplex-loadgen exit $loadgen_status (1: calls failed that were not expected to)"
+  say "== personaplex-loadgen exit $loadgen_status (1: calls refused or failed that were not expected to, or a rule broken: audio dropped, latency)"
   [ "$loadgen_status" -le 1 ] || return 1
   echo "$cpu0 $cpu1" | awk -v cores="$(getconf _NPROCESSORS_ONLN)" '{ busy = $3 - $1; all = $4 - $2
     if (all > 0) printf "== the machine: %.1f of %d cores busy during the calls (/proc/stat)\n", cores * busy / all, cores }' |

@@ -88,15 +88,17 @@ learn (PpxAdmission *a)
   if (gst_value_array_get_size (ms) != n || gst_value_array_get_size (age) != n)
     return;
   const guint fresh = (guint) MIN (total - MIN (a->seen, total), (guint64) n);
+  const gint64 now = g_get_monotonic_time ();
   double recent[256];
   guint n_recent = 0;
+  ppx_tick_model_set_now (a->model, now);
   for (guint i = 0; i < n; i++) {
     const guint r = g_value_get_uint (gst_value_array_get_value (rows, i));
     const double t = g_value_get_double (gst_value_array_get_value (ms, i));
+    const double age_ms = g_value_get_double (gst_value_array_get_value (age, i));
     if (i >= n - fresh)
-      ppx_tick_model_add_live (a->model, ppx_tick_model_rows (a->model, r), t);
-    if (g_value_get_double (gst_value_array_get_value (age, i)) <= PPX_ADMISSION_RECENT_MS &&
-        n_recent < G_N_ELEMENTS (recent))
+      ppx_tick_model_add_live (a->model, ppx_tick_model_rows (a->model, r), t, now - (gint64) (age_ms * 1000));
+    if (age_ms <= PPX_ADMISSION_RECENT_MS && n_recent < G_N_ELEMENTS (recent))
       recent[n_recent++] = t;
   }
   a->seen = total;

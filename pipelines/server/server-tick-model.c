@@ -7,12 +7,14 @@
 typedef struct {
   double measured;                       /* start-up p99, 0: none */
   double live[PPX_TICK_MODEL_LIVE_KEEP]; /* a ring of the last live ticks */
+  gint64 live_t[PPX_TICK_MODEL_LIVE_KEEP]; /* when each ended */
   guint n_live, next;
 } RowCost;
 
 struct _PpxTickModel {
   guint max_rows;
   gboolean bucketed;
+  gint64 now;     /* of the predictions (monotonic us) */
   RowCost **rows; /* [max_rows + 1], NULL until a tick of that many rows is known */
   /* the known points, rebuilt when dirty: ascending rows, their cost, the least-squares slope */
   gboolean dirty;
@@ -103,26 +105,36 @@ ppx_tick_model_add_measured (PpxTickModel *m, guint rows, double p99_ms)
 }
 
 void
-ppx_tick_model_add_live (PpxTickModel *m, guint rows, double ms)
+ppx_tick_model_set_now (PpxTickModel *m, gint64 now_us)
+{
+  if (now_us != m->now)
+    m->dirty = TRUE;
+  m->now = now_us;
+}
+
+void
+ppx_tick_model_add_live (PpxTickModel *m, guint rows, double ms, gint64 t_us)
 {
   RowCost *c = row_cost (m, rows);
   if (!c || !(ms >= 0))
     return;
   c->live[c->next] = ms;
+  c->live_t[c->next] = t_us;
   c->next = (c->next + 1) % PPX_TICK_MODEL_LIVE_KEEP;
   c->n_live = MIN (c->n_live + 1, PPX_TICK_MODEL_LIVE_KEEP);
 }
 
-/* A count's cost: the live p99 once there are enough live ticks, else the measurement; 0: unknown. */
+/* A count's cost: the p99 of its recent live ticks once there are enough of them, else the measurement; 0:
+ * unknown. */
 static double
-cost_of (const RowCost *c)
+cost_of (const RowCost *c, gint64 now)
 {
-  if (c->n_live >= PPX_TICK_MODEL_LIVE_MIN) {
-    double v[PPX_TICK_MODEL_LIVE_KEEP];
-    memcpy (v, c->live, c->n_live * sizeof (double));
-    return ppx_tick_p99 (v, c->n_live);
-  }
-  return c->measured;
+  double v[PPX_TICK_MODEL_LIVE_KEEP];
+  guint n = 0;
+  for (guint i = 0; i < c->n_live; i++)
+    if (now - c->live_t[i] <= (gint64) PPX_TICK_MODEL_LIVE_TTL_S * G_USEC_PER_SEC)
+      v[n++] = c->live[i];
+  return n >= PPX_TICK_MODEL_LIVE_MIN ? ppx_tick_p99 (v, n) : c->measured;
 }
 
 static void
@@ -133,7 +145,7 @@ rebuild (PpxTickModel *m)
   m->dirty = FALSE;
   m->n_known = 0;
   for (guint r = 1; r <= m->max_rows; r++) {
-    const double c = m->rows[r] ? cost_of (m->rows[r]) : 0;
+    const double c = m->rows[r] ? cost_of (m->rows[r], m->now) : 0;
     if (c > 0) {
       m->k_rows[m->n_known] = r;
       m->k_ms[m->n_known++] = c;

@@ -72,6 +72,7 @@ gst_pp_measure_tick (const GstPpModelHandle * model, guint rows, guint ticks)
     r99 = MIN (r99, ticks - 1);
   gst_structure_set (s, "padded-rows", G_TYPE_UINT, (guint) padded,
       "ticks", G_TYPE_UINT, ticks,
+      "min-ms", G_TYPE_DOUBLE, ms[0],
       "p50-ms", G_TYPE_DOUBLE, ms[(ticks + 1) / 2 - 1],
       "p99-ms", G_TYPE_DOUBLE, ms[r99 - 1],
       "max-ms", G_TYPE_DOUBLE, ms[ticks - 1],

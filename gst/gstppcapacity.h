@@ -13,7 +13,7 @@ G_BEGIN_DECLS
 #define GST_PP_TICK_HISTORY_NAME "personaplex-tick-history"
 
 /* A tick of @rows sessions at full context, @ticks times (ppx_engine_measure_tick), each at least as long as
- * PPX_TICK_EMULATE's device makes it: rows, padded-rows, ticks, p50-ms, p99-ms, max-ms, emulated-ms; or, when
+ * PPX_TICK_EMULATE's device makes it: rows, padded-rows, ticks, min-ms, p50-ms, p99-ms, max-ms, emulated-ms; or, when
  * it could not be measured (no model, too few free slots), only rows and `error` (a string). */
 GstStructure *gst_pp_measure_tick (const GstPpModelHandle * model,
     guint rows, guint ticks);

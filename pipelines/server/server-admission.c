@@ -7,7 +7,7 @@
 
 /* Start-up measurement: ticks per row count (after 2 warm-up ticks) on a GPU and on the CPU. */
 #define MEASURE_TICKS_GPU 10
-#define MEASURE_TICKS_CPU 3
+#define MEASURE_TICKS_CPU 4
 /* How often the live ticks are read. */
 #define LEARN_INTERVAL_MS 500
 
@@ -55,7 +55,9 @@ measure (PpxAdmission *a)
     const char *err = s ? gst_structure_get_string (s, "error") : "no answer";
     double p99 = 0;
     guint padded = rows[i];
-    if (err || !gst_structure_get_double (s, "p99-ms", &p99)) {
+    /* on the CPU the least of the ticks: the machine's other work (tests, builds) varies the rest, and the live
+     * ticks take over once calls run; on a GPU their p99 */
+    if (err || !gst_structure_get_double (s, cpu ? "min-ms" : "p99-ms", &p99)) {
       g_printerr ("personaplex-server: the tick of %u call(s) could not be measured: %s\n", rows[i],
                   err ? err : "no p99");
       break;
@@ -68,8 +70,9 @@ measure (PpxAdmission *a)
     if (p99 > 2 * a->budget_ms) /* far over the budget: larger counts tell nothing more */
       break;
   }
-  g_printerr ("personaplex-server: tick p99 at full context (ms, by calls), %u tick(s) each, measured in %.1f s: "
-              "%s\n", ticks, (g_get_monotonic_time () - t0) / 1e6, line->len ? line->str : "none");
+  g_printerr ("personaplex-server: tick %s at full context (ms, by calls), %u tick(s) each, measured in %.1f s: "
+              "%s\n", cpu ? "(the least, on the CPU)" : "p99", ticks, (g_get_monotonic_time () - t0) / 1e6,
+              line->len ? line->str : "none");
   g_string_free (line, TRUE);
 }
 

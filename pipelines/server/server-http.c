@@ -344,8 +344,17 @@ handle (SoupServer *soup, SoupServerMessage *msg, const char *path, GHashTable *
     }
     ppx_server_chat_start (server, msg, &params);
   } else if (g_str_equal (path, "/ws")) {
-    if (check_call (server, msg, query, PPX_PROTO_WEBRTC, &params))
-      ppx_server_webrtc_start (server, msg, &params, no_room (server));
+    if (!check_call (server, msg, query, PPX_PROTO_WEBRTC, &params))
+      return;
+    /* full: 503 before the upgrade, as /api/chat (a balancer retries it on another server) */
+    const char *busy = no_room (server);
+    if (busy) {
+      refuse (msg, PPX_PROTO_WEBRTC, SOUP_STATUS_SERVICE_UNAVAILABLE, busy,
+              server->draining ? "the server is draining" : "the server is busy: too many sessions");
+      ppx_call_params_clear (&params);
+      return;
+    }
+    ppx_server_webrtc_start (server, msg, &params, NULL);
   } else if (g_str_equal (path, "/health")) {
     serve_health (server, msg, FALSE);
   } else if (g_str_equal (path, "/metrics")) {

@@ -7,8 +7,8 @@
  *   /metrics     Prometheus text
  *   /            the WebRTC page, or the --static web client (server-static.h)
  *
- * Before a call's upgrade: the Origin (403), the token (401), the capacity and drain (/api/chat: 503; /ws: the
- * page is told the server is busy) and the call's parameters (400); nothing of this costs model time. Every
+ * Before a call's upgrade: the Origin (403), the token (401), the capacity and drain (503 with Retry-After, both
+ * protocols; server-admission.h) and the call's parameters (400); nothing of this costs model time. Every
  * call, of either protocol, holds one of the engine's slots from its acceptance until its teardown finished. */
 #ifndef PPX_SERVER_HTTP_H
 #define PPX_SERVER_HTTP_H

@@ -114,7 +114,10 @@ compute_state (PpxAdmission *a, guint open, PpxAdmissionState *st)
 {
   memset (st, 0, sizeof *st);
   st->memory = a->memory;
-  st->compute = ppx_tick_model_calls_within (a->model, a->budget_ms, a->memory);
+  /* at least one call: a prediction alone never closes the server (a start-up measurement taken while something
+   * else ran could say none fits, and with no call there would be no live tick to learn otherwise); the live
+   * ticks' over-budget rule still stops it */
+  st->compute = MAX (ppx_tick_model_calls_within (a->model, a->budget_ms, a->memory), MIN (a->memory, 1));
   st->mode = a->memory_mode ? "memory" : "tick";
   st->budget_ms = a->budget_ms;
   st->bound = st->compute < st->memory ? "compute" : "memory";

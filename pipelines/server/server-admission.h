@@ -1,7 +1,8 @@
 /* personaplex-server: how many calls the server admits (docs/server.md, "Admission").
  *
  * Capacity = min (memory, compute). Memory: the engine's slots (--max-sessions, or as many as fit). Compute: the
- * calls whose tick p99, predicted by the learnt tick cost (server-tick-model.h), stays within --tick-budget-ms. The
+ * calls whose tick p99, predicted by the learnt tick cost (server-tick-model.h), stays within --tick-budget-ms, at
+ * least one (a prediction alone never closes the server; the live ticks do). The
  * cost is measured at start-up at full context for a few row counts and learnt from the live ticks from then on.
  * A call is admitted while the open calls plus it fit the capacity and the live ticks of the last 2 s keep their
  * p99 within the budget (when they do not, nothing is admitted until they do). --admission memory admits by memory

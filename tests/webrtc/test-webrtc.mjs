@@ -37,7 +37,8 @@ function makeModelDir() {
 }
 
 class Server extends ServerProcess {
-  constructor(modelDir, args = ['--max-sessions', '3', '--text-prompt', 'You are a friendly assistant.'],
+  // --admission memory: the capacity is --max-sessions whatever this shared machine's load does to the ticks
+  constructor(modelDir, args = ['--max-sessions', '3', '--admission', 'memory', '--text-prompt', 'You are a friendly assistant.'],
     logName = 'webrtc-server.log') {
     super(serverExe, ['--model-dir', modelDir, '--port', '0', ...args], path.join(artifacts, logName));
   }

@@ -131,16 +131,17 @@ compute_state (PpxAdmission *a, guint open, PpxAdmissionState *st)
 static void
 log_state (PpxAdmission *a, const PpxAdmissionState *st)
 {
-  if (st->capacity == a->logged_capacity && st->bound == a->logged_bound && st->over_budget == a->logged_over)
+  const gboolean over = st->over_budget && !a->memory_mode; /* only then does it stop admissions */
+  if (st->capacity == a->logged_capacity && st->bound == a->logged_bound && over == a->logged_over)
     return;
   a->logged_capacity = st->capacity;
   a->logged_bound = st->bound;
-  a->logged_over = st->over_budget;
+  a->logged_over = over;
   g_printerr ("personaplex-server: capacity %u call(s), the %s bound holds (memory %u, compute %u: tick p99 "
-              "predicted %.1f ms for %u within the %.0f ms budget)%s%s\n", st->capacity, st->bound, st->memory,
-              st->compute, ppx_tick_model_predict (a->model, MAX (st->compute, 1)), MAX (st->compute, 1),
-              st->budget_ms, a->memory_mode ? "; --admission memory: admitting by memory alone" : "",
-              st->over_budget ? "; live ticks over the budget: admitting nothing until they are back under it" : "");
+              "predicted %.1f ms for %u, budget %.0f ms)%s%s\n", st->capacity, st->bound, st->memory, st->compute,
+              ppx_tick_model_predict (a->model, MAX (st->compute, 1)), MAX (st->compute, 1), st->budget_ms,
+              a->memory_mode ? "; --admission memory: admitting by memory alone" : "",
+              over ? "; live ticks over the budget: admitting nothing until they are back under it" : "");
 }
 
 static gboolean

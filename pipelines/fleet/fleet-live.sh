@@ -238,6 +238,12 @@ main () {
     say "== $name /metrics audio dropped, the model behind (s): $(awk '/^personaplex_input_dropped_seconds_total\{/ {
       sub(/.*protocol="/, "", $1); sub(/".*/, "", $1); printf "%s%s %s", sep, $1, $2; sep = ", " }' "$tmp/metrics-$name.txt")"
     say "== $name ticks: $(tick_summary "$fleet/$name.log")"
+    # admission (server.md, "Admission"): the tick measured at start-up, the capacity then and at its last change,
+    # the refusals
+    grep -m1 ' at full context (ms, by calls)' "$fleet/$name.log" | sed "s/^personaplex-server: /== $name /" | tee -a "$summary"
+    grep ' bound holds ' "$fleet/$name.log" | sed -n '1p;$p' | uniq | sed "s/^personaplex-server: /== $name /" | tee -a "$summary"
+    say "== $name refused: $(awk '/^personaplex_calls_refused_total\{/ { sub(/.*reason="/, "", $1); sub(/".*/, "", $1)
+      n[$1] += $2 } END { for (r in n) { printf "%s%s %d", sep, r, n[r]; sep = ", " } }' "$tmp/metrics-$name.txt")"
   done < "$fleet/servers"
   if [ -s "$out/gpu.csv" ]; then
     awk -F', *' 'NR > 1 && $3 ~ /^[0-9]+$/ { g = $2; if (!(g in lo) || $3 < lo[g]) lo[g] = $3; if ($3 > hi[g]) hi[g] = $3

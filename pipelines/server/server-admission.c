@@ -120,7 +120,7 @@ compute_state (PpxAdmission *a, guint open, PpxAdmissionState *st)
   st->compute = MAX (ppx_tick_model_calls_within (a->model, a->budget_ms, a->memory), MIN (a->memory, 1));
   st->mode = a->memory_mode ? "memory" : "tick";
   st->budget_ms = a->budget_ms;
-  st->bound = st->compute < st->memory ? "compute" : "memory";
+  st->bound = !a->memory_mode && st->compute < st->memory ? "compute" : "memory";
   st->capacity = a->memory_mode ? st->memory : MIN (st->memory, st->compute);
   st->over_budget = a->over_budget;
   st->recent_p99_ms = a->recent_p99_ms;

@@ -24,7 +24,7 @@ typedef struct _PpxAdmission PpxAdmission;
 typedef struct {
   guint capacity;         /* calls admitted at once now: min (memory, compute), or memory with --admission memory */
   guint memory, compute;  /* the two bounds */
-  const char *bound;      /* which holds: "memory" or "compute" */
+  const char *bound;      /* which holds: "memory" or "compute" ("memory" with --admission memory) */
   const char *mode;       /* "tick" or "memory" */
   double budget_ms;
   gboolean over_budget;   /* the live ticks of the last 2 s run over the budget: nothing admitted (tick mode) */

@@ -24,7 +24,8 @@
 #   summary.txt   the loadgen's table (join time, frame latency and its growth over a call, underruns, text, CPU
 #                 of the loadgen and of each server and HAProxy), each server's tick p50/p99 and overruns (/health),
 #                 tick p99 from its /metrics histogram, the audio it dropped (the model behind a call), its ticks
-#                 (from the ticker's debug lines in its log: a second, rows each, waits), GPU memory over the run,
+#                 (from the ticker's debug lines in its log: a second, rows each, waits), its admission (the tick
+#                 measured at start-up, the capacity and the bound that holds, calls refused by reason), GPU memory over the run,
 #                 the machine's CPU, the kill and HAProxy's DOWN
 #   run.log       everything, with a line per call;  loadgen.json  every call's figures
 #   gpu.csv       nvidia-smi every 5 s;  health.log  each server's /health every 10 s
@@ -35,7 +36,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 pack= build= model= make= model_root= servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
 backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} check=0 extra_server_opts=
-usage () { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage () { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --pack) pack=$2; shift ;;

@@ -34,6 +34,7 @@
 
 #include "gstpersonaplexduplex.h"
 
+#include "gstppcapacity.h"
 #include "gstppenums.h"
 #include "gstppmessages.h"
 #include "gstppstream.h"
@@ -42,6 +43,19 @@
 
 GST_DEBUG_CATEGORY (gst_personaplex_duplex_debug);
 #define GST_CAT_DEFAULT gst_personaplex_duplex_debug
+
+/* The measure-tick action signal: the handle is read under the object lock;
+ * the element must stay in PAUSED or PLAYING while it measures. */
+static GstStructure *
+measure_tick (GstPersonaplexDuplex * self, guint rows, guint ticks)
+{
+  GstPpModelHandle *model;
+
+  GST_OBJECT_LOCK (self);
+  model = self->model;
+  GST_OBJECT_UNLOCK (self);
+  return gst_pp_measure_tick (model, rows, ticks);
+}
 
 #define AUDIO_CAPS \
   "audio/x-raw, format = (string) { F32LE, S16LE }, rate = (int) 24000, " \
@@ -85,6 +99,32 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
   gobject_class->finalize = gst_personaplex_duplex_finalize;
 
   gst_pp_settings_install (gobject_class);
+
+  /**
+   * GstPersonaplexDuplex:tick-history:
+   *
+   * The live ticks of the element's engine (its ticker's last 256): a
+   * `personaplex-tick-history` structure (docs/element.md, "Measuring the
+   * tick").
+   */
+  g_object_class_install_property (gobject_class, GST_PP_PROP_TICK_HISTORY,
+      g_param_spec_boxed ("tick-history", "Tick history",
+          "The engine's last ticks: total, rows, ms, age-ms",
+          GST_TYPE_STRUCTURE, G_PARAM_READABLE | G_PARAM_STATIC_STRINGS));
+
+  /**
+   * GstPersonaplexDuplex::measure-tick:
+   * @rows: sessions in the tick
+   * @ticks: ticks measured
+   *
+   * Action signal, in PAUSED or PLAYING: measures a tick of @rows sessions
+   * at full context on the element's engine (free slots needed) and returns
+   * a `personaplex-tick-measure` structure (docs/element.md, "Measuring the
+   * tick"). Takes the engine for as long; meant for start-up.
+   */
+  g_signal_new_class_handler ("measure-tick", G_TYPE_FROM_CLASS (klass),
+      G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION, G_CALLBACK (measure_tick), NULL,
+      NULL, NULL, GST_TYPE_STRUCTURE, 2, G_TYPE_UINT, G_TYPE_UINT);
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -185,6 +225,9 @@ gst_personaplex_duplex_get_property (GObject * object, guint prop_id,
   if (prop_id == GST_PP_PROP_STATS)
     g_value_take_boxed (value,
         gst_pp_stats_structure_new (&self->stream.stats, self->model));
+  else if (prop_id == GST_PP_PROP_TICK_HISTORY)
+    g_value_take_boxed (value,
+        gst_pp_tick_history_structure_new (self->model));
   else if (!gst_pp_settings_get (s, prop_id, value))
     G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);

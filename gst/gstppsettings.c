@@ -36,7 +36,7 @@
 
 #define AT(field) G_STRUCT_OFFSET (GstPersonaplexSettings, field)
 
-/* Where each property's setting lives; -1: not a setting (stats). */
+/* Where each property's setting lives; -1: not a setting (stats, tick-history). */
 static const glong setting_offset[GST_PP_N_PROPS] = {
   [GST_PP_PROP_0] = -1,
   [GST_PP_PROP_MODEL_DIR] = AT (model_dir),
@@ -64,6 +64,7 @@ static const glong setting_offset[GST_PP_N_PROPS] = {
   [GST_PP_PROP_PROCESSING_DEADLINE] = AT (processing_deadline),
   [GST_PP_PROP_RESET_ON_DISCONT] = AT (reset_on_discont),
   [GST_PP_PROP_FRAME_MESSAGES] = AT (frame_messages),
+  [GST_PP_PROP_TICK_HISTORY] = -1,
 };
 
 /* The enum settings are written as gint (g_value_get_enum). */

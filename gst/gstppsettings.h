@@ -83,6 +83,7 @@ enum
   GST_PP_PROP_PROCESSING_DEADLINE,
   GST_PP_PROP_RESET_ON_DISCONT,
   GST_PP_PROP_FRAME_MESSAGES,
+  GST_PP_PROP_TICK_HISTORY,     /* the engine's live ticks, not a setting */
   GST_PP_N_PROPS
 };
 

@@ -73,6 +73,11 @@ struct _GstPpTicker
   gboolean loaded;              /* under load: batches wait for the due tick */
   gint64 emulate_fixed_us, emulate_row_us;    /* PPX_TICK_EMULATE */
   gboolean running;
+  /* the live ticks (gst_pp_ticker_history): a ring */
+  guint hist_rows[GST_PP_TICK_HISTORY];
+  gdouble hist_ms[GST_PP_TICK_HISTORY];
+  gint64 hist_end[GST_PP_TICK_HISTORY];
+  guint64 hist_total;
   /* the running tick's arrays, members->len long */
   guint capacity;
   GstPpTickerMember **batch;
@@ -363,6 +368,14 @@ run_tick_locked (GstPpTicker * t)
   }
   t->running = FALSE;
   t->last_end = end;
+  if (n > 0) {
+    guint h = (guint) (t->hist_total % GST_PP_TICK_HISTORY);
+
+    t->hist_rows[h] = n;
+    t->hist_ms[h] = (end - start) / 1000.0;
+    t->hist_end[h] = end;
+    t->hist_total++;
+  }
   note_load_locked (t, start, end);
   g_clear_error (&err);
   g_cond_broadcast (&t->cond);
@@ -481,4 +494,36 @@ gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
   }
   g_mutex_unlock (&t->lock);
   return lead;
+}
+
+guint
+gst_pp_ticker_history (GstPpTicker * t, guint * rows, gdouble * ms,
+    gint64 * end_us, guint max, guint64 * total)
+{
+  guint n, i;
+  guint64 first;
+
+  g_mutex_lock (&t->lock);
+  n = (guint) MIN (MIN (t->hist_total, (guint64) GST_PP_TICK_HISTORY), max);
+  first = t->hist_total - n;
+  for (i = 0; i < n; i++) {
+    guint h = (guint) ((first + i) % GST_PP_TICK_HISTORY);
+
+    if (rows)
+      rows[i] = t->hist_rows[h];
+    if (ms)
+      ms[i] = t->hist_ms[h];
+    if (end_us)
+      end_us[i] = t->hist_end[h];
+  }
+  if (total)
+    *total = t->hist_total;
+  g_mutex_unlock (&t->lock);
+  return n;
+}
+
+gdouble
+gst_pp_ticker_emulated_ms (GstPpTicker * t, guint rows)
+{
+  return (t->emulate_fixed_us + (gint64) rows * t->emulate_row_us) / 1000.0;
 }

@@ -97,6 +97,19 @@ GstPpTickResult gst_pp_ticker_step (GstPpTickerMember * member,
 gint64 gst_pp_ticker_lead_in (GstPpTickerMember * member, gint64 complete_at,
     gint64 period, gint64 granularity);
 
+/* The live ticks (docs/element.md, "Tick history"): the last
+ * GST_PP_TICK_HISTORY ticks the ticker ran, oldest first: rows stepped, wall
+ * time (ms, an emulated device's included) and when each ended (monotonic
+ * us). Copies up to @max of the newest into the arrays (any may be NULL) and
+ * returns how many; *@total: the ticks run since the ticker was made. */
+#define GST_PP_TICK_HISTORY 256
+guint gst_pp_ticker_history (GstPpTicker * ticker, guint * rows,
+    gdouble * ms, gint64 * end_us, guint max, guint64 * total);
+
+/* The least time (ms) a tick of @rows lasts on the emulated device of
+ * PPX_TICK_EMULATE (docs/testing.md); 0 without it. */
+gdouble gst_pp_ticker_emulated_ms (GstPpTicker * ticker, guint rows);
+
 G_END_DECLS
 
 #endif /* __GST_PP_TICKER_H__ */

@@ -169,6 +169,19 @@ void ppx_engine_tick_times (PpxEngine *engine, PpxEngineTickTimes *times);
  * 640. */
 const double *ppx_engine_tick_bucket_bounds_ms (void);
 
+/* What a tick of `rows` sessions at full context costs on this engine (docs/engine.md, "Measuring the tick"):
+ * `rows` sessions without prompts take free slots, are put at the end of the model's context (every tick then
+ * attends the whole KV cache, as a long call's does), step 2 warm-up ticks (a first tick, a CUDA graph recorded
+ * for the bucket) and then `ticks` measured ones, whose wall times (ms) go to ms[0..ticks-1], and leave. These
+ * ticks are not the engine's tick times (ppx_engine_tick_times). Meant for start-up, before calls: it takes the
+ * slots and the engine's time. PPX_ERROR_LIMIT when fewer than `rows` slots are free. *padded_rows (may be NULL):
+ * the rows the last measured tick ran (more than `rows` when the engine padded it to its bucket). */
+gboolean ppx_engine_measure_tick (PpxEngine *engine, int rows, int ticks, double *ms, int *padded_rows,
+                                  GError **error);
+/* The rows a tick of n sessions runs when every session is in it: n, or on a bucketed engine (CUDA) the next
+ * power of two, at most max_sessions (docs/engine.md, "Batch-size buckets and padding"). */
+int ppx_engine_tick_rows (const PpxEngine *engine, int n);
+
 /* How the ticks ran (docs/engine.md, "The GPU tick"). */
 typedef struct {
   guint64 ticks;        /* ticks run */

@@ -495,6 +495,94 @@ GST_START_TEST (test_shared_model)
 
 GST_END_TEST;
 
+/* ------------------------------------------------------------------------ */
+/* What a server admits by (docs/element.md, "Measuring the tick")          */
+
+static guint
+history_total (GstElement * el, guint * n, guint * last_rows, gdouble * last_ms)
+{
+  GstStructure *h = NULL;
+  const GValue *rows, *ms;
+  guint64 total = 0;
+
+  g_object_get (el, "tick-history", &h, NULL);
+  fail_unless (h != NULL && gst_structure_get_uint64 (h, "total", &total));
+  rows = gst_structure_get_value (h, "rows");
+  ms = gst_structure_get_value (h, "ms");
+  *n = gst_value_array_get_size (rows);
+  fail_unless_equals_int (gst_value_array_get_size (ms), *n);
+  fail_unless_equals_int (gst_value_array_get_size (gst_structure_get_value (h,
+              "age-ms")), *n);
+  if (*n > 0) {
+    *last_rows = g_value_get_uint (gst_value_array_get_value (rows, *n - 1));
+    *last_ms = g_value_get_double (gst_value_array_get_value (ms, *n - 1));
+  }
+  gst_structure_free (h);
+  return (guint) total;
+}
+
+/* measure-tick on an engine of 3 slots (the element's own session holds
+ * one) with an emulated device of 30 ms + 5 ms a row: a tick of 2 rows is
+ * at least 40 ms; 3 rows do not fit; the live ticks of another element of
+ * the engine show in tick-history, not the measured ones. */
+GST_START_TEST (test_measure_tick)
+{
+  static const guint sizes[] = { 999 };
+  GstElement *keep = new_element ("test-measure");
+  GstElement *call = new_element ("test-measure");
+  GstStructure *m = NULL;
+  GstHarness *h;
+  GArray *out;
+  gdouble p99 = 0, emulated = 0, min = 0, last_ms = 0;
+  guint rows = 0, ticks = 0, n = 0, last_rows = 0;
+
+  g_object_set (keep, "max-sessions", 3, NULL);
+  g_object_set (call, "max-sessions", 3, NULL);
+  g_setenv ("PPX_TICK_EMULATE", "30,5", TRUE);  /* read when the ticker is made */
+  fail_unless_equals_int (gst_element_set_state (keep, GST_STATE_PAUSED),
+      GST_STATE_CHANGE_SUCCESS);
+  g_unsetenv ("PPX_TICK_EMULATE");
+
+  g_signal_emit_by_name (keep, "measure-tick", 2u, 2u, &m);
+  fail_unless (m != NULL);
+  fail_if (gst_structure_has_field (m, "error"), "%s",
+      gst_structure_get_string (m, "error"));
+  fail_unless (gst_structure_get (m, "rows", G_TYPE_UINT, &rows, "ticks",
+          G_TYPE_UINT, &ticks, "p99-ms", G_TYPE_DOUBLE, &p99, "min-ms",
+          G_TYPE_DOUBLE, &min, "emulated-ms", G_TYPE_DOUBLE, &emulated, NULL));
+  fail_unless_equals_int (rows, 2);
+  fail_unless_equals_int (ticks, 2);
+  fail_unless (emulated == 40.0 && min >= 40.0 && p99 >= min,
+      "emulated %f, min %f, p99 %f", emulated, min, p99);
+  gst_structure_free (m);
+
+  m = NULL;
+  g_signal_emit_by_name (keep, "measure-tick", 3u, 1u, &m);
+  fail_unless (m != NULL && gst_structure_has_field (m, "error"));
+  fail_unless (strstr (gst_structure_get_string (m, "error"), "free") != NULL,
+      "%s", gst_structure_get_string (m, "error"));
+  gst_structure_free (m);
+  /* the measured ticks are not live ticks */
+  fail_unless_equals_int (history_total (keep, &n, &last_rows, &last_ms), 0);
+  fail_unless_equals_int (n, 0);
+
+  /* a call's frames: live ticks of 1 row, at least 35 ms each */
+  h = new_harness_for (call, PPX_F32_CAPS);
+  push_signal (h, 0, 2 * PPX_FRAME, sizes, 1);
+  out = pull_all_checked (h, 0, &n);
+  fail_unless (history_total (keep, &n, &last_rows, &last_ms) >= 2);
+  fail_unless (n >= 2 && last_rows == 1 && last_ms >= 35.0,
+      "%u ticks, the last of %u rows, %f ms", n, last_rows, last_ms);
+
+  g_array_unref (out);
+  gst_harness_teardown (h);
+  gst_object_unref (call);
+  gst_element_set_state (keep, GST_STATE_NULL);
+  gst_object_unref (keep);
+}
+
+GST_END_TEST;
+
 void
 element_test_add_properties (TCase * tc)
 {
@@ -508,4 +596,5 @@ element_test_add_properties (TCase * tc)
   tcase_add_test (tc, test_stress_state_changes);
   tcase_add_test (tc, test_restart_churn_sticky_order);
   tcase_add_test (tc, test_shared_model);
+  tcase_add_test (tc, test_measure_tick);
 }

@@ -630,6 +630,53 @@ test_tick_times (void)
   ppx_engine_unref (e);
 }
 
+/* ppx_engine_measure_tick (the server's admission, docs/engine.md "Measuring the tick"): a tick of n sessions at
+ * full context, measured on free slots beside a session that stays; its ticks are not the engine's tick times; too
+ * few free slots is PPX_ERROR_LIMIT, nothing measured. */
+static void
+test_measure_tick (void)
+{
+  g_autoptr (GError) err = NULL;
+  PpxEngineParams ep;
+  ppx_engine_params_init (&ep);
+  ep.max_sessions = 3;
+  PpxEngine *e = ppx_engine_new (model, &ep, &err);
+  g_assert_no_error (err);
+  PpxSessionParams p;
+  ppx_session_params_init (&p);
+  PpxSession *kept = ppx_engine_session_new (e, &p, &err); /* as the server's keeper's */
+  g_assert_no_error (err);
+  double ms[3] = {-1, -1, -1};
+  int padded = 0;
+  g_assert_true (ppx_engine_measure_tick (e, 2, 3, ms, &padded, &err));
+  g_assert_no_error (err);
+  for (int i = 0; i < 3; i++)
+    g_assert_cmpfloat (ms[i], >, 0);
+  g_assert_cmpint (padded, >=, 2);
+  g_assert_cmpint (ppx_engine_active_sessions (e), ==, 1);
+  PpxEngineTickTimes t;
+  ppx_engine_tick_times (e, &t);
+  g_assert_cmpuint (t.ticks, ==, 0);
+  /* 3 rows need 3 free slots: 2 are */
+  g_assert_false (ppx_engine_measure_tick (e, 3, 1, ms, NULL, &err));
+  g_assert_error (err, PPX_ERROR, PPX_ERROR_LIMIT);
+  g_clear_error (&err);
+  g_assert_false (ppx_engine_measure_tick (e, 0, 1, ms, NULL, &err));
+  g_assert_error (err, PPX_ERROR, PPX_ERROR_INVALID);
+  g_clear_error (&err);
+  g_assert_cmpint (ppx_engine_tick_rows (e, 3), ==, 3); /* unpadded, or a bucket of at most 3 slots */
+  /* the session that stayed still steps, and its tick is counted */
+  float in[1920] = {0}, out[1920];
+  const float *ins[1] = {in};
+  float *outs[1] = {out};
+  g_assert_true (ppx_engine_step (e, &kept, 1, ins, outs, NULL, &err));
+  g_assert_no_error (err);
+  ppx_engine_tick_times (e, &t);
+  g_assert_cmpuint (t.ticks, ==, 1);
+  ppx_session_free (kept);
+  ppx_engine_unref (e);
+}
+
 static void
 load_sources (void)
 {
@@ -687,6 +734,7 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/memory", test_memory);
   g_test_add_func ("/engine/bad-calls", test_bad_calls);
   g_test_add_func ("/engine/tick-times", test_tick_times);
+  g_test_add_func ("/engine/measure-tick", test_measure_tick);
   int rc = g_test_run ();
   ppx_model_unref (model);
   g_unlink (voice2_wav);

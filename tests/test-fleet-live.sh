@@ -49,13 +49,13 @@ expect () { # NAME REGEX...: each matches a line of NAME's summary
 
 # (the ticks line's rows: 2 when the two calls share ticks, 1 when their frames fall 20 ms or more apart, as
 # /api/chat calls on an engine that is not loaded may: frame alignment cannot line up 40 ms Ogg pages; server.md)
-live a --calls 2 --ramp 1 --seconds 10 --server-option "--batch-deadline 20"
+live a --calls 2 --ramp 1 --seconds 10 --server-option "--batch-deadline 20" --server-option "--admission memory"
 sed -n '/^personaplex-loadgen: /,$p' "$tmp/a/summary.txt"
 expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
   '^join time, connect to handshake \(ms\) +2 ' '^frame latency, all frames \(ms\) +[0-9]{3} ' \
   '^loadgen CPU: ' '^s1 pid [0-9]+ CPU: ' '^haproxy pid [0-9]+ CPU: ' '^== the machine: ' \
   '^== s1 /health: \{.*"sessions" *: *0' '^== s1 /metrics personaplex_tick_duration_seconds: p99 <= [0-9.]+ ms \(a bucket bound\) of [0-9]+ ticks' \
-  '^== 1 server\(s\): .* --batch-deadline 20$' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat' \
+  '^== 1 server\(s\): .* --batch-deadline 20 --admission memory$' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat' \
   '^latency growth: last quarter - first \(ms\) +2 ' '^== s1 /metrics audio dropped, the model behind \(s\): chat 0\.000' \
   '^== s1 ticks: [0-9]+ ticks of [0-9]+ to [12] rows .*, [0-9.]+ a second, '
 for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log report.html; do
@@ -78,7 +78,7 @@ assert "not measured" not in html, "no tick p99 from /health"
 EOF
 grep -q '^call [01]: ok' "$tmp/a/run.log" || fail "(a) no per-call lines in run.log"
 
-live b --servers 2 --calls 2 --ramp 0 --seconds 8 --kill-at 4
+live b --servers 2 --calls 2 --ramp 0 --seconds 8 --kill-at 4 --server-option "--admission memory"
 sed -n '/^outcomes/p; /^calls per server/p; /killed/p; /marked/p' "$tmp/b/summary.txt"
 expect b '^== killed s2 \(pid [0-9]+\) with SIGKILL' '^== HAProxy marked s2 DOWN L4[A-Z]* after [0-9.]+ s' \
   '^outcomes: .*(ok 1, refused 0, failed 1)' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8080/api/chat' \

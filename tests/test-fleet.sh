@@ -98,7 +98,7 @@ echo "--devices: s1.sh passes --device 0; $( [ "$dev_status" = 0 ] && echo "it s
 
 # shellcheck disable=SC2086 # $tls: an option and its value, or nothing
 sh "$fleet_sh" start --servers 3 --run-dir "$run" --server "$server" --listen "$listen" --ops "$ops" $tls \
-  --base-port "$ports" --start-timeout 60 -- --model-dir "$tmp/model" --backend cpu --max-sessions 2 \
+  --base-port "$ports" --start-timeout 60 -- --model-dir "$tmp/model" --backend cpu --max-sessions 2 --admission memory \
   --drain-timeout 30 --auth-token "$token" > "$tmp/start.out" 2> "$tmp/start.err" || { cat "$tmp/start.err" >&2; fail "the fleet did not start"; }
 grep -q "^$url/api/chat $run\$" "$tmp/start.out" || fail "start printed '$(cat "$tmp/start.out")'"
 

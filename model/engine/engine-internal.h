@@ -80,6 +80,7 @@ struct PpxEngine {
   int *graph_failures;  /* [max + 1]: recordings that failed; a bucket that fails 3 times runs eagerly */
   PpxEngineTickStats stats;
   PpxTickTimes *times;  /* wall times of the recent ticks (a lock of its own) */
+  gint measuring;       /* ppx_engine_measure_tick runs: its ticks are not recorded in times (atomic) */
 
   /* Prompt prefill: chunks of up to prompt_chunk frames (1: single-row steps, ppx_engine_lm_call). */
   int prompt_chunk;

@@ -427,6 +427,12 @@ enqueue_tick (PpxEngine *e, PpxSession *const *sessions, int n, int M, gboolean 
     codec_runs (e, sessions, n, TRUE);
 }
 
+int
+ppx_engine_tick_rows (const PpxEngine *e, int n)
+{
+  return e && e->bucketed && n > 0 ? bucket_rows (e, n) : n;
+}
+
 /* Runs a bucketed tick from its graph, recording it first when needed. FALSE: it could not (the caller
  * runs the tick eagerly). */
 static gboolean
@@ -545,7 +551,8 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   e->stats.last_ops = c1.n_ops - c0.n_ops;
   e->stats.last_uploads = c1.n_uploads - c0.n_uploads;
   e->stats.last_downloads = c1.n_downloads - c0.n_downloads;
-  const gint64 tick_us = ppx_tick_times_add (e->times, t0);
+  const gint64 tick_us = g_atomic_int_get (&e->measuring) ? g_get_monotonic_time () - t0
+                                                          : ppx_tick_times_add (e->times, t0);
   g_atomic_int_set (&e->last_tick_us, (gint) MIN (tick_us, G_MAXINT));
   g_atomic_int_set (&e->last_batch, n);
   ppx_engine_note_tick (e, t0, t_lock, g_get_monotonic_time ());

@@ -25,7 +25,8 @@
 #                 dropped at the reference web client's player, underruns, text, CPU of the loadgen and of each
 #                 server and HAProxy), each server's tick p50/p99 and overruns (/health),
 #                 tick p99 from its /metrics histogram, the audio it dropped (the model behind a call), its ticks
-#                 (from the ticker's debug lines in its log: a second, rows each, waits), GPU memory over the run,
+#                 (from the ticker's debug lines in its log: a second, rows each, waits), its admission (the tick
+#                 measured at start-up, the capacity and the bound that holds, calls refused by reason), GPU memory over the run,
 #                 the machine's CPU, the kill and HAProxy's DOWN
 #   run.log       everything, with a line per call;  loadgen.json  every call's figures
 #   report.html   the run by second in inline SVG (personaplex-loadgen --report): frame latency p50/p99, audio
@@ -38,7 +39,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 pack= build= model= make= model_root= servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
 backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} check=0 extra_server_opts=
-usage () { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage () { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --pack) pack=$2; shift ;;
@@ -226,7 +227,7 @@ main () {
   cpu1=$(machine_cpu)
   cat "$tmp/loadgen.txt" >> "$summary"
   cat "$tmp/loadgen.txt"
-  say "== personaplex-loadgen exit $loadgen_status (1: calls failed that were not expected to)"
+  say "== personaplex-loadgen exit $loadgen_status (1: calls refused or failed that were not expected to, or a rule broken: audio dropped, latency)"
   [ "$loadgen_status" -le 1 ] || return 1
   echo "$cpu0 $cpu1" | awk -v cores="$(getconf _NPROCESSORS_ONLN)" '{ busy = $3 - $1; all = $4 - $2
     if (all > 0) printf "== the machine: %.1f of %d cores busy during the calls (/proc/stat)\n", cores * busy / all, cores }' |
@@ -243,6 +244,12 @@ main () {
     say "== $name /metrics audio dropped, the model behind (s): $(awk '/^personaplex_input_dropped_seconds_total\{/ {
       sub(/.*protocol="/, "", $1); sub(/".*/, "", $1); printf "%s%s %s", sep, $1, $2; sep = ", " }' "$tmp/metrics-$name.txt")"
     say "== $name ticks: $(tick_summary "$fleet/$name.log")"
+    # admission (server.md, "Admission"): the tick measured at start-up, the capacity then and at its last change,
+    # the refusals
+    grep -m1 ' at full context (ms, by calls)' "$fleet/$name.log" | sed "s/^personaplex-server: /== $name /" | tee -a "$summary"
+    grep ' bound holds ' "$fleet/$name.log" | sed -n '1p;$p' | uniq | sed "s/^personaplex-server: /== $name /" | tee -a "$summary"
+    say "== $name refused: $(awk '/^personaplex_calls_refused_total\{/ { sub(/.*reason="/, "", $1); sub(/".*/, "", $1)
+      n[$1] += $2 } END { for (r in n) { printf "%s%s %d", sep, r, n[r]; sep = ", " } }' "$tmp/metrics-$name.txt")"
   done < "$fleet/servers"
   if [ -s "$out/gpu.csv" ]; then
     awk -F', *' 'NR > 1 && $3 ~ /^[0-9]+$/ { g = $2; if (!(g in lo) || $3 < lo[g]) lo[g] = $3; if ($3 > hi[g]) hi[g] = $3

@@ -129,7 +129,11 @@ write_config () {
   servers_file=$1 out=$2
   retries=$(wc -l < "$servers_file")
   [ "$retries" -ge 2 ] || retries=2
-  awk '{printf "    server %s %s:%s\n", $1, $2, $3}' "$servers_file" > "$out.servers"
+  # each server's maxconn: the capacity its /health said at start (NAME CAPACITY lines in $run_dir/capacity), so
+  # that HAProxy sends a server no more calls than it takes; beyond it a call waits (timeout queue) or goes on
+  awk -v capf="$(dirname "$servers_file")/capacity" '
+    BEGIN { while ((getline line < capf) > 0) { split(line, f, " "); cap[f[1]] = f[2] } }
+    {printf "    server %s %s:%s%s\n", $1, $2, $3, ($1 in cap) ? " maxconn " cap[$1] : ""}' "$servers_file" > "$out.servers"
   awk '{printf "    use_backend ops_%s if { path_beg /servers/%s/ }\n", $1, $1}' "$servers_file" > "$out.routes"
   awk '{printf "backend ops_%s\n    http-request replace-path /servers/%s(/.*) \\1\n    server %s %s:%s\n\n", $1, $1, $1, $2, $3}' \
     "$servers_file" > "$out.backends"
@@ -200,6 +204,17 @@ wait_health () {
   return 1
 }
 
+# NAME CAPACITY for every server whose /health answers with a capacity (at least 1: maxconn 0 is no limit).
+read_capacities () {
+  while read -r name addr port _; do
+    cap=$(http_body "http://$addr:$port/health" | sed -n 's/.*"capacity" *: *\([0-9][0-9]*\).*/\1/p')
+    [ -n "$cap" ] || { say "$name: no capacity in its /health: no maxconn"; continue; }
+    [ "$cap" -ge 1 ] || cap=1
+    say "$name: capacity $cap call(s) (its /health): maxconn $cap"
+    echo "$name $cap"
+  done < "$1"
+}
+
 start_server () {
   name=$1
   sh "$run_dir/$name.sh" >> "$run_dir/$name.log" 2>&1 < /dev/null &
@@ -214,6 +229,7 @@ cmd_start () {
   [ ! -f "$run_dir/haproxy.pid" ] || ! alive "$(cat "$run_dir/haproxy.pid")" ||
     die "$run_dir: a fleet runs there already (personaplex-fleet.sh stop $run_dir)"
   list_servers "$run_dir/servers"
+  rm -f "$run_dir/capacity"
   write_config "$run_dir/servers" "$run_dir/haproxy.cfg"
   echo "$ops" > "$run_dir/ops"
   $wrapper "$haproxy" -c -q -f "$run_dir/haproxy.cfg" || die "HAProxy refuses $run_dir/haproxy.cfg"
@@ -243,6 +259,10 @@ cmd_start () {
       { tail -5 "$run_dir/$name.log" >&2; die "$name did not start (log: $run_dir/$name.log)"; }
   done < "$run_dir/servers"
 
+  # every server's capacity (its /health, read now that they serve) becomes its maxconn
+  read_capacities "$run_dir/servers" > "$run_dir/capacity"
+  write_config "$run_dir/servers" "$run_dir/haproxy.cfg"
+  $wrapper "$haproxy" -c -q -f "$run_dir/haproxy.cfg" || die "HAProxy refuses $run_dir/haproxy.cfg"
   $setsid $wrapper "$haproxy" -db -f "$run_dir/haproxy.cfg" > "$run_dir/haproxy.log" 2>&1 < /dev/null &
   echo $! > "$run_dir/haproxy.pid"
   scheme=ws

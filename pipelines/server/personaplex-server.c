@@ -13,6 +13,7 @@
 #include <locale.h>
 #include <stdio.h>
 
+#include "server-admission.h"
 #include "server-http.h"
 #include "server-model.h"
 #include "server-options.h"
@@ -68,12 +69,16 @@ serve (const PpxServerOptions *options)
               "cache, %.1f MB a session, %.1f MB in all)\n", max_calls,
               options->max_sessions > 0 ? "--max-sessions" : "as many as fit in memory", engine.max_sessions,
               kv ? kv : "?", engine.session_bytes / 1e6, engine.engine_bytes / 1e6);
+  /* the compute bound: the tick measured before the first call (docs/server.md, "Admission") */
+  PpxAdmission *admission = ppx_admission_new (options, keeper, (guint) max_calls, engine.max_sessions);
   PpxServer *server = ppx_server_new (options, keeper, max_calls, &error);
   if (!server) {
     g_printerr ("personaplex-server: %s\n", error->message);
+    ppx_admission_free (admission);
     ppx_server_model_keeper_free (keeper);
     return 1;
   }
+  ppx_server_set_admission (server, admission);
   g_autofree char *url = ppx_server_get_url (server);
   /* The one line on stdout: scripts read the URL (and the port, with --port 0) from it. */
   printf ("personaplex-server: serving %s (model %s)\n", url, model);
@@ -86,6 +91,7 @@ serve (const PpxServerOptions *options)
   g_source_remove (sigint);
   g_source_remove (sigterm);
   ppx_server_free (server);
+  ppx_admission_free (admission);
   ppx_server_work_finish ();
   ppx_server_model_keeper_free (keeper);
   g_main_loop_unref (stop.loop);

@@ -4,6 +4,7 @@
 #include <json-glib/json-glib.h>
 #include <string.h>
 
+#include "server-admission.h"
 #include "server-auth.h"
 #include "server-chat.h"
 #include "server-static.h"
@@ -27,6 +28,7 @@ struct _PpxServer {
   gboolean draining;
   GMainLoop *drain_loop;
   guint drain_timer;
+  PpxAdmission *admission; /* NULL: max_calls alone */
 };
 
 struct _PpxServerCall {
@@ -167,8 +169,20 @@ fill_gauges (PpxServer *server, PpxServerGauges *g, GstStructure *stats)
 {
   memset (g, 0, sizeof *g);
   g->sessions = g_list_length (server->calls);
-  g->capacity = (guint) server->max_calls;
+  g->capacity = g->capacity_memory = g->capacity_compute = (guint) server->max_calls;
   g->draining = server->draining;
+  if (server->admission) {
+    PpxAdmissionState st;
+    ppx_admission_state (server->admission, g->sessions, &st);
+    g->capacity = st.capacity;
+    g->capacity_memory = st.memory;
+    g->capacity_compute = st.compute;
+    g->bound = st.bound;
+    g->admission = st.mode;
+    g->tick_budget_ms = st.budget_ms;
+    g->over_budget = st.over_budget && !g_str_equal (st.mode, "memory");
+    g->predicted_tick_ms = st.predicted_ms;
+  }
   if (!stats)
     return;
   g->backend = gst_structure_get_string (stats, "backend");
@@ -198,7 +212,7 @@ serve_health (PpxServer *server, SoupServerMessage *msg, gboolean metrics)
     return;
   }
   g_autofree char *json = ppx_metrics_health_json (&g);
-  gboolean free_slot = !g.draining && g.sessions < g.capacity;
+  gboolean free_slot = !g.draining && !g.over_budget && g.sessions < g.capacity;
   set_json (msg, free_slot ? SOUP_STATUS_OK : SOUP_STATUS_SERVICE_UNAVAILABLE, json);
 }
 
@@ -293,11 +307,22 @@ check_call (PpxServer *server, SoupServerMessage *msg, GHashTable *query, PpxPro
   return TRUE;
 }
 
-/* NULL when a call can be taken, else why not: "draining" or "full". */
+/* NULL when a call can be taken, else why not: "draining", "full" or "over_budget" (server-admission.h). */
 static const char *
 no_room (PpxServer *server)
 {
-  return server->draining ? "draining" : g_list_length (server->calls) >= (guint) server->max_calls ? "full" : NULL;
+  const guint open = g_list_length (server->calls);
+  if (server->draining)
+    return "draining";
+  if (open >= (guint) server->max_calls)
+    return "full";
+  return server->admission ? ppx_admission_refuse (server->admission, open) : NULL;
+}
+
+void
+ppx_server_set_admission (PpxServer *server, PpxAdmission *admission)
+{
+  server->admission = admission;
 }
 
 static void
@@ -311,14 +336,25 @@ handle (SoupServer *soup, SoupServerMessage *msg, const char *path, GHashTable *
     const char *busy = no_room (server);
     if (busy) {
       refuse (msg, PPX_PROTO_CHAT, SOUP_STATUS_SERVICE_UNAVAILABLE, busy,
-              server->draining ? "the server is draining" : "the server is full");
+              server->draining ? "the server is draining"
+              : g_str_equal (busy, "over_budget") ? "the server is full: its tick runs over its budget"
+                                                  : "the server is full");
       ppx_call_params_clear (&params);
       return;
     }
     ppx_server_chat_start (server, msg, &params);
   } else if (g_str_equal (path, "/ws")) {
-    if (check_call (server, msg, query, PPX_PROTO_WEBRTC, &params))
-      ppx_server_webrtc_start (server, msg, &params, no_room (server));
+    if (!check_call (server, msg, query, PPX_PROTO_WEBRTC, &params))
+      return;
+    /* full: 503 before the upgrade, as /api/chat (a balancer retries it on another server) */
+    const char *busy = no_room (server);
+    if (busy) {
+      refuse (msg, PPX_PROTO_WEBRTC, SOUP_STATUS_SERVICE_UNAVAILABLE, busy,
+              server->draining ? "the server is draining" : "the server is busy: too many sessions");
+      ppx_call_params_clear (&params);
+      return;
+    }
+    ppx_server_webrtc_start (server, msg, &params, NULL);
   } else if (g_str_equal (path, "/health")) {
     serve_health (server, msg, FALSE);
   } else if (g_str_equal (path, "/metrics")) {

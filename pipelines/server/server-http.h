@@ -7,8 +7,8 @@
  *   /metrics     Prometheus text
  *   /            the WebRTC page, or the --static web client (server-static.h)
  *
- * Before a call's upgrade: the Origin (403), the token (401), the capacity and drain (/api/chat: 503; /ws: the
- * page is told the server is busy) and the call's parameters (400); nothing of this costs model time. Every
+ * Before a call's upgrade: the Origin (403), the token (401), the capacity and drain (503 with Retry-After, both
+ * protocols; server-admission.h) and the call's parameters (400); nothing of this costs model time. Every
  * call, of either protocol, holds one of the engine's slots from its acceptance until its teardown finished. */
 #ifndef PPX_SERVER_HTTP_H
 #define PPX_SERVER_HTTP_H
@@ -29,6 +29,9 @@ typedef struct _PpxServerCall PpxServerCall;
  * more than `max_calls` calls at once are refused. */
 PpxServer *ppx_server_new (const PpxServerOptions *options, PpxServerModelKeeper *keeper, int max_calls,
                            GError **error);
+/* Admission by the measured tick as well (server-admission.h; it must outlive the server). */
+typedef struct _PpxAdmission PpxAdmission;
+void ppx_server_set_admission (PpxServer *server, PpxAdmission *admission);
 /* "http://127.0.0.1:8080/" or "https://..." (g_free). */
 char *ppx_server_get_url (PpxServer *server);
 /* SIGTERM: takes no more calls; open calls run on for --drain-timeout, then each is ended; `loop` is quit once

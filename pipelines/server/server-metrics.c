@@ -98,7 +98,23 @@ ppx_metrics_health_json (const PpxServerGauges *g)
   json_builder_set_member_name (b, "capacity");
   json_builder_add_int_value (b, g->capacity);
   json_builder_set_member_name (b, "free");
-  json_builder_add_int_value (b, g->capacity > g->sessions && !g->draining ? g->capacity - g->sessions : 0);
+  json_builder_add_int_value (b, g->capacity > g->sessions && !g->draining && !g->over_budget
+                                     ? g->capacity - g->sessions : 0);
+  /* admission: which bound holds (docs/server.md, "Admission") */
+  json_builder_set_member_name (b, "bound");
+  json_builder_add_string_value (b, g->bound ? g->bound : "memory");
+  json_builder_set_member_name (b, "capacity_memory");
+  json_builder_add_int_value (b, g->capacity_memory);
+  json_builder_set_member_name (b, "capacity_compute");
+  json_builder_add_int_value (b, g->capacity_compute);
+  json_builder_set_member_name (b, "admission");
+  json_builder_add_string_value (b, g->admission ? g->admission : "memory");
+  json_builder_set_member_name (b, "tick_budget_ms");
+  json_builder_add_double_value (b, g->tick_budget_ms);
+  json_builder_set_member_name (b, "tick_ms_p99_predicted");
+  json_builder_add_double_value (b, g->predicted_tick_ms);
+  json_builder_set_member_name (b, "over_budget");
+  json_builder_add_boolean_value (b, g->over_budget);
   json_builder_set_member_name (b, "draining");
   json_builder_add_boolean_value (b, g->draining);
   json_builder_set_member_name (b, "tick_ms_p50");
@@ -183,6 +199,7 @@ char *
 ppx_metrics_prometheus (const PpxServerGauges *g)
 {
   GString *out = g_string_new (NULL);
+  char budget[G_ASCII_DTOSTR_BUF_SIZE];
   g_string_append_printf (out,
                           "# HELP personaplex_sessions_active Calls holding (or about to hold) an engine slot.\n"
                           "# TYPE personaplex_sessions_active gauge\npersonaplex_sessions_active %u\n"
@@ -191,6 +208,19 @@ ppx_metrics_prometheus (const PpxServerGauges *g)
                           "# HELP personaplex_draining 1 after SIGTERM while open calls finish.\n"
                           "# TYPE personaplex_draining gauge\npersonaplex_draining %d\n",
                           g->sessions, g->capacity, g->draining ? 1 : 0);
+  g_string_append_printf (out,
+                          "# HELP personaplex_capacity_calls Calls each bound allows: memory (the engine's slots) and "
+                          "compute (the tick p99 predicted within --tick-budget-ms).\n"
+                          "# TYPE personaplex_capacity_calls gauge\n"
+                          "personaplex_capacity_calls{bound=\"memory\"} %u\n"
+                          "personaplex_capacity_calls{bound=\"compute\"} %u\n"
+                          "# HELP personaplex_tick_over_budget 1 while the live ticks of the last 2 s run over "
+                          "--tick-budget-ms (no call is admitted).\n"
+                          "# TYPE personaplex_tick_over_budget gauge\npersonaplex_tick_over_budget %d\n"
+                          "# HELP personaplex_tick_budget_seconds --tick-budget-ms: the tick p99 a call is admitted "
+                          "within.\n# TYPE personaplex_tick_budget_seconds gauge\npersonaplex_tick_budget_seconds %s\n",
+                          g->capacity_memory, g->capacity_compute, g->over_budget ? 1 : 0,
+                          num (budget, "%.3f", g->tick_budget_ms / 1000.0));
   g_string_append_printf (out,
                           "# HELP personaplex_device_memory_bytes Device memory held (host memory on the CPU): the "
                           "model's weights and the engine (every call's state and the batch scratch).\n"

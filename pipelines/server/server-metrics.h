@@ -41,6 +41,11 @@ typedef struct {
   const char *backend, *device, *quantization, *kv_cache_format;
   guint64 weight_bytes, engine_bytes; /* the model's and the engine's device memory (host memory on the CPU) */
   PpxServerTicks ticks;
+  /* admission (server-admission.h): the bounds, which holds, the mode and budget, the live ticks over it */
+  guint capacity_memory, capacity_compute;
+  const char *bound, *admission; /* NULL: "memory" */
+  double tick_budget_ms, predicted_tick_ms;
+  gboolean over_budget;
 } PpxServerGauges;
 
 /* /health's JSON body (g_free). */

@@ -179,6 +179,22 @@ ppx_server_model_keeper_engine (PpxServerModelKeeper *k, PpxServerEngineInfo *in
   info->kv_cache_format = g_strdup (gst_structure_get_string (stats, "kv-cache-format"));
 }
 
+GstStructure *
+ppx_server_model_keeper_measure_tick (PpxServerModelKeeper *k, guint rows, guint ticks)
+{
+  GstStructure *s = NULL;
+  g_signal_emit_by_name (k->duplex, "measure-tick", rows, ticks, &s);
+  return s;
+}
+
+GstStructure *
+ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k)
+{
+  GstStructure *s = NULL;
+  g_object_get (k->duplex, "tick-history", &s, NULL);
+  return s;
+}
+
 void
 ppx_server_model_keeper_free (PpxServerModelKeeper *k)
 {

@@ -42,5 +42,10 @@ typedef struct {
 void ppx_server_model_keeper_engine (PpxServerModelKeeper *k, PpxServerEngineInfo *info);
 void ppx_server_model_keeper_free (PpxServerModelKeeper *k);
 
+/* The engine's tick of `rows` sessions at full context, measured `ticks` times (the element's measure-tick:
+ * a personaplex-tick-measure structure), and its live ticks (tick-history); see docs/element.md. */
+GstStructure *ppx_server_model_keeper_measure_tick (PpxServerModelKeeper *k, guint rows, guint ticks);
+GstStructure *ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k);
+
 G_END_DECLS
 #endif

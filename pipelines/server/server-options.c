@@ -17,6 +17,7 @@
 #define DEFAULT_PING_INTERVAL 10
 #define DEFAULT_PING_TIMEOUT 30
 #define DEFAULT_MAX_ICE_CANDIDATES 50
+#define DEFAULT_TICK_BUDGET_MS 70
 #define MAX_TIMEOUT 86400
 /* The engine's largest max-sessions is 4096; one slot is the keeper's. */
 #define MAX_MAX_SESSIONS 4095
@@ -143,7 +144,7 @@ check_serving (PpxServerOptions *o, GError **error)
 
 /* The options given as names, before check_names turns them into the library's enums. */
 typedef struct {
-  char *backend, *quantization, *kv_cache_format;
+  char *backend, *quantization, *kv_cache_format, *admission;
 } PpxServerNames;
 
 /* --backend, --quantization and --kv-cache-format: the library's names (ppx-types.h); absent is auto. */
@@ -243,6 +244,15 @@ check_options (PpxServerOptions *o, const PpxServerNames *names, GError **error)
                  o->batch_deadline_ms);
     return FALSE;
   }
+  if (o->tick_budget_ms < 1 || o->tick_budget_ms > 10000) {
+    g_set_error (error, options_error_quark (), 0, "--tick-budget-ms %d: use 1 to 10000", o->tick_budget_ms);
+    return FALSE;
+  }
+  if (names->admission && !(o->admission_memory = g_str_equal (names->admission, "memory")) &&
+      !g_str_equal (names->admission, "tick")) {
+    g_set_error (error, options_error_quark (), 0, "--admission '%s': tick or memory", names->admission);
+    return FALSE;
+  }
   if (o->max_input_backlog_ms < 100 || o->max_input_backlog_ms > 60000) {
     g_set_error (error, options_error_quark (), 0, "--max-input-backlog %d: use 100 to 60000 (milliseconds)",
                  o->max_input_backlog_ms);
@@ -267,6 +277,7 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
   o->ping_timeout = DEFAULT_PING_TIMEOUT;
   o->max_ice_candidates = DEFAULT_MAX_ICE_CANDIDATES;
   o->max_input_backlog_ms = DEFAULT_MAX_INPUT_BACKLOG_MS;
+  o->tick_budget_ms = DEFAULT_TICK_BUDGET_MS;
   PpxServerNames names = {NULL};
   /* the help lists the library's names */
   g_autofree char *backends = ppx_names_choice (ppx_backend_kind_names ());
@@ -305,6 +316,12 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
     {"max-input-backlog", 0, 0, G_OPTION_ARG_INT, &o->max_input_backlog_ms,
      "Longest a call's audio may wait for the model (ms, default 1000): the oldest beyond it is dropped, and "
      "counted in /metrics (/api/chat)", "MS"},
+    {"tick-budget-ms", 0, 0, G_OPTION_ARG_INT, &o->tick_budget_ms,
+     "Admit a call only while the engine's tick p99 predicted with it stays within this (ms, default 70; the "
+     "frame is 80)", "MS"},
+    {"admission", 0, 0, G_OPTION_ARG_STRING, &names.admission,
+     "tick (default): calls while the tick keeps real time and they fit in memory; memory: as many as fit in "
+     "memory", "tick|memory"},
     {"no-align-frames", 0, 0, G_OPTION_ARG_NONE, &o->no_align_frames,
      "Do not line a joining call's frames up with the running calls' (answers then do not depend on when a call "
      "joins)", NULL},
@@ -353,6 +370,7 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
   g_free (names.backend);
   g_free (names.quantization);
   g_free (names.kv_cache_format);
+  g_free (names.admission);
   return ok;
 }
 

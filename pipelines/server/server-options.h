@@ -45,6 +45,9 @@ typedef struct {
   int ping_interval, ping_timeout; /* WebSocket pings, and silence (no byte from the client) that ends a call */
   int max_ice_candidates;   /* remote ICE candidates accepted per WebRTC call */
   int max_input_backlog_ms; /* /api/chat: a call's decoded audio waiting for the model beyond this is dropped */
+  /* admission (docs/server.md, "Admission") */
+  int tick_budget_ms;       /* a call is admitted while the predicted tick p99 with it stays within this */
+  gboolean admission_memory; /* --admission memory: as many calls as fit in memory (the tick is not asked) */
 } PpxServerOptions;
 
 /* Parses and checks argv (GOption; --help prints and exits). Returns FALSE with a message naming the

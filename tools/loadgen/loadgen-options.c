@@ -92,6 +92,8 @@ check_options (LoadgenOptions *o, GError **error)
     FAIL ("--join-timeout %g: use more than 0 and at most 3600 seconds", o->join_timeout_s);
   if (!(o->max_missed_ms < 0 || o->max_missed_ms <= 24 * 3600 * 1000.0))
     FAIL ("--max-missed-ms %g: use 0 or more (ms), or a negative number for no limit", o->max_missed_ms);
+  if (!(o->max_latency_ms > 0 && o->max_latency_ms <= 600000))
+    FAIL ("--max-latency-ms %g: use more than 0, at most 600000", o->max_latency_ms);
   if (!(o->tail_s >= 0 && o->tail_s <= 600))
     FAIL ("--tail %g: use 0 to 600 seconds", o->tail_s);
   if (o->expect_refused < 0 || o->expect_refused > o->calls)
@@ -155,6 +157,7 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
   o->join_timeout_s = 120;
   o->tail_s = 5;
   o->max_missed_ms = -1;
+  o->max_latency_ms = 1000;
   o->server_pids = g_array_new (FALSE, FALSE, sizeof (int));
   o->server_names = g_ptr_array_new_with_free_func (g_free);
   GOptionEntry entries[] = {
@@ -184,6 +187,8 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
      "Exactly N calls are expected to be refused with HTTP 503 (default 0)", "N"},
     {"expect-failed", 0, 0, G_OPTION_ARG_INT, &o->expect_failed,
      "Exactly N calls are expected to fail any other way (default 0)", "N"},
+    {"max-latency-ms", 0, 0, G_OPTION_ARG_DOUBLE, &o->max_latency_ms,
+     "The run fails when the frame latency p99 (all frames) exceeds this (default 1000)", "MS"},
     {"gap-ms", 0, 0, G_OPTION_ARG_DOUBLE, &o->gap_ms,
      "An answer gap longer than this is an underrun (default 100)", "MS"},
     {"join-timeout", 0, 0, G_OPTION_ARG_DOUBLE, &o->join_timeout_s,
@@ -219,8 +224,10 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
     "Each call connects, waits for the handshake, streams its audio as Ogg Opus in real time from its own clock\n"
     "for --seconds, waits for the rest of the answer and closes. It prints a summary table (p50/p95/p99/max over\n"
     "the calls) and exits 0 when exactly the expected calls were refused (--expect-refused) and failed\n"
-    "(--expect-failed) and no call missed more audio at the reference web client's player than --max-missed-ms,\n"
-    "1 otherwise, 2 on a bad command line. See docs/fleet.md and docs/tools.md.");
+    "(--expect-failed), no call that ended ok lost audio at the server (input frames never answered), the\n"
+    "frame latency p99 is within --max-latency-ms and no call missed more audio at the reference web client's\n"
+    "player than --max-missed-ms; 1 otherwise (the summary says which rule failed), 2 on a bad command line.\n"
+    "See docs/fleet.md and docs/tools.md.");
   if (!g_option_context_parse (ctx, argc, argv, error))
     return FALSE;
   if (*argc > 1)

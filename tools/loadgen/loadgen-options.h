@@ -24,6 +24,7 @@ typedef struct {
   char **params;          /* more query parameters, KEY=VALUE */
   int expect_refused;     /* exactly this many calls refused with HTTP 503 */
   int expect_failed;      /* exactly this many calls failing any other way */
+  double max_latency_ms;  /* a passing run's frame latency p99, at most */
   double gap_ms;          /* underrun threshold */
   double join_timeout_s;  /* connect to handshake, at most */
   double tail_s;          /* after the last input page, wait at most this long for the rest of the answer */

@@ -41,6 +41,7 @@ typedef struct {
   int expect_refused;   /* calls refused with HTTP 503 that the run expects, exactly */
   int expect_failed;    /* calls that fail otherwise that the run expects, exactly */
   double max_missed_ms; /* --max-missed-ms: the most audio a call may miss at the reference player; < 0: no limit */
+  double max_latency_ms; /* the frame latency p99 (all frames) a passing run stays within (default 1000) */
   /* what happened */
   char *started_utc;
   gint64 start_us;      /* the run's start on the monotonic clock (g_get_monotonic_time) */
@@ -59,10 +60,15 @@ void loadgen_report_free (LoadgenReport *r);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (LoadgenReport, loadgen_report_free)
 
 void loadgen_report_counts (const LoadgenReport *r, guint *ok, guint *refused, guint *failed);
-/* TRUE when every rule of the verdict holds: exactly the expected numbers of calls were refused and failed
- * ("outcomes"), and no call missed more audio at the reference player than max_missed_ms ("max-missed-ms"). */
+/* TRUE when exactly the expected numbers of calls were refused and failed and no quality rule is broken:
+ *   dropped        no call that ended ok lost audio at the server (an input frame sent and never answered: the
+ *                  server dropped it, its model behind the call);
+ *   latency        the frame latency p99 over every answered frame is within max_latency_ms;
+ *   max-missed-ms  no call missed more audio at the reference player than max_missed_ms (when >= 0). */
 gboolean loadgen_report_passed (const LoadgenReport *r);
-/* The rule --max-missed-ms: NULL when it holds (or has no limit), else a sentence naming the calls over it. */
+/* The quality rules the run breaks, "dropped: ...; latency: ..." (g_free), or NULL when none. */
+char *loadgen_report_broken_rules (const LoadgenReport *r);
+/* The rule --max-missed-ms alone: NULL when it holds (or has no limit), else a sentence naming the calls over it. */
 char *loadgen_report_missed_rule (const LoadgenReport *r);
 
 /* The summary table (p50, p95, p99, max over the calls), the outcomes by reason, calls per server, CPU. */

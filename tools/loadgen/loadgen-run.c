@@ -312,6 +312,7 @@ fill_report_header (const LoadgenOptions *o, LoadgenReport *r)
   r->expect_refused = o->expect_refused;
   r->expect_failed = o->expect_failed;
   r->max_missed_ms = o->max_missed_ms;
+  r->max_latency_ms = o->max_latency_ms;
   g_autoptr (GDateTime) t = g_date_time_new_now_utc ();
   r->started_utc = g_date_time_format (t, "%Y-%m-%dT%H:%M:%SZ");
   r->start_us = g_get_monotonic_time ();

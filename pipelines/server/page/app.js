@@ -242,6 +242,8 @@ async function start() {
     const ws = call.ws;
     ws.onopen = () => { status.signalling = 'open'; show('signalling-state', 'open'); };
     ws.onclose = (event) => {
+      // closed before it opened: the server refused the upgrade (503: busy or draining) or could not be reached
+      if (status.signalling === 'connecting') reportError('the server did not take the call: it is busy (or unreachable); try again in a few seconds');
       status.signalling = 'closed';
       show('signalling-state', `closed (${event.code})`);
       if (call && call.ws === ws) stop();

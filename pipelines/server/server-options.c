@@ -248,6 +248,11 @@ check_options (PpxServerOptions *o, const PpxServerNames *names, GError **error)
                  o->max_input_backlog_ms);
     return FALSE;
   }
+  if (o->pacing_max_delay_ms < 0 || o->pacing_max_delay_ms > 1000) {
+    g_set_error (error, options_error_quark (), 0, "--pacing-max-delay %d: use 0 to 1000 (milliseconds)",
+                 o->pacing_max_delay_ms);
+    return FALSE;
+  }
   return check_serving (o, error);
 }
 
@@ -267,6 +272,7 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
   o->ping_timeout = DEFAULT_PING_TIMEOUT;
   o->max_ice_candidates = DEFAULT_MAX_ICE_CANDIDATES;
   o->max_input_backlog_ms = DEFAULT_MAX_INPUT_BACKLOG_MS;
+  o->pacing_max_delay_ms = 80;
   PpxServerNames names = {NULL};
   /* the help lists the library's names */
   g_autofree char *backends = ppx_names_choice (ppx_backend_kind_names ());
@@ -305,6 +311,12 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
     {"max-input-backlog", 0, 0, G_OPTION_ARG_INT, &o->max_input_backlog_ms,
      "Longest a call's audio may wait for the model (ms, default 1000): the oldest beyond it is dropped, and "
      "counted in /metrics (/api/chat)", "MS"},
+    {"pacing-max-delay", 0, 0, G_OPTION_ARG_INT, &o->pacing_max_delay_ms,
+     "Most delay (ms, default 80) the answer's pacing may add to cover the tick's jitter (docs/server.md, "
+     "\"Pacing\")", "MS"},
+    {"no-pacing", 0, 0, G_OPTION_ARG_NONE, &o->no_pacing,
+     "Send each answer page as soon as it is encoded (two at once per 80 ms frame) instead of one every 40 ms",
+     NULL},
     {"no-align-frames", 0, 0, G_OPTION_ARG_NONE, &o->no_align_frames,
      "Do not line a joining call's frames up with the running calls' (answers then do not depend on when a call "
      "joins)", NULL},

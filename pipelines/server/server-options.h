@@ -45,6 +45,8 @@ typedef struct {
   int ping_interval, ping_timeout; /* WebSocket pings, and silence (no byte from the client) that ends a call */
   int max_ice_candidates;   /* remote ICE candidates accepted per WebRTC call */
   int max_input_backlog_ms; /* /api/chat: a call's decoded audio waiting for the model beyond this is dropped */
+  gboolean no_pacing;       /* answer pages as they come, not one per page duration (server-pacer.h) */
+  int pacing_max_delay_ms;  /* the most delay the pacing adds for the tick's jitter */
 } PpxServerOptions;
 
 /* Parses and checks argv (GOption; --help prints and exits). Returns FALSE with a message naming the

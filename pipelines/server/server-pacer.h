@@ -5,13 +5,17 @@
  * (the reference web client's: 80 ms) dry. The pacer sends one page per page duration instead: each page's slot is
  * the previous page's slot plus its duration, and a page waits for its slot.
  *
- * The playout delay adapts to the tick's jitter as measured, bounded:
- *   - a page that comes after its slot is late: it goes at once and the clock restarts from it, so the pages after
- *     it wait by as much (the delay grows by the lateness observed);
- *   - once a second, the smallest margin of that second's pages (slot minus arrival: how early the earliest-needed
- *     page came) is how much delay went unused: the clock moves earlier by 1 ms of it a second, and at once by all
- *     of what exceeds max_delay; never more than 4 ms a page, so no interval is shorter than 36 ms;
+ * The playout delay is measured, bounded:
+ *   - each page's offset is its arrival minus its stream position (the durations of the pages before it) on the
+ *     call's clock; its lateness is that offset beyond the earliest offset of the 50 pages (2 s) before it;
+ *   - the delay is the p99.5 of the lateness of the last 250 pages (10 s), measured again every 25 pages, at most
+ *     max_delay plus one page; a page's slot is the earliest offset plus its stream position plus the delay;
+ *   - a page that comes after its slot goes at once; no slot is earlier than the previous slot plus its duration
+ *     minus 4 ms (when the delay falls the clock moves earlier by at most 4 ms a page: no interval under 36 ms), and
+ *     a main loop that wakes late moves the later slots by as much (no burst after a stall);
  *   - a gap of a second or more (no audio) starts the clock again.
+ * As the two pages of a frame come together, the second one's offset is one page duration less: the delay counts
+ * from it, so one page duration of the delay is the pacing itself and the rest covers the tick's jitter.
  * Pages of no duration (the OpusHead and OpusTags pages, an empty last page) take no slot: they go when they reach
  * the head of the queue.
  *

@@ -108,8 +108,9 @@ dispatch (GSource *source, GSourceFunc callback, gpointer user_data)
     g_queue_pop_head (&p->queue);
     Page *next = g_queue_peek_head (&p->queue);
     if (p->enabled && head->duration_us > 0 && next && next->duration_us > 0 &&
-        next->slot_us < now + head->duration_us - MAX_STEP_US) {
-      /* the main loop came late: the pages after this one keep their spacing instead of following at once */
+        next->slot_us < now + head->duration_us / 2) {
+      /* the main loop came late by half a page or more (a stall, not its wake-up's jitter of a ms or two): the
+       * pages after this one keep their spacing instead of following at once */
       gint64 late = now + head->duration_us - MAX_STEP_US - next->slot_us;
       GST_DEBUG ("call %u: sent %.2f ms after its slot: the clock moves later by %.2f ms", p->call_id,
                  (now - head->slot_us) / 1000.0, late / 1000.0);

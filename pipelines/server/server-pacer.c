@@ -15,6 +15,7 @@ GST_DEBUG_CATEGORY_STATIC (pacing_debug);
 #define MAX_STEP_US 4000                /* earlier than one page duration after the previous slot at most */
 #define RESTART_US G_USEC_PER_SEC       /* a gap this long starts the clock again */
 #define EARLY_US 500                    /* a slot this close is due now */
+#define MAX_QUEUED_US (2 * G_USEC_PER_SEC) /* audio held at most: beyond it (a client faster than real time) at once */
 
 typedef struct {
   GBytes *page;
@@ -30,6 +31,7 @@ struct _PpxPacer {
   PpxPacerSend send;
   gpointer user_data;
   GQueue queue;          /* Page */
+  gint64 queued_us;      /* the audio in it */
   GSource *source;       /* ready when the head's slot comes */
   gint64 last_sent_us;   /* the previous audio page's send time; 0: none yet */
   guint64 pages;         /* audio pages sent */
@@ -106,6 +108,7 @@ dispatch (GSource *source, GSourceFunc callback, gpointer user_data)
   Page *head;
   while (!p->stopped && !p->freed && (head = g_queue_peek_head (&p->queue)) && head->slot_us <= now + EARLY_US) {
     g_queue_pop_head (&p->queue);
+    p->queued_us -= head->duration_us;
     Page *next = g_queue_peek_head (&p->queue);
     if (p->enabled && head->duration_us > 0 && next && next->duration_us > 0 &&
         next->slot_us < now + head->duration_us / 2) {
@@ -250,6 +253,15 @@ ppx_pacer_push (PpxPacer *p, GBytes *page, gint64 duration_us, const PpxPageTrac
     pg->slot_us = tail ? tail->slot_us : now; /* no slot of its own: right after the page before it */
   }
   g_queue_push_tail (&p->queue, pg);
+  p->queued_us += duration_us;
+  /* A client that sends faster than real time is answered faster too: the pacer holds at most MAX_QUEUED_US of it
+   * (its memory bounded), the rest goes as it comes, to the WebSocket's own bound (a client that does not read). */
+  gint64 excess = p->queued_us - MAX_QUEUED_US;
+  for (GList *l = p->queue.head; l && excess > 0; l = l->next) {
+    Page *q = l->data;
+    q->slot_us = MIN (q->slot_us, now);
+    excess -= q->duration_us;
+  }
   if (!p->dispatching)
     schedule (p);
 }
@@ -268,6 +280,7 @@ ppx_pacer_stop (PpxPacer *p)
   p->stopped = TRUE;
   g_queue_clear_full (&p->queue, page_free);
   g_queue_init (&p->queue);
+  p->queued_us = 0;
   p->drained = NULL;
   if (!p->dispatching && !p->freed)
     schedule (p);

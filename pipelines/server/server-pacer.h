@@ -17,7 +17,8 @@
  * As the two pages of a frame come together, the second one's offset is one page duration less: the delay counts
  * from it, so one page duration of the delay is the pacing itself and the rest covers the tick's jitter.
  * Pages of no duration (the OpusHead and OpusTags pages, an empty last page) take no slot: they go when they reach
- * the head of the queue.
+ * the head of the queue. At most 2 s of audio wait: a client that sends faster than real time (a file) is answered
+ * faster than real time, and beyond 2 s queued its pages go as they come (to the WebSocket's own bound).
  *
  * Every page sent is traced (GStreamer debug category `personaplexpacing`, level LOG; the clock's changes at
  * DEBUG) with the times of its stages, and counted in /metrics (server-metrics.h): the interval since the call's

@@ -221,11 +221,17 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
   }
   gint64 slot = p->clock_us + p->base_us + p->pos_us + p->delay_us;
   if (slot < now) {
+    /* late (the tick, or the engine catching up after a stall): at once, as before the pacer, so that a lag does
+     * not stay in the call's latency */
     GST_DEBUG ("call %u: page %.2f ms late for its slot", p->call_id, (now - slot) / 1000.0);
     slot = now;
+  } else if (p->prev_slot_us) {
+    /* in time: never a burst. The clock moves earlier by 4 ms a page at most; but when more waits than the delay
+     * and two pages (the engine catching up, its pages faster than real time), by half a page, so that the
+     * pacer does not keep the lag (one page every 20 ms: still never two at once) */
+    gint64 step = p->queued_us > p->delay_us + 2 * duration_us ? p->prev_duration_us / 2 : MAX_STEP_US;
+    slot = MAX (slot, p->prev_slot_us + p->prev_duration_us - step);
   }
-  if (p->prev_slot_us)
-    slot = MAX (slot, p->prev_slot_us + p->prev_duration_us - MAX_STEP_US); /* never a burst */
   p->prev_slot_us = slot;
   p->prev_duration_us = duration_us;
   p->pos_us += duration_us;

@@ -109,18 +109,6 @@ dispatch (GSource *source, GSourceFunc callback, gpointer user_data)
   while (!p->stopped && !p->freed && (head = g_queue_peek_head (&p->queue)) && head->slot_us <= now + EARLY_US) {
     g_queue_pop_head (&p->queue);
     p->queued_us -= head->duration_us;
-    Page *next = g_queue_peek_head (&p->queue);
-    if (p->enabled && head->duration_us > 0 && next && next->duration_us > 0 &&
-        next->slot_us < now + head->duration_us / 2) {
-      /* the main loop came late by half a page or more (a stall, not its wake-up's jitter of a ms or two): the
-       * pages after this one keep their spacing instead of following at once */
-      gint64 late = now + head->duration_us - MAX_STEP_US - next->slot_us;
-      GST_DEBUG ("call %u: sent %.2f ms after its slot: the clock moves later by %.2f ms", p->call_id,
-                 (now - head->slot_us) / 1000.0, late / 1000.0);
-      for (GList *l = p->queue.head; l; l = l->next)
-        ((Page *) l->data)->slot_us += late;
-      p->prev_slot_us += late; /* the queue's tail */
-    }
     send_page (p, head, now);
     page_free (head);
   }
@@ -254,6 +242,9 @@ ppx_pacer_push (PpxPacer *p, GBytes *page, gint64 duration_us, const PpxPageTrac
     pg->trace = *trace;
   if (duration_us > 0) {
     pg->slot_us = next_slot (p, now, duration_us);
+    if (pg->slot_us <= now) /* late: what waits before it (earlier in the stream) is late too, and goes with it */
+      for (GList *l = p->queue.head; l; l = l->next)
+        ((Page *) l->data)->slot_us = MIN (((Page *) l->data)->slot_us, now);
   } else {
     Page *tail = g_queue_peek_tail (&p->queue);
     pg->slot_us = tail ? tail->slot_us : now; /* no slot of its own: right after the page before it */

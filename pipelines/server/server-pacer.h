@@ -10,12 +10,13 @@
  *     call's clock; its lateness is that offset beyond the earliest offset of the 50 pages (2 s) before it;
  *   - the delay is the p99.5 of the lateness of the last 250 pages (10 s), measured again every 25 pages, at most
  *     max_delay plus one page; a page's slot is the earliest offset plus its stream position plus the delay;
- *   - a page that comes after its slot goes at once (after a stall of the engine the pages it catches up with go
- *     as they come, as before the pacer: the lag does not stay in the call's latency);
+ *   - a page that comes after its slot goes at once, with whatever still waits before it (after a stall of the
+ *     engine the pages it catches up with go as they come, as before the pacer: the lag does not stay in the call's
+ *     latency);
  *   - a page in time is not sent earlier than the previous slot plus its duration minus 4 ms (when the delay falls
  *     the clock moves earlier by at most 4 ms a page: no interval under 36 ms; but by half a page when more than
- *     the delay and two pages wait: the engine catching up, faster than real time), and a main loop that wakes late by
- *     half a page moves the later slots by as much (no burst after a stall of the main loop);
+ *     the delay and two pages wait: the engine catching up, faster than real time); a main loop that wakes late
+ *     sends what is due then (after a stall of the server a burst rather than a lag kept);
  *   - a gap of a second or more (no audio) starts the clock again.
  * As the two pages of a frame come together, the second one's offset is one page duration less: the delay counts
  * from it, so one page duration of the delay is the pacing itself and the rest covers the tick's jitter.

@@ -10,6 +10,7 @@
 
 #include "ogg-page.h"
 #include "server-backlog.h"
+#include "server-pacer.h"
 #include "server-worker.h"
 #include "server-ws.h"
 
@@ -64,6 +65,9 @@ typedef struct {
   guint32 ogg_serial, ogg_sequence;
   GPtrArray *ogg_packets; /* GBytes: packets of the page being filled */
   gint64 ogg_granule;
+  gint64 page_granule;    /* the granule position the last page ended at */
+  gint64 frame_in_us;     /* when the latest answer frame entered the encoder (its tick's end) */
+  PpxPacer *pacer;        /* main thread: the answer pages on their clock */
 } Chat;
 
 typedef enum { DELIVER_AUDIO, DELIVER_TEXT, DELIVER_ERROR, DELIVER_BAD_INPUT, DELIVER_EOS, DELIVER_RESUME } DeliveryKind;
@@ -72,6 +76,8 @@ typedef struct {
   Chat *chat; /* a reference */
   DeliveryKind kind;
   GBytes *data;
+  gint64 duration_us; /* DELIVER_AUDIO: the page's audio (0: a header page) */
+  PpxPageTrace trace;
 } Delivery;
 
 static void chat_end (Chat *chat, const char *reason, const char *why, gboolean tell_client);
@@ -89,6 +95,7 @@ chat_unref (gpointer data)
   Chat *chat = data;
   if (!g_atomic_int_dec_and_test (&chat->refcount))
     return;
+  ppx_pacer_free (chat->pacer);
   ppx_ws_free (chat->ws);
   if (chat->pipeline)
     gst_object_unref (chat->pipeline);
@@ -124,6 +131,26 @@ send_kind (Chat *chat, guint8 kind, const void *data, gsize len)
   return FALSE;
 }
 
+/* The pacer's: FALSE once the call ended (a page the WebSocket could not take before the upgrade is dropped). */
+static gboolean
+pacer_send (GBytes *page, gpointer user_data)
+{
+  Chat *chat = user_data;
+  if (chat->state != TALKING)
+    return FALSE;
+  gsize len;
+  const void *bytes = g_bytes_get_data (page, &len);
+  send_kind (chat, KIND_AUDIO, bytes, len);
+  return chat->state == TALKING;
+}
+
+/* Every page before the client's end of stream was sent: the call ends normally. */
+static void
+on_drained (gpointer user_data)
+{
+  chat_end (user_data, "end_of_stream", "the client's audio ended (Ogg end of stream) and was all answered", FALSE);
+}
+
 /* ---- deliveries from the streaming threads ---- */
 
 static gboolean
@@ -137,7 +164,8 @@ deliver (gpointer data)
   const char *bytes = d->data ? g_bytes_get_data (d->data, &len) : NULL;
   switch (d->kind) {
     case DELIVER_AUDIO:
-      send_kind (chat, KIND_AUDIO, bytes, len);
+      d->trace.dispatched_us = g_get_monotonic_time ();
+      ppx_pacer_push (chat->pacer, g_bytes_ref (d->data), d->duration_us, &d->trace);
       break;
     case DELIVER_TEXT:
       send_kind (chat, KIND_TEXT, bytes, len);
@@ -155,7 +183,7 @@ deliver (gpointer data)
       }
       break;
     case DELIVER_EOS:
-      chat_end (chat, "end_of_stream", "the client's audio ended (Ogg end of stream) and was all answered", FALSE);
+      ppx_pacer_finish (chat->pacer, on_drained); /* the call ends once its last pages went */
       break;
   }
   return G_SOURCE_REMOVE;
@@ -173,13 +201,22 @@ delivery_free (gpointer data)
 
 /* From any thread; takes `bytes`. */
 static void
-post (Chat *chat, DeliveryKind kind, GBytes *bytes)
+post_page (Chat *chat, DeliveryKind kind, GBytes *bytes, gint64 duration_us, const PpxPageTrace *trace)
 {
   Delivery *d = g_new0 (Delivery, 1);
   d->chat = chat_ref (chat);
   d->kind = kind;
   d->data = bytes;
+  d->duration_us = duration_us;
+  if (trace)
+    d->trace = *trace;
   g_main_context_invoke_full (g_main_context_default (), G_PRIORITY_DEFAULT, deliver, d, delivery_free);
+}
+
+static void
+post (Chat *chat, DeliveryKind kind, GBytes *bytes)
+{
+  post_page (chat, kind, bytes, 0, NULL);
 }
 
 /* Sends the packets gathered as one page (of `flags`). */
@@ -190,7 +227,15 @@ answer_page (Chat *chat, guint8 flags)
   GBytes *page = ppx_ogg_page_build (chat->ogg_serial, chat->ogg_sequence++, flags, granule,
                                      (const GBytes *const *) chat->ogg_packets->pdata, chat->ogg_packets->len);
   g_ptr_array_set_size (chat->ogg_packets, 0);
-  post (chat, DELIVER_AUDIO, page);
+  gint64 duration_us = 0;
+  if (chat->ogg_sequence > 2) { /* an audio page: what its granule position adds */
+    duration_us = (granule - chat->page_granule) * G_USEC_PER_SEC / 48000;
+    chat->page_granule = granule;
+  } else {
+    chat->page_granule = chat->ogg_granule; /* the pre-skip */
+  }
+  PpxPageTrace trace = {chat->frame_in_us, g_get_monotonic_time (), 0};
+  post_page (chat, DELIVER_AUDIO, page, duration_us, &trace);
 }
 
 /* The header pages, from opusenc's caps (streamheader: OpusHead, then OpusTags): a page each, the first flagged
@@ -228,6 +273,14 @@ answer_packet (Chat *chat, GstBuffer *buf)
     chat->ogg_granule += (gint64) gst_util_uint64_scale_round (GST_BUFFER_DURATION (buf), 48000, GST_SECOND);
   if (chat->ogg_packets->len >= PACKETS_PER_PAGE)
     answer_page (chat, 0);
+}
+
+/* The answer frame enters the encoder (the same streaming thread as on_answer): its tick just ended. */
+static GstPadProbeReturn
+on_frame_in (GstPad *pad, GstPadProbeInfo *info, gpointer user_data)
+{
+  ((Chat *) user_data)->frame_in_us = g_get_monotonic_time ();
+  return GST_PAD_PROBE_OK;
 }
 
 static GstFlowReturn
@@ -340,6 +393,9 @@ build_pipeline (Chat *chat, GError **error)
   chat->backlog = ppx_backlog_attach (decoded, PPX_PROTO_CHAT, chat->id, (guint) o->max_input_backlog_ms);
   GstAppSrcCallbacks src_callbacks = {.need_data = on_need_data};
   gst_app_src_set_callbacks (GST_APP_SRC (chat->appsrc), &src_callbacks, chat, NULL);
+  g_autoptr (GstElement) convert = gst_bin_get_by_name (GST_BIN (send), "convert");
+  g_autoptr (GstPad) convert_sink = gst_element_get_static_pad (convert, "sink");
+  gst_pad_add_probe (convert_sink, GST_PAD_PROBE_TYPE_BUFFER, on_frame_in, chat, NULL);
   g_autoptr (GstElement) out = gst_bin_get_by_name (GST_BIN (send), "out");
   GstAppSinkCallbacks callbacks = {.new_sample = on_answer, .eos = on_answer_eos};
   gst_app_sink_set_callbacks (GST_APP_SINK (out), &callbacks, chat, NULL);
@@ -395,6 +451,8 @@ chat_end (Chat *chat, const char *reason, const char *why, gboolean tell_client)
     g_source_remove (chat->media_timer);
     chat->media_timer = 0;
   }
+  if (chat->pacer)
+    ppx_pacer_stop (chat->pacer); /* pages still queued are dropped */
   g_printerr ("personaplex-server: call %u (%s): ended: %s\n", chat->id, chat->peer, why);
   if (chat->ws && ppx_ws_is_open (chat->ws)) {
     if (tell_client)
@@ -613,6 +671,8 @@ server_destroy (gpointer call)
   Chat *chat = call;
   chat->state = ENDED;
   chat->slot = NULL;
+  if (chat->pacer)
+    ppx_pacer_stop (chat->pacer);
   if (chat->media_timer)
     g_source_remove (chat->media_timer);
   chat->media_timer = 0;
@@ -653,6 +713,8 @@ ppx_server_chat_start (PpxServer *server, SoupServerMessage *msg, PpxCallParams 
   }
   chat->ws_pending = TRUE;
   chat->id = ppx_server_next_call_id (server);
+  chat->pacer = ppx_pacer_new (PPX_PROTO_CHAT, chat->id, !o->no_pacing, (guint) o->pacing_max_delay_ms, pacer_send,
+                               chat);
   chat->peer = g_strdup_printf ("%s:%u", soup_server_message_get_remote_host (msg),
                                 g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (
                                     soup_server_message_get_remote_address (msg))));

@@ -7,6 +7,12 @@
 
 static const double join_bounds[] = {0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64};
 #define N_JOIN (G_N_ELEMENTS (join_bounds) + 1)
+/* answer pages: their spacing (40 ms when paced) and their stages */
+static const double interval_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.03, 0.035, 0.038, 0.04, 0.042, 0.045, 0.05,
+                                         0.06, 0.08, 0.1, 0.12, 0.16, 0.25, 0.5, 1};
+static const double stage_bounds[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25,
+                                      0.5, 1};
+static const char *const stage_names[PPX_PAGE_STAGES] = {"encode", "dispatch", "pace"};
 
 static const char *const proto_names[PPX_PROTO_N] = {"chat", "webrtc"};
 
@@ -21,6 +27,7 @@ static struct {
   GHashTable *counts; /* "series{labels}" -> guint64* */
   Histogram joins[PPX_PROTO_N];
   double dropped_s[PPX_PROTO_N];
+  Histogram intervals[PPX_PROTO_N], stages[PPX_PROTO_N][PPX_PAGE_STAGES];
 } M;
 
 static void
@@ -83,6 +90,18 @@ ppx_metrics_input_dropped (PpxProto proto, double seconds)
 {
   g_mutex_lock (&M.lock);
   M.dropped_s[proto] += seconds;
+  g_mutex_unlock (&M.lock);
+}
+
+void
+ppx_metrics_answer_page (PpxProto proto, double interval_s, const double stage_s[PPX_PAGE_STAGES])
+{
+  g_mutex_lock (&M.lock);
+  if (interval_s >= 0)
+    observe (&M.intervals[proto], interval_bounds, G_N_ELEMENTS (interval_bounds), interval_s);
+  for (int i = 0; i < PPX_PAGE_STAGES; i++)
+    if (stage_s[i] >= 0)
+      observe (&M.stages[proto][i], stage_bounds, G_N_ELEMENTS (stage_bounds), stage_s[i]);
   g_mutex_unlock (&M.lock);
 }
 
@@ -195,6 +214,30 @@ counters_text (GString *out, const char *series, const char *help)
                               *(guint64 *) g_hash_table_lookup (M.counts, l->data));
 }
 
+/* The answer pages' histograms (server-pacer.h). */
+static void
+pages_text (GString *out)
+{
+  g_string_append (out, "# HELP personaplex_answer_send_interval_seconds Time between a call's consecutive answer "
+                        "pages handed to the socket (40 ms each when paced), by protocol.\n"
+                        "# TYPE personaplex_answer_send_interval_seconds histogram\n");
+  for (int p = 0; p < PPX_PROTO_N; p++) {
+    g_autofree char *labels = g_strdup_printf ("protocol=\"%s\"", proto_names[p]);
+    histogram_text (out, "personaplex_answer_send_interval_seconds", labels, &M.intervals[p], interval_bounds,
+                    G_N_ELEMENTS (interval_bounds));
+  }
+  g_string_append (out, "# HELP personaplex_answer_page_stage_seconds Each answer page's time in a stage: encode "
+                        "(the frame left the engine to the page complete), dispatch (to the main loop), pace (to the "
+                        "socket: the pacer's wait), by protocol.\n"
+                        "# TYPE personaplex_answer_page_stage_seconds histogram\n");
+  for (int p = 0; p < PPX_PROTO_N; p++)
+    for (int i = 0; i < PPX_PAGE_STAGES; i++) {
+      g_autofree char *labels = g_strdup_printf ("protocol=\"%s\",stage=\"%s\"", proto_names[p], stage_names[i]);
+      histogram_text (out, "personaplex_answer_page_stage_seconds", labels, &M.stages[p][i], stage_bounds,
+                      G_N_ELEMENTS (stage_bounds));
+    }
+}
+
 char *
 ppx_metrics_prometheus (const PpxServerGauges *g)
 {
@@ -253,6 +296,7 @@ ppx_metrics_prometheus (const PpxServerGauges *g)
     histogram_text (out, "personaplex_join_duration_seconds", labels, &M.joins[p], join_bounds,
                     G_N_ELEMENTS (join_bounds));
   }
+  pages_text (out);
   g_mutex_unlock (&M.lock);
   return g_string_free (out, FALSE);
 }

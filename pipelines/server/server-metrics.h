@@ -35,6 +35,12 @@ typedef struct {
  * from any thread. */
 void ppx_metrics_input_dropped (PpxProto proto, double seconds);
 
+/* One answer page sent (server-pacer.h): the interval since the call's previous page (< 0: its first), and the time
+ * of each stage (< 0: not known): encode (the frame left the engine -> the page complete), dispatch (-> the main
+ * loop took it), pace (-> handed to the socket, the pacer's wait). */
+enum { PPX_PAGE_STAGE_ENCODE, PPX_PAGE_STAGE_DISPATCH, PPX_PAGE_STAGE_PACE, PPX_PAGE_STAGES };
+void ppx_metrics_answer_page (PpxProto proto, double interval_s, const double stage_s[PPX_PAGE_STAGES]);
+
 typedef struct {
   guint sessions, capacity;
   gboolean draining;

@@ -258,6 +258,11 @@ check_options (PpxServerOptions *o, const PpxServerNames *names, GError **error)
                  o->max_input_backlog_ms);
     return FALSE;
   }
+  if (o->pacing_max_delay_ms < 0 || o->pacing_max_delay_ms > 1000) {
+    g_set_error (error, options_error_quark (), 0, "--pacing-max-delay %d: use 0 to 1000 (milliseconds)",
+                 o->pacing_max_delay_ms);
+    return FALSE;
+  }
   return check_serving (o, error);
 }
 
@@ -278,6 +283,7 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
   o->max_ice_candidates = DEFAULT_MAX_ICE_CANDIDATES;
   o->max_input_backlog_ms = DEFAULT_MAX_INPUT_BACKLOG_MS;
   o->tick_budget_ms = DEFAULT_TICK_BUDGET_MS;
+  o->pacing_max_delay_ms = 80;
   PpxServerNames names = {NULL};
   /* the help lists the library's names */
   g_autofree char *backends = ppx_names_choice (ppx_backend_kind_names ());
@@ -322,6 +328,12 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
     {"admission", 0, 0, G_OPTION_ARG_STRING, &names.admission,
      "tick (default): calls while the tick keeps real time and they fit in memory; memory: as many as fit in "
      "memory", "tick|memory"},
+    {"pacing-max-delay", 0, 0, G_OPTION_ARG_INT, &o->pacing_max_delay_ms,
+     "Most delay (ms, default 80) the answer's pacing may add to cover the tick's jitter (docs/server.md, "
+     "\"Pacing\")", "MS"},
+    {"no-pacing", 0, 0, G_OPTION_ARG_NONE, &o->no_pacing,
+     "Send each answer page as soon as it is encoded (two at once per 80 ms frame) instead of one every 40 ms",
+     NULL},
     {"no-align-frames", 0, 0, G_OPTION_ARG_NONE, &o->no_align_frames,
      "Do not line a joining call's frames up with the running calls' (answers then do not depend on when a call "
      "joins)", NULL},

@@ -48,6 +48,8 @@ typedef struct {
   /* admission (docs/server.md, "Admission") */
   int tick_budget_ms;       /* a call is admitted while the predicted tick p99 with it stays within this */
   gboolean admission_memory; /* --admission memory: as many calls as fit in memory (the tick is not asked) */
+  gboolean no_pacing;       /* answer pages as they come, not one per page duration (server-pacer.h) */
+  int pacing_max_delay_ms;  /* the most delay the pacing adds for the tick's jitter */
 } PpxServerOptions;
 
 /* Parses and checks argv (GOption; --help prints and exits). Returns FALSE with a message naming the

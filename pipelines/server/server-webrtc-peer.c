@@ -335,7 +335,24 @@ parse_chain (const char *description, const char *name, GError **error)
 
 /* The agent's RTP goes from the send chain's appsink to an appsrc in front of webrtcbin: linking the
  * chain to webrtcbin directly would close a loop in the pipeline graph (webrtcbin -> ... -> webrtcbin),
- * which GStreamer cannot order for state changes. */
+ * which GStreamer cannot order for state changes.
+ * Pacing (docs/server.md, "Pacing"): webrtcbin 1.22 sends RTP as it comes (its nicesinks do not sync: basesink logs
+ * "sync disabled" for every packet), so a tick's 80 ms frame would leave as a burst of four 20 ms packets. A
+ * clocksync (sync-to-first: the first packet sets the call's clock) releases each packet at its timestamp on that
+ * clock instead, one every 20 ms; a packet already late goes at once. The RTP timestamps were steady before (they
+ * follow the audio's timestamps), so the browser's jitter buffer, which plays by them, absorbs a late tick itself:
+ * no playout delay is added here. The spacing is counted in personaplex_answer_send_interval_seconds. */
+/* clocksync's src (the appsrc's streaming thread): the interval since the call's previous RTP packet. */
+static GstPadProbeReturn
+on_rtp_out (GstPad *pad, GstPadProbeInfo *info, gpointer user_data)
+{
+  gint64 *last_us = user_data, now = g_get_monotonic_time ();
+  const double stages[PPX_PAGE_STAGES] = {-1, -1, -1};
+  ppx_metrics_answer_page (PPX_PROTO_WEBRTC, *last_us ? (double) (now - *last_us) / G_USEC_PER_SEC : -1, stages);
+  *last_us = now;
+  return GST_PAD_PROBE_OK;
+}
+
 static GstFlowReturn
 forward_rtp (GstAppSink *sink, gpointer user_data)
 {
@@ -355,12 +372,25 @@ link_send_chain (PpxWebrtcPeer *peer, GstElement *send_chain, GError **error)
   g_object_set (rtp_in, "is-live", TRUE, "format", GST_FORMAT_TIME, "max-time", (guint64) GST_SECOND, NULL);
   gst_util_set_object_arg (G_OBJECT (rtp_in), "leaky-type", "downstream");
   gst_bin_add (GST_BIN (peer->pipeline), rtp_in);
+  GstElement *pacer = gst_element_factory_make ("clocksync", "rtp-pacer");
+  if (!pacer) {
+    g_set_error (error, peer_error_quark (), 0, "GStreamer element clocksync not found (GStreamer core >= 1.18)");
+    return FALSE;
+  }
+  g_object_set (pacer, "sync-to-first", TRUE, NULL);
+  gst_bin_add (GST_BIN (peer->pipeline), pacer);
+  g_autoptr (GstPad) pacer_src = gst_element_get_static_pad (pacer, "src");
+  gst_pad_add_probe (pacer_src, GST_PAD_PROBE_TYPE_BUFFER, on_rtp_out, g_new0 (gint64, 1), g_free);
+  if (!gst_element_link (rtp_in, pacer)) {
+    g_set_error (error, peer_error_quark (), 0, "linking the agent's RTP to its pacer failed");
+    return FALSE;
+  }
   g_autoptr (GstElement) rtp_out = gst_bin_get_by_name (GST_BIN (send_chain), "rtp-out");
   GstAppSinkCallbacks callbacks = {.new_sample = forward_rtp};
   gst_app_sink_set_callbacks (GST_APP_SINK (rtp_out), &callbacks, rtp_in, NULL);
 
   GstPad *sink = gst_element_request_pad_simple (peer->webrtc, "sink_%u");
-  g_autoptr (GstPad) src = gst_element_get_static_pad (rtp_in, "src");
+  g_autoptr (GstPad) src = gst_element_get_static_pad (pacer, "src");
   if (!sink || gst_pad_link (src, sink) != GST_PAD_LINK_OK) {
     g_set_error (error, peer_error_quark (), 0, "linking the agent's RTP to webrtcbin failed");
     if (sink)

@@ -43,10 +43,10 @@ export function makeTinyModel(dir, makeModel, makeTokenizer) {
 // The server, its output logged to logFile: `url` resolves with the address of its "serving URL" line (on
 // stdout), `stderr` gathers what it says there, stop() sends SIGTERM (SIGKILL after killAfterMs).
 export class ServerProcess {
-  constructor(exe, args, logFile) {
+  constructor(exe, args, logFile, env = process.env) {
     this.log = fs.createWriteStream(logFile);
     this.stderr = '';
-    this.proc = spawn(exe, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = spawn(exe, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
     this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
     this.running = true;
     this.exited.then(() => { this.running = false; });

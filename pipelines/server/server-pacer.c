@@ -1,0 +1,301 @@
+/* personaplex-server: a call's answer pages on a steady clock (server-pacer.h). */
+#include "server-pacer.h"
+
+#include <gst/gst.h>
+#include <stdlib.h>
+#include <string.h>
+
+GST_DEBUG_CATEGORY_STATIC (pacing_debug);
+#define GST_CAT_DEFAULT pacing_debug
+
+#define HISTORY 250                     /* pages (10 s) the delay is measured over */
+#define BASE_PAGES 50                   /* pages (2 s) the earliest offset is taken over */
+#define QUANTILE 0.995                  /* of their lateness, covered */
+#define UPDATE_PAGES 25                 /* the delay is measured again every second */
+#define MAX_STEP_US 4000                /* earlier than one page duration after the previous slot at most */
+#define RESTART_US G_USEC_PER_SEC       /* a gap this long starts the clock again */
+#define EARLY_US 500                    /* a slot this close is due now */
+#define MAX_QUEUED_US (2 * G_USEC_PER_SEC) /* audio held at most: beyond it (a client faster than real time) at once */
+
+typedef struct {
+  GBytes *page;
+  gint64 duration_us, slot_us, arrival_us;
+  PpxPageTrace trace;
+} Page;
+
+struct _PpxPacer {
+  PpxProto proto;
+  guint call_id;
+  gboolean enabled, stopped;
+  gint64 max_delay_us;
+  PpxPacerSend send;
+  gpointer user_data;
+  GQueue queue;          /* Page */
+  gint64 queued_us;      /* the audio in it */
+  GSource *source;       /* ready when the head's slot comes */
+  gint64 last_sent_us;   /* the previous audio page's send time; 0: none yet */
+  guint64 pages;         /* audio pages sent */
+  /* the clock (0: none yet) */
+  gint64 clock_us, last_arrival_us, pos_us; /* pos: the stream position of the next page */
+  gint64 prev_slot_us, prev_duration_us;
+  gint64 offsets[BASE_PAGES]; /* arrival - stream position of the latest pages */
+  gint64 lateness[HISTORY];   /* each page's offset beyond the earliest of the BASE_PAGES before it */
+  guint n_offsets, n_lateness, next_lateness, since_update;
+  gint64 base_us, delay_us;   /* the earliest offset; the delay beyond it that covers QUANTILE of the lateness */
+  void (*drained) (gpointer user_data);
+  gboolean dispatching, freed;
+};
+
+static void
+page_free (gpointer data)
+{
+  Page *pg = data;
+  g_bytes_unref (pg->page);
+  g_free (pg);
+}
+
+static void
+schedule (PpxPacer *p)
+{
+  if (p->stopped || p->freed) {
+    g_source_set_ready_time (p->source, -1);
+    return;
+  }
+  Page *head = g_queue_peek_head (&p->queue);
+  if (head)
+    g_source_set_ready_time (p->source, head->slot_us);
+  else
+    g_source_set_ready_time (p->source, p->drained ? 0 : -1);
+}
+
+static double
+ms (gint64 from, gint64 to)
+{
+  return from && to ? (double) (to - from) / 1000.0 : -1.0;
+}
+
+static void
+send_page (PpxPacer *p, Page *pg, gint64 now)
+{
+  double interval_s = -1;
+  if (pg->duration_us > 0) {
+    if (p->last_sent_us)
+      interval_s = (double) (now - p->last_sent_us) / G_USEC_PER_SEC;
+    p->last_sent_us = now;
+    p->pages++;
+  }
+  const PpxPageTrace *t = &pg->trace;
+  GST_LOG ("call %u page %" G_GUINT64_FORMAT ": tick end at %.3f ms, encoded %+.2f ms, dispatched %+.2f ms, sent "
+           "%+.2f ms (slot %+.2f ms from arrival), interval %.2f ms, delay %.2f ms", p->call_id, p->pages,
+           t->tick_end_us / 1000.0, ms (t->tick_end_us, t->encoded_us), ms (t->tick_end_us, t->dispatched_us),
+           ms (t->tick_end_us, now), ms (pg->arrival_us, pg->slot_us), interval_s * 1000, p->delay_us / 1000.0);
+  double stages[PPX_PAGE_STAGES] = {
+    t->tick_end_us && t->encoded_us ? (double) (t->encoded_us - t->tick_end_us) / G_USEC_PER_SEC : -1,
+    t->encoded_us && t->dispatched_us ? (double) (t->dispatched_us - t->encoded_us) / G_USEC_PER_SEC : -1,
+    t->dispatched_us ? (double) (now - t->dispatched_us) / G_USEC_PER_SEC : -1,
+  };
+  ppx_metrics_answer_page (p->proto, interval_s, stages);
+  if (!p->send (pg->page, p->user_data))
+    ppx_pacer_stop (p);
+}
+
+static gboolean
+dispatch (GSource *source, GSourceFunc callback, gpointer user_data)
+{
+  PpxPacer *p = user_data;
+  p->dispatching = TRUE;
+  gint64 now = g_get_monotonic_time ();
+  Page *head;
+  while (!p->stopped && !p->freed && (head = g_queue_peek_head (&p->queue)) && head->slot_us <= now + EARLY_US) {
+    g_queue_pop_head (&p->queue);
+    p->queued_us -= head->duration_us;
+    send_page (p, head, now);
+    page_free (head);
+  }
+  if (!p->freed && (p->stopped || g_queue_is_empty (&p->queue)) && p->drained) {
+    void (*drained) (gpointer) = p->drained;
+    p->drained = NULL;
+    drained (p->user_data);
+  }
+  p->dispatching = FALSE;
+  if (p->freed) {
+    g_source_destroy (p->source);
+    g_source_unref (p->source);
+    g_queue_clear_full (&p->queue, page_free);
+    g_free (p);
+    return G_SOURCE_REMOVE;
+  }
+  schedule (p);
+  return G_SOURCE_CONTINUE;
+}
+
+static GSourceFuncs pacer_funcs = {NULL, NULL, dispatch, NULL, NULL, NULL};
+
+PpxPacer *
+ppx_pacer_new (PpxProto proto, guint call_id, gboolean enabled, guint max_delay_ms, PpxPacerSend send,
+               gpointer user_data)
+{
+  static gsize once = 0;
+  if (g_once_init_enter (&once)) {
+    GST_DEBUG_CATEGORY_INIT (pacing_debug, "personaplexpacing", 0,
+                             "personaplex-server: answer pages, their stages and the per-call clock");
+    g_once_init_leave (&once, 1);
+  }
+  PpxPacer *p = g_new0 (PpxPacer, 1);
+  p->proto = proto;
+  p->call_id = call_id;
+  p->enabled = enabled;
+  p->max_delay_us = (gint64) max_delay_ms * 1000;
+  p->send = send;
+  p->user_data = user_data;
+  g_queue_init (&p->queue);
+  p->source = g_source_new (&pacer_funcs, sizeof (GSource));
+  g_source_set_callback (p->source, NULL, p, NULL); /* dispatch reads user_data */
+  g_source_set_priority (p->source, G_PRIORITY_HIGH);
+  g_source_set_name (p->source, "personaplex answer pacer");
+  g_source_set_ready_time (p->source, -1);
+  g_source_attach (p->source, NULL);
+  return p;
+}
+
+static int
+compare_gint64 (gconstpointer a, gconstpointer b)
+{
+  gint64 x = *(const gint64 *) a, y = *(const gint64 *) b;
+  return x < y ? -1 : x > y;
+}
+
+/* The delay that covers QUANTILE of the history's lateness (offset - base), bounded. */
+static void
+measure_delay (PpxPacer *p, gint64 duration_us)
+{
+  gint64 late[HISTORY];
+  memcpy (late, p->lateness, p->n_lateness * sizeof *late);
+  qsort (late, p->n_lateness, sizeof *late, compare_gint64);
+  gint64 delay = late[(guint) (QUANTILE * (p->n_lateness - 1) + 0.5)];
+  delay = MIN (delay, p->max_delay_us + duration_us);
+  if (ABS (delay - p->delay_us) >= 1000)
+    GST_DEBUG ("call %u: delay %.2f ms (lateness p%.0f of the last %u pages; the latest %.2f ms)", p->call_id,
+               delay / 1000.0, QUANTILE * 100, p->n_lateness, late[p->n_lateness - 1] / 1000.0);
+  p->delay_us = delay;
+}
+
+/* The slot of an audio page arriving at `now` (the clock described in server-pacer.h). */
+static gint64
+next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
+{
+  if (!p->enabled)
+    return now;
+  if (!p->clock_us || now - p->last_arrival_us >= RESTART_US) {
+    GST_DEBUG ("call %u: clock %s", p->call_id, p->clock_us ? "restarts after a gap" : "starts");
+    p->clock_us = now;
+    p->pos_us = 0;
+    p->n_offsets = p->n_lateness = p->next_lateness = p->since_update = 0;
+    p->prev_slot_us = 0;
+    p->delay_us = 0;
+  }
+  p->last_arrival_us = now;
+  gint64 offset = now - p->clock_us - p->pos_us;
+  p->offsets[p->n_offsets++ % BASE_PAGES] = offset;
+  p->base_us = G_MAXINT64;
+  for (guint i = 0; i < MIN (p->n_offsets, BASE_PAGES); i++)
+    p->base_us = MIN (p->base_us, p->offsets[i]);
+  p->lateness[p->next_lateness] = offset - p->base_us;
+  p->next_lateness = (p->next_lateness + 1) % HISTORY;
+  p->n_lateness = MIN (p->n_lateness + 1, HISTORY);
+  if (++p->since_update >= UPDATE_PAGES || p->n_lateness < HISTORY) {
+    measure_delay (p, duration_us);
+    p->since_update = 0;
+  }
+  gint64 slot = p->clock_us + p->base_us + p->pos_us + p->delay_us;
+  if (slot < now) {
+    /* late (the tick, or the engine catching up after a stall): at once, as before the pacer, so that a lag does
+     * not stay in the call's latency */
+    GST_DEBUG ("call %u: page %.2f ms late for its slot", p->call_id, (now - slot) / 1000.0);
+    slot = now;
+  } else if (p->prev_slot_us) {
+    /* in time: never a burst. The clock moves earlier by 4 ms a page at most; but when more waits than the delay
+     * and two pages (the engine catching up, its pages faster than real time), by half a page, so that the
+     * pacer does not keep the lag (one page every 20 ms: still never two at once) */
+    gint64 step = p->queued_us > p->delay_us + 2 * duration_us ? p->prev_duration_us / 2 : MAX_STEP_US;
+    slot = MAX (slot, p->prev_slot_us + p->prev_duration_us - step);
+  }
+  p->prev_slot_us = slot;
+  p->prev_duration_us = duration_us;
+  p->pos_us += duration_us;
+  return slot;
+}
+
+void
+ppx_pacer_push (PpxPacer *p, GBytes *page, gint64 duration_us, const PpxPageTrace *trace)
+{
+  if (p->stopped) {
+    g_bytes_unref (page);
+    return;
+  }
+  gint64 now = g_get_monotonic_time ();
+  Page *pg = g_new0 (Page, 1);
+  pg->page = page;
+  pg->duration_us = duration_us;
+  pg->arrival_us = now;
+  if (trace)
+    pg->trace = *trace;
+  if (duration_us > 0) {
+    pg->slot_us = next_slot (p, now, duration_us);
+    if (pg->slot_us <= now) /* late: what waits before it (earlier in the stream) is late too, and goes with it */
+      for (GList *l = p->queue.head; l; l = l->next)
+        ((Page *) l->data)->slot_us = MIN (((Page *) l->data)->slot_us, now);
+  } else {
+    Page *tail = g_queue_peek_tail (&p->queue);
+    pg->slot_us = tail ? tail->slot_us : now; /* no slot of its own: right after the page before it */
+  }
+  g_queue_push_tail (&p->queue, pg);
+  p->queued_us += duration_us;
+  /* A client that sends faster than real time is answered faster too: the pacer holds at most MAX_QUEUED_US of it
+   * (its memory bounded), the rest goes as it comes, to the WebSocket's own bound (a client that does not read). */
+  gint64 excess = p->queued_us - MAX_QUEUED_US;
+  for (GList *l = p->queue.head; l && excess > 0; l = l->next) {
+    Page *q = l->data;
+    q->slot_us = MIN (q->slot_us, now);
+    excess -= q->duration_us;
+  }
+  if (!p->dispatching)
+    schedule (p);
+}
+
+void
+ppx_pacer_finish (PpxPacer *p, void (*drained) (gpointer user_data))
+{
+  p->drained = drained;
+  if (!p->dispatching)
+    schedule (p);
+}
+
+void
+ppx_pacer_stop (PpxPacer *p)
+{
+  p->stopped = TRUE;
+  g_queue_clear_full (&p->queue, page_free);
+  g_queue_init (&p->queue);
+  p->queued_us = 0;
+  p->drained = NULL;
+  if (!p->dispatching && !p->freed)
+    schedule (p);
+}
+
+void
+ppx_pacer_free (PpxPacer *p)
+{
+  if (!p)
+    return;
+  p->stopped = TRUE;
+  p->drained = NULL;
+  if (p->dispatching) {
+    p->freed = TRUE; /* dispatch frees it when `send` returns */
+    return;
+  }
+  g_source_destroy (p->source);
+  g_source_unref (p->source);
+  g_queue_clear_full (&p->queue, page_free);
+  g_free (p);
+}

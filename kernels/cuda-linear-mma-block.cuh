@@ -278,10 +278,12 @@ template <int FMT, int CK, int NT> struct TcBlock {
     }
   }
 
-  /* One stage's multiplications: 8 k-steps (those at or past kvalid skipped: the tail stage). Chunk ch (CK
-   * k-steps) is summed by the tensor cores from zero, k-step by k-step (hi, then lo), then added to acc
-   * (times its int4 scale), chunks in order. NCH chunks at a time run as independent mma chains; the warp's
-   * n-tiles past M are skipped (the same for the whole warp). */
+  /* One stage's multiplications for the warp's first N n-tiles (those that hold x rows; N is a template
+   * argument so that the stage is straight-line code): 8 k-steps (those at or past kvalid skipped: the tail
+   * stage). Chunk ch (CK k-steps) is summed by the tensor cores from zero, k-step by k-step (hi, then lo),
+   * then added to acc (times its int4 scale), chunks in order. NCH chunks at a time run as independent mma
+   * chains. */
+  template <int N>
   __device__ __forceinline__ void mma_stage (float (&acc)[RTW][NTW][4], const uint32_t (&rw)[RTW][2][WORDS],
                                              const uint4 *slot, int kvalid) const
   {
@@ -294,7 +296,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
 #pragma unroll
         for (int rt = 0; rt < RTW; rt++)
 #pragma unroll
-          for (int nt = 0; nt < NTW; nt++)
+          for (int nt = 0; nt < N; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
               part[c][rt][nt][i] = 0.0f;
@@ -307,26 +309,40 @@ template <int FMT, int CK, int NT> struct TcBlock {
             continue;
           uint32_t af[RTW][4];
           dequant (rw, q, af);
-#pragma unroll
-          for (int nt = 0; nt < NTW; nt++) {
-            if (NTW > 1 && tile_of (wm, nt) >= tiles)
-              break;
-            const uint4 b = slot[(tile_of (wm, nt) * 8 + q) * 32 + lane];
-#pragma unroll
-            for (int rt = 0; rt < RTW; rt++) {
-              mma_bf16 (part[c][rt][nt], af[rt], b.x, b.y);
-              mma_bf16 (part[c][rt][nt], af[rt], b.z, b.w);
-            }
-          }
+          mma_kstep<N> (part[c], af, slot, q);
         }
 #pragma unroll
       for (int c = 0; c < NCH; c++)
         if ((cg * NCH + c) * CK < kvalid)
-          add_chunk (acc, part[c], ssc, cg * NCH + c);
+          add_chunk<N> (acc, part[c], ssc, cg * NCH + c);
     }
   }
 
-  /* acc += chunk ch's sums, times the rows' int4 scales of that chunk (one fmaf each). */
+  /* One k-step q of the warp's first N n-tiles: the hi halves of their x records (8 bytes each) and the hi
+   * products of every (row tile, n-tile), then the lo halves and the lo products, so that the two mma on
+   * one accumulator are as far apart as the warp's tiles allow (the same two mma, in the same order, on
+   * each accumulator). */
+  template <int N>
+  __device__ __forceinline__ void mma_kstep (float (&part)[RTW][NTW][4], const uint32_t (&af)[RTW][4],
+                                             const uint4 *slot, int q) const
+  {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      uint2 b[N];
+#pragma unroll
+      for (int nt = 0; nt < N; nt++)
+        b[nt] = reinterpret_cast<const uint2 *> (slot + (tile_of (wm, nt) * 8 + q) * 32 + lane)[half];
+#pragma unroll
+      for (int nt = 0; nt < N; nt++)
+#pragma unroll
+        for (int rt = 0; rt < RTW; rt++)
+          mma_bf16 (part[rt][nt], af[rt], b[nt].x, b[nt].y);
+    }
+  }
+
+  /* acc += chunk ch's sums for the first N n-tiles, times the rows' int4 scales of that chunk (one fmaf
+   * each). */
+  template <int N>
   __device__ __forceinline__ void add_chunk (float (&acc)[RTW][NTW][4], const float (&part)[RTW][NTW][4],
                                              const float *ssc, int ch) const
   {
@@ -339,7 +355,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
         s1 = ssc[(lr + 8) * CPS1 + ch];
       }
 #pragma unroll
-      for (int nt = 0; nt < NTW; nt++)
+      for (int nt = 0; nt < N; nt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
           if (FMT == PPX_CUDA_W_INT4)
@@ -350,18 +366,43 @@ template <int FMT, int CK, int NT> struct TcBlock {
     }
   }
 
-  /* Stage st's multiplications from its slot: the weights from the slot (full stages) or from global memory
-   * (the tail stage). */
-  __device__ __forceinline__ void compute (float (&acc)[RTW][NTW][4], const uint4 *slot, int st) const
+  /* Stage st's multiplications for the warp's first N n-tiles, from its slot: the weights from the slot
+   * (full stages) or from global memory (the tail stage). */
+  template <int N>
+  __device__ __forceinline__ void compute_n (float (&acc)[RTW][NTW][4], const uint4 *slot, int st) const
   {
     uint32_t rw[RTW][2][WORDS];
     if ((st + 1) * TC_STAGE <= a.K) {
       load_weights (slot, rw);
-      mma_stage (acc, rw, slot, 8);
+      mma_stage<N> (acc, rw, slot, 8);
     } else {
       gather_tail (rw, st);
-      mma_stage (acc, rw, slot, KS - st * 8);
+      mma_stage<N> (acc, rw, slot, KS - st * 8);
     }
+  }
+
+  /* Stage st's multiplications: compute_n for the number of the warp's n-tiles that hold x rows (tiles wm,
+   * wm + WM, ... below `tiles`), so the warp's tiles past M cost nothing. */
+  __device__ __forceinline__ void compute (float (&acc)[RTW][NTW][4], const uint4 *slot, int st) const
+  {
+    constexpr int N8 = NTW >= 8 ? 1 : 0, N4 = NTW >= 4 ? 1 : 0;
+    const int n = (tiles - wm + C::WM - 1) / C::WM;
+    if (NTW == 1 || n >= NTW)
+      compute_n<NTW> (acc, slot, st);
+    else if (N8 && n == 7)
+      compute_n<N8 ? 7 : 1> (acc, slot, st);
+    else if (N8 && n == 6)
+      compute_n<N8 ? 6 : 1> (acc, slot, st);
+    else if (N8 && n == 5)
+      compute_n<N8 ? 5 : 1> (acc, slot, st);
+    else if (N8 && n == 4)
+      compute_n<N8 ? 4 : 1> (acc, slot, st);
+    else if (N4 && n == 3)
+      compute_n<N4 ? 3 : 1> (acc, slot, st);
+    else if (N4 && n == 2)
+      compute_n<N4 ? 2 : 1> (acc, slot, st);
+    else if (n >= 1)
+      compute_n<1> (acc, slot, st);
   }
 
   /* The inverse RMS of each x row (M <= 8, NT = 1) over all K columns, whatever this block's leaf, in

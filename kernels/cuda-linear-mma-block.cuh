@@ -69,21 +69,36 @@ template <int FMT, int CK, int NT> struct TcBlock {
   }
 
   /* Copies x's columns of stage st into a slot by cp.async: the thread's 16-byte record of each n-tile that
-   * holds x rows (rows past M and columns past K zero-filled; n-tiles past M are never read, so not copied). */
+   * holds x rows (rows past M and columns past K zero-filled; n-tiles past M are never read, so not copied).
+   * Full stages of 16-byte aligned x (every stage but a K tail) take a pointer step per n-tile; the
+   * general path is kept apart so that its address arithmetic does not weigh on the common one. */
   __device__ __forceinline__ void issue_x (uint4 *slot, int st) const
   {
     const int col0 = st * TC_STAGE;
-    const bool full = col0 + TC_STAGE <= a.K;
+    if (col0 + TC_STAGE <= a.K && a.vec_x) {
+      const float *xp = xrow0 + col0 + xoff;
+      uint4 *dst = slot + warp * 32 + lane;
 #pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        if (NT > 1 && nt >= tiles)
+          break;
+        cp_async<16> (dst + nt * 256, nt < x_tiles ? xp : a.x, nt < x_tiles ? 16 : 0);
+        xp += xstride;
+      }
+      return;
+    }
+    issue_x_general (slot, col0);
+  }
+
+  /* issue_x for a K tail stage or x rows not on 16 bytes: per-column copies where a record crosses K. */
+  __device__ __noinline__ void issue_x_general (uint4 *slot, int col0) const
+  {
+    const bool full = col0 + TC_STAGE <= a.K;
     for (int nt = 0; nt < NT; nt++) {
       if (NT > 1 && nt >= tiles)
         break;
       uint4 *dst = slot + (nt * 8 + warp) * 32 + lane;
       const float *xp = nt < x_tiles ? xrow0 + nt * xstride : nullptr;
-      if (full && a.vec_x) {
-        cp_async<16> (dst, xp ? xp + col0 + xoff : a.x, xp ? 16 : 0);
-        continue;
-      }
       const int c = tc_col<FMT> (col0, full, warp, t);
       if (!xp) {
         cp_async<16> (dst, a.x, 0);

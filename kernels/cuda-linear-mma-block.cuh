@@ -75,6 +75,18 @@ template <int FMT, int CK, int NT> struct TcBlock {
   __device__ __forceinline__ void issue_x (uint4 *slot, int st) const
   {
     const int col0 = st * TC_STAGE;
+    if (NT > 1) {
+      /* x split beforehand (tc_xsplit_kernel): the stage's records of all n-tiles are contiguous, in slot
+       * order, so the thread copies record tid of each n-tile */
+      const uint4 *src = a.xs + (size_t) st * tiles * 256 + tid;
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        if (nt >= tiles)
+          break;
+        cp_async<16> (slot + nt * 256 + tid, src + nt * 256, 16);
+      }
+      return;
+    }
     if (col0 + TC_STAGE <= a.K && a.vec_x) {
       const float *xp = xrow0 + col0 + xoff;
       uint4 *dst = slot + warp * 32 + lane;
@@ -91,7 +103,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
   }
 
   /* issue_x for a K tail stage or x rows not on 16 bytes: per-column copies where a record crosses K. */
-  __device__ __noinline__ void issue_x_general (uint4 *slot, int col0) const
+  __device__ __forceinline__ void issue_x_general (uint4 *slot, int col0) const
   {
     const bool full = col0 + TC_STAGE <= a.K;
     for (int nt = 0; nt < NT; nt++) {
@@ -171,11 +183,14 @@ template <int FMT, int CK, int NT> struct TcBlock {
     return make_float4 (v[0], v[1], v[2], v[3]);
   }
 
-  /* Converts the thread's x records of a slot in place from f32 to the hi/lo bf16 split (x = hi + lo,
-   * lo = bf16(x - hi)); with NT = 1 first x[c] * (alpha[c] * inv) with the row's inverse RMS, as
-   * rmsnorm_kernel computes it, or silu(x[c]) * v[c] as silu_gate_kernel computes it. */
+  /* NT = 1: converts the thread's x record of a slot in place from f32 to the hi/lo bf16 split
+   * (tc_split_record), first x[c] * (alpha[c] * inv) with the row's inverse RMS, as
+   * rmsnorm_kernel computes it, or silu(x[c]) * v[c] as silu_gate_kernel computes it. NT > 1: nothing (x
+   * was split beforehand by tc_xsplit_kernel, with the same tc_split_record). */
   __device__ __forceinline__ void convert_x (uint4 *slot, float4 al, const float *row_inv) const
   {
+    if (NT > 1)
+      return; /* split beforehand */
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
       if (NT > 1 && nt >= tiles)
@@ -191,11 +206,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
         v = make_float4 (ppx_silu_gate (v.x, al.x), ppx_silu_gate (v.y, al.y), ppx_silu_gate (v.z, al.z),
                          ppx_silu_gate (v.w, al.w));
       }
-      const __nv_bfloat162 h01 = __floats2bfloat162_rn (v.x, v.y), h23 = __floats2bfloat162_rn (v.z, v.w);
-      const float2 f01 = __bfloat1622float2 (h01), f23 = __bfloat1622float2 (h23);
-      const __nv_bfloat162 l01 = __floats2bfloat162_rn (v.x - f01.x, v.y - f01.y);
-      const __nv_bfloat162 l23 = __floats2bfloat162_rn (v.z - f23.x, v.w - f23.y);
-      *p = make_uint4 (bf16x2_bits (h01), bf16x2_bits (h23), bf16x2_bits (l01), bf16x2_bits (l23));
+      *p = tc_split_record (v);
     }
   }
 

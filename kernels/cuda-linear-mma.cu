@@ -105,6 +105,36 @@ tc_linear_kernel (TcArgs a)
     b.combine_leaves ();
 }
 
+/* x [M][K] (row stride ldx) split into hi/lo records in slot order for the launches with NT > 1, once per
+ * launch instead of once per block and stage: out[(st * tiles + tile) * 256 + q * 32 + lane] holds row
+ * 8 tile + g, columns tc_col (st * 128, full, q, t) .. + 3 (zeros past M and K: what the kernel's zero-filled
+ * copies held), split by tc_split_record as the kernel splits them at NT = 1. */
+template <int FMT>
+__global__ void
+tc_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int tiles, int vec_x, uint4 *out)
+{
+  ppx_pdl_enter ();
+  const int64_t n = (int64_t) n_stages * tiles * 256;
+  for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
+    const int rec = (int) (i % 256), tile = (int) ((i / 256) % tiles), st = (int) (i / 256 / tiles);
+    const int q = rec >> 5, g = (rec & 31) >> 2, t = rec & 3, m = 8 * tile + g, col0 = st * TC_STAGE;
+    const int c = tc_col<FMT> (col0, col0 + TC_STAGE <= K, q, t);
+    float4 v = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+    if (m < M) {
+      const float *xp = x + (size_t) m * ldx + c;
+      if (vec_x && c + 3 < K) {
+        v = *reinterpret_cast<const float4 *> (xp);
+      } else {
+        v.x = c < K ? xp[0] : 0.0f;
+        v.y = c + 1 < K ? xp[1] : 0.0f;
+        v.z = c + 2 < K ? xp[2] : 0.0f;
+        v.w = c + 3 < K ? xp[3] : 0.0f;
+      }
+    }
+    out[i] = tc_split_record (v);
+  }
+}
+
 /* Chunk length in k-steps for the tensor-core path, or 0 when the weight takes the CUDA-core path. */
 static int
 tc_chunk (const PpxCudaWeight *w)
@@ -184,6 +214,19 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
   *S = (nst + best_leaf - 1) / best_leaf;
 }
 
+/* Bytes of the split x records of one launch of up to min (M, TC_MMAX) rows (0 for M <= 8: NT = 1 splits x
+ * itself). */
+static size_t
+tc_xs_bytes (const PpxCudaWeight *w, int M)
+{
+  const int m = M < TC_MMAX ? M : TC_MMAX;
+  if (m <= 8)
+    return 0;
+  return (size_t) ((w->cols + TC_STAGE - 1) / TC_STAGE) * (size_t) ((m + 7) / 8) * 256 * sizeof (uint4);
+}
+
+/* The workspace: the leaves' counters and partial sums when K is split (S > 1), then the split x records
+ * when M > 8. */
 extern "C" size_t
 ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M)
 {
@@ -191,9 +234,9 @@ ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M)
     return 0;
   int nst, leaf, S;
   tc_plan (w, &nst, &leaf, &S);
-  if (S <= 1)
-    return 0;
-  return TC_MAX_COUNTERS * sizeof (unsigned) + (size_t) S * TC_MMAX * (size_t) w->rows * sizeof (float);
+  const size_t partials = S > 1 ? (size_t) S * TC_MMAX * (size_t) w->rows * sizeof (float) : 0;
+  const size_t xs = tc_xs_bytes (w, M);
+  return partials || xs ? TC_MAX_COUNTERS * sizeof (unsigned) + partials + xs : 0;
 }
 
 /* An integer from the environment (read once by each caller's static), dflt when unset or outside lo..hi:
@@ -330,6 +373,9 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
   a.partials = (float *) ((char *) workspace + TC_MAX_COUNTERS * sizeof (unsigned));
   if (a.S > 1 && (!workspace || (w->rows + 63) / 64 > TC_MAX_COUNTERS))
     return (int) cudaErrorInvalidValue;
+  if (M > 8 && !workspace)
+    return (int) cudaErrorInvalidValue;
+  uint4 *xs = (uint4 *) ((char *) a.partials + (a.S > 1 ? (size_t) a.S * TC_MMAX * (size_t) w->rows * sizeof (float) : 0));
   const int mmax = w->format == PPX_CUDA_W_BF16 ? tc_mmax<PPX_CUDA_W_BF16, 8> ()
                    : w->format == PPX_CUDA_W_INT8 ? tc_mmax<PPX_CUDA_W_INT8, 8> ()
                    : ck == 2                       ? tc_mmax<PPX_CUDA_W_INT4, 2> ()
@@ -339,6 +385,21 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     a.M = M - m0 < mmax ? M - m0 : mmax;
     a.x = x + (size_t) m0 * ldx;
     a.y = y + (size_t) m0 * ldy;
+    a.xs = NULL;
+    if (a.M > 8) {
+      const int tiles = (a.M + 7) / 8;
+      const size_t n = (size_t) a.n_stages * tiles * 256;
+      const dim3 grid = ppx_grid_for (n, 256);
+      if (w->format == PPX_CUDA_W_BF16)
+        ppx_launch (tc_xsplit_kernel<PPX_CUDA_W_BF16>, grid, 256, 0, s, a.x, ldx, a.M, a.K, a.n_stages, tiles, a.vec_x, xs);
+      else if (w->format == PPX_CUDA_W_INT8)
+        ppx_launch (tc_xsplit_kernel<PPX_CUDA_W_INT8>, grid, 256, 0, s, a.x, ldx, a.M, a.K, a.n_stages, tiles, a.vec_x, xs);
+      else
+        ppx_launch (tc_xsplit_kernel<PPX_CUDA_W_INT4>, grid, 256, 0, s, a.x, ldx, a.M, a.K, a.n_stages, tiles, a.vec_x, xs);
+      if (int e = ppx_cuda_launched ())
+        return e;
+      a.xs = xs;
+    }
     int e;
     switch (w->format) {
       case PPX_CUDA_W_BF16:

@@ -74,6 +74,7 @@ struct TcArgs {
   int gate;            /* (NT = 1 only, no alpha): x rows hold [g | v] (v at x + K): the input is silu(g) * v */
   unsigned *counters;  /* one per row block, zero between launches */
   int depth;           /* D, the shared-memory ring's slots (tc_depth) */
+  const uint4 *xs;     /* NT > 1: x already split into hi/lo records in slot order, [stage][tiles][8][32] */
 };
 
 __device__ __forceinline__ uint32_t
@@ -194,6 +195,19 @@ tc_col (int col0, bool full, int q, int t)
   if (FMT == PPX_CUDA_W_BF16)
     return col0 + 32 * (q >> 1) + 8 * t + 4 * (q & 1);
   return col0 + 64 * (q >> 2) + 16 * t + 4 * (q & 3);
+}
+
+/* The hi/lo bf16 split of 4 x values as one B-fragment record: (hi01, hi23, lo01, lo23), hi = bf16(x),
+ * lo = bf16(x - hi) (x - hi is exact in f32). The kernel (NT = 1) and the split launch (NT > 1) both use
+ * this, so every x value is split the same way whatever M is. */
+__device__ __forceinline__ uint4
+tc_split_record (float4 v)
+{
+  const __nv_bfloat162 h01 = __floats2bfloat162_rn (v.x, v.y), h23 = __floats2bfloat162_rn (v.z, v.w);
+  const float2 f01 = __bfloat1622float2 (h01), f23 = __bfloat1622float2 (h23);
+  const __nv_bfloat162 l01 = __floats2bfloat162_rn (v.x - f01.x, v.y - f01.y);
+  const __nv_bfloat162 l23 = __floats2bfloat162_rn (v.z - f23.x, v.w - f23.y);
+  return make_uint4 (bf16x2_bits (h01), bf16x2_bits (h23), bf16x2_bits (l01), bf16x2_bits (l23));
 }
 
 /* y[m, r] (+)= v, int8's row scale applied (the sum's last step, as the CPU backend's). */

@@ -305,24 +305,43 @@ template <int FMT, int CK, int NT> struct TcBlock {
   }
 
   /* One stage's multiplications for the warp's first N n-tiles (those that hold x rows; N is a template
-   * argument so that the stage is straight-line code): 8 k-steps (those at or past kvalid skipped: the tail
-   * stage). Chunk ch (CK k-steps) is summed by the tensor cores from zero, k-step by k-step (hi, then lo),
-   * then added to acc (times its int4 scale), chunks in order. NCH chunks at a time run as independent mma
-   * chains. */
+   * argument so that the stage is straight-line code), in groups of at most G n-tiles (G x RTW <= 8
+   * accumulator tiles, so that the chunk sums of a group and the running sums fit in registers without
+   * spilling; the weights are dequantized again for each group). */
   template <int N>
-  __device__ __forceinline__ void mma_stage (float (&acc)[RTW][NTW][4], const uint32_t (&rw)[RTW][2][WORDS],
+  __device__ __forceinline__ void mma_stage (float (&acc)[RTW][NTW][4], uint32_t (&rw)[RTW][2][WORDS],
+                                             const uint4 *slot, int kvalid, bool full) const
+  {
+    constexpr int G = 8 / RTW < N ? 8 / RTW : N;
+    mma_group<0, G> (acc, rw, slot, kvalid);
+    if (N > G) {
+      /* the weights again from the slot, behind a compiler barrier: otherwise the compiler keeps the first
+       * group's dequantized fragments of all 8 k-steps live instead of recomputing them, and spills */
+      asm volatile ("" ::: "memory");
+      if (full)
+        load_weights (slot, rw);
+      mma_group<(N > G ? G : 0), (N > G ? N - G : 1)> (acc, rw, slot, kvalid);
+    }
+  }
+
+  /* The stage's multiplications for the warp's n-tiles N0 .. N0 + G - 1: 8 k-steps (those at or past kvalid
+   * skipped: the tail stage). Chunk ch (CK k-steps) is summed by the tensor cores from zero, k-step by
+   * k-step (hi, then lo), then added to acc (times its int4 scale), chunks in order. NCH chunks at a time
+   * run as independent mma chains. */
+  template <int N0, int G>
+  __device__ __forceinline__ void mma_group (float (&acc)[RTW][NTW][4], const uint32_t (&rw)[RTW][2][WORDS],
                                              const uint4 *slot, int kvalid) const
   {
     const float *ssc = reinterpret_cast<const float *> (slot + C::SX + C::SW);
 #pragma unroll
     for (int cg = 0; cg < NCHUNK / NCH; cg++) {
-      float part[NCH][RTW][NTW][4];
+      float part[NCH][RTW][G][4];
 #pragma unroll
       for (int c = 0; c < NCH; c++)
 #pragma unroll
         for (int rt = 0; rt < RTW; rt++)
 #pragma unroll
-          for (int nt = 0; nt < N; nt++)
+          for (int nt = 0; nt < G; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
               part[c][rt][nt][i] = 0.0f;
@@ -335,41 +354,41 @@ template <int FMT, int CK, int NT> struct TcBlock {
             continue;
           uint32_t af[RTW][4];
           dequant (rw, q, af);
-          mma_kstep<N> (part[c], af, slot, q);
+          mma_kstep<N0, G> (part[c], af, slot, q);
         }
 #pragma unroll
       for (int c = 0; c < NCH; c++)
         if ((cg * NCH + c) * CK < kvalid)
-          add_chunk<N> (acc, part[c], ssc, cg * NCH + c);
+          add_chunk<N0, G> (acc, part[c], ssc, cg * NCH + c);
     }
   }
 
-  /* One k-step q of the warp's first N n-tiles: the hi halves of their x records (8 bytes each) and the hi
-   * products of every (row tile, n-tile), then the lo halves and the lo products, so that the two mma on
-   * one accumulator are as far apart as the warp's tiles allow (the same two mma, in the same order, on
-   * each accumulator). */
-  template <int N>
-  __device__ __forceinline__ void mma_kstep (float (&part)[RTW][NTW][4], const uint32_t (&af)[RTW][4],
+  /* One k-step q of the warp's n-tiles N0 .. N0 + G - 1: the hi halves of their x records (8 bytes each)
+   * and the hi products of every (row tile, n-tile), then the lo halves and the lo products, so that the
+   * two mma on one accumulator are as far apart as the group allows (the same two mma, in the same order,
+   * on each accumulator). */
+  template <int N0, int G>
+  __device__ __forceinline__ void mma_kstep (float (&part)[RTW][G][4], const uint32_t (&af)[RTW][4],
                                              const uint4 *slot, int q) const
   {
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-      uint2 b[N];
+      uint2 b[G];
 #pragma unroll
-      for (int nt = 0; nt < N; nt++)
-        b[nt] = reinterpret_cast<const uint2 *> (slot + (tile_of (wm, nt) * 8 + q) * 32 + lane)[half];
+      for (int nt = 0; nt < G; nt++)
+        b[nt] = reinterpret_cast<const uint2 *> (slot + (tile_of (wm, N0 + nt) * 8 + q) * 32 + lane)[half];
 #pragma unroll
-      for (int nt = 0; nt < N; nt++)
+      for (int nt = 0; nt < G; nt++)
 #pragma unroll
         for (int rt = 0; rt < RTW; rt++)
           mma_bf16 (part[rt][nt], af[rt], b[nt].x, b[nt].y);
     }
   }
 
-  /* acc += chunk ch's sums for the first N n-tiles, times the rows' int4 scales of that chunk (one fmaf
-   * each). */
-  template <int N>
-  __device__ __forceinline__ void add_chunk (float (&acc)[RTW][NTW][4], const float (&part)[RTW][NTW][4],
+  /* acc += chunk ch's sums of n-tiles N0 .. N0 + G - 1, times the rows' int4 scales of that chunk (one
+   * fmaf each). */
+  template <int N0, int G>
+  __device__ __forceinline__ void add_chunk (float (&acc)[RTW][NTW][4], const float (&part)[RTW][G][4],
                                              const float *ssc, int ch) const
   {
 #pragma unroll
@@ -381,13 +400,13 @@ template <int FMT, int CK, int NT> struct TcBlock {
         s1 = ssc[(lr + 8) * CPS1 + ch];
       }
 #pragma unroll
-      for (int nt = 0; nt < N; nt++)
+      for (int nt = 0; nt < G; nt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
           if (FMT == PPX_CUDA_W_INT4)
-            acc[rt][nt][i] = fmaf (i < 2 ? s0 : s1, part[rt][nt][i], acc[rt][nt][i]);
+            acc[rt][N0 + nt][i] = fmaf (i < 2 ? s0 : s1, part[rt][nt][i], acc[rt][N0 + nt][i]);
           else
-            acc[rt][nt][i] += part[rt][nt][i];
+            acc[rt][N0 + nt][i] += part[rt][nt][i];
         }
     }
   }
@@ -400,10 +419,10 @@ template <int FMT, int CK, int NT> struct TcBlock {
     uint32_t rw[RTW][2][WORDS];
     if ((st + 1) * TC_STAGE <= a.K) {
       load_weights (slot, rw);
-      mma_stage<N> (acc, rw, slot, 8);
+      mma_stage<N> (acc, rw, slot, 8, true);
     } else {
       gather_tail (rw, st);
-      mma_stage<N> (acc, rw, slot, KS - st * 8);
+      mma_stage<N> (acc, rw, slot, KS - st * 8, false);
     }
   }
 

@@ -25,22 +25,13 @@ template <int FMT, int CK, int NT> struct TcBlock {
   const float *xrow0; /* x: this thread's row of n-tile 0, the stride between n-tiles, its column offset */
   size_t xstride;
   int x_tiles, xoff;
-  const uint8_t *wp0; /* weights: its first copy's source, the step between copies, how many are rows */
-  int64_t wstep;
-  int w_valid;
-  const float *sp0; /* int4 scales: likewise */
-  int64_t sstep;
-  int s_valid;
 
   /* The n-tile (8 x rows) a warp at x position wm takes as its nt-th: interleaved, so that when the last
    * tiles are past M every warp along x loses about as many. */
   __device__ __forceinline__ static int tile_of (int wm_, int nt) { return nt * C::WM + wm_; }
 
   /* Set up once per block: the thread's place in the warp layout and the source of each of its copies.
-   * x: k-step `warp` of every n-tile (x row 8 nt + g; rows past M zero-filled). Weights: slot entries
-   * e = tid + 256 k, e = ((row tile * 2 + half) * WV + vector) * 32 + lane, so the vector and the half are
-   * the same for every k and the row moves by 64 / WV per k. Scales: entries e = tid + 256 k of
-   * [ROWS][CPS], row tid / CPS + k 256 / CPS, chunk tid % CPS. */
+   * x (NT = 1): k-step `warp` of every n-tile (x row 8 nt + g; rows past M zero-filled). */
   __device__ __forceinline__ TcBlock (const TcArgs &args) : a (args)
   {
     tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -54,36 +45,39 @@ template <int FMT, int CK, int NT> struct TcBlock {
     xstride = (size_t) 8 * a.ldx;
     x_tiles = (a.M - g + 7) / 8;
     xoff = tc_col<FMT> (0, true, warp, t);
-    const int64_t wrow0 = block_row + warp / (2 * WV) * 16 + g + 8 * ((warp / WV) & 1);
-    wp0 = a.w + (wrow0 < a.rows ? wrow0 : 0) * a.row_bytes + 64 * (warp % WV) + 16 * t;
-    wstep = (int64_t) (64 / WV) * a.row_bytes;
-    w_valid = wrow0 < a.rows ? (int) min ((int64_t) WE, (a.rows - wrow0 + 64 / WV - 1) / (64 / WV)) : 0;
-    const int64_t srow0 = block_row + tid / CPS1;
-    sp0 = a.scales + (srow0 < a.rows ? srow0 : 0) * a.n_groups;
-    sstep = (int64_t) (TC_THREADS / CPS1) * a.n_groups;
-    s_valid = 0;
-#pragma unroll
-    for (int k = 0; k < SE; k++)
-      if (tid / CPS1 + k * (TC_THREADS / CPS1) < C::ROWS && srow0 + k * (TC_THREADS / CPS1) < a.rows)
-        s_valid = k + 1;
+  }
+
+  /* The thread index for the copies' addresses: with many n-tiles (NT >= 8) read again each stage (a
+   * volatile read the compiler cannot hoist), so that the addresses are recomputed (a few dozen
+   * instructions a stage) instead of being held in registers across the loop, which spilled them to local
+   * memory and made every stage wait on reloads from the L2 (the shared memory leaves the L1 almost no
+   * room). */
+  __device__ __forceinline__ int copy_tid () const
+  {
+    if (NT < 8)
+      return tid;
+    unsigned v;
+    asm volatile ("mov.u32 %0, %%tid.x;" : "=r"(v));
+    return (int) v;
   }
 
   /* Copies x's columns of stage st into a slot by cp.async: the thread's 16-byte record of each n-tile that
    * holds x rows (rows past M and columns past K zero-filled; n-tiles past M are never read, so not copied).
-   * Full stages of 16-byte aligned x (every stage but a K tail) take a pointer step per n-tile; the
-   * general path is kept apart so that its address arithmetic does not weigh on the common one. */
+   * NT = 1: full stages of 16-byte aligned x (every stage but a K tail) take a pointer step per n-tile;
+   * the general path is kept apart so that its address arithmetic does not weigh on the common one. */
   __device__ __forceinline__ void issue_x (uint4 *slot, int st) const
   {
     const int col0 = st * TC_STAGE;
     if (NT > 1) {
       /* x split beforehand (tc_xsplit_kernel): the stage's records of all n-tiles are contiguous, in slot
        * order, so the thread copies record tid of each n-tile */
-      const uint4 *src = a.xs + (size_t) st * tiles * 256 + tid;
+      const int id = copy_tid (), n = (a.M + 7) >> 3;
+      const uint4 *src = a.xs + (size_t) st * n * 256 + id;
 #pragma unroll
       for (int nt = 0; nt < NT; nt++) {
-        if (nt >= tiles)
+        if (nt >= n)
           break;
-        cp_async<16> (slot + nt * 256 + tid, src + nt * 256, 16);
+        cp_async<16> (slot + nt * 256 + id, src + nt * 256, 16);
       }
       return;
     }
@@ -128,10 +122,19 @@ template <int FMT, int CK, int NT> struct TcBlock {
    * scales into a slot by cp.async. */
   __device__ __forceinline__ void issue_weights (uint4 *slot, int st) const
   {
+    /* Weights: slot entries e = id + 256 k, e = ((row tile * 2 + half) * WV + vector) * 32 + lane, so the
+     * vector and the half are the same for every k and the row moves by 64 / WV per k. Scales: entries
+     * e = id + 256 k of [ROWS][CPS], row id / CPS + k 256 / CPS, chunk id % CPS. */
+    const int id = copy_tid (), warp_ = id >> 5, g_ = (id & 31) >> 2, t_ = id & 3;
+    const int64_t brow = (int64_t) blockIdx.x * C::ROWS;
+    const int64_t wrow0 = brow + warp_ / (2 * WV) * 16 + g_ + 8 * ((warp_ / WV) & 1);
+    const uint8_t *wp0 = a.w + (wrow0 < a.rows ? wrow0 : 0) * a.row_bytes + 64 * (warp_ % WV) + 16 * t_;
+    const int64_t wstep = (int64_t) (64 / WV) * a.row_bytes;
+    const int w_valid = wrow0 < a.rows ? (int) min ((int64_t) WE, (a.rows - wrow0 + 64 / WV - 1) / (64 / WV)) : 0;
     const int col0 = st * TC_STAGE;
     if (col0 + TC_STAGE <= a.K) {
       const int64_t off = (int64_t) col0 * WORDS / 8;
-      uint4 *wdst = slot + C::SX + tid;
+      uint4 *wdst = slot + C::SX + id;
 #pragma unroll
       for (int k = 0; k < WE; k++) {
         if (k < w_valid)
@@ -142,12 +145,20 @@ template <int FMT, int CK, int NT> struct TcBlock {
     }
     if (FMT != PPX_CUDA_W_INT4)
       return;
+    const int64_t srow0 = brow + id / CPS1;
+    const float *sp0 = a.scales + (srow0 < a.rows ? srow0 : 0) * a.n_groups;
+    const int64_t sstep = (int64_t) (TC_THREADS / CPS1) * a.n_groups;
+    int s_valid = 0;
+#pragma unroll
+    for (int k = 0; k < SE; k++)
+      if (id / CPS1 + k * (TC_THREADS / CPS1) < C::ROWS && srow0 + k * (TC_THREADS / CPS1) < a.rows)
+        s_valid = k + 1;
     float *sdst = reinterpret_cast<float *> (slot + C::SX + C::SW);
 #pragma unroll
     for (int k = 0; k < SE; k++) {
-      const int e = tid + TC_THREADS * k;
+      const int e = id + TC_THREADS * k;
       if ((C::ROWS * CPS) % TC_THREADS == 0 || e < C::ROWS * CPS) {
-        const int c = tid % CPS1;
+        const int c = id % CPS1;
         const int col = col0 + c * 16 * CK;
         const bool ok = k < s_valid && col < a.K;
         /* group of column col: a stage holds CPS whole groups (g32, g64), or lies in one (g128k) */
@@ -535,29 +546,41 @@ template <int FMT, int CK, int NT> struct TcBlock {
     return *ticket == (unsigned) a.S - 1;
   }
 
-  /* y = leaf 0 + leaf 1 + ... in leaf order (eight leaves' loads in flight at once, v starts as leaf 0
-   * exactly), int8 scales applied; the row block's counter back to zero for the next launch. */
+  /* y = leaf 0 + leaf 1 + ... in leaf order, int8 scales applied; the row block's counter back to zero for
+   * the next launch. Four outputs a thread at a time, so that their loads of each leaf are in flight
+   * together (the loop over 8 predicated leaves this replaces issued ~170 instructions an output and took
+   * a quarter of a 128-row launch's instructions). */
   __device__ __forceinline__ void combine_leaves () const
   {
-    for (int idx = tid; idx < a.M * C::ROWS; idx += TC_THREADS) {
-      const int m = idx / C::ROWS;
-      const int64_t r = block_row + idx % C::ROWS;
-      if (r >= a.rows)
-        continue;
-      const float *pp = a.partials + (size_t) m * a.rows + r;
-      const size_t leaf_stride = (size_t) TC_MMAX * a.rows;
-      float v = 0.0f;
-      for (int s0 = 0; s0 < a.S; s0 += 8) {
-        float p[8];
+    const size_t leaf_stride = (size_t) TC_MMAX * a.rows;
+    const int n = a.M * C::ROWS;
+    for (int idx0 = tid; idx0 < n; idx0 += 4 * TC_THREADS) {
+      float v[4];
+      const float *pp[4];
+      bool ok[4];
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-          p[k] = s0 + k < a.S ? __ldcg (pp + (size_t) (s0 + k) * leaf_stride) : 0.0f;
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-          if (s0 + k < a.S)
-            v = s0 + k == 0 ? p[k] : v + p[k];
+      for (int u = 0; u < 4; u++) {
+        const int idx = idx0 + u * TC_THREADS;
+        const int64_t r = block_row + idx % C::ROWS;
+        ok[u] = idx < n && r < a.rows;
+        pp[u] = a.partials + (size_t) (idx / C::ROWS) * a.rows + (ok[u] ? r : 0);
+        v[u] = ok[u] ? __ldcg (pp[u]) : 0.0f;
       }
-      tc_store_y<FMT> (a, m, r, v);
+      for (int s = 1; s < a.S; s++) {
+        float p[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          p[u] = ok[u] ? __ldcg (pp[u] + (size_t) s * leaf_stride) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          v[u] += p[u];
+      }
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        if (ok[u]) {
+          const int idx = idx0 + u * TC_THREADS;
+          tc_store_y<FMT> (a, idx / C::ROWS, block_row + idx % C::ROWS, v[u]);
+        }
     }
     if (tid == 0)
       a.counters[blockIdx.x] = 0u;

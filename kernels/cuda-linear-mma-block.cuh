@@ -25,6 +25,13 @@ template <int FMT, int CK, int NT> struct TcBlock {
   const float *xrow0; /* x: this thread's row of n-tile 0, the stride between n-tiles, its column offset */
   size_t xstride;
   int x_tiles, xoff;
+  struct TcSrc {
+    const uint8_t *wp0; /* weights: the first copy's source, the step between copies, how many are rows */
+    int64_t wstep;
+    const float *sp0; /* int4 scales: likewise */
+    int64_t sstep;
+    int w_valid, s_valid;
+  } src0; /* NT < 8: set up once; NT >= 8 recomputes it each stage (copy_tid) */
 
   /* The n-tile (8 x rows) a warp at x position wm takes as its nt-th: interleaved, so that when the last
    * tiles are past M every warp along x loses about as many. */
@@ -45,6 +52,32 @@ template <int FMT, int CK, int NT> struct TcBlock {
     xstride = (size_t) 8 * a.ldx;
     x_tiles = (a.M - g + 7) / 8;
     xoff = tc_col<FMT> (0, true, warp, t);
+    if (NT < 8)
+      src0 = copy_src (tid);
+  }
+
+  /* Where thread `id` copies the block's weights and int4 scales from (weights: slot entries e = id + 256 k,
+   * e = ((row tile * 2 + half) * WV + vector) * 32 + lane, so the vector and the half are the same for
+   * every k and the row moves by 64 / WV per k; scales: entries e = id + 256 k of [ROWS][CPS], row id / CPS
+   * + k 256 / CPS, chunk id % CPS), and how many of its copies are rows of the weight. */
+  __device__ __forceinline__ TcSrc copy_src (int id) const
+  {
+    TcSrc cs;
+    const int warp_ = id >> 5, g_ = (id & 31) >> 2, t_ = id & 3;
+    const int64_t brow = (int64_t) blockIdx.x * C::ROWS;
+    const int64_t wrow0 = brow + warp_ / (2 * WV) * 16 + g_ + 8 * ((warp_ / WV) & 1);
+    cs.wp0 = a.w + (wrow0 < a.rows ? wrow0 : 0) * a.row_bytes + 64 * (warp_ % WV) + 16 * t_;
+    cs.wstep = (int64_t) (64 / WV) * a.row_bytes;
+    cs.w_valid = wrow0 < a.rows ? (int) min ((int64_t) WE, (a.rows - wrow0 + 64 / WV - 1) / (64 / WV)) : 0;
+    const int64_t srow0 = brow + id / CPS1;
+    cs.sp0 = a.scales + (srow0 < a.rows ? srow0 : 0) * a.n_groups;
+    cs.sstep = (int64_t) (TC_THREADS / CPS1) * a.n_groups;
+    cs.s_valid = 0;
+#pragma unroll
+    for (int k = 0; k < SE; k++)
+      if (id / CPS1 + k * (TC_THREADS / CPS1) < C::ROWS && srow0 + k * (TC_THREADS / CPS1) < a.rows)
+        cs.s_valid = k + 1;
+    return cs;
   }
 
   /* The thread index for the copies' addresses: with many n-tiles (NT >= 8) read again each stage (a
@@ -65,13 +98,19 @@ template <int FMT, int CK, int NT> struct TcBlock {
    * holds x rows (rows past M and columns past K zero-filled; n-tiles past M are never read, so not copied).
    * NT = 1: full stages of 16-byte aligned x (every stage but a K tail) take a pointer step per n-tile;
    * the general path is kept apart so that its address arithmetic does not weigh on the common one. */
-  __device__ __forceinline__ void issue_x (uint4 *slot, int st) const
+  __device__ __forceinline__ void issue_x (uint4 *slot, int st, uint64_t *bar) const
   {
     const int col0 = st * TC_STAGE;
     if (NT > 1) {
       /* x split beforehand (tc_xsplit_kernel): the stage's records of all n-tiles are contiguous, in slot
-       * order, so the thread copies record tid of each n-tile */
-      const int id = copy_tid (), n = (a.M + 7) >> 3;
+       * order: on sm_90 thread 0 copies them all at once (bulk copy completing on the slot's mbarrier),
+       * before that each thread copies record tid of each n-tile */
+      const int n = (a.M + 7) >> 3;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (copy_tid () == 0)
+        bulk_copy (slot, a.xs + (size_t) st * n * 256, (unsigned) n * 256 * sizeof (uint4), bar);
+#else
+      const int id = copy_tid ();
       const uint4 *src = a.xs + (size_t) st * n * 256 + id;
 #pragma unroll
       for (int nt = 0; nt < NT; nt++) {
@@ -79,6 +118,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
           break;
         cp_async<16> (slot + nt * 256 + id, src + nt * 256, 16);
       }
+#endif
       return;
     }
     if (col0 + TC_STAGE <= a.K && a.vec_x) {
@@ -122,15 +162,11 @@ template <int FMT, int CK, int NT> struct TcBlock {
    * scales into a slot by cp.async. */
   __device__ __forceinline__ void issue_weights (uint4 *slot, int st) const
   {
-    /* Weights: slot entries e = id + 256 k, e = ((row tile * 2 + half) * WV + vector) * 32 + lane, so the
-     * vector and the half are the same for every k and the row moves by 64 / WV per k. Scales: entries
-     * e = id + 256 k of [ROWS][CPS], row id / CPS + k 256 / CPS, chunk id % CPS. */
-    const int id = copy_tid (), warp_ = id >> 5, g_ = (id & 31) >> 2, t_ = id & 3;
-    const int64_t brow = (int64_t) blockIdx.x * C::ROWS;
-    const int64_t wrow0 = brow + warp_ / (2 * WV) * 16 + g_ + 8 * ((warp_ / WV) & 1);
-    const uint8_t *wp0 = a.w + (wrow0 < a.rows ? wrow0 : 0) * a.row_bytes + 64 * (warp_ % WV) + 16 * t_;
-    const int64_t wstep = (int64_t) (64 / WV) * a.row_bytes;
-    const int w_valid = wrow0 < a.rows ? (int) min ((int64_t) WE, (a.rows - wrow0 + 64 / WV - 1) / (64 / WV)) : 0;
+    const int id = copy_tid ();
+    const TcSrc cs = NT < 8 ? src0 : copy_src (id);
+    const uint8_t *wp0 = cs.wp0;
+    const int64_t wstep = cs.wstep;
+    const int w_valid = cs.w_valid;
     const int col0 = st * TC_STAGE;
     if (col0 + TC_STAGE <= a.K) {
       const int64_t off = (int64_t) col0 * WORDS / 8;
@@ -145,14 +181,9 @@ template <int FMT, int CK, int NT> struct TcBlock {
     }
     if (FMT != PPX_CUDA_W_INT4)
       return;
-    const int64_t srow0 = brow + id / CPS1;
-    const float *sp0 = a.scales + (srow0 < a.rows ? srow0 : 0) * a.n_groups;
-    const int64_t sstep = (int64_t) (TC_THREADS / CPS1) * a.n_groups;
-    int s_valid = 0;
-#pragma unroll
-    for (int k = 0; k < SE; k++)
-      if (id / CPS1 + k * (TC_THREADS / CPS1) < C::ROWS && srow0 + k * (TC_THREADS / CPS1) < a.rows)
-        s_valid = k + 1;
+    const float *sp0 = cs.sp0;
+    const int64_t sstep = cs.sstep;
+    const int s_valid = cs.s_valid;
     float *sdst = reinterpret_cast<float *> (slot + C::SX + C::SW);
 #pragma unroll
     for (int k = 0; k < SE; k++) {

@@ -53,17 +53,22 @@ tc_linear_kernel (TcArgs a)
   __shared__ unsigned ticket;
   __shared__ float row_inv[8];
   __shared__ float red2[2][TC_WARPS];
+  __shared__ uint64_t xbar[8]; /* NT > 1 on sm_90: slot d's x records have landed (bulk copy) */
   const TcBlock<FMT, CK, NT> b (a);
   const int D = a.depth;
   const int st0 = blockIdx.y * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
+  if (NT > 1 && threadIdx.x < D)
+    mbar_init (&xbar[threadIdx.x]);
 
   for (int d = 0; d < D - 1; d++)
     if (d < nstg)
       b.issue_weights (smem + d * C::SLOT, st0 + d);
   ppx_pdl_wait ();
+  if (NT > 1)
+    __syncthreads (); /* the mbarriers are initialized */
   for (int d = 0; d < D - 1; d++) {
     if (d < nstg)
-      b.issue_x (smem + d * C::SLOT, st0 + d);
+      b.issue_x (smem + d * C::SLOT, st0 + d, &xbar[d]);
     cp_async_commit ();
   }
   if (NT == 1 && a.alpha)
@@ -86,10 +91,14 @@ tc_linear_kernel (TcArgs a)
     if (aux && jj + 1 < nstg)
       al_next = b.aux_at (st0 + jj + 1); /* a stage ahead: its latency hides behind this stage */
     cp_async_wait_n (D - 2); /* this thread's copies of stage jj are done */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (NT > 1)
+      mbar_wait (&xbar[rd], (unsigned) (jj / D) & 1u); /* and the block's x records */
+#endif
     b.convert_x (slot, al, row_inv);
     __syncthreads (); /* everyone's copies of stage jj are visible; slot wr_slot (stage jj - 1) is read */
     if (jj + D - 1 < nstg) {
-      b.issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
+      b.issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1, &xbar[wr_slot]);
       b.issue_weights (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
     }
     cp_async_commit ();

@@ -165,6 +165,48 @@ cp_async_wait_n (int n)
   }
 }
 
+/* Bulk copies of the split x records (sm_90: one thread copies a stage's records of all n-tiles, a
+ * contiguous block, with cp.async.bulk completing on an mbarrier, instead of 256 threads issuing up to 16
+ * cp.async each). */
+__device__ __forceinline__ void
+mbar_init (uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
+  asm volatile ("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+  asm volatile ("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+/* `bytes` (a multiple of 16, 16-byte aligned both sides) from global to shared memory, completing on bar */
+__device__ __forceinline__ void
+bulk_copy (void *dst, const void *src, unsigned bytes, uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar), d = (unsigned) __cvta_generic_to_shared (dst);
+  asm volatile ("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+  asm volatile ("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
+                "l"(src), "r"(bytes), "r"(b)
+                : "memory");
+#endif
+}
+
+/* Wait until bar's phase of the given parity has completed (its bulk copy has landed and is visible). */
+__device__ __forceinline__ void
+mbar_wait (uint64_t *bar, unsigned parity)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
+  unsigned done = 0;
+  do {
+    asm volatile ("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                  : "=r"(done)
+                  : "r"(b), "r"(parity)
+                  : "memory");
+  } while (!done);
+#endif
+}
+
 /* The int4 word a thread holds for k-steps 2w, 2w+1 of a 128-column block, from the natural (quant.h)
  * nibbles: for k-step q the thread's columns are c = 16q + 4t .. c+3, and their nibbles go to bit
  * positions s, s+16, s+4, s+20 with s = 8 (q & 1), so that int4_pair(word >> s) gives the bf16x2 of

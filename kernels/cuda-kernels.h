@@ -68,8 +68,8 @@ int ppx_cuda_force_tokens (int32_t *tokens, int off, int stride, const int32_t *
                            void *stream);
 
 /* ---- linear algebra (cuda-linear.cu) ---- */
-/* Device workspace a linear call needs (split-K sums and their counters; 0 when none). It depends on the
- * weight's shape and grows with M up to 64 rows. Its first PPX_CUDA_LINEAR_COUNTER_BYTES must be zero before
+/* Device workspace a linear call needs (split-K sums and their counters, and for M > 8 the x rows split into
+ * hi/lo records; 0 when none). It depends on the weight's shape and grows with M up to 128 rows. Its first PPX_CUDA_LINEAR_COUNTER_BYTES must be zero before
  * the first call; every call leaves them zero again. */
 #define PPX_CUDA_LINEAR_COUNTER_BYTES (65536 * 4)
 size_t ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M);

@@ -29,481 +29,120 @@
  * a permutation inside each full 128-column block of a row; rows stay whole, so row slices and the
  * weight's byte count are unchanged). A tail of K % 128 columns keeps the quant.h layout and is read with
  * scalar loads. */
-#include "cuda-linear-mma.cuh"
+#include "cuda-linear-mma-block.cuh"
 
 #include <stdlib.h>
 
+/* y (+)= x W^T for one row block (C::ROWS weight rows) and one leaf of K (blockIdx.y), M <= NT * 8 rows of x.
+ * The prologue puts the first D - 1 stages in flight: the weights and scales (constant while graphs run)
+ * are asked for before ppx_pdl_wait, so they stream in while the kernel before this one finishes
+ * (programmatic dependent launch), x only after it; the first commit group holds the weights of all D - 1
+ * stages, which the wait for stage 0 then covers. Each step of the main loop waits for its stage's copies,
+ * converts x, passes one barrier (everyone's copies visible, the slot of the previous stage free), issues
+ * the stage D - 1 ahead into that slot and multiplies. The kernels after this one are let in
+ * (ppx_pdl_trigger) only once the main loop is done: launched earlier, a following linear layer's blocks
+ * would take SM slots this one's plan counts on (measured: 4.2 -> 4.8 us a call for back-to-back 1024 x
+ * 1024 int8 layers on an H100). */
 template <int FMT, int CK, int NT>
 __global__ void __launch_bounds__ (TC_THREADS, (TcCfg<FMT, CK, NT>::MINB))
 tc_linear_kernel (TcArgs a)
 {
   ppx_pdl_enter ();
   using C = TcCfg<FMT, CK, NT>;
-  constexpr int WORDS = C::WORDS, WV = C::WV, CPS = C::CPS, RTW = C::RTW, NTW = C::NTW, D = C::D;
-  constexpr int NCH = C::NCH, NCHUNK = C::NCHUNK;
-  constexpr int WE = C::SW / TC_THREADS;                              /* weight copies per thread */
-  constexpr int SE = (C::ROWS * CPS + TC_THREADS - 1) / TC_THREADS;   /* scale copies per thread */
   extern __shared__ uint4 smem[];
   __shared__ unsigned ticket;
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int wm = warp % C::WM, wr = warp / C::WM;
-  const int64_t block_row = (int64_t) blockIdx.x * C::ROWS;
-  const int row_in_block = wr * RTW * 16;
-  const int64_t row_base = block_row + row_in_block;
-  const int leaf = blockIdx.y;
-  const int st0 = leaf * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
-  const int KS = (a.K + 15) >> 4; /* k-steps in K */
-
-  /* ---- what this thread copies each stage, set up once ---- */
-  /* x: k-step `warp` of every n-tile (x row 8 nt + g; the first x_tiles n-tiles have one, rows past M are
-   * zero-filled) */
-  const float *xrow0 = a.x + (size_t) g * a.ldx;
-  const size_t xstride = (size_t) 8 * a.ldx;
-  const int x_tiles = (a.M - g + 7) / 8;
-  const int xoff = tc_col<FMT> (0, true, warp, t); /* column offset in a full stage */
-  /* weights: slot entries e = tid + 256 k, e = ((row tile * 2 + half) * WV + vector) * 32 + lane; for
-   * WV <= 4 the vector and the half are the same for every k, and the row moves by 64 / WV per k */
-  static_assert (WV == 1 || WV == 2 || WV == 4, "16-byte vectors per row and thread");
-  const int64_t wrow0 = block_row + warp / (2 * WV) * 16 + g + 8 * ((warp / WV) & 1);
-  const uint8_t *wp0 = a.w + (wrow0 < a.rows ? wrow0 : 0) * a.row_bytes + 64 * (warp % WV) + 16 * t;
-  const int64_t wstep = (int64_t) (64 / WV) * a.row_bytes;
-  const int w_valid = wrow0 < a.rows ? (int) min ((int64_t) WE, (a.rows - wrow0 + 64 / WV - 1) / (64 / WV)) : 0;
-  /* int4 scales: entries e = tid + 256 k of [ROWS][CPS]: row tid / CPS + k 256 / CPS, chunk tid % CPS */
-  constexpr int CPS1 = CPS > 0 ? CPS : 1;
-  const int64_t srow0 = block_row + tid / CPS1;
-  const float *sp0 = a.scales + (srow0 < a.rows ? srow0 : 0) * a.n_groups;
-  const int64_t sstep = (int64_t) (TC_THREADS / CPS1) * a.n_groups;
-  int s_valid = 0;
-#pragma unroll
-  for (int k = 0; k < SE; k++)
-    if (tid / CPS1 + k * (TC_THREADS / CPS1) < C::ROWS && srow0 + k * (TC_THREADS / CPS1) < a.rows)
-      s_valid = k + 1;
-
-  /* The tail stage (past the last full 128 columns; the quant.h layout): this thread's words (rows
-   * row_base + 16 rt + g + 8 h) straight from global memory, zeros past K (int4: code 8). */
-  auto gather_tail = [&] (uint32_t (&rw)[RTW][2][WORDS], int st) {
-    const int col0 = st * TC_STAGE;
-#pragma unroll
-    for (int rt = 0; rt < RTW; rt++)
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int64_t r = row_base + 16 * rt + g + 8 * h;
-        const uint8_t *rp = r < a.rows ? a.w + r * a.row_bytes : nullptr;
-        uint32_t *wd = rw[rt][h];
-        if (!rp) {
-#pragma unroll
-          for (int i = 0; i < WORDS; i++)
-            wd[i] = 0;
-        } else if (FMT == PPX_CUDA_W_BF16) {
-          const uint16_t *e = reinterpret_cast<const uint16_t *> (rp);
-#pragma unroll
-          for (int q = 0; q < 8; q++) {
-            const int c = col0 + 16 * q + 4 * t;
-            uint32_t v[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-              v[i] = c + i < a.K ? __ldg (e + c + i) : 0u;
-            wd[2 * q] = v[0] | v[1] << 16;
-            wd[2 * q + 1] = v[2] | v[3] << 16;
-          }
-        } else if (FMT == PPX_CUDA_W_INT8) {
-#pragma unroll
-          for (int q = 0; q < 8; q++) {
-            const int c = col0 + 16 * q + 4 * t;
-            uint32_t v = 0;
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-              v |= (c + i < a.K ? (uint32_t) __ldg (rp + c + i) : 0u) << (8 * i);
-            wd[q] = v;
-          }
-        } else {
-          const int K = a.K;
-          auto nib = [rp, K] (int64_t c) -> uint32_t {
-            return c < K ? (__ldg (rp + (c >> 1)) >> (4 * (c & 1))) & 15u : 8u;
-          };
-#pragma unroll
-          for (int w = 0; w < 4; w++)
-            wd[w] = int4_word (col0, t, w, nib);
-        }
-      }
-  };
-
-  /* Stage st into a slot by cp.async: x (rows past M and columns past K zero-filled), then (issue_weights)
-   * the block's weights (full stages; rows past the end zero-filled) and the int4 scales. */
-  auto issue_x = [&] (uint4 *slot, int st) {
-    const int col0 = st * TC_STAGE;
-    const bool full = col0 + TC_STAGE <= a.K;
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-      uint4 *dst = slot + (nt * 8 + warp) * 32 + lane;
-      const float *xp = nt < x_tiles ? xrow0 + nt * xstride : nullptr;
-      if (full && a.vec_x) {
-        cp_async<16> (dst, xp ? xp + col0 + xoff : a.x, xp ? 16 : 0);
-      } else {
-        const int c = tc_col<FMT> (col0, full, warp, t);
-        if (!xp) {
-          cp_async<16> (dst, a.x, 0);
-        } else if (a.vec_x && c + 3 < a.K) {
-          cp_async<16> (dst, xp + c, 16);
-        } else {
-#pragma unroll
-          for (int i = 0; i < 4; i++)
-            cp_async<4> (reinterpret_cast<float *> (dst) + i, c + i < a.K ? xp + c + i : a.x, c + i < a.K ? 4 : 0);
-        }
-      }
-    }
-  };
-  auto issue_weights = [&] (uint4 *slot, int st) {
-    const int col0 = st * TC_STAGE;
-    const bool full = col0 + TC_STAGE <= a.K;
-    if (full) {
-      const int64_t off = (int64_t) col0 * WORDS / 8;
-      uint4 *wdst = slot + C::SX + tid;
-#pragma unroll
-      for (int k = 0; k < WE; k++) {
-        if (k < w_valid)
-          cp_async_w (wdst + TC_THREADS * k, wp0 + k * wstep + off);
-        else
-          cp_async<16> (wdst + TC_THREADS * k, a.w, 0);
-      }
-    }
-    if (FMT == PPX_CUDA_W_INT4) {
-      float *sdst = reinterpret_cast<float *> (slot + C::SX + C::SW);
-#pragma unroll
-      for (int k = 0; k < SE; k++) {
-        const int e = tid + TC_THREADS * k;
-        if ((C::ROWS * CPS) % TC_THREADS == 0 || e < C::ROWS * CPS) {
-          const int c = tid % CPS1;
-          const int col = col0 + c * 16 * CK;
-          const bool ok = k < s_valid && col < a.K;
-          /* group of column col: a stage holds CPS whole groups (g32, g64), or lies in one (g128k) */
-          const int gi = CK < 8 ? st * CPS + c : col0 / a.group_size;
-          cp_async<4> (sdst + e, ok ? sp0 + k * sstep + gi : a.scales, ok ? 4 : 0);
-        }
-      }
-    }
-  };
-  /* The RMSNorm gains of the 4 columns this thread's x record holds in stage st (zeros past K): read from
-   * global memory (L2-resident) one stage ahead, so the load's latency hides behind a stage's work. (Copied
-   * into the slot by a few threads, they would need a barrier between the copy and convert_x.) */
-  auto alpha_at = [&] (int st) {
-    const int col0 = st * TC_STAGE;
-    const int c = tc_col<FMT> (col0, col0 + TC_STAGE <= a.K, warp, t);
-    if (c + 3 < a.K)
-      return __ldg (reinterpret_cast<const float4 *> (a.alpha + c));
-    float v[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-      v[i] = c + i < a.K ? __ldg (a.alpha + c + i) : 0.0f;
-    return make_float4 (v[0], v[1], v[2], v[3]);
-  };
-  /* The gate's other half for this thread's x record in stage st (row g, columns c .. c + 3 of x + K; zeros
-   * past M and K, where x is zero-filled and silu(0) * 0 = 0): written by the kernel before this one, so read
-   * after ppx_pdl_wait, through the L2, one stage ahead like the gains. */
-  auto gate_at = [&] (int st) {
-    const int col0 = st * TC_STAGE;
-    const int c = tc_col<FMT> (col0, col0 + TC_STAGE <= a.K, warp, t);
-    const float *vp = a.x + (size_t) g * a.ldx + a.K + c;
-    if (g < a.M && c + 3 < a.K && a.vec_x)
-      return __ldcg (reinterpret_cast<const float4 *> (vp));
-    float v[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-      v[i] = g < a.M && c + i < a.K ? __ldcg (vp + i) : 0.0f;
-    return make_float4 (v[0], v[1], v[2], v[3]);
-  };
-  /* what convert_x needs a stage ahead: the gains (rmsnorm) or the gate's other half */
-  auto aux_at = [&] (int st) { return a.alpha ? alpha_at (st) : gate_at (st); };
-  /* this thread's x records of a slot, from f32 to the hi/lo bf16 split, in place (first x[c] * (alpha[c] *
-   * inv) with the row's inverse RMS, as rmsnorm_kernel computes it, when the call normalizes; silu(x[c]) *
-   * v[c] as silu_gate_kernel computes it, when it gates) */
   __shared__ float row_inv[8];
-  auto convert_x = [&] (uint4 *slot, float4 al) {
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-      uint4 *p = slot + (nt * 8 + warp) * 32 + lane;
-      const uint4 u = *p;
-      float4 v = make_float4 (__uint_as_float (u.x), __uint_as_float (u.y), __uint_as_float (u.z),
-                              __uint_as_float (u.w));
-      if (NT == 1 && a.alpha) {
-        const float inv = row_inv[g];
-        v = make_float4 (v.x * (al.x * inv), v.y * (al.y * inv), v.z * (al.z * inv), v.w * (al.w * inv));
-      } else if (NT == 1 && a.gate) {
-        v = make_float4 (ppx_silu_gate (v.x, al.x), ppx_silu_gate (v.y, al.y), ppx_silu_gate (v.z, al.z),
-                         ppx_silu_gate (v.w, al.w));
-      }
-      const __nv_bfloat162 h01 = __floats2bfloat162_rn (v.x, v.y), h23 = __floats2bfloat162_rn (v.z, v.w);
-      const float2 f01 = __bfloat1622float2 (h01), f23 = __bfloat1622float2 (h23);
-      const __nv_bfloat162 l01 = __floats2bfloat162_rn (v.x - f01.x, v.y - f01.y);
-      const __nv_bfloat162 l23 = __floats2bfloat162_rn (v.z - f23.x, v.w - f23.y);
-      *p = make_uint4 (bf16x2_bits (h01), bf16x2_bits (h23), bf16x2_bits (l01), bf16x2_bits (l23));
-    }
-  };
+  __shared__ float red2[2][TC_WARPS];
+  __shared__ uint64_t xbar[8]; /* NT > 1 on sm_90: slot d's x records have landed (bulk copy) */
+  const TcBlock<FMT, CK, NT> b (a);
+  const int D = a.depth;
+  const int st0 = blockIdx.y * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
+  if (NT > 1 && threadIdx.x < D)
+    mbar_init (&xbar[threadIdx.x]);
 
-  float acc[RTW][NTW][4];
+  for (int d = 0; d < D - 1; d++)
+    if (d < nstg)
+      b.issue_weights (smem + d * C::SLOT, st0 + d);
+  ppx_pdl_wait ();
+  if (NT > 1)
+    __syncthreads (); /* the mbarriers are initialized */
+  for (int d = 0; d < D - 1; d++) {
+    if (d < nstg)
+      b.issue_x (smem + d * C::SLOT, st0 + d, &xbar[d]);
+    cp_async_commit ();
+  }
+  if (NT == 1 && a.alpha)
+    b.row_rms (row_inv, red2);
+
+  float acc[C::RTW][C::NTW][4];
 #pragma unroll
-  for (int rt = 0; rt < RTW; rt++)
+  for (int rt = 0; rt < C::RTW; rt++)
 #pragma unroll
-    for (int nt = 0; nt < NTW; nt++)
+    for (int nt = 0; nt < C::NTW; nt++)
 #pragma unroll
       for (int i = 0; i < 4; i++)
         acc[rt][nt][i] = 0.0f;
-
-  /* The A fragments of k-step q from this thread's words */
-  auto dequant = [&] (const uint32_t (&rw)[RTW][2][WORDS], int q, uint32_t (&af)[RTW][4]) {
-#pragma unroll
-    for (int rt = 0; rt < RTW; rt++) {
-      if (FMT == PPX_CUDA_W_BF16) {
-        af[rt][0] = rw[rt][0][2 * q];
-        af[rt][1] = rw[rt][1][2 * q];
-        af[rt][2] = rw[rt][0][2 * q + 1];
-        af[rt][3] = rw[rt][1][2 * q + 1];
-      } else if (FMT == PPX_CUDA_W_INT8) {
-        int8_pairs (rw[rt][0][q], af[rt][0], af[rt][2]);
-        int8_pairs (rw[rt][1][q], af[rt][1], af[rt][3]);
-      } else {
-        const int s = 8 * (q & 1);
-        const uint32_t v0 = rw[rt][0][q >> 1] >> s, v1 = rw[rt][1][q >> 1] >> s;
-        af[rt][0] = int4_pair (v0);
-        af[rt][1] = int4_pair (v1);
-        af[rt][2] = int4_pair (v0 >> 4);
-        af[rt][3] = int4_pair (v1 >> 4);
-      }
-    }
-  };
-
-  /* One stage: 8 k-steps (those at or past kvalid skipped: the tail stage). Chunk ch (CK k-steps) is summed
-   * by the tensor cores from zero, k-step by k-step (hi, then lo), and then added to acc (times its int4
-   * scale), chunks in order. NCH chunks at a time run as independent mma chains. */
-  auto mma_stage = [&] (const uint32_t (&rw)[RTW][2][WORDS], const uint4 *slot, int kvalid) {
-    const float *ssc = reinterpret_cast<const float *> (slot + C::SX + C::SW);
-#pragma unroll
-    for (int cg = 0; cg < NCHUNK / NCH; cg++) {
-      float part[NCH][RTW][NTW][4];
-#pragma unroll
-      for (int c = 0; c < NCH; c++)
-#pragma unroll
-        for (int rt = 0; rt < RTW; rt++)
-#pragma unroll
-          for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-              part[c][rt][nt][i] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < CK; i++)
-#pragma unroll
-        for (int c = 0; c < NCH; c++) {
-          const int q = (cg * NCH + c) * CK + i;
-          if (q < kvalid) {
-            uint32_t af[RTW][4];
-            dequant (rw, q, af);
-#pragma unroll
-            for (int nt = 0; nt < NTW; nt++) {
-              const uint4 b = slot[((wm * NTW + nt) * 8 + q) * 32 + lane];
-#pragma unroll
-              for (int rt = 0; rt < RTW; rt++) {
-                mma_bf16 (part[c][rt][nt], af[rt], b.x, b.y);
-                mma_bf16 (part[c][rt][nt], af[rt], b.z, b.w);
-              }
-            }
-          }
-        }
-#pragma unroll
-      for (int c = 0; c < NCH; c++) {
-        const int ch = cg * NCH + c;
-        if (ch * CK < kvalid) {
-#pragma unroll
-          for (int rt = 0; rt < RTW; rt++) {
-            float s0 = 1.0f, s1 = 1.0f;
-            if (FMT == PPX_CUDA_W_INT4) {
-              const int lr = row_in_block + 16 * rt + g;
-              s0 = ssc[lr * (CPS > 0 ? CPS : 1) + ch];
-              s1 = ssc[(lr + 8) * (CPS > 0 ? CPS : 1) + ch];
-            }
-#pragma unroll
-            for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-              for (int i = 0; i < 4; i++) {
-                if (FMT == PPX_CUDA_W_INT4)
-                  acc[rt][nt][i] = fmaf (i < 2 ? s0 : s1, part[c][rt][nt][i], acc[rt][nt][i]);
-                else
-                  acc[rt][nt][i] += part[c][rt][nt][i];
-              }
-          }
-        }
-      }
-    }
-  };
-
-  auto compute = [&] (const uint4 *slot, int st) {
-    uint32_t rw[RTW][2][WORDS];
-    if ((st + 1) * TC_STAGE <= a.K) {
-      const uint4 *wsm = slot + C::SX;
-#pragma unroll
-      for (int rt = 0; rt < RTW; rt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-          for (int v = 0; v < WV; v++) {
-            const uint4 q = wsm[(((wr * RTW + rt) * 2 + h) * WV + v) * 32 + lane];
-            rw[rt][h][4 * v] = q.x;
-            rw[rt][h][4 * v + 1] = q.y;
-            rw[rt][h][4 * v + 2] = q.z;
-            rw[rt][h][4 * v + 3] = q.w;
-          }
-      mma_stage (rw, slot, 8);
-    } else {
-      gather_tail (rw, st);
-      mma_stage (rw, slot, KS - st * 8);
-    }
-  };
-
-  /* prologue: the first D - 1 stages in flight. The weights and scales (constant while graphs run) are
-   * asked for before ppx_pdl_wait, so they stream in while the kernel before this one finishes (with
-   * programmatic dependent launch); x, the workspace and y only after it. The first commit group holds the
-   * weights of all D - 1 stages, which the wait for stage 0 then covers. The kernels after this one are
-   * let in (ppx_pdl_trigger) only once its main loop is done: launched earlier, a following linear
-   * layer's blocks would take SM slots this one's plan counts on (measured: 4.2 -> 4.8 us a call for
-   * back-to-back 1024 x 1024 int8 layers on an H100). */
-#pragma unroll
-  for (int d = 0; d < D - 1; d++)
-    if (d < nstg)
-      issue_weights (smem + d * C::SLOT, st0 + d);
-  ppx_pdl_wait ();
-#pragma unroll
-  for (int d = 0; d < D - 1; d++) {
-    if (d < nstg)
-      issue_x (smem + d * C::SLOT, st0 + d);
-    cp_async_commit ();
-  }
-  if (NT == 1 && a.alpha) {
-    /* the inverse RMS of each x row over all K columns (whatever this block's leaf), in rmsnorm_kernel's
-     * order: thread t sums columns 4t .. 4t + 3, then 4t + 1024 .. (one fma each), then ppx_block_sum's tree.
-     * Rows two at a time, 16 columns of each loaded at once (x rows are on 16 bytes: ldx = K, a multiple of
-     * 4). Rows past M (zero-filled x) get 0. M <= PPX_CUDA_RMSNORM_LINEAR_MAX_M: the rows' loads wait one
-     * after another pair by pair, which costs less than a separate rmsnorm kernel only for a few rows. */
-    static_assert (TC_THREADS == 256, "rmsnorm_kernel's 256 threads a row");
-    __shared__ float red2[2][TC_WARPS];
-    if (tid >= a.M && tid < 8)
-      row_inv[tid] = 0.0f;
-    for (int m0 = 0; m0 < a.M; m0 += 2) {
-      float ss[2] = {0.0f, 0.0f};
-      for (int c4 = 4 * tid; c4 < a.K; c4 += 16 * TC_THREADS) {
-          float4 v[2][4];
-#pragma unroll
-          for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-              const int c = c4 + j * 4 * TC_THREADS;
-              v[r][j] = m0 + r < a.M && c < a.K ? *reinterpret_cast<const float4 *> (a.x + (size_t) (m0 + r) * a.ldx + c)
-                                                : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
-            }
-#pragma unroll
-          for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-              ss[r] += v[r][j].x * v[r][j].x;
-              ss[r] += v[r][j].y * v[r][j].y;
-              ss[r] += v[r][j].z * v[r][j].z;
-              ss[r] += v[r][j].w * v[r][j].w;
-            }
-        }
-#pragma unroll
-      for (int r = 0; r < 2; r++) {
-        ss[r] = ppx_warp_sum (ss[r]);
-        if (lane == 0)
-          red2[r][warp] = ss[r];
-      }
-      __syncthreads ();
-      if (warp == 0) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-          const float v = ppx_warp_sum (lane < TC_WARPS ? red2[r][lane] : 0.0f);
-          if (lane == 0 && m0 + r < a.M)
-            row_inv[m0 + r] = 1.0f / sqrtf (a.eps + v / (float) a.K);
-        }
-      }
-      __syncthreads ();
-    }
-  }
   int rd = 0, wr_slot = D - 1; /* the slots read and written this step */
   const bool aux = NT == 1 && (a.alpha || a.gate);
-  float4 al_next = aux && nstg > 0 ? aux_at (st0) : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+  float4 al_next = aux && nstg > 0 ? b.aux_at (st0) : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
   for (int jj = 0; jj < nstg; jj++) {
     uint4 *slot = smem + rd * C::SLOT;
     const float4 al = al_next;
     if (aux && jj + 1 < nstg)
-      al_next = aux_at (st0 + jj + 1); /* a stage ahead: its latency hides behind this stage */
-    cp_async_wait<D - 2> (); /* this thread's copies of stage jj are done */
-    convert_x (slot, al);
+      al_next = b.aux_at (st0 + jj + 1); /* a stage ahead: its latency hides behind this stage */
+    cp_async_wait_n (D - 2); /* this thread's copies of stage jj are done */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (NT > 1)
+      mbar_wait (&xbar[rd], (unsigned) (jj / D) & 1u); /* and the block's x records */
+#endif
+    b.convert_x (slot, al, row_inv);
     __syncthreads (); /* everyone's copies of stage jj are visible; slot wr_slot (stage jj - 1) is read */
     if (jj + D - 1 < nstg) {
-      issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
-      issue_weights (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
+      b.issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1, &xbar[wr_slot]);
+      b.issue_weights (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
     }
     cp_async_commit ();
-    compute (slot, st0 + jj);
+    b.compute (acc, slot, st0 + jj);
     rd = rd + 1 == D ? 0 : rd + 1;
     wr_slot = wr_slot + 1 == D ? 0 : wr_slot + 1;
   }
   cp_async_wait<0> ();
   ppx_pdl_trigger ();
 
-  /* acc[rt][nt][i]: weight row row_base + 16 rt + g + 8 (i >> 1), x row 8 (wm NTW + nt) + 2 t + (i & 1); one leaf
-   * (S = 1) writes y, several write their partial sums for the last of them to add */
-#pragma unroll
-  for (int rt = 0; rt < RTW; rt++)
-#pragma unroll
-    for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const int64_t r = row_base + 16 * rt + g + 8 * (i >> 1);
-        const int m = 8 * (wm * NTW + nt) + 2 * t + (i & 1);
-        if (r >= a.rows || m >= a.M)
-          continue;
-        if (a.S == 1)
-          tc_store_y<FMT> (a, m, r, acc[rt][nt][i]);
-        else
-          a.partials[((size_t) leaf * TC_MMAX + m) * a.rows + r] = acc[rt][nt][i];
-      }
-  if (a.S == 1)
-    return;
-  __threadfence ();
-  __syncthreads ();
-  if (tid == 0) {
-    ticket = atomicAdd (a.counters + blockIdx.x, 1u);
-    __threadfence ();
-  }
-  __syncthreads ();
-  if (ticket != (unsigned) a.S - 1)
-    return;
-  /* the last leaf of this row block to finish: y = leaf 0 + leaf 1 + ... in leaf order */
-  for (int idx = tid; idx < a.M * C::ROWS; idx += TC_THREADS) {
-    const int m = idx / C::ROWS;
-    const int64_t r = block_row + idx % C::ROWS;
-    if (r >= a.rows)
-      continue;
-    const float *pp = a.partials + (size_t) m * a.rows + r;
-    const size_t leaf_stride = (size_t) TC_MMAX * a.rows;
-    float v = 0.0f;
-    /* eight leaves' loads in flight at once, then added in leaf order (v starts as leaf 0 exactly) */
-    for (int s0 = 0; s0 < a.S; s0 += 8) {
-      float p[8];
-#pragma unroll
-      for (int k = 0; k < 8; k++)
-        p[k] = s0 + k < a.S ? __ldcg (pp + (size_t) (s0 + k) * leaf_stride) : 0.0f;
-#pragma unroll
-      for (int k = 0; k < 8; k++)
-        if (s0 + k < a.S)
-          v = s0 + k == 0 ? p[k] : v + p[k];
-    }
-    tc_store_y<FMT> (a, m, r, v);
-  }
-  if (tid == 0)
-    a.counters[blockIdx.x] = 0u;
+  b.store_leaf (acc);
+  if (a.S > 1 && b.last_leaf (&ticket))
+    b.combine_leaves ();
 }
 
+/* x [M][K] (row stride ldx) split into hi/lo records in slot order for the launches with NT > 1, once per
+ * launch instead of once per block and stage: out[(st * tiles + tile) * 256 + q * 32 + lane] holds row
+ * 8 tile + g, columns tc_col (st * 128, full, q, t) .. + 3 (zeros past M and K: what the kernel's zero-filled
+ * copies held), split by tc_split_record as the kernel splits them at NT = 1. */
+template <int FMT>
+__global__ void
+tc_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int tiles, int vec_x, uint4 *out)
+{
+  ppx_pdl_enter ();
+  const int64_t n = (int64_t) n_stages * tiles * 256;
+  for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
+    const int rec = (int) (i % 256), tile = (int) ((i / 256) % tiles), st = (int) (i / 256 / tiles);
+    const int q = rec >> 5, g = (rec & 31) >> 2, t = rec & 3, m = 8 * tile + g, col0 = st * TC_STAGE;
+    const int c = tc_col<FMT> (col0, col0 + TC_STAGE <= K, q, t);
+    float4 v = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+    if (m < M) {
+      const float *xp = x + (size_t) m * ldx + c;
+      if (vec_x && c + 3 < K) {
+        v = *reinterpret_cast<const float4 *> (xp);
+      } else {
+        v.x = c < K ? xp[0] : 0.0f;
+        v.y = c + 1 < K ? xp[1] : 0.0f;
+        v.z = c + 2 < K ? xp[2] : 0.0f;
+        v.w = c + 3 < K ? xp[3] : 0.0f;
+      }
+    }
+    out[i] = tc_split_record (v);
+  }
+}
 
 /* Chunk length in k-steps for the tensor-core path, or 0 when the weight takes the CUDA-core path. */
 static int
@@ -584,6 +223,19 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
   *S = (nst + best_leaf - 1) / best_leaf;
 }
 
+/* Bytes of the split x records of one launch of up to min (M, TC_MMAX) rows (0 for M <= 8: NT = 1 splits x
+ * itself). */
+static size_t
+tc_xs_bytes (const PpxCudaWeight *w, int M)
+{
+  const int m = M < TC_MMAX ? M : TC_MMAX;
+  if (m <= 8)
+    return 0;
+  return (size_t) ((w->cols + TC_STAGE - 1) / TC_STAGE) * (size_t) ((m + 7) / 8) * 256 * sizeof (uint4);
+}
+
+/* The workspace: the leaves' counters and partial sums when K is split (S > 1), then the split x records
+ * when M > 8. */
 extern "C" size_t
 ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M)
 {
@@ -591,19 +243,74 @@ ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M)
     return 0;
   int nst, leaf, S;
   tc_plan (w, &nst, &leaf, &S);
-  if (S <= 1)
-    return 0;
-  return TC_MAX_COUNTERS * sizeof (unsigned) + (size_t) S * TC_MMAX * (size_t) w->rows * sizeof (float);
+  const size_t partials = S > 1 ? (size_t) S * TC_MMAX * (size_t) w->rows * sizeof (float) : 0;
+  const size_t xs = tc_xs_bytes (w, M);
+  return partials || xs ? TC_MAX_COUNTERS * sizeof (unsigned) + partials + xs : 0;
+}
+
+/* An integer from the environment (read once by each caller's static), dflt when unset or outside lo..hi:
+ * the measuring knobs below, none of which changes any result. */
+static int
+env_int (const char *name, int lo, int hi, int dflt)
+{
+  const char *e = getenv (name);
+  const int v = e ? atoi (e) : dflt;
+  return v >= lo && v <= hi ? v : dflt;
+}
+
+/* The device's shared memory: the most a block may opt in to, and an SM's total (read once per device). */
+static void
+tc_smem_limits (int *per_block, int *per_sm)
+{
+  static int cached[64][2];
+  int dev = 0;
+  if (cudaGetDevice (&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    cudaGetLastError ();
+    *per_block = *per_sm = 99 * 1024;
+    return;
+  }
+  if (!cached[dev][0]) {
+    int b = 0, m = 0;
+    if (cudaDeviceGetAttribute (&b, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute (&m, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess) {
+      cudaGetLastError ();
+      b = m = 99 * 1024;
+    }
+    cached[dev][1] = m;
+    __atomic_store_n (&cached[dev][0], b, __ATOMIC_RELEASE);
+  }
+  *per_block = cached[dev][0];
+  *per_sm = cached[dev][1];
+}
+
+/* The ring depth D of a configuration on this device: as many slots as fit one block's opt-in limit and
+ * MINB blocks per SM (1 KB reserved per block, and the kernel's static shared memory), at most
+ * TC_DEPTH_MAX (PPX_CUDA_LINEAR_DEPTH=2..6 to measure others). Below 2 the configuration cannot run here. */
+template <int FMT, int CK, int NT>
+static int
+tc_depth (void)
+{
+  using C = TcCfg<FMT, CK, NT>;
+  static const int dmax = env_int ("PPX_CUDA_LINEAR_DEPTH", 2, 6, TC_DEPTH_MAX);
+  const int slot = C::SLOT * (int) sizeof (uint4), static_bytes = 256;
+  int per_block, per_sm;
+  tc_smem_limits (&per_block, &per_sm);
+  const int d0 = (per_block - static_bytes) / slot, d1 = (per_sm / C::MINB - 1024 - static_bytes) / slot;
+  const int d = d0 < d1 ? d0 : d1;
+  return d < dmax ? d : dmax;
 }
 
 template <int FMT, int CK, int NT>
 static int
-tc_launch (const TcArgs &a, cudaStream_t s)
+tc_launch (TcArgs a, cudaStream_t s)
 {
   using C = TcCfg<FMT, CK, NT>;
-  const size_t smem = (size_t) C::D * C::SLOT * sizeof (uint4);
-  /* set once per instantiation and device: static shared memory counts too, so dynamic sizes just under
-   * 48 KB also need it. Setting it twice is harmless. */
+  a.depth = tc_depth<FMT, CK, NT> ();
+  if (a.depth < 2)
+    return (int) cudaErrorInvalidConfiguration;
+  const size_t smem = (size_t) a.depth * C::SLOT * sizeof (uint4);
+  /* set once per instantiation and device (the depth is fixed for both): static shared memory counts too,
+   * so dynamic sizes just under 48 KB also need it. Setting it twice is harmless. */
   static unsigned long long attr_set; /* bit d: done on device d */
   int dev = 0;
   cudaGetDevice (&dev);
@@ -620,10 +327,26 @@ tc_launch (const TcArgs &a, cudaStream_t s)
   return ppx_cuda_launched ();
 }
 
+/* x rows per launch for this format: TC_MMAX where the 16-tile configuration fits the device's shared
+ * memory (sm_80, sm_90), else 64 (PPX_CUDA_LINEAR_MMAX=64 forces that, to measure). */
+template <int FMT, int CK>
+static int
+tc_mmax (void)
+{
+  static const int forced = env_int ("PPX_CUDA_LINEAR_MMAX", 64, TC_MMAX, TC_MMAX);
+  return forced > 64 && tc_depth<FMT, CK, 16> () >= 2 ? TC_MMAX : 64;
+}
+
+/* The configuration for a.M rows of x: the fewest n-tiles that hold them (1, 2, 4, 8, 16; from
+ * PPX_CUDA_LINEAR_NT16_FROM rows on, 65 unless set, the 16-tile one). Only where the work runs depends on
+ * it. */
 template <int FMT, int CK>
 static int
 tc_launch_nt (const TcArgs &a, cudaStream_t s)
 {
+  static const int nt16_from = env_int ("PPX_CUDA_LINEAR_NT16_FROM", 9, TC_MMAX, 65);
+  if (a.M > 64 || (a.M >= nt16_from && tc_mmax<FMT, CK> () > 64))
+    return tc_launch<FMT, CK, 16> (a, s);
   if (a.M <= 8)
     return tc_launch<FMT, CK, 1> (a, s);
   if (a.M <= 16)
@@ -659,10 +382,33 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
   a.partials = (float *) ((char *) workspace + TC_MAX_COUNTERS * sizeof (unsigned));
   if (a.S > 1 && (!workspace || (w->rows + 63) / 64 > TC_MAX_COUNTERS))
     return (int) cudaErrorInvalidValue;
-  for (int m0 = 0; m0 < M; m0 += TC_MMAX) {
-    a.M = M - m0 < TC_MMAX ? M - m0 : TC_MMAX;
+  if (M > 8 && !workspace)
+    return (int) cudaErrorInvalidValue;
+  uint4 *xs = (uint4 *) ((char *) a.partials + (a.S > 1 ? (size_t) a.S * TC_MMAX * (size_t) w->rows * sizeof (float) : 0));
+  const int mmax = w->format == PPX_CUDA_W_BF16 ? tc_mmax<PPX_CUDA_W_BF16, 8> ()
+                   : w->format == PPX_CUDA_W_INT8 ? tc_mmax<PPX_CUDA_W_INT8, 8> ()
+                   : ck == 2                       ? tc_mmax<PPX_CUDA_W_INT4, 2> ()
+                   : ck == 4                       ? tc_mmax<PPX_CUDA_W_INT4, 4> ()
+                                                   : tc_mmax<PPX_CUDA_W_INT4, 8> ();
+  for (int m0 = 0; m0 < M; m0 += mmax) {
+    a.M = M - m0 < mmax ? M - m0 : mmax;
     a.x = x + (size_t) m0 * ldx;
     a.y = y + (size_t) m0 * ldy;
+    a.xs = NULL;
+    if (a.M > 8) {
+      const int tiles = (a.M + 7) / 8;
+      const size_t n = (size_t) a.n_stages * tiles * 256;
+      const dim3 grid = ppx_grid_for (n, 256);
+      if (w->format == PPX_CUDA_W_BF16)
+        ppx_launch (tc_xsplit_kernel<PPX_CUDA_W_BF16>, grid, 256, 0, s, a.x, ldx, a.M, a.K, a.n_stages, tiles, a.vec_x, xs);
+      else if (w->format == PPX_CUDA_W_INT8)
+        ppx_launch (tc_xsplit_kernel<PPX_CUDA_W_INT8>, grid, 256, 0, s, a.x, ldx, a.M, a.K, a.n_stages, tiles, a.vec_x, xs);
+      else
+        ppx_launch (tc_xsplit_kernel<PPX_CUDA_W_INT4>, grid, 256, 0, s, a.x, ldx, a.M, a.K, a.n_stages, tiles, a.vec_x, xs);
+      if (int e = ppx_cuda_launched ())
+        return e;
+      a.xs = xs;
+    }
     int e;
     switch (w->format) {
       case PPX_CUDA_W_BF16:

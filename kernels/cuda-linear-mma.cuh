@@ -10,11 +10,10 @@
 
 #define TC_THREADS 256
 #define TC_WARPS 8
-#define TC_MMAX 64            /* x rows per launch (8 n-tiles of 8) */
+#define TC_MMAX 128           /* x rows per launch at most (16 n-tiles of 8) */
 #define TC_SPLIT_ROWS 128     /* the row-block size the leaf count is planned with */
 #define TC_PLAN_BLOCKS_PER_SM 3 /* resident blocks per SM the K split plans for (the M <= 8 kernel's occupancy) */
-#define TC_SMEM_MAX (96 * 1024) /* shared-memory ring per block: within the 99 KB that sm_86/sm_89 allow */
-#define TC_SMEM_SM (224 * 1024) /* ... and MINB of them within an sm_90 SM's 227 KB */
+#define TC_DEPTH_MAX 4        /* shared-memory ring slots per block at most */
 #define TC_MAX_COUNTERS (PPX_CUDA_LINEAR_COUNTER_BYTES / 4)
 
 /* 32-bit words of one weight row per thread per stage (16 bytes cover 2, 4 or 8 k-steps). */
@@ -23,15 +22,17 @@ template <> struct TcWords<PPX_CUDA_W_BF16> { static constexpr int N = 16; };
 template <> struct TcWords<PPX_CUDA_W_INT8> { static constexpr int N = 8; };
 template <> struct TcWords<PPX_CUDA_W_INT4> { static constexpr int N = 4; };
 
-/* Warp layout for NT n-tiles of x (NT * 8 >= M): WM warps along x rows (NTW n-tiles each) times
- * TC_WARPS / WM warps along weight rows (RTW tiles of 16 each). Two warps sharing weight rows (WM = 2)
- * halve the shared-memory reads of x per mma.
+/* Warp layout for a launch with room for NT n-tiles of x (NT * 8 >= M): WM warps along x rows (NTW n-tiles
+ * each, interleaved: warp wm takes tiles wm, wm + WM, ...; tiles past M are skipped) times TC_WARPS / WM
+ * warps along weight rows (RTW tiles of 16 each). Two warps sharing weight rows (WM = 2) halve the
+ * shared-memory reads of x per mma.
  * Everything a stage needs goes through a ring of D shared-memory slots filled by cp.async (one commit
  * group per stage): x [NT][8 k-steps][32 lanes] records (raw f32, converted in place to hi/lo bf16), the
  * block's weights [row tile][row half][16-byte vector][32 lanes] (exactly the A fragments the warps read,
  * so every 16-byte read is conflict-free), then the int4 scales [ROWS][CPS]. D stages are in flight per
  * block, waited for with cp.async.wait_group: no register scoreboard decides how many loads are
- * outstanding (docs/cuda.md, "Linear layers"). D is as deep as 96 KB allows, at most 4.
+ * outstanding (docs/cuda.md, "Linear layers"). D is chosen at launch (tc_depth): as deep as the device's
+ * shared memory allows for MINB blocks per SM, at most TC_DEPTH_MAX; it does not change any result.
  * NCH independent partial sums let the chunks of one stage run as separate mma chains when a warp has
  * few (RTW x NTW) accumulator tiles; each chunk still starts from zero and is added to the running sum in
  * chunk order, so the arithmetic is the same for every NT. */
@@ -49,12 +50,9 @@ template <int FMT, int CK, int NT> struct TcCfg {
   static constexpr int SS = (ROWS * CPS + 3) / 4;
   static constexpr int SLOT = SX + SW + SS;
   static constexpr int MINB = NT == 1 ? 3 : NT <= 4 ? 2 : 1; /* blocks per SM (registers, shared memory) */
-  static constexpr int D0 = TC_SMEM_MAX / (SLOT * 16), D1 = TC_SMEM_SM / MINB / (SLOT * 16);
-  static constexpr int D = D0 < D1 ? (D0 < 4 ? D0 : 4) : (D1 < 4 ? D1 : 4);
   static constexpr int NCHUNK = 8 / CK;
   static constexpr int NCH0 = 2 / (RTW * NTW) > 0 ? 2 / (RTW * NTW) : 1;
   static constexpr int NCH = NCH0 < NCHUNK ? NCH0 : NCHUNK;
-  static_assert (D >= 2, "a stage slot must fit twice in TC_SMEM_MAX");
   static_assert (SW % TC_THREADS == 0, "weight copies are spread evenly over the threads");
 };
 
@@ -75,6 +73,8 @@ struct TcArgs {
   float eps;
   int gate;            /* (NT = 1 only, no alpha): x rows hold [g | v] (v at x + K): the input is silu(g) * v */
   unsigned *counters;  /* one per row block, zero between launches */
+  int depth;           /* D, the shared-memory ring's slots (tc_depth) */
+  const uint4 *xs;     /* NT > 1: x already split into hi/lo records in slot order, [stage][tiles][8][32] */
 };
 
 __device__ __forceinline__ uint32_t
@@ -153,6 +153,60 @@ cp_async_wait (void)
   asm volatile ("cp.async.wait_group %0;" ::"n"(N));
 }
 
+/* cp.async.wait_group n for a run-time n (the ring depth D - 2): at most n of this thread's groups pending */
+__device__ __forceinline__ void
+cp_async_wait_n (int n)
+{
+  switch (n) {
+    case 0: cp_async_wait<0> (); break;
+    case 1: cp_async_wait<1> (); break;
+    case 2: cp_async_wait<2> (); break;
+    default: cp_async_wait<3> (); break;
+  }
+}
+
+/* Bulk copies of the split x records (sm_90: one thread copies a stage's records of all n-tiles, a
+ * contiguous block, with cp.async.bulk completing on an mbarrier, instead of 256 threads issuing up to 16
+ * cp.async each). */
+__device__ __forceinline__ void
+mbar_init (uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
+  asm volatile ("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+  asm volatile ("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+/* `bytes` (a multiple of 16, 16-byte aligned both sides) from global to shared memory, completing on bar */
+__device__ __forceinline__ void
+bulk_copy (void *dst, const void *src, unsigned bytes, uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar), d = (unsigned) __cvta_generic_to_shared (dst);
+  asm volatile ("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+  asm volatile ("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
+                "l"(src), "r"(bytes), "r"(b)
+                : "memory");
+#endif
+}
+
+/* Wait until bar's phase of the given parity has completed (its bulk copy has landed and is visible). */
+__device__ __forceinline__ void
+mbar_wait (uint64_t *bar, unsigned parity)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
+  unsigned done = 0;
+  do {
+    asm volatile ("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                  : "=r"(done)
+                  : "r"(b), "r"(parity)
+                  : "memory");
+  } while (!done);
+#endif
+}
+
 /* The int4 word a thread holds for k-steps 2w, 2w+1 of a 128-column block, from the natural (quant.h)
  * nibbles: for k-step q the thread's columns are c = 16q + 4t .. c+3, and their nibbles go to bit
  * positions s, s+16, s+4, s+20 with s = 8 (q & 1), so that int4_pair(word >> s) gives the bf16x2 of
@@ -183,6 +237,19 @@ tc_col (int col0, bool full, int q, int t)
   if (FMT == PPX_CUDA_W_BF16)
     return col0 + 32 * (q >> 1) + 8 * t + 4 * (q & 1);
   return col0 + 64 * (q >> 2) + 16 * t + 4 * (q & 3);
+}
+
+/* The hi/lo bf16 split of 4 x values as one B-fragment record: (hi01, hi23, lo01, lo23), hi = bf16(x),
+ * lo = bf16(x - hi) (x - hi is exact in f32). The kernel (NT = 1) and the split launch (NT > 1) both use
+ * this, so every x value is split the same way whatever M is. */
+__device__ __forceinline__ uint4
+tc_split_record (float4 v)
+{
+  const __nv_bfloat162 h01 = __floats2bfloat162_rn (v.x, v.y), h23 = __floats2bfloat162_rn (v.z, v.w);
+  const float2 f01 = __bfloat1622float2 (h01), f23 = __bfloat1622float2 (h23);
+  const __nv_bfloat162 l01 = __floats2bfloat162_rn (v.x - f01.x, v.y - f01.y);
+  const __nv_bfloat162 l23 = __floats2bfloat162_rn (v.z - f23.x, v.w - f23.y);
+  return make_uint4 (bf16x2_bits (h01), bf16x2_bits (h23), bf16x2_bits (l01), bf16x2_bits (l23));
 }
 
 /* y[m, r] (+)= v, int8's row scale applied (the sum's last step, as the CPU backend's). */

@@ -421,17 +421,30 @@ run_bench (const char *only, const char *shape)
   const Fmt f[] = {{PPX_WFMT_INT4, 64}, {PPX_WFMT_INT8, 0}, {PPX_WFMT_BF16, 0}, {PPX_WFMT_F32, 0}};
   const char *names[] = {"int4", "int8", "bf16", "f32"};
   static const int64_t shapes[][2] = {{12288, 4096}, {4096, 4096}, {22528, 4096}, {4096, 11264}, {32000, 4096}};
-  const int Ms[] = {1, 8, 32, 64};
+  int Ms[8] = {1, 8, 32, 64}, n_ms = 4;
+  /* PPX_BENCH_MS="1,16,64,80,128": other rows of x (increasing, at most 8) */
+  const char *ms_env = g_getenv ("PPX_BENCH_MS");
+  if (ms_env) {
+    g_auto (GStrv) parts = g_strsplit (ms_env, ",", 8);
+    n_ms = 0;
+    for (int k = 0; parts[k] && n_ms < 8; k++) {
+      const int v = (int) g_ascii_strtoll (parts[k], NULL, 10);
+      if (v >= 1 && v <= 4096)
+        Ms[n_ms++] = v;
+    }
+    if (n_ms == 0)
+      Ms[n_ms++] = 1;
+  }
   for (guint i = 0; i < G_N_ELEMENTS (f); i++) {
     if (only ? strcmp (only, names[i]) != 0 : f[i].format == PPX_WFMT_F32)
       continue;
     if (shape) {
-      bench_linear (f[i], only_rows, only_cols, Ms, G_N_ELEMENTS (Ms));
+      bench_linear (f[i], only_rows, only_cols, Ms, n_ms);
       continue;
     }
     for (guint j = 0; j < G_N_ELEMENTS (shapes); j++)
       if (f[i].format != PPX_WFMT_F32 || j == 1)
-        bench_linear (f[i], shapes[j][0], shapes[j][1], Ms, G_N_ELEMENTS (Ms));
+        bench_linear (f[i], shapes[j][0], shapes[j][1], Ms, n_ms);
   }
   return only ? 0 : run_bench_attention ();
 }

@@ -143,6 +143,8 @@ test_linear_batch (void)
     check_linear_rows_exact (formats[i], 1024, 1024, 32, TRUE); /* the 17..32-row kernels */
     check_linear_rows_exact (formats[i], 34000, 256, 64, TRUE); /* one leaf of two full stages */
     check_linear_rows_exact (formats[i], 20000, 2080, 64, FALSE); /* leaves longer than the ring */
+    check_linear_rows_exact (formats[i], 600, 4128, 80, TRUE);    /* the 16-tile kernel, tiles past M skipped */
+    check_linear_rows_exact (formats[i], 300, 1000, 131, FALSE);  /* a 128-row launch, then 3 rows */
   }
 }
 

@@ -255,7 +255,9 @@ on_answer_eos (GstAppSink *sink, gpointer user_data)
   post (user_data, DELIVER_EOS, NULL);
 }
 
-/* Everything the pipeline posts is read here, on the thread that posts it, and dropped. */
+/* Everything the pipeline posts is read here, on the thread that posts it, and dropped (a sync handler that drops
+ * a message unrefs it: every message holds its source, so one kept would keep the whole pipeline, its bus and the
+ * bus's two sockets alive after the call; issue 25, defect 1). */
 static GstBusSyncReply
 on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
 {
@@ -283,6 +285,7 @@ on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
              *text)
       post (chat, DELIVER_TEXT, g_bytes_new (text, strlen (text)));
   }
+  gst_message_unref (msg);
   return GST_BUS_DROP;
 }
 

@@ -166,11 +166,10 @@ add_interfaces (GHashTable *set, const char *scheme, guint port, GSocketFamily f
 }
 
 PpxOrigins *
-ppx_origins_new (SoupServer *soup, const char *scheme, const char *const *allowed)
+ppx_origins_new (GSList *listeners, const char *scheme, const char *const *allowed)
 {
   PpxOrigins *o = g_new0 (PpxOrigins, 1);
   o->set = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
-  GSList *listeners = soup_server_get_listeners (soup);
   for (GSList *l = listeners; l; l = l->next) {
     g_autoptr (GSocketAddress) sa = g_socket_get_local_address (l->data, NULL);
     if (!sa || !G_IS_INET_SOCKET_ADDRESS (sa))
@@ -182,7 +181,6 @@ ppx_origins_new (SoupServer *soup, const char *scheme, const char *const *allowe
     else
       add_address (o->set, scheme, inet, port);
   }
-  g_slist_free (listeners);
   for (guint i = 0; allowed && allowed[i]; i++) {
     g_autofree char *origin = g_ascii_strdown (allowed[i], -1);
     if (g_str_has_suffix (origin, "/"))

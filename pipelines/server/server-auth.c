@@ -60,7 +60,7 @@ gboolean
 ppx_auth_query_token_ok (GHashTable *query, const char *token)
 {
   const char *given = query ? g_hash_table_lookup (query, "token") : NULL;
-  return token && given && equal_constant_time (given, token);
+  return token && *token && given && *given && equal_constant_time (given, token);
 }
 
 gboolean
@@ -73,7 +73,7 @@ ppx_auth_token_ok (SoupServerMessage *msg, GHashTable *query, const char *token)
     const char *given = header + 7;
     while (*given == ' ')
       given++;
-    if (equal_constant_time (given, token))
+    if (*given && *token && equal_constant_time (given, token))
       return TRUE;
   }
   return ppx_auth_query_token_ok (query, token) || cookie_ok (msg, token);
@@ -83,7 +83,10 @@ ppx_auth_token_ok (SoupServerMessage *msg, GHashTable *query, const char *token)
 static char *
 without_token (GUri *uri)
 {
-  GString *location = g_string_new (g_uri_get_path (uri));
+  /* libsoup hands the path decoded: escaped again, so that no byte of it (a backslash, which browsers read as a
+   * slash, a control character) changes what the browser resolves it to (issue 25, defect 7) */
+  g_autofree char *path = g_uri_escape_string (g_uri_get_path (uri), G_URI_RESERVED_CHARS_ALLOWED_IN_PATH, FALSE);
+  GString *location = g_string_new (path);
   /* "//host/..." would be another site's address */
   while (location->len > 1 && location->str[0] == '/' && location->str[1] == '/')
     g_string_erase (location, 0, 1);

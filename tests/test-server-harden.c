@@ -10,6 +10,7 @@
  *   8. no header or TLS-handshake timeout, no bound on unauthenticated connections;
  *   9. the media timeout was evaded by a page now and then: a call whose audio falls behind real time ends. */
 #include <gst/gst.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -415,6 +416,30 @@ raw_call (FixtureServer *s, PpxChatAudio *audio, guint32 *serial)
   return ws;
 }
 
+/* Bytes sent on `socket` that the server has not read: waiting in the kernel on either side (/proc/net/tcp: the
+ * client's send queue and the server's receive queue). */
+static guint64
+server_unread_bytes (FixtureServer *s, GSocket *socket)
+{
+  g_autoptr (GSocketAddress) local = g_socket_get_local_address (socket, NULL);
+  guint client_port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (local));
+  g_autofree char *text = NULL;
+  g_file_get_contents ("/proc/net/tcp", &text, NULL, NULL);
+  g_auto (GStrv) lines = g_strsplit (text ? text : "", "\n", -1);
+  guint64 unread = 0;
+  for (guint i = 1; lines[i]; i++) {
+    guint lport = 0, rport = 0;
+    unsigned long long tx = 0, rx = 0;
+    if (sscanf (lines[i], " %*u: %*8x:%x %*8x:%x %*x %llx:%llx", &lport, &rport, &tx, &rx) != 4)
+      continue;
+    if (lport == s->port && rport == client_port)
+      unread += rx;
+    else if (lport == client_port && rport == s->port)
+      unread += tx;
+  }
+  return unread;
+}
+
 /* 6. Pages whose granule position never moves, each of 255 two-byte Opus packets of 120 ms (30.6 s of audio in
  * 540 bytes), sent as fast as the server takes them for 6 s: the server's memory stays flat (before: it grew by
  * the decoded audio, 70 MB/s); the audio waiting for the model is bounded by its size, not by its timestamps. */
@@ -452,10 +477,14 @@ test_constant_granule (void)
     }
   }
   peak = MAX (peak, fixture_server_rss_kb (s));
-  g_printerr ("%u pages (%.0f s of audio by their packets) in 6 s; RSS %.1f -> peak %.1f MB\n", pages,
-              pages * 30.6, rss0 / 1024.0, peak / 1024.0);
+  guint64 unread = server_unread_bytes (s, ws->socket);
+  g_printerr ("%u pages (%.0f s of audio by their packets) in 6 s; RSS %.1f -> peak %.1f MB; %.1f MB sent and not "
+              "read by the server\n", pages, pages * 30.6, rss0 / 1024.0, peak / 1024.0, unread / 1048576.0);
   raw_ws_free (ws);
   g_assert_cmpint ((gint64) peak - (gint64) rss0, <, 32 * MB);
+  /* the server stopped reading: what the client sent waits in the kernel (TCP flow control), not in the server */
+  g_assert_cmpuint (unread, >, 256 * 1024);
+  g_assert_true (fixture_server_wait_log (s, "by its Opus packets) runs more than 6000 ms ahead of the model", 5000));
   g_assert_true (fixture_server_wait_idle (s, 30000));
   g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
   fixture_server_free (s);

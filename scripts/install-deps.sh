@@ -5,7 +5,7 @@
 #   without options: what building and running needs (the set-up, scripts/setup-and-run.sh)
 #   --tests:         that plus what only the tests need (scripts/run-tests.sh): the fuzzing/sanitizer
 #                    compiler, valgrind, the browser tests' Chromium and Node.js, npm (when missing), and
-#                    HAProxy for the fleet test
+#                    HAProxy for the fleet test, systemd-analyze (package systemd) for the server's unit
 # Packages already installed are skipped; --no-install-recommends keeps the set small.
 set -euo pipefail
 
@@ -24,6 +24,7 @@ TEST_PKGS=(
   clang libclang-rt-14-dev valgrind
   chromium nodejs
   haproxy curl
+  systemd
 )
 
 pkgs=("${RUN_PKGS[@]}")

@@ -12,7 +12,10 @@
 #include <gst/gst.h>
 #include <stdio.h>
 #include <string.h>
+#include <glib/gstdio.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "chat-client-private.h"
 #include "ogg-page.h"
@@ -522,6 +525,194 @@ test_media_trickle (void)
   fixture_server_free (s);
 }
 
+/* ---- misleading messages (issue 25): one test each ---- */
+
+/* A dropped TCP connection (no close frame) is logged as that, not as "closed by the client (code 0)". */
+static void
+test_msg_dropped (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_autoptr (PpxChatAudio) audio = fixture_speech (0, 0.5);
+  raw_ws_free (raw_call (s, audio, NULL));
+  g_assert_true (fixture_server_wait_log (s, "torn down", 10000));
+  g_printerr ("%s", fixture_server_log (s));
+  g_assert_cmpuint (fixture_server_log_count (s, "the client's connection dropped (no close frame)"), ==, 1);
+  g_assert_cmpuint (fixture_server_log_count (s, "(code 0)"), ==, 0);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
+/* The first text frame of a /ws socket. */
+static char *
+first_text (RawWs *ws)
+{
+  for (;;) {
+    guint8 *payload = NULL;
+    gsize len = 0;
+    int opcode = raw_ws_read_frame (ws, &payload, &len, 10000);
+    if (opcode == 1)
+      return g_strndup ((char *) payload, len);
+    g_free (payload);
+    if (opcode < 0 || opcode == 8)
+      return g_strdup ("");
+  }
+}
+
+/* /ws while the server drains says so, not "too many sessions". */
+static void
+test_msg_drain_ws (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_autoptr (PpxChatAudio) audio = fixture_speech (0, 0.5);
+  RawWs *call = raw_call (s, audio, NULL);
+  fixture_server_signal (s, SIGTERM);
+  g_assert_true (fixture_server_wait_log (s, "draining", 10000));
+  RawWs *ws = raw_ws_connect (s, "/ws", NULL);
+  g_assert_cmpuint (ws->status, ==, 101);
+  g_autofree char *text = first_text (ws);
+  g_printerr ("/ws while draining: %s\n", text);
+  g_assert_nonnull (strstr (text, "shutting down"));
+  g_assert_null (strstr (text, "too many sessions"));
+  raw_ws_free (ws);
+  raw_ws_free (call);
+  g_assert_cmpint (fixture_server_wait_exit (s, 30000), ==, 0);
+  fixture_server_free (s);
+}
+
+/* A second BOS page in the middle of the stream is bad input (1008, counted bad_input), not "in: Internal data
+ * stream error." (1011, error). */
+static void
+test_msg_second_bos (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_autoptr (PpxChatAudio) audio = fixture_speech (0, 1.0);
+  RawWs *ws = raw_call (s, audio, NULL);
+  for (guint i = 2; i < 5; i++) { /* three audio pages, then the OpusHead page again */
+    gint64 end;
+    gsize len;
+    const guint8 *page = g_bytes_get_data (ppx_chat_audio_page (audio, i == 4 ? 0 : i, &end), &len);
+    g_autofree guint8 *msg = g_malloc (len + 1);
+    msg[0] = PPX_CHAT_AUDIO;
+    memcpy (msg + 1, page, len);
+    raw_ws_send_frame (ws, 2, TRUE, msg, len + 1);
+  }
+  g_autofree char *error = NULL;
+  int code = -1;
+  for (;;) {
+    guint8 *payload = NULL;
+    gsize len = 0;
+    int opcode = raw_ws_read_frame (ws, &payload, &len, 10000);
+    if (opcode == 2 && len > 1 && payload[0] == 0x05)
+      error = g_strndup ((char *) payload + 1, len - 1);
+    if (opcode == 8)
+      code = len >= 2 ? (payload[0] << 8) | payload[1] : 1005;
+    g_free (payload);
+    if (opcode < 0 || opcode == 8)
+      break;
+  }
+  g_printerr ("a second BOS page: closed %d, \"%s\"\n", code, error ? error : "");
+  raw_ws_free (ws);
+  g_assert_cmpint (code, ==, 1008);
+  g_assert_nonnull (error);
+  g_assert_nonnull (strstr (error, "second logical stream"));
+  g_assert_true (fixture_server_wait_log (s, "torn down (bad_input)", 10000));
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
+/* A voice file that does not load: the 0x05 message does not show where the server keeps its model. */
+static void
+test_msg_model_path (void)
+{
+  g_autofree char *bad = g_build_filename (fixture_model_dir (), "voices", "BROKEN.wav", NULL);
+  g_assert_true (g_file_set_contents (bad, "RIFF, but not a wave file at all", -1, NULL));
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_autoptr (PpxChatCall) call = fixture_call_new (s, (const char *const[]){"voice_prompt", "BROKEN.wav", NULL}, NULL,
+                                                   PPX_CHAT_PACE_FAST, FALSE);
+  g_assert_true (ppx_chat_call_wait (call, 30000));
+  const PpxChatRecord *r = ppx_chat_call_get_record (call);
+  g_assert_cmpuint (r->errors->len, ==, 1);
+  g_printerr ("0x05: %s\n", (char *) r->errors->pdata[0]);
+  g_assert_null (strstr (r->errors->pdata[0], fixture_model_dir ()));
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+  g_unlink (bad);
+}
+
+/* The voice list follows no link out of voices/ (one within it is listed). */
+static void
+test_msg_voice_links (void)
+{
+  g_autofree char *out = g_build_filename (fixture_model_dir (), "voices", "OUTSIDE.wav", NULL);
+  g_autofree char *in = g_build_filename (fixture_model_dir (), "voices", "INSIDE.wav", NULL);
+  g_autofree char *target = g_build_filename (fixture_model_dir (), "secret.wav", NULL);
+  g_assert_true (g_file_set_contents (target, "not for calls", -1, NULL));
+  g_assert_cmpint (symlink (target, out), ==, 0);
+  g_assert_cmpint (symlink ("VOICE1.wav", in), ==, 0);
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  g_autofree char *body = NULL;
+  g_assert_cmpuint (fixture_http (s, NULL, "/api/voices", NULL, &body, NULL), ==, 200);
+  g_printerr ("/api/voices: %s\n", body);
+  g_assert_null (strstr (body, "OUTSIDE.wav"));
+  g_assert_nonnull (strstr (body, "INSIDE.wav"));
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+  g_unlink (out);
+  g_unlink (in);
+  g_unlink (target);
+}
+
+/* Answers the /ws page sends beyond the first are refused and count toward the 20-refusal close (before: each was
+ * "accepted", its refusal came later from webrtcbin and counted nowhere). */
+static void
+test_msg_refused_answers (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  RawWs *ws = raw_ws_connect (s, "/ws", NULL);
+  g_assert_cmpuint (ws->status, ==, 101);
+  for (gboolean offer = FALSE; !offer;) {
+    g_autofree char *text = first_text (ws);
+    g_assert_true (*text);
+    offer = strstr (text, "\"offer\"") != NULL;
+  }
+  const char *answer = "{\"type\":\"answer\",\"sdp\":\"v=0\\r\\no=- 1 1 IN IP4 127.0.0.1\\r\\ns=-\\r\\nt=0 0\\r\\n"
+                       "m=audio 9 UDP/TLS/RTP/SAVPF 96\\r\\nc=IN IP4 0.0.0.0\\r\\na=mid:0\\r\\n\"}";
+  g_socket_set_timeout (ws->socket, 2);
+  guint sent = 0;
+  for (; sent < 300; sent++)
+    if (!raw_ws_send_frame (ws, 1, TRUE, answer, strlen (answer)))
+      break;
+  int code = raw_ws_wait_close (ws, 10000);
+  g_printerr ("%u answers sent: closed %d\n", sent, code);
+  raw_ws_free (ws);
+  g_assert_cmpint (code, ==, 1008);
+  g_assert_true (fixture_server_wait_log (s, "too many refused messages", 10000));
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
+/* /health's tick times have at most 3 decimals. */
+static void
+test_msg_tick_decimals (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  short_call (s, 1.0);
+  g_autofree char *body = NULL;
+  fixture_http (s, NULL, "/health", NULL, &body, NULL);
+  g_printerr ("/health: %s\n", body);
+  const char *fields[] = {"\"tick_ms_p50\":", "\"tick_ms_p99\":"};
+  for (guint i = 0; i < G_N_ELEMENTS (fields); i++) {
+    const char *at = strstr (body, fields[i]);
+    g_assert_nonnull (at);
+    at += strlen (fields[i]);
+    const char *dot = strchr (at, '.'), *end = at + strcspn (at, ",}");
+    if (dot && dot < end)
+      g_assert_cmpint (end - dot - 1, <=, 3);
+  }
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -537,5 +728,12 @@ main (int argc, char **argv)
   g_test_add_func ("/server-harden/open-redirect", test_open_redirect);
   g_test_add_func ("/server-harden/slow-requests", test_slow_requests);
   g_test_add_func ("/server-harden/media-trickle", test_media_trickle);
+  g_test_add_func ("/server-harden/msg-dropped", test_msg_dropped);
+  g_test_add_func ("/server-harden/msg-drain-ws", test_msg_drain_ws);
+  g_test_add_func ("/server-harden/msg-second-bos", test_msg_second_bos);
+  g_test_add_func ("/server-harden/msg-model-path", test_msg_model_path);
+  g_test_add_func ("/server-harden/msg-voice-links", test_msg_voice_links);
+  g_test_add_func ("/server-harden/msg-refused-answers", test_msg_refused_answers);
+  g_test_add_func ("/server-harden/msg-tick-decimals", test_msg_tick_decimals);
   return g_test_run ();
 }

@@ -256,7 +256,7 @@ test_soak (void)
     g_usleep (200000);
     fds1 = fixture_server_fds (k.s);
     threads1 = fixture_server_threads (k.s);
-    if (fds1 <= fds0 + 2 && threads1 <= threads0 + 2)
+    if (fds1 <= fds0 + 2 && threads1 <= threads0 + 1)
       break;
   }
   guint64 rss1 = fixture_server_rss_kb (k.s);
@@ -272,7 +272,7 @@ test_soak (void)
               k.calls, k.by_kind[KIND_NORMAL], k.by_kind[KIND_CUT], k.by_kind[KIND_BAD], k.by_kind[KIND_REFUSED],
               g_atomic_int_get (&k.sessions_done), took, fds0, fds1, threads0, threads1, rss0 / 1024.0,
               rss1 / 1024.0, nh, p50, p99, slowest);
-  g_assert_cmpuint (fds1, <=, fds0 + 3);
+  g_assert_cmpuint (fds1, <=, fds0 + 5); /* a few: contexts of threads that pools keep (eventfds) */
   g_assert_cmpuint (threads1, <=, threads0 + 3);
   g_assert_cmpint ((gint64) rss1 - (gint64) rss0, <, 16 * 1024);
   g_assert_cmpfloat (p99, <, 100);

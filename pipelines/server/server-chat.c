@@ -38,6 +38,8 @@
  * that sends faster than real time is slowed, never buffered (issue 25, defect 6). */
 #define AHEAD_BOUNDS 6
 #define AHEAD_CHECK_MS 100
+/* Answer not yet written when a call's audio stops: the client stopped reading (2 s of answer). */
+#define NOT_READING_BYTES (16 * 1024)
 
 enum { KIND_HANDSHAKE = 0x00, KIND_AUDIO = 0x01, KIND_TEXT = 0x02, KIND_ERROR = 0x05 };
 
@@ -59,7 +61,9 @@ typedef struct {
   gboolean reading_paused; /* the model is behind this call's input (appsrc full) */
   gboolean ahead_paused;   /* the call's audio runs AHEAD_BOUNDS ahead of what the model took */
   guint ahead_timer;
+  guint ahead_logged;
   guint pages;             /* Ogg pages checked */
+  guint32 serial;          /* the client's stream's */
   gint64 audio_in_us;      /* the call's audio so far, by its Opus packets */
   gint64 talking_us;       /* the handshake */
   GByteArray *early;   /* audio before the handshake */
@@ -416,8 +420,13 @@ chat_end (Chat *chat, const char *reason, const char *why, gboolean tell_client)
   }
   g_printerr ("personaplex-server: call %u (%s): ended: %s\n", chat->id, chat->peer, why);
   if (chat->ws && ppx_ws_is_open (chat->ws)) {
-    if (tell_client)
-      send_kind (chat, KIND_ERROR, why, strlen (why));
+    if (tell_client) {
+      /* the log has the whole text; the client no path of the server's (an element's error names its files) */
+      const char *dir = ppx_server_get_options (chat->server)->model_dir;
+      g_auto (GStrv) parts = g_strsplit (why, dir, -1);
+      g_autofree char *shown = g_strjoinv ("<model>", parts);
+      send_kind (chat, KIND_ERROR, shown, strlen (shown));
+    }
     gboolean normal = g_str_equal (reason, "end_of_stream");
     gboolean bad_input = g_str_equal (reason, "bad_input");
     ppx_ws_close (chat->ws, normal ? SOUP_WEBSOCKET_CLOSE_NORMAL
@@ -463,7 +472,7 @@ check_ahead (Chat *chat)
 {
   if (chat->ahead_paused || !audio_ahead (chat))
     return;
-  if (!chat->ahead_timer) /* first time */
+  if (!chat->ahead_logged++) /* the first time */
     g_printerr ("personaplex-server: call %u (%s): its audio (%.1f s by its Opus packets) runs more than %d ms ahead "
                 "of the model: not read until the model catches up\n", chat->id, chat->peer, chat->audio_in_us / 1e6,
                 ppx_server_get_options (chat->server)->max_input_backlog_ms * AHEAD_BOUNDS);
@@ -508,6 +517,15 @@ check_ogg (Chat *chat, const guint8 *data, gsize len, GError **error)
                    "not an Ogg Opus stream: its first page is not an OpusHead of 1 or 2 channels");
       return FALSE;
     }
+    if (chat->have_head && ((page.flags & PPX_OGG_FLAG_BOS) || page.serial != chat->serial)) {
+      /* oggdemux would take it for a second stream and fail the call as an internal error */
+      g_set_error (error, g_quark_from_static_string ("ppx-server-chat"), 0,
+                   "a second logical stream (a %s page %u) in the middle of the stream: one Opus stream per call",
+                   page.flags & PPX_OGG_FLAG_BOS ? "BOS" : "foreign serial's", page.sequence);
+      return FALSE;
+    }
+    if (!chat->have_head)
+      chat->serial = page.serial;
     chat->have_head = TRUE;
     if (++chat->pages > 2) /* after OpusHead and OpusTags */
       chat->audio_in_us += (gint64) ppx_opus_page_samples (&page) * 1000 / 48;
@@ -570,8 +588,11 @@ on_closed (PpxWs *ws, gpointer user_data)
   Chat *chat = user_data;
   if (chat->state != ENDED) {
     const char *reason = ppx_ws_end_reason (ws);
+    gushort code = ppx_ws_peer_close_code (ws);
     g_autofree char *why = reason ? g_strdup (reason)
-                                  : g_strdup_printf ("closed by the client (code %u)%s", ppx_ws_peer_close_code (ws),
+                           : code ? g_strdup_printf ("closed by the client (code %u)%s", code,
+                                                     chat->state == JOINING ? " during the prompts" : "")
+                                  : g_strdup_printf ("the client's connection dropped (no close frame)%s",
                                                      chat->state == JOINING ? " during the prompts" : "");
     chat_end (chat, ppx_ws_end_label (ws), why, FALSE);
   }
@@ -596,6 +617,14 @@ on_media_check (gpointer user_data)
   if (behind_us <= (gint64) timeout * G_USEC_PER_SEC)
     return G_SOURCE_CONTINUE;
   chat->media_timer = 0;
+  gsize unsent = chat->ws ? ppx_ws_send_queue (chat->ws) : 0;
+  if (unsent > NOT_READING_BYTES) {
+    /* its audio stopped because it stopped reading (libsoup reads no more while it cannot write): say so */
+    g_autofree char *why = g_strdup_printf ("the client stopped reading (%" G_GSIZE_FORMAT " bytes unsent), and "
+                                            "sent no more audio", unsent);
+    chat_end (chat, "client_not_reading", why, TRUE);
+    return G_SOURCE_REMOVE;
+  }
   g_autofree char *why =
       now - chat->last_audio_us > (gint64) timeout * G_USEC_PER_SEC
           ? g_strdup_printf ("no audio from the client for %d s", timeout)

@@ -430,16 +430,19 @@ server_unread_bytes (FixtureServer *s, GSocket *socket)
   g_file_get_contents ("/proc/net/tcp", &text, NULL, NULL);
   g_auto (GStrv) lines = g_strsplit (text ? text : "", "\n", -1);
   guint64 unread = 0;
+  guint found = 0;
   for (guint i = 1; lines[i]; i++) {
     guint lport = 0, rport = 0;
     unsigned long long tx = 0, rx = 0;
     if (sscanf (lines[i], " %*u: %*8x:%x %*8x:%x %*x %llx:%llx", &lport, &rport, &tx, &rx) != 4)
       continue;
     if (lport == s->port && rport == client_port)
-      unread += rx;
+      unread += rx, found++;
     else if (lport == client_port && rport == s->port)
-      unread += tx;
+      unread += tx, found++;
   }
+  if (found != 2)
+    g_printerr ("the connection's two ends: %u found in /proc/net/tcp\n", found);
   return unread;
 }
 
@@ -487,7 +490,7 @@ test_constant_granule (void)
   g_assert_cmpint ((gint64) peak - (gint64) rss0, <, 32 * MB);
   /* the server stopped reading: what the client sent waits in the kernel (TCP flow control), not in the server */
   g_assert_cmpuint (unread, >, 256 * 1024);
-  g_assert_true (fixture_server_wait_log (s, "by its Opus packets) runs more than 6000 ms ahead of the model", 5000));
+  g_assert_true (fixture_server_wait_log (s, "by its Opus packets) runs more than 60 s ahead of the model", 5000));
   g_assert_true (fixture_server_wait_idle (s, 30000));
   g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
   fixture_server_free (s);

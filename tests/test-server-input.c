@@ -166,9 +166,9 @@ test_bad_messages (void)
 }
 
 /* A client that keeps sending and never reads: its answer fills the kernel's buffers and then the server's bounded
- * send queue ("the client stopped reading"), or, once its own full receive buffer stalls TCP both ways, its audio
- * stops coming ("no audio from the client", --media-timeout 5 here). Either way the call ends, and the server's
- * memory stays where it was. */
+ * send queue, or, once its own full receive buffer stalls TCP both ways, its audio stops coming. Either way the call
+ * ends as "the client stopped reading" (before issue 25 the second way was "no audio from the client", though the
+ * client had sent far more audio than the call had lasted), and the server's memory stays where it was. */
 static void
 test_client_stops_reading (void)
 {

@@ -157,12 +157,20 @@ env_count (const char *name, guint fallback)
   return v && *v ? (guint) g_ascii_strtoull (v, NULL, 10) : fallback;
 }
 
+static gboolean
+keep_going (gpointer unused)
+{
+  return G_SOURCE_CONTINUE;
+}
+
 /* Every call of `k`, AT_ONCE - 1 at a time on the default context (the sessions' thread is the last one). */
 static void
 run_calls (Soak *k, guint total)
 {
   Slot slots[AT_ONCE - 1] = {{0}};
   guint to_start = total, done = 0;
+  /* wakes the loop below at least every 100 ms (a call may finish without another event; the timeouts) */
+  guint tick = g_timeout_add (100, keep_going, NULL);
   while (done < total) {
     for (guint i = 0; i < G_N_ELEMENTS (slots); i++) {
       Slot *slot = &slots[i];
@@ -185,6 +193,7 @@ run_calls (Soak *k, guint total)
     }
     g_main_context_iteration (NULL, TRUE);
   }
+  g_source_remove (tick);
 }
 
 /* Lines of the log naming an element the leaks tracer found alive at exit. */

@@ -33,10 +33,13 @@
 #define SEND_CHAIN \
   "audioconvert name=convert ! opusenc frame-size=20 audio-type=voice ! appsink name=out sync=false async=false"
 #define PACKETS_PER_PAGE 2
-/* A call's audio (by what its packets decode to, server-opus-clock.h) may run this many --max-input-backlog ahead of
- * what the model took before the server stops reading its socket: whatever the granule positions say, a client
- * that sends faster than real time is slowed, never buffered (issue 25, defect 6). */
+/* A call's audio (by what its packets decode to, server-opus-clock.h) may run this far ahead of what the model took
+ * (AHEAD_BOUNDS --max-input-backlog, at least AHEAD_MIN_MS) before the server stops reading its socket: whatever the
+ * granule positions say, a client that sends faster than real time is slowed, never buffered (issue 25, defect 6).
+ * The 64 KiB of Ogg that may wait in front of the decoder hold 8-20 s of ordinary Opus: a file sent at once is slowed
+ * by them and by the queue's bound as before; 2-byte packets of 120 ms (30 s a page) are slowed here. */
 #define AHEAD_BOUNDS 6
+#define AHEAD_MIN_MS 60000
 #define AHEAD_CHECK_MS 100
 /* Answer not yet written when a call's audio stops: the client stopped reading (2 s of answer). */
 #define NOT_READING_BYTES (16 * 1024)
@@ -448,11 +451,16 @@ update_reading (Chat *chat)
     ppx_ws_pause_reading (chat->ws, chat->reading_paused || chat->ahead_paused);
 }
 
+static gint64
+ahead_limit_ms (Chat *chat)
+{
+  return MAX ((gint64) ppx_server_get_options (chat->server)->max_input_backlog_ms * AHEAD_BOUNDS, AHEAD_MIN_MS);
+}
+
 static gboolean
 audio_ahead (Chat *chat)
 {
-  gint64 limit = (gint64) ppx_server_get_options (chat->server)->max_input_backlog_ms * AHEAD_BOUNDS;
-  return chat->audio_in_us / 1000 - ppx_backlog_taken_ms (chat->backlog) > limit;
+  return chat->audio_in_us / 1000 - ppx_backlog_taken_ms (chat->backlog) > ahead_limit_ms (chat);
 }
 
 static gboolean
@@ -473,9 +481,9 @@ check_ahead (Chat *chat)
   if (chat->ahead_paused || !audio_ahead (chat))
     return;
   if (!chat->ahead_logged++) /* the first time */
-    g_printerr ("personaplex-server: call %u (%s): its audio (%.1f s by its Opus packets) runs more than %d ms ahead "
+    g_printerr ("personaplex-server: call %u (%s): its audio (%.1f s by its Opus packets) runs more than %.0f s ahead "
                 "of the model: not read until the model catches up\n", chat->id, chat->peer, chat->audio_in_us / 1e6,
-                ppx_server_get_options (chat->server)->max_input_backlog_ms * AHEAD_BOUNDS);
+                ahead_limit_ms (chat) / 1e3);
   chat->ahead_paused = TRUE;
   update_reading (chat);
   if (!chat->ahead_timer)

@@ -488,8 +488,8 @@ test_constant_granule (void)
               "read by the server\n", pages, pages * 30.6, rss0 / 1024.0, peak / 1024.0, unread / 1048576.0);
   raw_ws_free (ws);
   g_assert_cmpint ((gint64) peak - (gint64) rss0, <, 32 * MB);
-  /* the server stopped reading: what the client sent waits in the kernel (TCP flow control), not in the server */
-  g_assert_cmpuint (unread, >, 256 * 1024);
+  /* the server stops reading (what the client sent then waits in the kernel: printed, not asserted, since the
+   * server before the fix also stopped once its queue filled) by the packets' durations, and says so */
   g_assert_true (fixture_server_wait_log (s, "by its Opus packets) runs more than 60 s ahead of the model", 5000));
   g_assert_true (fixture_server_wait_idle (s, 30000));
   g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
@@ -716,6 +716,29 @@ test_msg_tick_decimals (void)
   fixture_server_free (s);
 }
 
+/* A bad %-escape gets a 400 that says what was wrong (libsoup's own has an empty body). */
+static void
+test_msg_bad_escape (void)
+{
+  FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
+  const char *targets[] = {"/%zz", "/api/chat?seed=%zz", "/health?x=%", "/%4"};
+  for (guint i = 0; i < G_N_ELEMENTS (targets); i++) {
+    g_autofree char *request = g_strdup_printf ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", targets[i]);
+    gboolean closed = FALSE;
+    g_autofree char *answer = fixture_raw_http (s, request, 3000, &closed);
+    const char *body = strstr (answer, "\r\n\r\n");
+    g_printerr ("%s -> %.12s ... %s", targets[i], answer, body ? body + 4 : "(no body)\n");
+    g_assert_true (g_str_has_prefix (answer, "HTTP/1.1 400"));
+    g_assert_nonnull (body);
+    g_assert_nonnull (strstr (body, "%"));
+    g_assert_true (closed);
+  }
+  g_assert_true (fixture_server_wait_log (s, "400 (a bad %-escape in its address)", 5000));
+  g_assert_cmpuint (fixture_http (s, NULL, "/health?x=%41", NULL, NULL, NULL), ==, 200);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -738,5 +761,6 @@ main (int argc, char **argv)
   g_test_add_func ("/server-harden/msg-voice-links", test_msg_voice_links);
   g_test_add_func ("/server-harden/msg-refused-answers", test_msg_refused_answers);
   g_test_add_func ("/server-harden/msg-tick-decimals", test_msg_tick_decimals);
+  g_test_add_func ("/server-harden/msg-bad-escape", test_msg_bad_escape);
   return g_test_run ();
 }

@@ -46,6 +46,8 @@ struct _Conn {
   GIOStream *stream;  /* what libsoup reads: the base, or the TLS connection */
   GTlsConnection *tls; /* a reference while the handshake runs */
   GCancellable *cancel;
+  GSource *peek;      /* plain HTTP: waiting for the request line (the base is the listener's until then) */
+  guint peek_retry;
   GSocketAddress *local, *remote;
   gint64 accepted_us;
   ConnState state;
@@ -175,6 +177,66 @@ on_request_started (SoupServer *soup, SoupServerMessage *msg, gpointer user_data
 
 /* ---- accepting ---- */
 
+static void hand_over (Conn *c, GIOStream *stream);
+
+/* A request target whose %-escapes are all two hex digits (libsoup answers any other with an empty 400, before any
+ * handler or signal of the server runs). */
+static gboolean
+escapes_ok (const char *line, gsize len)
+{
+  const char *target = memchr (line, ' ', len);
+  const char *end = target ? memchr (target + 1, ' ', len - (gsize) (target + 1 - line)) : NULL;
+  for (const char *p = target; p && end && p < end; p++)
+    if (*p == '%' && (p + 2 >= end || !g_ascii_isxdigit (p[1]) || !g_ascii_isxdigit (p[2])))
+      return FALSE;
+  return TRUE;
+}
+
+static gboolean on_peek (GSocket *socket, GIOCondition condition, gpointer data);
+
+static gboolean
+on_peek_retry (gpointer data)
+{
+  Conn *c = data;
+  c->peek_retry = 0;
+  c->peek = g_socket_create_source (c->socket, G_IO_IN, NULL);
+  g_source_set_callback (c->peek, G_SOURCE_FUNC (on_peek), c, NULL);
+  g_source_attach (c->peek, NULL);
+  return G_SOURCE_REMOVE;
+}
+
+/* A plain connection's first bytes, looked at (not read) until its request line is complete: one with a bad
+ * %-escape gets a 400 that says so, here; any other goes to libsoup. */
+static gboolean
+on_peek (GSocket *socket, GIOCondition condition, gpointer data)
+{
+  Conn *c = data;
+  char buf[4096];
+  gssize n = recv (g_socket_get_fd (socket), buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  const char *eol = n > 0 ? memchr (buf, '\n', (gsize) n) : NULL;
+  g_clear_pointer (&c->peek, g_source_unref);
+  if (n > 0 && !eol && n < (gssize) sizeof buf && c->l && c->state == CONN_REQUEST) {
+    c->peek_retry = g_timeout_add (20, on_peek_retry, c); /* the rest of the line is on its way */
+    return G_SOURCE_REMOVE;
+  }
+  GSocketConnection *base = c->base;
+  if (eol && c->l && c->state == CONN_REQUEST && !escapes_ok (buf, (gsize) (eol - buf))) {
+    static const char body[] = "a malformed address: a '%' that is not followed by two hex digits\n";
+    g_autofree char *answer = g_strdup_printf ("HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Type: "
+                                               "text/plain; charset=utf-8\r\nContent-Length: %zu\r\n\r\n%s",
+                                               strlen (body), body);
+    g_autofree char *peer = g_inet_address_to_string (g_inet_socket_address_get_address (
+        G_INET_SOCKET_ADDRESS (c->remote)));
+    g_printerr ("personaplex-server: refused a request from %s: 400 (a bad %%-escape in its address)\n", peer);
+    g_socket_send_with_blocking (socket, answer, strlen (answer), FALSE, NULL, NULL);
+    conn_close (c);
+  } else if (c->l && c->state == CONN_REQUEST) {
+    hand_over (c, G_IO_STREAM (base));
+  }
+  g_object_unref (base); /* libsoup's now, or gone (and `c` with it) */
+  return G_SOURCE_REMOVE;
+}
+
 static void
 hand_over (Conn *c, GIOStream *stream)
 {
@@ -229,8 +291,8 @@ take (PpxListener *l, GSocket *socket)
     report (l, FALSE);
   }
   if (!l->certificate) {
-    hand_over (c, G_IO_STREAM (c->base));
-    g_object_unref (c->base); /* libsoup's now */
+    c->state = CONN_REQUEST;
+    on_peek_retry (c); /* libsoup gets it once its request line is in (on_peek) */
     return;
   }
   g_autoptr (GError) e = NULL;
@@ -410,6 +472,15 @@ ppx_listener_free (PpxListener *l)
     if (is_pending (c))
       conn_close (c);
     c->l = NULL; /* conn_gone frees it, whenever its connection goes */
+    if (c->peek_retry) { /* not libsoup's yet: it goes now */
+      g_source_remove (c->peek_retry);
+      c->peek_retry = 0;
+      g_object_unref (c->base);
+    } else if (c->peek) {
+      g_source_destroy (c->peek);
+      g_clear_pointer (&c->peek, g_source_unref);
+      g_object_unref (c->base);
+    }
   }
   g_hash_table_unref (l->conns);
   g_socket_close (l->socket, NULL);

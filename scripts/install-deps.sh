@@ -5,7 +5,8 @@
 #   without options: what building and running needs (the set-up, scripts/setup-and-run.sh)
 #   --tests:         that plus what only the tests need (scripts/run-tests.sh): the fuzzing/sanitizer
 #                    compiler, valgrind, the browser tests' Chromium and Node.js, npm (when missing), and
-#                    HAProxy for the fleet test, prometheus (promtool) for the fleet's alert rules
+#                    HAProxy for the fleet test, prometheus (promtool) for the fleet's alert rules,
+#                    systemd-analyze (package systemd) for the server's unit
 # Packages already installed are skipped; --no-install-recommends keeps the set small.
 set -euo pipefail
 
@@ -24,6 +25,7 @@ TEST_PKGS=(
   clang libclang-rt-14-dev valgrind
   chromium nodejs
   haproxy curl prometheus
+  systemd
 )
 
 pkgs=("${RUN_PKGS[@]}")

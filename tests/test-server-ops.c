@@ -489,7 +489,7 @@ test_startup_checks (void)
     const char *message;
   } cases[] = {
     {{"--address", "0.0.0.0"}, "give --auth-token"},
-    {{"--address", "0.0.0.0", "--auth-token", "   "}, "give --auth-token"},
+    {{"--address", "0.0.0.0", "--auth-token", "   "}, "--auth-token is empty or blank"},
     {{"--static", "/nonexistent-dir"}, "--static /nonexistent-dir: no index.html"},
     {{"--tls-cert", "/etc/hostname"}, "give both --tls-cert and --tls-key"},
     {{"--tls-cert", "/no/cert.pem", "--tls-key", "/no/key.pem"}, "--tls-cert /no/cert.pem: not a readable file"},

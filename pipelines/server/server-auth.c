@@ -60,7 +60,7 @@ gboolean
 ppx_auth_query_token_ok (GHashTable *query, const char *token)
 {
   const char *given = query ? g_hash_table_lookup (query, "token") : NULL;
-  return token && given && equal_constant_time (given, token);
+  return token && *token && given && *given && equal_constant_time (given, token);
 }
 
 gboolean
@@ -73,7 +73,7 @@ ppx_auth_token_ok (SoupServerMessage *msg, GHashTable *query, const char *token)
     const char *given = header + 7;
     while (*given == ' ')
       given++;
-    if (equal_constant_time (given, token))
+    if (*given && *token && equal_constant_time (given, token))
       return TRUE;
   }
   return ppx_auth_query_token_ok (query, token) || cookie_ok (msg, token);
@@ -83,7 +83,10 @@ ppx_auth_token_ok (SoupServerMessage *msg, GHashTable *query, const char *token)
 static char *
 without_token (GUri *uri)
 {
-  GString *location = g_string_new (g_uri_get_path (uri));
+  /* libsoup hands the path decoded: escaped again, so that no byte of it (a backslash, which browsers read as a
+   * slash, a control character) changes what the browser resolves it to (issue 25, defect 7) */
+  g_autofree char *path = g_uri_escape_string (g_uri_get_path (uri), G_URI_RESERVED_CHARS_ALLOWED_IN_PATH, FALSE);
+  GString *location = g_string_new (path);
   /* "//host/..." would be another site's address */
   while (location->len > 1 && location->str[0] == '/' && location->str[1] == '/')
     g_string_erase (location, 0, 1);
@@ -166,11 +169,10 @@ add_interfaces (GHashTable *set, const char *scheme, guint port, GSocketFamily f
 }
 
 PpxOrigins *
-ppx_origins_new (SoupServer *soup, const char *scheme, const char *const *allowed)
+ppx_origins_new (GSList *listeners, const char *scheme, const char *const *allowed)
 {
   PpxOrigins *o = g_new0 (PpxOrigins, 1);
   o->set = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
-  GSList *listeners = soup_server_get_listeners (soup);
   for (GSList *l = listeners; l; l = l->next) {
     g_autoptr (GSocketAddress) sa = g_socket_get_local_address (l->data, NULL);
     if (!sa || !G_IS_INET_SOCKET_ADDRESS (sa))
@@ -182,7 +184,6 @@ ppx_origins_new (SoupServer *soup, const char *scheme, const char *const *allowe
     else
       add_address (o->set, scheme, inet, port);
   }
-  g_slist_free (listeners);
   for (guint i = 0; allowed && allowed[i]; i++) {
     g_autofree char *origin = g_ascii_strdown (allowed[i], -1);
     if (g_str_has_suffix (origin, "/"))

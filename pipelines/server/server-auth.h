@@ -27,9 +27,9 @@ void ppx_auth_sign_in (SoupServerMessage *msg, const char *token, gboolean tls);
 
 typedef struct _PpxOrigins PpxOrigins;
 
-/* The origins of the addresses `soup` listens on (every local interface address for a wildcard address;
- * "localhost" beside loopback), with `scheme` ("http" or "https"), plus `allowed`. */
-PpxOrigins *ppx_origins_new (SoupServer *soup, const char *scheme, const char *const *allowed);
+/* The origins of the addresses the `listeners` (GSocket) listen on (every local interface address for a wildcard
+ * address; "localhost" beside loopback), with `scheme` ("http" or "https"), plus `allowed`. */
+PpxOrigins *ppx_origins_new (GSList *listeners, const char *scheme, const char *const *allowed);
 gboolean ppx_origins_allow (const PpxOrigins *o, const char *origin);
 /* The list, for the log ("http://127.0.0.1:8080, http://localhost:8080"; g_free). */
 char *ppx_origins_describe (const PpxOrigins *o);

@@ -22,6 +22,8 @@ typedef struct _PpxBacklog PpxBacklog;
 /* Bounds `queue` (a queue element) to `max_ms` of audio, leaky downstream, and watches what it drops for call
  * `call_id` of `proto`. The watch lives as long as the queue's src pad, or the reference returned. */
 PpxBacklog *ppx_backlog_attach (GstElement *queue, PpxProto proto, guint call_id, guint max_ms);
+/* Milliseconds of audio that left the queue so far (taken by the model or dropped), by its size; from any thread. */
+gint64 ppx_backlog_taken_ms (PpxBacklog *b);
 /* Seconds dropped so far; from any thread. */
 double ppx_backlog_dropped_s (PpxBacklog *b);
 void ppx_backlog_unref (PpxBacklog *b);

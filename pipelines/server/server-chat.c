@@ -11,6 +11,7 @@
 #include "ogg-page.h"
 #include "server-backlog.h"
 #include "server-pacer.h"
+#include "server-opus-clock.h"
 #include "server-worker.h"
 #include "server-ws.h"
 
@@ -33,6 +34,16 @@
 #define SEND_CHAIN \
   "audioconvert name=convert ! opusenc frame-size=20 audio-type=voice ! appsink name=out sync=false async=false"
 #define PACKETS_PER_PAGE 2
+/* A call's audio (by what its packets decode to, server-opus-clock.h) may run this far ahead of what the model took
+ * (AHEAD_BOUNDS --max-input-backlog, at least AHEAD_MIN_MS) before the server stops reading its socket: whatever the
+ * granule positions say, a client that sends faster than real time is slowed, never buffered (issue 25, defect 6).
+ * The 64 KiB of Ogg that may wait in front of the decoder hold 8-20 s of ordinary Opus: a file sent at once is slowed
+ * by them and by the queue's bound as before; 2-byte packets of 120 ms (30 s a page) are slowed here. */
+#define AHEAD_BOUNDS 6
+#define AHEAD_MIN_MS 60000
+#define AHEAD_CHECK_MS 100
+/* Answer not yet written when a call's audio stops: the client stopped reading (2 s of answer). */
+#define NOT_READING_BYTES (16 * 1024)
 
 enum { KIND_HANDSHAKE = 0x00, KIND_AUDIO = 0x01, KIND_TEXT = 0x02, KIND_ERROR = 0x05 };
 
@@ -51,7 +62,14 @@ typedef struct {
   PpxBacklog *backlog; /* the decoded audio waiting for the model */
   PpxOggReader *ogg;   /* checks the client's stream */
   gboolean have_head, input_ended;
-  gboolean reading_paused; /* the model is behind this call's input */
+  gboolean reading_paused; /* the model is behind this call's input (appsrc full) */
+  gboolean ahead_paused;   /* the call's audio runs AHEAD_BOUNDS ahead of what the model took */
+  guint ahead_timer;
+  guint ahead_logged;
+  guint pages;             /* Ogg pages checked */
+  guint32 serial;          /* the client's stream's */
+  gint64 audio_in_us;      /* the call's audio so far, by its Opus packets */
+  gint64 talking_us;       /* the handshake */
   GByteArray *early;   /* audio before the handshake */
   ChatState state;
   gboolean joining, torn_down;
@@ -81,6 +99,7 @@ typedef struct {
 } Delivery;
 
 static void chat_end (Chat *chat, const char *reason, const char *why, gboolean tell_client);
+static void update_reading (Chat *chat);
 
 static Chat *
 chat_ref (Chat *chat)
@@ -179,7 +198,7 @@ deliver (gpointer data)
     case DELIVER_RESUME:
       if (chat->ws && chat->reading_paused) {
         chat->reading_paused = FALSE;
-        ppx_ws_pause_reading (chat->ws, FALSE);
+        update_reading (chat);
       }
       break;
     case DELIVER_EOS:
@@ -308,7 +327,9 @@ on_answer_eos (GstAppSink *sink, gpointer user_data)
   post (user_data, DELIVER_EOS, NULL);
 }
 
-/* Everything the pipeline posts is read here, on the thread that posts it, and dropped. */
+/* Everything the pipeline posts is read here, on the thread that posts it, and dropped (a sync handler that drops
+ * a message unrefs it: every message holds its source, so one kept would keep the whole pipeline, its bus and the
+ * bus's two sockets alive after the call; issue 25, defect 1). */
 static GstBusSyncReply
 on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
 {
@@ -336,6 +357,7 @@ on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
              *text)
       post (chat, DELIVER_TEXT, g_bytes_new (text, strlen (text)));
   }
+  gst_message_unref (msg);
   return GST_BUS_DROP;
 }
 
@@ -451,23 +473,80 @@ chat_end (Chat *chat, const char *reason, const char *why, gboolean tell_client)
     g_source_remove (chat->media_timer);
     chat->media_timer = 0;
   }
+  if (chat->ahead_timer) {
+    g_source_remove (chat->ahead_timer);
+    chat->ahead_timer = 0;
+  }
   if (chat->pacer)
     ppx_pacer_stop (chat->pacer); /* pages still queued are dropped */
   g_printerr ("personaplex-server: call %u (%s): ended: %s\n", chat->id, chat->peer, why);
   if (chat->ws && ppx_ws_is_open (chat->ws)) {
-    if (tell_client)
-      send_kind (chat, KIND_ERROR, why, strlen (why));
+    if (tell_client) {
+      /* the log has the whole text; the client no path of the server's (an element's error names its files) */
+      const char *dir = ppx_server_get_options (chat->server)->model_dir;
+      g_auto (GStrv) parts = g_strsplit (why, dir, -1);
+      g_autofree char *shown = g_strjoinv ("<model>", parts);
+      send_kind (chat, KIND_ERROR, shown, strlen (shown));
+    }
     gboolean normal = g_str_equal (reason, "end_of_stream");
     gboolean bad_input = g_str_equal (reason, "bad_input");
     ppx_ws_close (chat->ws, normal ? SOUP_WEBSOCKET_CLOSE_NORMAL
                             : bad_input ? SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION
-                            : g_str_equal (reason, "drain") ? SOUP_WEBSOCKET_CLOSE_GOING_AWAY
+                            : g_str_equal (reason, "drain") || g_str_equal (reason, "timeout")
+                                ? SOUP_WEBSOCKET_CLOSE_GOING_AWAY
                             : SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, NULL);
   }
   teardown (chat);
 }
 
 /* ---- the client's audio ---- */
+
+/* Reads the client's socket unless the model is behind its audio. */
+static void
+update_reading (Chat *chat)
+{
+  if (chat->ws)
+    ppx_ws_pause_reading (chat->ws, chat->reading_paused || chat->ahead_paused);
+}
+
+static gint64
+ahead_limit_ms (Chat *chat)
+{
+  return MAX ((gint64) ppx_server_get_options (chat->server)->max_input_backlog_ms * AHEAD_BOUNDS, AHEAD_MIN_MS);
+}
+
+static gboolean
+audio_ahead (Chat *chat)
+{
+  return chat->audio_in_us / 1000 - ppx_backlog_taken_ms (chat->backlog) > ahead_limit_ms (chat);
+}
+
+static gboolean
+on_ahead_check (gpointer user_data)
+{
+  Chat *chat = user_data;
+  if (chat->state == TALKING && audio_ahead (chat))
+    return G_SOURCE_CONTINUE;
+  chat->ahead_timer = 0;
+  chat->ahead_paused = FALSE;
+  update_reading (chat);
+  return G_SOURCE_REMOVE;
+}
+
+static void
+check_ahead (Chat *chat)
+{
+  if (chat->ahead_paused || !audio_ahead (chat))
+    return;
+  if (!chat->ahead_logged++) /* the first time */
+    g_printerr ("personaplex-server: call %u (%s): its audio (%.1f s by its Opus packets) runs more than %.0f s ahead "
+                "of the model: not read until the model catches up\n", chat->id, chat->peer, chat->audio_in_us / 1e6,
+                ahead_limit_ms (chat) / 1e3);
+  chat->ahead_paused = TRUE;
+  update_reading (chat);
+  if (!chat->ahead_timer)
+    chat->ahead_timer = g_timeout_add (AHEAD_CHECK_MS, on_ahead_check, chat);
+}
 
 static void
 push_audio (Chat *chat, const guint8 *data, gsize len)
@@ -477,8 +556,9 @@ push_audio (Chat *chat, const guint8 *data, gsize len)
     gst_app_src_end_of_stream (GST_APP_SRC (chat->appsrc));
   if (!chat->reading_paused && gst_app_src_get_current_level_bytes (GST_APP_SRC (chat->appsrc)) >= INPUT_HIGH) {
     chat->reading_paused = TRUE;
-    ppx_ws_pause_reading (chat->ws, TRUE);
+    update_reading (chat);
   }
+  check_ahead (chat);
 }
 
 /* appsrc's streaming thread: its queue went below half */
@@ -503,7 +583,18 @@ check_ogg (Chat *chat, const guint8 *data, gsize len, GError **error)
                    "not an Ogg Opus stream: its first page is not an OpusHead of 1 or 2 channels");
       return FALSE;
     }
+    if (chat->have_head && ((page.flags & PPX_OGG_FLAG_BOS) || page.serial != chat->serial)) {
+      /* oggdemux would take it for a second stream and fail the call as an internal error */
+      g_set_error (error, g_quark_from_static_string ("ppx-server-chat"), 0,
+                   "a second logical stream (a %s page %u) in the middle of the stream: one Opus stream per call",
+                   page.flags & PPX_OGG_FLAG_BOS ? "BOS" : "foreign serial's", page.sequence);
+      return FALSE;
+    }
+    if (!chat->have_head)
+      chat->serial = page.serial;
     chat->have_head = TRUE;
+    if (++chat->pages > 2) /* after OpusHead and OpusTags */
+      chat->audio_in_us += (gint64) ppx_opus_page_samples (&page) * 1000 / 48;
     if (page.flags & PPX_OGG_FLAG_EOS)
       chat->input_ended = TRUE;
   }
@@ -563,25 +654,48 @@ on_closed (PpxWs *ws, gpointer user_data)
   Chat *chat = user_data;
   if (chat->state != ENDED) {
     const char *reason = ppx_ws_end_reason (ws);
+    gushort code = ppx_ws_peer_close_code (ws);
     g_autofree char *why = reason ? g_strdup (reason)
-                                  : g_strdup_printf ("closed by the client (code %u)%s", ppx_ws_peer_close_code (ws),
+                           : code ? g_strdup_printf ("closed by the client (code %u)%s", code,
+                                                     chat->state == JOINING ? " during the prompts" : "")
+                                  : g_strdup_printf ("the client's connection dropped (no close frame)%s",
                                                      chat->state == JOINING ? " during the prompts" : "");
     chat_end (chat, ppx_ws_end_label (ws), why, FALSE);
   }
   chat_unref (chat); /* the WebSocket's reference */
 }
 
+/* The call's audio must keep up with real time: it is ended once what came (by its Opus packets, from the
+ * handshake on) falls --media-timeout behind the wall clock, whether nothing comes or a page now and then (issue 25,
+ * defect 9); not while its audio waits for the model (the server is not reading it then). */
 static gboolean
 on_media_check (gpointer user_data)
 {
   Chat *chat = user_data;
   int timeout = ppx_server_get_options (chat->server)->media_timeout;
-  if (chat->reading_paused)
-    chat->last_audio_us = g_get_monotonic_time (); /* its audio waits for the model, not the other way round */
-  if (g_get_monotonic_time () - chat->last_audio_us <= (gint64) timeout * G_USEC_PER_SEC)
+  gint64 now = g_get_monotonic_time ();
+  if (chat->reading_paused || chat->ahead_paused) {
+    /* its audio waits for the model, not the other way round: the wall clock starts again from what came */
+    chat->talking_us = now - chat->audio_in_us;
+    return G_SOURCE_CONTINUE;
+  }
+  gint64 behind_us = (now - chat->talking_us) - chat->audio_in_us;
+  if (behind_us <= (gint64) timeout * G_USEC_PER_SEC)
     return G_SOURCE_CONTINUE;
   chat->media_timer = 0;
-  g_autofree char *why = g_strdup_printf ("no audio from the client for %d s", timeout);
+  gsize unsent = chat->ws ? ppx_ws_send_queue (chat->ws) : 0;
+  if (unsent > NOT_READING_BYTES) {
+    /* its audio stopped because it stopped reading (libsoup reads no more while it cannot write): say so */
+    g_autofree char *why = g_strdup_printf ("the client stopped reading (%" G_GSIZE_FORMAT " bytes unsent), and "
+                                            "sent no more audio", unsent);
+    chat_end (chat, "client_not_reading", why, TRUE);
+    return G_SOURCE_REMOVE;
+  }
+  g_autofree char *why =
+      now - chat->last_audio_us > (gint64) timeout * G_USEC_PER_SEC
+          ? g_strdup_printf ("no audio from the client for %d s", timeout)
+          : g_strdup_printf ("the client's audio fell %d s behind real time (%.1f s of audio in %.1f s)", timeout,
+                             chat->audio_in_us / 1e6, (now - chat->talking_us) / 1e6);
   chat_end (chat, "timeout", why, TRUE);
   return G_SOURCE_REMOVE;
 }
@@ -608,6 +722,7 @@ send_handshake (Chat *chat)
   send_kind (chat, KIND_HANDSHAKE, NULL, 0);
   g_printerr ("personaplex-server: call %u (%s): prompts done, handshake sent\n", chat->id, chat->peer);
   chat->last_audio_us = g_get_monotonic_time ();
+  chat->talking_us = chat->last_audio_us - chat->audio_in_us; /* audio that came during the prompts counts */
   if (!chat->input_ended)
     chat->media_timer = g_timeout_add_seconds (1, on_media_check, chat);
   if (chat->early->len) {
@@ -676,6 +791,9 @@ server_destroy (gpointer call)
   if (chat->media_timer)
     g_source_remove (chat->media_timer);
   chat->media_timer = 0;
+  if (chat->ahead_timer)
+    g_source_remove (chat->ahead_timer);
+  chat->ahead_timer = 0;
   if (!chat->torn_down) {
     gst_element_set_state (chat->pipeline, GST_STATE_NULL);
     g_autoptr (GstBus) bus = gst_element_get_bus (chat->pipeline);

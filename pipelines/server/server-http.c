@@ -7,6 +7,7 @@
 #include "server-admission.h"
 #include "server-auth.h"
 #include "server-chat.h"
+#include "server-listener.h"
 #include "server-static.h"
 #include "server-tls.h"
 #include "server-webrtc.h"
@@ -21,6 +22,7 @@ struct _PpxServer {
   int max_calls;
   gboolean tls;
   SoupServer *soup;
+  PpxListener *listener; /* accepts for soup (server-listener.h) */
   PpxOrigins *origins;
   GStrv voices;
   GList *calls; /* PpxServerCall* */
@@ -413,16 +415,19 @@ ppx_server_new (const PpxServerOptions *options, PpxServerModelKeeper *keeper, i
   }
   soup_server_add_handler (server->soup, NULL, handle, server, NULL);
   g_autoptr (GInetAddress) inet = g_inet_address_new_from_string (options->address);
-  g_autoptr (GSocketAddress) address = g_inet_socket_address_new (inet, (guint16) options->port);
   g_autoptr (GError) e = NULL;
-  if (!soup_server_listen (server->soup, address, server->tls ? SOUP_SERVER_LISTEN_HTTPS : 0, &e)) {
+  g_autoptr (GTlsCertificate) cert = NULL;
+  g_object_get (server->soup, "tls-certificate", &cert, NULL);
+  if (!(server->listener = ppx_listener_new (server->soup, inet, (guint16) options->port, cert, &e))) {
     g_set_error (error, server_error_quark (), 0, "listening on %s port %d: %s", options->address, options->port,
                  e->message);
     ppx_server_free (server);
     return NULL;
   }
-  server->origins = ppx_origins_new (server->soup, server->tls ? "https" : "http",
+  GSList *listeners = ppx_listener_get_sockets (server->listener);
+  server->origins = ppx_origins_new (listeners, server->tls ? "https" : "http",
                                      (const char *const *) options->allowed_origins);
+  g_slist_free (listeners);
   g_autofree char *origins = ppx_origins_describe (server->origins);
   g_printerr ("personaplex-server: %u voice(s) in %s/voices; origins allowed to open calls: %s%s\n",
               g_strv_length (server->voices), options->model_dir, origins,
@@ -434,7 +439,7 @@ char *
 ppx_server_get_url (PpxServer *server)
 {
   /* From the listening socket (soup_server_get_uris leaks its socket addresses in libsoup 3.2). */
-  GSList *listeners = soup_server_get_listeners (server->soup);
+  GSList *listeners = server->listener ? ppx_listener_get_sockets (server->listener) : NULL;
   g_autoptr (GSocketAddress) address = listeners ? g_socket_get_local_address (listeners->data, NULL) : NULL;
   g_slist_free (listeners);
   if (!address || !G_IS_INET_SOCKET_ADDRESS (address))
@@ -461,6 +466,7 @@ ppx_server_free (PpxServer *server)
   }
   soup_server_disconnect (server->soup);
   g_object_unref (server->soup);
+  ppx_listener_free (server->listener);
   ppx_origins_free (server->origins);
   g_strfreev (server->voices);
   g_free (server->model);

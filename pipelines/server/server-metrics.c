@@ -107,6 +107,21 @@ ppx_metrics_answer_page (PpxProto proto, double interval_s, const double stage_s
 
 /* ---- /health ---- */
 
+/* json-glib writes a double with 17 digits (12.22700023651123): `field`'s number written with 3 decimals instead. */
+static char *
+three_decimals (char *json, const char *field, double value)
+{
+  char *at = strstr (json, field);
+  if (!at)
+    return json;
+  at += strlen (field);
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  g_ascii_formatd (buf, sizeof buf, "%.3f", value);
+  char *out = g_strdup_printf ("%.*s%s%s", (int) (at - json), json, buf, at + strcspn (at, ",}"));
+  g_free (json);
+  return out;
+}
+
 char *
 ppx_metrics_health_json (const PpxServerGauges *g)
 {
@@ -150,7 +165,9 @@ ppx_metrics_health_json (const PpxServerGauges *g)
   }
   json_builder_end_object (b);
   g_autoptr (JsonNode) root = json_builder_get_root (b);
-  return json_to_string (root, FALSE);
+  g_autofree char *json = json_to_string (root, FALSE);
+  return three_decimals (three_decimals (g_steal_pointer (&json), "\"tick_ms_p50\":", g->ticks.p50_ms),
+                         "\"tick_ms_p99\":", g->ticks.p99_ms);
 }
 
 /* ---- /metrics ---- */

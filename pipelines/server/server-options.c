@@ -111,10 +111,20 @@ check_serving (PpxServerOptions *o, GError **error)
   if (o->tls_cert && (!check_readable ("tls-cert", o->tls_cert, error) ||
                       !check_readable ("tls-key", o->tls_key, error)))
     return FALSE;
-  if (o->auth_token && !*g_strstrip (o->auth_token))
-    g_clear_pointer (&o->auth_token, g_free);
-  if (!o->auth_token && g_getenv (PPX_SERVER_TOKEN_ENV) && *g_getenv (PPX_SERVER_TOKEN_ENV))
+  /* a blank token would match a blank one presented: never a token (issue 25, defect 5) */
+  if (o->auth_token && !*g_strstrip (o->auth_token)) {
+    g_set_error (error, options_error_quark (), 0, "--auth-token is empty or blank: give a token, or leave the "
+                 "option out");
+    return FALSE;
+  }
+  if (!o->auth_token && g_getenv (PPX_SERVER_TOKEN_ENV)) {
     o->auth_token = g_strstrip (g_strdup (g_getenv (PPX_SERVER_TOKEN_ENV)));
+    if (!*o->auth_token) {
+      g_set_error (error, options_error_quark (), 0, "$%s is set but empty or blank: set a token, or unset it",
+                   PPX_SERVER_TOKEN_ENV);
+      return FALSE;
+    }
+  }
   if (!o->auth_token && !o->allow_anonymous && !ppx_server_address_is_loopback (o->address)) {
     g_set_error (error, options_error_quark (), 0, "--address %s serves the network: give --auth-token TOKEN (or "
                  "set %s), or --allow-anonymous to let anyone who reaches the port use the model", o->address,

@@ -37,10 +37,14 @@ ppx_server_list_voices (const char *model_dir)
   g_autofree char *dir = g_build_filename (model_dir, "voices", NULL);
   g_autoptr (GPtrArray) names = g_ptr_array_new ();
   g_autoptr (GDir) d = g_dir_open (dir, 0, NULL);
+  g_autofree char *real_dir = realpath (dir, NULL);
   const char *name;
-  while (d && (name = g_dir_read_name (d)) && names->len < MAX_VOICES) {
+  while (d && real_dir && (name = g_dir_read_name (d)) && names->len < MAX_VOICES) {
     g_autofree char *path = g_build_filename (dir, name, NULL);
-    if (is_voice_file (name) && g_utf8_validate (name, -1, NULL) && g_file_test (path, G_FILE_TEST_IS_REGULAR))
+    /* a link is followed only within voices/: a call must not read what the directory merely points at */
+    g_autofree char *real = realpath (path, NULL);
+    gboolean inside = real && g_str_has_prefix (real, real_dir) && real[strlen (real_dir)] == '/';
+    if (is_voice_file (name) && g_utf8_validate (name, -1, NULL) && inside && g_file_test (real, G_FILE_TEST_IS_REGULAR))
       g_ptr_array_add (names, g_strdup (name));
   }
   g_ptr_array_sort (names, compare_names);

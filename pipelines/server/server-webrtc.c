@@ -18,6 +18,7 @@ typedef struct {
   PpxWs *ws;
   PpxWebrtcPeer *peer;
   guint refused;
+  gboolean answered; /* the page's answer came (one per call: the server offers once) */
   guint timer;
   gint64 start_us;
   gboolean ended;
@@ -161,8 +162,11 @@ on_message (PpxWs *ws, gint type, GBytes *message, gpointer user_data)
   gboolean ok = ppx_signal_parse (data ? data : "", len, &msg, &error);
   if (ok && !s->peer)
     g_set_error (&error, g_quark_from_static_string ("ppx-server-webrtc"), 0, "the call has ended"), ok = FALSE;
+  else if (ok && msg.kind == PPX_SIGNAL_ANSWER && s->answered)
+    g_set_error (&error, g_quark_from_static_string ("ppx-server-webrtc"), 0,
+                 "an answer came already: the server offers once per call"), ok = FALSE;
   else if (ok && msg.kind == PPX_SIGNAL_ANSWER)
-    ok = ppx_webrtc_peer_set_answer (s->peer, msg.sdp, &error);
+    ok = s->answered = ppx_webrtc_peer_set_answer (s->peer, msg.sdp, &error);
   else if (ok && msg.kind == PPX_SIGNAL_ICE)
     ok = ppx_webrtc_peer_add_candidate (s->peer, msg.mline, msg.candidate, &error);
   if (!ok)
@@ -176,9 +180,10 @@ on_closed (PpxWs *ws, gpointer user_data)
   Session *s = user_data;
   if (!s->ended) {
     const char *reason = ppx_ws_end_label (ws);
+    gushort code = ppx_ws_peer_close_code (ws);
     g_autofree char *why = ppx_ws_end_reason (ws) ? g_strdup (ppx_ws_end_reason (ws))
-                                                  : g_strdup_printf ("closed by the page (code %u)",
-                                                                     ppx_ws_peer_close_code (ws));
+                           : code ? g_strdup_printf ("closed by the page (code %u)", code)
+                                  : g_strdup ("the page's connection dropped (no close frame)");
     session_end (s, reason, why, FALSE, SOUP_WEBSOCKET_CLOSE_NORMAL);
   }
   session_unref (s);
@@ -197,7 +202,8 @@ on_upgraded (PpxWs *ws, gpointer user_data)
   PpxWsCallbacks callbacks = {on_message, on_closed, s}; /* the upgrade's reference is the WebSocket's now */
   ppx_ws_set_callbacks (ws, &callbacks);
   if (s->busy) {
-    send_error (s, "the server is busy: too many sessions");
+    send_error (s, g_str_equal (s->busy, "draining") ? "the server is shutting down: try again (another server)"
+                                                     : "the server is busy: too many sessions");
     ppx_ws_close (ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "busy");
     s->ended = TRUE;
     return;

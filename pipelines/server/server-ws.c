@@ -124,20 +124,15 @@ ws_new (GIOStream *base, SoupServerMessage *msg, const PpxWsLimits *limits)
   return ws;
 }
 
-/* The kernel's send buffer of a call's socket: what a client that stopped reading leaves there, beside the send
- * queue. Fixed (Linux doubles it), so that such a client is noticed in seconds and not after megabytes of
- * autotuned buffer; 64 KiB is 8 s of an Opus answer. */
-#define SOCKET_SEND_BUFFER (64 * 1024)
-
 static void
 on_upgraded (SoupServerMessage *msg, gpointer user_data)
 {
   Pending *p = user_data;
   g_signal_handler_disconnect (msg, p->finished_id);
   g_signal_handlers_disconnect_by_data (msg, p);
-  GSocket *socket = soup_server_message_get_socket (msg);
+  GSocket *socket = soup_server_message_get_socket (msg); /* NULL: server-listener.c set it */
   if (socket)
-    g_socket_set_option (socket, SOL_SOCKET, SO_SNDBUF, SOCKET_SEND_BUFFER, NULL);
+    g_socket_set_option (socket, SOL_SOCKET, SO_SNDBUF, PPX_WS_SOCKET_SEND_BUFFER, NULL);
   g_object_ref (msg);
   GIOStream *base = soup_server_message_steal_connection (msg);
   PpxWs *ws = base ? ws_new (base, msg, &p->limits) : NULL;

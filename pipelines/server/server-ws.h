@@ -21,6 +21,10 @@ G_BEGIN_DECLS
 
 /* Room for frame headers and control frames beside one message's payload. */
 #define PPX_WS_FRAME_SLACK 4096
+/* The kernel's send buffer of a call's socket: what a client that stopped reading leaves there, beside the send
+ * queue. Fixed (Linux doubles it), so that such a client is noticed in seconds and not after megabytes of
+ * autotuned buffer; 64 KiB is 8 s of an Opus answer. Set when the upgrade is written (server-listener.c). */
+#define PPX_WS_SOCKET_SEND_BUFFER (64 * 1024)
 
 typedef struct {
   gsize max_message;    /* payload bytes of one message, however fragmented */

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 
 #include "../pt-fixtures.h"
 #include "../test-util.h"
@@ -183,13 +184,23 @@ on_stderr (GObject *stream, gpointer user_data)
 
 /* A test that fails (abort) must not leave its server running. */
 static void
-die_with_parent (gpointer unused)
+die_with_parent (gpointer nofile)
 {
   prctl (PR_SET_PDEATHSIG, SIGKILL);
+  if (GPOINTER_TO_UINT (nofile)) {
+    struct rlimit limit = {GPOINTER_TO_UINT (nofile), GPOINTER_TO_UINT (nofile)};
+    setrlimit (RLIMIT_NOFILE, &limit);
+  }
 }
 
 FixtureServer *
 fixture_server_start (const char *const *args)
+{
+  return fixture_server_start_with (args, NULL, 0);
+}
+
+FixtureServer *
+fixture_server_start_with (const char *const *args, const char *const *env, guint nofile)
 {
   g_autoptr (GPtrArray) argv = g_ptr_array_new ();
   g_ptr_array_add (argv, (gpointer) env_or_fail ("PPX_SERVER"));
@@ -214,7 +225,11 @@ fixture_server_start (const char *const *args)
   g_autoptr (GError) error = NULL;
   g_autoptr (GSubprocessLauncher) launcher =
       g_subprocess_launcher_new (G_SUBPROCESS_FLAGS_STDOUT_PIPE | G_SUBPROCESS_FLAGS_STDERR_PIPE);
-  g_subprocess_launcher_set_child_setup (launcher, die_with_parent, NULL, NULL);
+  g_subprocess_launcher_set_child_setup (launcher, die_with_parent, GUINT_TO_POINTER (nofile), NULL);
+  for (guint i = 0; env && env[i]; i++) {
+    g_auto (GStrv) kv = g_strsplit (env[i], "=", 2);
+    g_subprocess_launcher_setenv (launcher, kv[0], kv[1] ? kv[1] : "", TRUE);
+  }
   s->proc = g_subprocess_launcher_spawnv (launcher, (const char *const *) argv->pdata, &error);
   g_assert_no_error (error);
   s->err = g_subprocess_get_stderr_pipe (s->proc);
@@ -348,6 +363,57 @@ fixture_server_rss_kb (FixtureServer *s)
     return 0;
   const char *at = strstr (text, "VmRSS:");
   return at ? g_ascii_strtoull (at + 6, NULL, 10) : 0;
+}
+
+guint
+fixture_server_fds (FixtureServer *s)
+{
+  g_autofree char *path = g_strdup_printf ("/proc/%s/fd", g_subprocess_get_identifier (s->proc));
+  g_autoptr (GDir) dir = g_dir_open (path, 0, NULL);
+  guint n = 0;
+  while (dir && g_dir_read_name (dir))
+    n++;
+  return n;
+}
+
+guint
+fixture_server_threads (FixtureServer *s)
+{
+  g_autofree char *path = g_strdup_printf ("/proc/%s/status", g_subprocess_get_identifier (s->proc));
+  g_autofree char *text = NULL;
+  if (!g_file_get_contents (path, &text, NULL, NULL))
+    return 0;
+  const char *at = strstr (text, "Threads:");
+  return at ? (guint) g_ascii_strtoull (at + 8, NULL, 10) : 0;
+}
+
+char *
+fixture_raw_http (FixtureServer *s, const char *request, guint timeout_ms, gboolean *closed)
+{
+  g_autoptr (GSocketClient) client = g_socket_client_new ();
+  g_autoptr (GSocketConnection) conn = g_socket_client_connect_to_host (client, "127.0.0.1", (guint16) s->port, NULL,
+                                                                        NULL);
+  g_assert_nonnull (conn);
+  GSocket *socket = g_socket_connection_get_socket (conn);
+  g_socket_send (socket, request, strlen (request), NULL, NULL);
+  g_autoptr (GString) out = g_string_new (NULL);
+  gint64 deadline = g_get_monotonic_time () + (gint64) timeout_ms * 1000;
+  gboolean ended = FALSE;
+  for (;;) {
+    gint64 left = deadline - g_get_monotonic_time ();
+    if (left <= 0 || !g_socket_condition_timed_wait (socket, G_IO_IN, left, NULL, NULL))
+      break;
+    char buf[4096];
+    gssize n = g_socket_receive (socket, buf, sizeof buf, NULL, NULL);
+    if (n <= 0) {
+      ended = TRUE;
+      break;
+    }
+    g_string_append_len (out, buf, n);
+  }
+  if (closed)
+    *closed = ended;
+  return g_string_free (g_steal_pointer (&out), FALSE);
 }
 
 static void

@@ -43,6 +43,15 @@ void fixture_server_signal (FixtureServer *s, int signum);
 /* Waits for an exit; the status, or -1 after timeout_ms. */
 int fixture_server_wait_exit (FixtureServer *s, guint timeout_ms);
 void fixture_server_free (FixtureServer *s);
+/* The same with `env` ("NAME=value" strings, NULL-terminated or NULL) added to the environment and, when `nofile` is
+ * not 0, that limit on its open files (ulimit -n). */
+FixtureServer *fixture_server_start_with (const char *const *args, const char *const *env, guint nofile);
+/* The server's open file descriptors and threads, from /proc. */
+guint fixture_server_fds (FixtureServer *s);
+guint fixture_server_threads (FixtureServer *s);
+/* Sends `request` as it is on a new TCP connection and reads until the server closes it or timeout_ms: the bytes
+ * read (g_free; "" when none), *closed TRUE when the server closed the connection (end of stream or reset). */
+char *fixture_raw_http (FixtureServer *s, const char *request, guint timeout_ms, gboolean *closed);
 /* The server's resident memory (kB), from /proc. */
 guint64 fixture_server_rss_kb (FixtureServer *s);
 /* The same once one connection to `path` came and went (what the first call allocates once, threads and

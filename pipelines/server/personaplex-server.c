@@ -14,9 +14,11 @@
 #include <stdio.h>
 
 #include "server-admission.h"
+#include "server-chat.h"
 #include "server-http.h"
 #include "server-model.h"
 #include "server-options.h"
+#include "server-webrtc.h"
 #include "server-worker.h"
 
 typedef struct {
@@ -79,6 +81,8 @@ serve (const PpxServerOptions *options)
     return 1;
   }
   ppx_server_set_admission (server, admission);
+  ppx_server_set_protocol (server, PPX_PROTO_CHAT, "/api/chat", ppx_server_chat_start);
+  ppx_server_set_protocol (server, PPX_PROTO_WEBRTC, "/ws", ppx_server_webrtc_start);
   g_autofree char *url = ppx_server_get_url (server);
   /* The one line on stdout: scripts read the URL (and the port, with --port 0) from it. */
   printf ("personaplex-server: serving %s (model %s)\n", url, model);

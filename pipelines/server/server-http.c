@@ -6,11 +6,9 @@
 
 #include "server-admission.h"
 #include "server-auth.h"
-#include "server-chat.h"
 #include "server-listener.h"
 #include "server-static.h"
 #include "server-tls.h"
-#include "server-webrtc.h"
 
 /* After the drain timeout the calls are told to end; this long later the server stops whatever is left. */
 #define END_GRACE_S 10
@@ -31,6 +29,10 @@ struct _PpxServer {
   GMainLoop *drain_loop;
   guint drain_timer;
   PpxAdmission *admission; /* NULL: max_calls alone */
+  struct {
+    const char *path;
+    PpxServerCallStart start;
+  } protocols[PPX_PROTO_N]; /* ppx_server_set_protocol */
 };
 
 struct _PpxServerCall {
@@ -327,36 +329,51 @@ ppx_server_set_admission (PpxServer *server, PpxAdmission *admission)
   server->admission = admission;
 }
 
+void
+ppx_server_set_protocol (PpxServer *server, PpxProto proto, const char *path, PpxServerCallStart start)
+{
+  g_return_if_fail (proto < PPX_PROTO_N);
+  server->protocols[proto].path = path;
+  server->protocols[proto].start = start;
+}
+
+/* A call's request: the checks, the room, then the protocol's start. */
+static void
+start_call (PpxServer *server, SoupServerMessage *msg, GHashTable *query, PpxProto proto)
+{
+  PpxCallParams params;
+  if (!check_call (server, msg, query, proto, &params))
+    return;
+  /* full: 503 before the upgrade, both protocols (a balancer retries it on another server) */
+  const char *busy = no_room (server);
+  if (busy) {
+    refuse (msg, proto, SOUP_STATUS_SERVICE_UNAVAILABLE, busy,
+            server->draining ? "the server is draining"
+            : g_str_equal (busy, "over_budget") ? "the server is full: its tick runs over its budget"
+                                                : "the server is full");
+    ppx_call_params_clear (&params);
+    return;
+  }
+  server->protocols[proto].start (server, msg, &params);
+}
+
+/* The protocol whose path this is, or PPX_PROTO_N. */
+static PpxProto
+call_protocol (PpxServer *server, const char *path)
+{
+  for (int p = 0; p < PPX_PROTO_N; p++)
+    if (server->protocols[p].start && g_str_equal (path, server->protocols[p].path))
+      return (PpxProto) p;
+  return PPX_PROTO_N;
+}
+
 static void
 handle (SoupServer *soup, SoupServerMessage *msg, const char *path, GHashTable *query, gpointer user_data)
 {
   PpxServer *server = user_data;
-  PpxCallParams params;
-  if (g_str_equal (path, "/api/chat")) {
-    if (!check_call (server, msg, query, PPX_PROTO_CHAT, &params))
-      return;
-    const char *busy = no_room (server);
-    if (busy) {
-      refuse (msg, PPX_PROTO_CHAT, SOUP_STATUS_SERVICE_UNAVAILABLE, busy,
-              server->draining ? "the server is draining"
-              : g_str_equal (busy, "over_budget") ? "the server is full: its tick runs over its budget"
-                                                  : "the server is full");
-      ppx_call_params_clear (&params);
-      return;
-    }
-    ppx_server_chat_start (server, msg, &params);
-  } else if (g_str_equal (path, "/ws")) {
-    if (!check_call (server, msg, query, PPX_PROTO_WEBRTC, &params))
-      return;
-    /* full: 503 before the upgrade, as /api/chat (a balancer retries it on another server) */
-    const char *busy = no_room (server);
-    if (busy) {
-      refuse (msg, PPX_PROTO_WEBRTC, SOUP_STATUS_SERVICE_UNAVAILABLE, busy,
-              server->draining ? "the server is draining" : "the server is busy: too many sessions");
-      ppx_call_params_clear (&params);
-      return;
-    }
-    ppx_server_webrtc_start (server, msg, &params, NULL);
+  const PpxProto proto = call_protocol (server, path);
+  if (proto < PPX_PROTO_N) {
+    start_call (server, msg, query, proto);
   } else if (g_str_equal (path, "/health")) {
     serve_health (server, msg, FALSE);
   } else if (g_str_equal (path, "/metrics")) {

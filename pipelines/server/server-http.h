@@ -29,6 +29,12 @@ typedef struct _PpxServerCall PpxServerCall;
  * more than `max_calls` calls at once are refused. */
 PpxServer *ppx_server_new (const PpxServerOptions *options, PpxServerModelKeeper *keeper, int max_calls,
                            GError **error);
+/* How a call of a protocol starts once the router has checked its request (Origin, token, parameters, room:
+ * 403/401/400/503 before any of this runs); `params` become the callee's. The router knows the protocols only
+ * through this table, which personaplex-server.c fills (/api/chat: server-chat.h, /ws: server-webrtc.h), so the
+ * arrows run from the calls to the router, never back. */
+typedef void (*PpxServerCallStart) (PpxServer *server, SoupServerMessage *msg, PpxCallParams *params);
+void ppx_server_set_protocol (PpxServer *server, PpxProto proto, const char *path, PpxServerCallStart start);
 /* Admission by the measured tick as well (server-admission.h; it must outlive the server). */
 typedef struct _PpxAdmission PpxAdmission;
 void ppx_server_set_admission (PpxServer *server, PpxAdmission *admission);

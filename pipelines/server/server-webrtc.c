@@ -13,7 +13,6 @@ typedef struct {
   PpxServer *server;
   PpxServerCall *slot;
   guint id;
-  const char *busy; /* refused: "full" or "draining" */
   PpxCallParams params;
   PpxWs *ws;
   PpxWebrtcPeer *peer;
@@ -201,13 +200,6 @@ on_upgraded (PpxWs *ws, gpointer user_data)
   s->ws = ws;
   PpxWsCallbacks callbacks = {on_message, on_closed, s}; /* the upgrade's reference is the WebSocket's now */
   ppx_ws_set_callbacks (ws, &callbacks);
-  if (s->busy) {
-    send_error (s, g_str_equal (s->busy, "draining") ? "the server is shutting down: try again (another server)"
-                                                     : "the server is busy: too many sessions");
-    ppx_ws_close (ws, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "busy");
-    s->ended = TRUE;
-    return;
-  }
   g_autofree char *welcome = ppx_signal_welcome_new (s->id, ppx_server_get_model (s->server));
   send_json (s, welcome);
   PpxWebrtcPeerCallbacks peer_callbacks = {on_peer_send, on_peer_started, on_peer_failed, s};
@@ -247,14 +239,13 @@ server_destroy (gpointer call)
 static const PpxServerCallClass session_class = {server_end, server_destroy};
 
 void
-ppx_server_webrtc_start (PpxServer *server, SoupServerMessage *msg, PpxCallParams *params, const char *busy)
+ppx_server_webrtc_start (PpxServer *server, SoupServerMessage *msg, PpxCallParams *params)
 {
   const PpxServerOptions *o = ppx_server_get_options (server);
   PpxWsLimits limits = {PPX_SIGNAL_MAX_MESSAGE, MAX_SEND_QUEUE, (guint) o->ping_interval, (guint) o->ping_timeout};
   Session *s = g_new0 (Session, 1);
   s->refs = 1; /* the upgrade's, then the WebSocket's */
   s->server = server;
-  s->busy = busy;
   s->params = *params;
   memset (params, 0, sizeof *params);
   s->start_us = g_get_monotonic_time ();
@@ -264,12 +255,6 @@ ppx_server_webrtc_start (PpxServer *server, SoupServerMessage *msg, PpxCallParam
     return;
   }
   s->id = ppx_server_next_call_id (server);
-  if (busy) {
-    g_printerr ("personaplex-server: session %u: refused, the server is %s\n", s->id, busy);
-    ppx_metrics_refused (PPX_PROTO_WEBRTC, busy);
-    s->ended = TRUE;
-    return;
-  }
   s->slot = ppx_server_call_add (server, PPX_PROTO_WEBRTC, s->id, &session_class, s);
   g_printerr ("personaplex-server: session %u: started (%s), voice %s, text prompt %s%s\n", s->id,
               soup_server_message_get_remote_host (msg),

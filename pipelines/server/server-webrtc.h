@@ -13,9 +13,8 @@ G_BEGIN_DECLS
 /* Refused signalling messages that end a call. */
 #define PPX_WEBRTC_MAX_REFUSED 20
 
-/* Starts a call for `msg` (its checks passed); with `busy` ("full" or "draining") the page is told the server is
- * busy and the WebSocket closed (1008). Takes `params`. */
-void ppx_server_webrtc_start (PpxServer *server, SoupServerMessage *msg, PpxCallParams *params, const char *busy);
+/* Starts a call for `msg` (its checks passed, a slot free: server-http.h). Takes `params`. */
+void ppx_server_webrtc_start (PpxServer *server, SoupServerMessage *msg, PpxCallParams *params);
 
 G_END_DECLS
 #endif

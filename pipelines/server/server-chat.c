@@ -5,6 +5,8 @@
  * call ended meanwhile; state changes run on the worker pool (server-worker.h). */
 #include "server-chat.h"
 
+#include "chat-protocol.h"
+
 #include <gst/app/app.h>
 #include <string.h>
 
@@ -45,7 +47,6 @@
 /* Answer not yet written when a call's audio stops: the client stopped reading (2 s of answer). */
 #define NOT_READING_BYTES (16 * 1024)
 
-enum { KIND_HANDSHAKE = 0x00, KIND_AUDIO = 0x01, KIND_TEXT = 0x02, KIND_ERROR = 0x05 };
 
 typedef enum { JOINING, TALKING, ENDED } ChatState;
 
@@ -159,7 +160,7 @@ pacer_send (GBytes *page, gpointer user_data)
     return FALSE;
   gsize len;
   const void *bytes = g_bytes_get_data (page, &len);
-  send_kind (chat, KIND_AUDIO, bytes, len);
+  send_kind (chat, PPX_CHAT_AUDIO, bytes, len);
   return chat->state == TALKING;
 }
 
@@ -187,7 +188,7 @@ deliver (gpointer data)
       ppx_pacer_push (chat->pacer, g_bytes_ref (d->data), d->duration_us, &d->trace);
       break;
     case DELIVER_TEXT:
-      send_kind (chat, KIND_TEXT, bytes, len);
+      send_kind (chat, PPX_CHAT_TEXT, bytes, len);
       break;
     case DELIVER_ERROR:
     case DELIVER_BAD_INPUT: {
@@ -486,7 +487,7 @@ chat_end (Chat *chat, const char *reason, const char *why, gboolean tell_client)
       const char *dir = ppx_server_get_options (chat->server)->model_dir;
       g_auto (GStrv) parts = g_strsplit (why, dir, -1);
       g_autofree char *shown = g_strjoinv ("<model>", parts);
-      send_kind (chat, KIND_ERROR, shown, strlen (shown));
+      send_kind (chat, PPX_CHAT_ERROR, shown, strlen (shown));
     }
     gboolean normal = g_str_equal (reason, "end_of_stream");
     gboolean bad_input = g_str_equal (reason, "bad_input");
@@ -640,7 +641,7 @@ on_message (PpxWs *ws, gint type, GBytes *message, gpointer user_data)
     chat_end (chat, "bad_input", "a text message: the protocol's messages are binary", TRUE);
   } else if (len == 0) {
     chat_end (chat, "bad_input", "an empty message (no kind byte)", TRUE);
-  } else if (data[0] == KIND_AUDIO) {
+  } else if (data[0] == PPX_CHAT_AUDIO) {
     on_audio (chat, data + 1, len - 1);
   } else {
     g_autofree char *why = g_strdup_printf ("a message of unknown kind 0x%02x", data[0]);
@@ -719,7 +720,7 @@ send_handshake (Chat *chat)
 {
   chat->state = TALKING;
   ppx_server_call_joined (chat->slot);
-  send_kind (chat, KIND_HANDSHAKE, NULL, 0);
+  send_kind (chat, PPX_CHAT_HANDSHAKE, NULL, 0);
   g_printerr ("personaplex-server: call %u (%s): prompts done, handshake sent\n", chat->id, chat->peer);
   chat->last_audio_us = g_get_monotonic_time ();
   chat->talking_us = chat->last_audio_us - chat->audio_in_us; /* audio that came during the prompts counts */

@@ -4,6 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Known costs: ascending row counts, their cost (ms), the least-squares slope of cost on rows. */
+typedef struct {
+  guint n;
+  guint *rows;
+  double *ms;
+  double slope;
+} Points;
+
 typedef struct {
   double measured;                       /* start-up p99, 0: none */
   double live[PPX_TICK_MODEL_LIVE_KEEP]; /* a ring of the last live ticks */
@@ -16,12 +24,10 @@ struct _PpxTickModel {
   gboolean bucketed;
   gint64 now;     /* of the predictions (monotonic us) */
   RowCost **rows; /* [max_rows + 1], NULL until a tick of that many rows is known */
-  /* the known points, rebuilt when dirty: ascending rows, their cost, the least-squares slope */
+  /* the known points, rebuilt when dirty: ascending rows, their cost, the least-squares slope; `known` with the
+   * live ticks in (they replace the measurement at their count), `measured` from the start-up measurement alone */
   gboolean dirty;
-  guint n_known;
-  guint *k_rows;
-  double *k_ms;
-  double slope;
+  Points known, measured;
 };
 
 static int
@@ -50,8 +56,10 @@ ppx_tick_model_new (guint max_rows, gboolean bucketed)
   m->max_rows = MAX (max_rows, 1);
   m->bucketed = bucketed;
   m->rows = g_new0 (RowCost *, m->max_rows + 1);
-  m->k_rows = g_new0 (guint, m->max_rows + 1);
-  m->k_ms = g_new0 (double, m->max_rows + 1);
+  m->known.rows = g_new0 (guint, m->max_rows + 1);
+  m->known.ms = g_new0 (double, m->max_rows + 1);
+  m->measured.rows = g_new0 (guint, m->max_rows + 1);
+  m->measured.ms = g_new0 (double, m->max_rows + 1);
   return m;
 }
 
@@ -63,8 +71,10 @@ ppx_tick_model_free (PpxTickModel *m)
   for (guint i = 0; i <= m->max_rows; i++)
     g_free (m->rows[i]);
   g_free (m->rows);
-  g_free (m->k_rows);
-  g_free (m->k_ms);
+  g_free (m->known.rows);
+  g_free (m->known.ms);
+  g_free (m->measured.rows);
+  g_free (m->measured.ms);
   g_free (m);
 }
 
@@ -137,74 +147,93 @@ cost_of (const RowCost *c, gint64 now)
   return n >= PPX_TICK_MODEL_LIVE_MIN ? ppx_tick_p99 (v, n) : c->measured;
 }
 
+/* The points of every row count with a cost (`measured_only`: the start-up measurement's alone), and their slope. */
+static void
+build_points (PpxTickModel *m, gboolean measured_only, Points *pt)
+{
+  pt->n = 0;
+  for (guint r = 1; r <= m->max_rows; r++) {
+    const double c = !m->rows[r] ? 0 : measured_only ? m->rows[r]->measured : cost_of (m->rows[r], m->now);
+    if (c > 0) {
+      pt->rows[pt->n] = r;
+      pt->ms[pt->n++] = c;
+    }
+  }
+  /* least squares of cost on rows */
+  pt->slope = 0;
+  if (pt->n >= 2) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    const double n = pt->n;
+    for (guint i = 0; i < pt->n; i++) {
+      sx += pt->rows[i];
+      sy += pt->ms[i];
+      sxx += (double) pt->rows[i] * pt->rows[i];
+      sxy += pt->rows[i] * pt->ms[i];
+    }
+    const double d = n * sxx - sx * sx;
+    pt->slope = d > 0 ? MAX ((n * sxy - sx * sy) / d, 0.0) : 0;
+  } else if (pt->n == 1) {
+    /* one point: as if the cost were all per row (the cautious guess) */
+    pt->slope = pt->ms[0] / pt->rows[0];
+  }
+}
+
 static void
 rebuild (PpxTickModel *m)
 {
   if (!m->dirty)
     return;
   m->dirty = FALSE;
-  m->n_known = 0;
-  for (guint r = 1; r <= m->max_rows; r++) {
-    const double c = m->rows[r] ? cost_of (m->rows[r], m->now) : 0;
-    if (c > 0) {
-      m->k_rows[m->n_known] = r;
-      m->k_ms[m->n_known++] = c;
-    }
-  }
-  /* least squares of cost on rows */
-  m->slope = 0;
-  if (m->n_known >= 2) {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    const double n = m->n_known;
-    for (guint i = 0; i < m->n_known; i++) {
-      sx += m->k_rows[i];
-      sy += m->k_ms[i];
-      sxx += (double) m->k_rows[i] * m->k_rows[i];
-      sxy += m->k_rows[i] * m->k_ms[i];
-    }
-    const double d = n * sxx - sx * sx;
-    m->slope = d > 0 ? MAX ((n * sxy - sx * sy) / d, 0.0) : 0;
-  } else if (m->n_known == 1) {
-    /* one point: as if the cost were all per row (the cautious guess) */
-    m->slope = m->k_ms[0] / m->k_rows[0];
-  }
+  build_points (m, FALSE, &m->known);
+  build_points (m, TRUE, &m->measured);
 }
 
 guint
 ppx_tick_model_known (PpxTickModel *m)
 {
   rebuild (m);
-  return m->n_known;
+  return m->known.n;
+}
+
+/* The rule (server-tick-model.h) over one set of points, for a tick of r rows; 0 without points. */
+static double
+predict_from (const Points *pt, guint r)
+{
+  if (pt->n == 0)
+    return 0;
+  double p, floor_ms = 0;
+  guint i = 0;
+  for (; i < pt->n && pt->rows[i] < r; i++)
+    floor_ms = MAX (floor_ms, pt->ms[i]);
+  if (i < pt->n && pt->rows[i] == r)
+    p = pt->ms[i];
+  else if (i == 0)
+    p = pt->ms[0]; /* below the smallest known count: its cost */
+  else if (i == pt->n)
+    p = pt->ms[i - 1] + pt->slope * (r - pt->rows[i - 1]);
+  else
+    p = pt->ms[i - 1] + (pt->ms[i] - pt->ms[i - 1]) * (double) (r - pt->rows[i - 1]) /
+                          (double) (pt->rows[i] - pt->rows[i - 1]);
+  return MAX (p, floor_ms);
 }
 
 double
 ppx_tick_model_predict (PpxTickModel *m, guint n)
 {
   rebuild (m);
-  if (m->n_known == 0 || n == 0)
+  if (m->known.n == 0 || n == 0)
     return 0;
   const guint r = ppx_tick_model_rows (m, n);
-  double p, floor_ms = 0;
-  guint i = 0;
-  for (; i < m->n_known && m->k_rows[i] < r; i++)
-    floor_ms = MAX (floor_ms, m->k_ms[i]);
-  if (i < m->n_known && m->k_rows[i] == r)
-    p = m->k_ms[i];
-  else if (i == 0)
-    p = m->k_ms[0]; /* below the smallest known count: its cost */
-  else if (i == m->n_known)
-    p = m->k_ms[i - 1] + m->slope * (r - m->k_rows[i - 1]);
-  else
-    p = m->k_ms[i - 1] + (m->k_ms[i] - m->k_ms[i - 1]) * (double) (r - m->k_rows[i - 1]) /
-                           (double) (m->k_rows[i] - m->k_rows[i - 1]);
-  return MAX (p, floor_ms);
+  /* live ticks run at their calls' context, shorter than the measurement's full one until the calls are minutes
+   * old: they may raise the prediction (a GPU that slowed down), never lower it below the measurement's */
+  return MAX (predict_from (&m->known, r), predict_from (&m->measured, r));
 }
 
 guint
 ppx_tick_model_calls_within (PpxTickModel *m, double budget_ms, guint limit)
 {
   rebuild (m);
-  if (m->n_known == 0)
+  if (m->known.n == 0)
     return limit;
   /* the prediction grows with n: the last n within the budget, by bisection */
   guint lo = 0, hi = limit;

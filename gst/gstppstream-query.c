@@ -47,12 +47,9 @@ gst_pp_stream_sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
 {
   GstPpStream *st = gst_pad_get_element_private (pad);
 
-  switch (GST_QUERY_TYPE (query)) {
-    case GST_QUERY_CAPS:
-      return answer_caps_query (st, pad, query);
-    default:
-      return gst_pad_query_default (pad, parent, query);
-  }
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CAPS)
+    return answer_caps_query (st, pad, query);
+  return gst_pad_query_default (pad, parent, query);
 }
 
 /* Our output for input frame j can only be computed once frame j has fully

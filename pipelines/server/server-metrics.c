@@ -214,6 +214,17 @@ counters_text (GString *out, const char *series, const char *help)
                               *(guint64 *) g_hash_table_lookup (M.counts, l->data));
 }
 
+/* One histogram of @name a protocol, h[p] labelled protocol="NAME". */
+static void
+proto_histograms_text (GString *out, const char *name, const Histogram h[PPX_PROTO_N], const double *bounds,
+                       guint n_bounds)
+{
+  for (int p = 0; p < PPX_PROTO_N; p++) {
+    g_autofree char *labels = g_strdup_printf ("protocol=\"%s\"", proto_names[p]);
+    histogram_text (out, name, labels, &h[p], bounds, n_bounds);
+  }
+}
+
 /* The answer pages' histograms (server-pacer.h). */
 static void
 pages_text (GString *out)
@@ -221,11 +232,8 @@ pages_text (GString *out)
   g_string_append (out, "# HELP personaplex_answer_send_interval_seconds Time between a call's consecutive answer "
                         "pages handed to the socket (40 ms each when paced), by protocol.\n"
                         "# TYPE personaplex_answer_send_interval_seconds histogram\n");
-  for (int p = 0; p < PPX_PROTO_N; p++) {
-    g_autofree char *labels = g_strdup_printf ("protocol=\"%s\"", proto_names[p]);
-    histogram_text (out, "personaplex_answer_send_interval_seconds", labels, &M.intervals[p], interval_bounds,
-                    G_N_ELEMENTS (interval_bounds));
-  }
+  proto_histograms_text (out, "personaplex_answer_send_interval_seconds", M.intervals, interval_bounds,
+                         G_N_ELEMENTS (interval_bounds));
   g_string_append (out, "# HELP personaplex_answer_page_stage_seconds Each answer page's time in a stage: encode "
                         "(the frame left the engine to the page complete), dispatch (to the main loop), pace (to the "
                         "socket: the pacer's wait), by protocol.\n"
@@ -291,11 +299,7 @@ ppx_metrics_prometheus (const PpxServerGauges *g)
   g_string_append (out, "# HELP personaplex_join_duration_seconds From the connection to the handshake (the "
                         "call's prompts done), by protocol.\n"
                         "# TYPE personaplex_join_duration_seconds histogram\n");
-  for (int p = 0; p < PPX_PROTO_N; p++) {
-    g_autofree char *labels = g_strdup_printf ("protocol=\"%s\"", proto_names[p]);
-    histogram_text (out, "personaplex_join_duration_seconds", labels, &M.joins[p], join_bounds,
-                    G_N_ELEMENTS (join_bounds));
-  }
+  proto_histograms_text (out, "personaplex_join_duration_seconds", M.joins, join_bounds, G_N_ELEMENTS (join_bounds));
   pages_text (out);
   g_mutex_unlock (&M.lock);
   return g_string_free (out, FALSE);

@@ -210,6 +210,22 @@ apply_mimi (PpxMimiConfig *m, JsonObject *o, const char *label, GError **error)
   return get_int (o, "num_codebooks", &m->num_codebooks, label, "mimi", error);
 }
 
+/* The top-level section @key: *out NULL when absent; FALSE with an error when it is not an object. */
+static gboolean
+section (JsonObject *o, const char *key, JsonObject **out, const char *label, GError **error)
+{
+  JsonNode *n = json_object_get_member (o, key);
+  *out = NULL;
+  if (!n)
+    return TRUE;
+  if (!JSON_NODE_HOLDS_OBJECT (n)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: \"%s\" is not an object", label, key);
+    return FALSE;
+  }
+  *out = json_node_get_object (n);
+  return TRUE;
+}
+
 gboolean
 ppx_config_apply_json (PpxConfig *cfg, const char *json, gssize len, const char *label, GError **error)
 {
@@ -226,25 +242,10 @@ ppx_config_apply_json (PpxConfig *cfg, const char *json, gssize len, const char 
     g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: top level is not a JSON object", label);
     return FALSE;
   }
-  JsonObject *o = json_node_get_object (root);
-  JsonNode *n;
-  if ((n = json_object_get_member (o, "lm"))) {
-    if (!JSON_NODE_HOLDS_OBJECT (n)) {
-      g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: \"lm\" is not an object", label);
-      return FALSE;
-    }
-    if (!apply_lm (&cfg->lm, json_node_get_object (n), label, error))
-      return FALSE;
-  }
-  if ((n = json_object_get_member (o, "mimi"))) {
-    if (!JSON_NODE_HOLDS_OBJECT (n)) {
-      g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: \"mimi\" is not an object", label);
-      return FALSE;
-    }
-    if (!apply_mimi (&cfg->mimi, json_node_get_object (n), label, error))
-      return FALSE;
-  }
-  return ppx_config_finish (cfg, label, error);
+  JsonObject *o = json_node_get_object (root), *lm, *mimi;
+  return section (o, "lm", &lm, label, error) && (!lm || apply_lm (&cfg->lm, lm, label, error)) &&
+         section (o, "mimi", &mimi, label, error) && (!mimi || apply_mimi (&cfg->mimi, mimi, label, error)) &&
+         ppx_config_finish (cfg, label, error);
 }
 
 gboolean

@@ -278,6 +278,16 @@ post_library_error (GstPersonaplexDuplex * self, const gchar * what,
       code, text, debug, __FILE__, GST_FUNCTION, __LINE__);
 }
 
+/* A copy of @str (NULL for NULL) that @strings owns. */
+static const gchar *
+held_copy (GPtrArray * strings, const gchar * str)
+{
+  gchar *copy = g_strdup (str);
+
+  g_ptr_array_add (strings, copy);
+  return copy;
+}
+
 /* Copies the settings that apply at start into library parameters. The
  * strings are owned by @strings and freed with it. */
 static gboolean
@@ -292,8 +302,7 @@ settings_to_params (GstPersonaplexDuplex * self, PpxModelParams * mp,
   ppx_session_params_init (sp);
 
   GST_OBJECT_LOCK (self);
-  g_ptr_array_add (strings, g_strdup (s->model_dir));
-  mp->model_dir = g_ptr_array_index (strings, strings->len - 1);
+  mp->model_dir = held_copy (strings, s->model_dir);
   mp->quantization = s->quantization;
   mp->backend = s->backend;
   mp->device = s->device;
@@ -302,13 +311,10 @@ settings_to_params (GstPersonaplexDuplex * self, PpxModelParams * mp,
   /* the engine's: the session is a slot of it (sp->kv_format is for ppx_session_new only) */
   ep->kv_format = s->kv_cache_format;
 
-  g_ptr_array_add (strings, g_strdup (s->voice_prompt));
-  sp->voice_prompt = g_ptr_array_index (strings, strings->len - 1);
+  sp->voice_prompt = held_copy (strings, s->voice_prompt);
   sp->voice_normalize = s->voice_normalize;
-  g_ptr_array_add (strings, g_strdup (s->voice_cache_dir));
-  sp->voice_cache_dir = g_ptr_array_index (strings, strings->len - 1);
-  g_ptr_array_add (strings, g_strdup (s->text_prompt));
-  sp->text_prompt = g_ptr_array_index (strings, strings->len - 1);
+  sp->voice_cache_dir = held_copy (strings, s->voice_cache_dir);
+  sp->text_prompt = held_copy (strings, s->text_prompt);
   *tokens = gst_pp_parse_token_list (s->text_prompt_tokens, error);
   sp->greedy = s->greedy;
   sp->seed = s->seed;

@@ -1,6 +1,7 @@
 /* personaplexduplex: the tick measured at full context and the live ticks
  * (gstppcapacity.h). */
 #include "gstppcapacity.h"
+#include "gstppmessages.h"
 
 #include <stdlib.h>
 
@@ -10,27 +11,6 @@ cmp_double (gconstpointer a, gconstpointer b)
   const gdouble x = *(const gdouble *) a, y = *(const gdouble *) b;
 
   return (x > y) - (x < y);
-}
-
-static void
-take_array (GstStructure * s, const gchar * field, GType type,
-    gconstpointer values, guint n)
-{
-  GValue array = G_VALUE_INIT;
-  guint i;
-
-  gst_value_array_init (&array, n);
-  for (i = 0; i < n; i++) {
-    GValue v = G_VALUE_INIT;
-
-    g_value_init (&v, type);
-    if (type == G_TYPE_UINT)
-      g_value_set_uint (&v, ((const guint *) values)[i]);
-    else
-      g_value_set_double (&v, ((const gdouble *) values)[i]);
-    gst_value_array_append_and_take_value (&array, &v);
-  }
-  gst_structure_take_value (s, field, &array);
 }
 
 GstStructure *
@@ -98,8 +78,8 @@ gst_pp_tick_history_structure_new (const GstPpModelHandle * model)
     age[i] = MAX (now - end[i], 0) / 1000.0;
   s = gst_structure_new (GST_PP_TICK_HISTORY_NAME,
       "total", G_TYPE_UINT64, total, NULL);
-  take_array (s, "rows", G_TYPE_UINT, rows, n);
-  take_array (s, "ms", G_TYPE_DOUBLE, ms, n);
-  take_array (s, "age-ms", G_TYPE_DOUBLE, age, n);
+  gst_pp_structure_take_array (s, "rows", G_TYPE_UINT, rows, n);
+  gst_pp_structure_take_array (s, "ms", G_TYPE_DOUBLE, ms, n);
+  gst_pp_structure_take_array (s, "age-ms", G_TYPE_DOUBLE, age, n);
   return s;
 }

@@ -2,10 +2,9 @@
  * `stats` property (see docs/element.md for the field list). */
 #include "gstppmessages.h"
 
-/* A GstValueArray of @n values of @type from @values (guint64 or gdouble). */
-static void
-take_array (GstStructure * s, const gchar * field, GType type,
-    gconstpointer values, guint n)
+void
+gst_pp_structure_take_array (GstStructure * s, const gchar * field,
+    GType type, gconstpointer values, guint n)
 {
   GValue array = G_VALUE_INIT;
   guint i;
@@ -17,6 +16,8 @@ take_array (GstStructure * s, const gchar * field, GType type,
     g_value_init (&v, type);
     if (type == G_TYPE_UINT64)
       g_value_set_uint64 (&v, ((const guint64 *) values)[i]);
+    else if (type == G_TYPE_UINT)
+      g_value_set_uint (&v, ((const guint *) values)[i]);
     else
       g_value_set_double (&v, ((const gdouble *) values)[i]);
     gst_value_array_append_and_take_value (&array, &v);
@@ -40,9 +41,9 @@ set_engine_ticks (GstStructure * s, PpxEngine * e)
       "ticks", G_TYPE_UINT64, t.ticks,
       "tick-overruns", G_TYPE_UINT64, t.overruns,
       "tick-total-ms", G_TYPE_DOUBLE, t.total_ms, NULL);
-  take_array (s, "tick-buckets", G_TYPE_UINT64, t.buckets,
+  gst_pp_structure_take_array (s, "tick-buckets", G_TYPE_UINT64, t.buckets,
       G_N_ELEMENTS (t.buckets));
-  take_array (s, "tick-bucket-bounds-ms", G_TYPE_DOUBLE,
+  gst_pp_structure_take_array (s, "tick-bucket-bounds-ms", G_TYPE_DOUBLE,
       ppx_engine_tick_bucket_bounds_ms (), PPX_ENGINE_TICK_BUCKETS);
 }
 

@@ -13,6 +13,11 @@ G_BEGIN_DECLS
 #define GST_PP_TEXT_NAME "personaplex-text"
 #define GST_PP_FRAME_NAME "personaplex-frame"
 
+/* Takes into @s at @field a GstValueArray of the @n values at @values, of
+ * @type G_TYPE_UINT, G_TYPE_UINT64 or G_TYPE_DOUBLE. */
+void gst_pp_structure_take_array (GstStructure * s, const gchar * field,
+    GType type, gconstpointer values, guint n);
+
 /* Call with the object lock held; @model may be NULL (not loaded). */
 GstStructure *gst_pp_stats_structure_new (const GstPersonaplexStats * stats,
     const GstPpModelHandle * model);

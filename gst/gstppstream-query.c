@@ -29,24 +29,27 @@ query_audio_caps (GstPpStream * st, GstPad * pad,
   return result;
 }
 
+/* Answers a caps query on @pad with the audio caps it can take or give. */
+static gboolean
+answer_caps_query (GstPpStream * st, GstPad * pad, GstQuery * query)
+{
+  GstCaps *filter, *caps;
+
+  gst_query_parse_caps (query, &filter);
+  caps = query_audio_caps (st, pad, filter);
+  gst_query_set_caps_result (query, caps);
+  gst_caps_unref (caps);
+  return TRUE;
+}
+
 gboolean
 gst_pp_stream_sink_query (GstPad * pad, GstObject * parent, GstQuery * query)
 {
   GstPpStream *st = gst_pad_get_element_private (pad);
 
-  switch (GST_QUERY_TYPE (query)) {
-    case GST_QUERY_CAPS:{
-      GstCaps *filter, *caps;
-
-      gst_query_parse_caps (query, &filter);
-      caps = query_audio_caps (st, pad, filter);
-      gst_query_set_caps_result (query, caps);
-      gst_caps_unref (caps);
-      return TRUE;
-    }
-    default:
-      return gst_pad_query_default (pad, parent, query);
-  }
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CAPS)
+    return answer_caps_query (st, pad, query);
+  return gst_pad_query_default (pad, parent, query);
 }
 
 /* Our output for input frame j can only be computed once frame j has fully
@@ -81,15 +84,8 @@ gst_pp_stream_src_query (GstPad * pad, GstObject * parent, GstQuery * query)
     case GST_QUERY_LATENCY:
       return handle_latency_query (st, query);
     case GST_QUERY_CAPS:
-      if (pad == st->srcpad) {
-        GstCaps *filter, *caps;
-
-        gst_query_parse_caps (query, &filter);
-        caps = query_audio_caps (st, pad, filter);
-        gst_query_set_caps_result (query, caps);
-        gst_caps_unref (caps);
-        return TRUE;
-      }
+      if (pad == st->srcpad)
+        return answer_caps_query (st, pad, query);
       return gst_pad_query_default (pad, parent, query);
     default:
       return gst_pad_query_default (pad, parent, query);

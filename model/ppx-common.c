@@ -87,6 +87,15 @@ ppx_f32_to_f16 (float f)
   return sign | (uint16_t) (exp << 10) | (uint16_t) man;
 }
 
+/* The i-th 16-bit value of src, which may be unaligned. */
+static inline uint16_t
+u16_at (const void *src, gsize i)
+{
+  uint16_t h;
+  memcpy (&h, (const uint8_t *) src + 2 * i, 2);
+  return h;
+}
+
 gboolean
 ppx_convert_to_f32 (PpxDType dt, const void *src, float *dst, gsize n)
 {
@@ -94,24 +103,14 @@ ppx_convert_to_f32 (PpxDType dt, const void *src, float *dst, gsize n)
     case PPX_DTYPE_F32:
       memcpy (dst, src, n * 4);
       return TRUE;
-    case PPX_DTYPE_BF16: {
-      const uint8_t *p = src;
-      for (gsize i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy (&h, p + 2 * i, 2);
-        dst[i] = ppx_bf16_to_f32 (h);
-      }
+    case PPX_DTYPE_BF16:
+      for (gsize i = 0; i < n; i++)
+        dst[i] = ppx_bf16_to_f32 (u16_at (src, i));
       return TRUE;
-    }
-    case PPX_DTYPE_F16: {
-      const uint8_t *p = src;
-      for (gsize i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy (&h, p + 2 * i, 2);
-        dst[i] = ppx_f16_to_f32 (h);
-      }
+    case PPX_DTYPE_F16:
+      for (gsize i = 0; i < n; i++)
+        dst[i] = ppx_f16_to_f32 (u16_at (src, i));
       return TRUE;
-    }
     default:
       return FALSE;
   }

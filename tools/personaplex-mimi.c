@@ -15,6 +15,7 @@
 #include "config.h"
 #include "mimi.h"
 #include "personaplex.h"
+#include "tool-fail.h"
 
 #define PROG "personaplex-mimi"
 
@@ -113,13 +114,6 @@ decode (const char *model_dir, const char *input, const char *output, GError **e
   return ok;
 }
 
-static int
-fail (const char *msg)
-{
-  g_printerr (PROG ": %s\n", msg);
-  return 1;
-}
-
 int
 main (int argc, char **argv)
 {
@@ -138,13 +132,13 @@ main (int argc, char **argv)
   g_option_context_add_main_entries (ctx, entries, NULL);
   g_autoptr (GError) error = NULL;
   if (!g_option_context_parse (ctx, &argc, &argv, &error))
-    return fail (error->message);
+    return tool_fail (PROG, error->message);
   if (argc != 2 || (strcmp (argv[1], "encode") != 0 && strcmp (argv[1], "decode") != 0))
-    return fail (argc < 2 ? "give a command: encode or decode (see --help)"
-                          : "the command must be exactly one of encode or decode (see --help)");
+    return tool_fail (PROG, argc < 2 ? "give a command: encode or decode (see --help)"
+                                      : "the command must be exactly one of encode or decode (see --help)");
   if (!model_dir || !input || !output)
-    return fail ("--model-dir, --input and --output are required (see --help)");
+    return tool_fail (PROG, "--model-dir, --input and --output are required (see --help)");
   gboolean ok = strcmp (argv[1], "encode") == 0 ? encode (model_dir, input, output, &error)
                                                 : decode (model_dir, input, output, &error);
-  return ok ? 0 : fail (error->message);
+  return ok ? 0 : tool_fail (PROG, error->message);
 }

@@ -10,6 +10,7 @@
 #include "quant-policy.h"
 #include "quant.h"
 #include "safetensors.h"
+#include "tool-fail.h"
 #include "tool-progress.h"
 
 #include <errno.h>
@@ -334,13 +335,6 @@ parse_format (const char *s, PpxQuantization *out)
   return ppx_quantization_from_name (s, out) && (*out == PPX_QUANT_INT8 || *out == PPX_QUANT_INT4);
 }
 
-static int
-fail (const char *msg)
-{
-  g_printerr (PROG ": %s\n", msg);
-  return 1;
-}
-
 int
 main (int argc, char **argv)
 {
@@ -359,46 +353,46 @@ main (int argc, char **argv)
   g_option_context_add_main_entries (ctx, entries, NULL);
   g_autoptr (GError) error = NULL;
   if (!g_option_context_parse (ctx, &argc, &argv, &error))
-    return fail (error->message);
+    return tool_fail (PROG, error->message);
   if (!model_dir || !output_dir || !format)
-    return fail ("--model-dir, --format and --output-dir are required (see --help)");
+    return tool_fail (PROG, "--model-dir, --format and --output-dir are required (see --help)");
 
   Options o = {.report = report};
   if (!parse_format (format, &o.format)) {
     g_autofree char *m = g_strdup_printf ("unknown --format '%s' (use int8 or int4)", format);
-    return fail (m);
+    return tool_fail (PROG, m);
   }
   if (o.format == PPX_QUANT_INT4) {
     o.group_size = group_size ? group_size : PPX_Q4_DEFAULT_GROUP_SIZE;
     if (!ppx_q4_group_size_valid (o.group_size)) {
       g_autofree char *m = g_strdup_printf ("--group-size %d: must be a multiple of 8 in [%d, %d]", group_size,
                                             PPX_Q4_MIN_GROUP_SIZE, PPX_Q4_MAX_GROUP_SIZE);
-      return fail (m);
+      return tool_fail (PROG, m);
     }
   } else if (group_size) {
-    return fail ("--group-size applies to --format int4 only (int8 has one scale per row)");
+    return tool_fail (PROG, "--group-size applies to --format int4 only (int8 has one scale per row)");
   }
   if (!g_file_test (model_dir, G_FILE_TEST_IS_DIR)) {
     g_autofree char *m = g_strdup_printf ("%s: not a directory", model_dir);
-    return fail (m);
+    return tool_fail (PROG, m);
   }
   g_autofree char *in_lm = g_build_filename (model_dir, LM_FILE, NULL);
   if (!g_file_test (in_lm, G_FILE_TEST_IS_REGULAR)) {
     g_autofree char *m = g_strdup_printf ("%s: missing (not a model directory?)", in_lm);
-    return fail (m);
+    return tool_fail (PROG, m);
   }
   if (g_mkdir_with_parents (output_dir, 0755) != 0) {
     g_autofree char *m = g_strdup_printf ("%s: cannot create directory: %s", output_dir, g_strerror (errno));
-    return fail (m);
+    return tool_fail (PROG, m);
   }
   if (same_directory (model_dir, output_dir))
-    return fail ("--output-dir must differ from --model-dir");
+    return tool_fail (PROG, "--output-dir must differ from --model-dir");
 
   g_autofree char *out_lm = g_build_filename (output_dir, LM_FILE, NULL);
   Totals tot = {0};
   guint n_files = 0;
   if (!quantize_lm (in_lm, out_lm, &o, &tot, &error) || !mirror_dir (model_dir, output_dir, LM_FILE, output_dir, &n_files, &error))
-    return fail (error->message);
+    return tool_fail (PROG, error->message);
 
   if (o.report) {
     g_print ("format %s", ppx_quantization_name (o.format));

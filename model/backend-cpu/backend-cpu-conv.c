@@ -29,6 +29,19 @@ conv1d_one (const float *W, const float *B, const float *X, float *Y, int Cin, i
   }
 }
 
+/* act(X) for the n values of X: X itself for PPX_ACT_NONE, else a new buffer, also put in *owned (g_free;
+ * NULL for PPX_ACT_NONE). */
+static const float *
+activated (PpxActivation act, const float *X, gsize n, float **owned)
+{
+  *owned = NULL;
+  if (act == PPX_ACT_NONE)
+    return X;
+  *owned = g_new (float, MAX (n, 1));
+  ppx_cpu_act_apply (act, X, *owned, n);
+  return *owned;
+}
+
 /* act(x) first (the same values as ppx_op_act before the conv), the residual last (as ppx_op_add after it). */
 void
 ppx_cpu_conv1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const PpxTensor *bias, const PpxTensor *x,
@@ -41,12 +54,8 @@ ppx_cpu_conv1d (PpxBackend *be, PpxActivation act, const PpxTensor *w, const Ppx
   const int Lout = L >= keff ? (L - keff) / stride + 1 : 0;
   const float *W = F32 (w), *B = bias ? F32 (bias) : NULL, *X = F32 (x);
   float *Y = F32 (y), *H = prev ? F32 (prev) : NULL;
-  float *xa = NULL;
-  if (act != PPX_ACT_NONE) {
-    xa = g_new (float, MAX ((gsize) M * Cin * Lin, 1));
-    ppx_cpu_act_apply (act, X, xa, (gsize) M * Cin * Lin);
-    X = xa;
-  }
+  float *xa;
+  X = activated (act, X, (gsize) M * Cin * Lin, &xa);
   /* the residual may be y itself: then kept aside before y is written */
   const gsize ny = (gsize) M * Cout * Lout;
   float *rcopy = res && res->data == y->data ? g_memdup2 (F32 (res), MAX (ny, 1) * sizeof (float)) : NULL;
@@ -85,12 +94,8 @@ ppx_cpu_conv_transpose1d (PpxBackend *be, PpxActivation act, const PpxTensor *w,
   const int cig = Cin / groups, cog = Cout / groups;
   const float *W = F32 (w), *B = bias ? F32 (bias) : NULL, *X = F32 (x);
   float *Y = F32 (y), *Pt = partial ? F32 (partial) : NULL;
-  float *xa = NULL;
-  if (act != PPX_ACT_NONE) {
-    xa = g_new (float, MAX ((gsize) M * Cin * T, 1));
-    ppx_cpu_act_apply (act, X, xa, (gsize) M * Cin * T);
-    X = xa;
-  }
+  float *xa;
+  X = activated (act, X, (gsize) M * Cin * T, &xa);
   const gboolean big = (gint64) M * Cout * T * cig * K >= (1 << 16);
 #pragma omp parallel for collapse (2) if (big) num_threads (be->n_threads) schedule (static)
   for (int m = 0; m < M; m++) {

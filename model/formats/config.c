@@ -117,23 +117,62 @@ get_int_array (JsonObject *o, const char *key, int *out, int max, int *count, co
   return TRUE;
 }
 
+/* ---- the fields ---- */
+
+/* One number of the config: its JSON member and where it lives in PpxLmConfig or PpxMimiConfig. Each table is
+ * read (ppx_config_apply_json) and written (ppx_config_to_json) in its order. */
+typedef struct {
+  const char *key;
+  gsize offset;
+  gboolean is_double; /* else an int */
+} Field;
+
+#define LM(k) {#k, G_STRUCT_OFFSET (PpxLmConfig, k), FALSE}
+static const Field lm_fields[] = {
+  LM (dim), LM (num_heads), LM (num_layers), {"hidden_scale", G_STRUCT_OFFSET (PpxLmConfig, hidden_scale), TRUE},
+  LM (context), LM (text_card), LM (card), LM (n_q), LM (dep_q), LM (existing_text_padding_id), LM (max_period),
+  LM (depformer_dim), LM (depformer_dim_feedforward), LM (depformer_num_heads), LM (depformer_num_layers),
+};
+#undef LM
+
+#define MIMI(k, field) {k, G_STRUCT_OFFSET (PpxMimiConfig, field), FALSE}
+static const Field seanet_fields[] = {
+  MIMI ("channels", channels), MIMI ("dimension", dimension), MIMI ("n_filters", n_filters),
+  MIMI ("n_residual_layers", n_residual_layers), MIMI ("compress", compress),
+  MIMI ("dilation_base", dilation_base), MIMI ("kernel_size", kernel_size),
+  MIMI ("residual_kernel_size", residual_kernel_size), MIMI ("last_kernel_size", last_kernel_size),
+};
+static const Field quantizer_fields[] = {
+  MIMI ("dimension", q_dimension), MIMI ("n_q", q_n_q), MIMI ("bins", q_bins),
+  MIMI ("input_dimension", q_input_dimension), MIMI ("output_dimension", q_output_dimension),
+};
+static const Field transformer_fields[] = {
+  MIMI ("d_model", t_d_model), MIMI ("num_heads", t_num_heads), MIMI ("num_layers", t_num_layers),
+  MIMI ("context", t_context), MIMI ("dim_feedforward", t_dim_feedforward), MIMI ("max_period", t_max_period),
+};
+#undef MIMI
+
+/* Reads the n fields present in o into the struct at base; FALSE at the first that is not a number of its kind. */
+static gboolean
+get_fields (JsonObject *o, const Field *fields, guint n, void *base, const char *label, const char *section,
+            GError **error)
+{
+  for (guint i = 0; i < n; i++) {
+    const Field *f = &fields[i];
+    void *at = G_STRUCT_MEMBER_P (base, f->offset);
+    if (!(f->is_double ? get_double (o, f->key, at, label, section, error)
+                       : get_int (o, f->key, at, label, section, error)))
+      return FALSE;
+  }
+  return TRUE;
+}
+
 static gboolean
 apply_lm (PpxLmConfig *lm, JsonObject *o, const char *label, GError **error)
 {
   const char *s = "lm";
   int ndel = -1;
-  return get_int (o, "dim", &lm->dim, label, s, error) && get_int (o, "num_heads", &lm->num_heads, label, s, error) &&
-         get_int (o, "num_layers", &lm->num_layers, label, s, error) &&
-         get_double (o, "hidden_scale", &lm->hidden_scale, label, s, error) &&
-         get_int (o, "context", &lm->context, label, s, error) &&
-         get_int (o, "text_card", &lm->text_card, label, s, error) && get_int (o, "card", &lm->card, label, s, error) &&
-         get_int (o, "n_q", &lm->n_q, label, s, error) && get_int (o, "dep_q", &lm->dep_q, label, s, error) &&
-         get_int (o, "existing_text_padding_id", &lm->existing_text_padding_id, label, s, error) &&
-         get_int (o, "max_period", &lm->max_period, label, s, error) &&
-         get_int (o, "depformer_dim", &lm->depformer_dim, label, s, error) &&
-         get_int (o, "depformer_dim_feedforward", &lm->depformer_dim_feedforward, label, s, error) &&
-         get_int (o, "depformer_num_heads", &lm->depformer_num_heads, label, s, error) &&
-         get_int (o, "depformer_num_layers", &lm->depformer_num_layers, label, s, error) &&
+  return get_fields (o, lm_fields, G_N_ELEMENTS (lm_fields), lm, label, s, error) &&
          get_int_array (o, "delays", lm->delays, PPX_MAX_STREAMS, &ndel, label, s, error) &&
          (ndel < 0 || ndel == 1 + lm->n_q ||
           (g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: lm.delays has %d entries, expected 1 + n_q = %d",
@@ -141,49 +180,50 @@ apply_lm (PpxLmConfig *lm, JsonObject *o, const char *label, GError **error)
            FALSE));
 }
 
+/* The object member @key of o, or NULL when absent or not an object. */
+static JsonObject *
+object_member (JsonObject *o, const char *key)
+{
+  JsonNode *n = json_object_get_member (o, key);
+  return n && JSON_NODE_HOLDS_OBJECT (n) ? json_node_get_object (n) : NULL;
+}
+
 static gboolean
 apply_mimi (PpxMimiConfig *m, JsonObject *o, const char *label, GError **error)
 {
-  JsonNode *n;
-  if ((n = json_object_get_member (o, "seanet")) && JSON_NODE_HOLDS_OBJECT (n)) {
-    JsonObject *so = json_node_get_object (n);
+  JsonObject *so, *qo, *to;
+  if ((so = object_member (o, "seanet"))) {
     const char *s = "mimi.seanet";
     int nr = -1;
-    if (!(get_int (so, "channels", &m->channels, label, s, error) &&
-          get_int (so, "dimension", &m->dimension, label, s, error) &&
-          get_int (so, "n_filters", &m->n_filters, label, s, error) &&
-          get_int (so, "n_residual_layers", &m->n_residual_layers, label, s, error) &&
-          get_int (so, "compress", &m->compress, label, s, error) &&
-          get_int (so, "dilation_base", &m->dilation_base, label, s, error) &&
-          get_int (so, "kernel_size", &m->kernel_size, label, s, error) &&
-          get_int (so, "residual_kernel_size", &m->residual_kernel_size, label, s, error) &&
-          get_int (so, "last_kernel_size", &m->last_kernel_size, label, s, error) &&
+    if (!(get_fields (so, seanet_fields, G_N_ELEMENTS (seanet_fields), m, label, s, error) &&
           get_int_array (so, "ratios", m->ratios, PPX_MAX_RATIOS, &nr, label, s, error)))
       return FALSE;
     if (nr >= 0)
       m->n_ratios = nr;
   }
-  if ((n = json_object_get_member (o, "quantizer")) && JSON_NODE_HOLDS_OBJECT (n)) {
-    JsonObject *qo = json_node_get_object (n);
-    const char *s = "mimi.quantizer";
-    if (!(get_int (qo, "dimension", &m->q_dimension, label, s, error) &&
-          get_int (qo, "n_q", &m->q_n_q, label, s, error) && get_int (qo, "bins", &m->q_bins, label, s, error) &&
-          get_int (qo, "input_dimension", &m->q_input_dimension, label, s, error) &&
-          get_int (qo, "output_dimension", &m->q_output_dimension, label, s, error)))
-      return FALSE;
-  }
-  if ((n = json_object_get_member (o, "transformer")) && JSON_NODE_HOLDS_OBJECT (n)) {
-    JsonObject *to = json_node_get_object (n);
-    const char *s = "mimi.transformer";
-    if (!(get_int (to, "d_model", &m->t_d_model, label, s, error) &&
-          get_int (to, "num_heads", &m->t_num_heads, label, s, error) &&
-          get_int (to, "num_layers", &m->t_num_layers, label, s, error) &&
-          get_int (to, "context", &m->t_context, label, s, error) &&
-          get_int (to, "dim_feedforward", &m->t_dim_feedforward, label, s, error) &&
-          get_int (to, "max_period", &m->t_max_period, label, s, error)))
-      return FALSE;
-  }
+  if ((qo = object_member (o, "quantizer")) &&
+      !get_fields (qo, quantizer_fields, G_N_ELEMENTS (quantizer_fields), m, label, "mimi.quantizer", error))
+    return FALSE;
+  if ((to = object_member (o, "transformer")) &&
+      !get_fields (to, transformer_fields, G_N_ELEMENTS (transformer_fields), m, label, "mimi.transformer", error))
+    return FALSE;
   return get_int (o, "num_codebooks", &m->num_codebooks, label, "mimi", error);
+}
+
+/* The top-level section @key: *out NULL when absent; FALSE with an error when it is not an object. */
+static gboolean
+section (JsonObject *o, const char *key, JsonObject **out, const char *label, GError **error)
+{
+  JsonNode *n = json_object_get_member (o, key);
+  *out = NULL;
+  if (!n)
+    return TRUE;
+  if (!JSON_NODE_HOLDS_OBJECT (n)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: \"%s\" is not an object", label, key);
+    return FALSE;
+  }
+  *out = json_node_get_object (n);
+  return TRUE;
 }
 
 gboolean
@@ -202,25 +242,10 @@ ppx_config_apply_json (PpxConfig *cfg, const char *json, gssize len, const char 
     g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: top level is not a JSON object", label);
     return FALSE;
   }
-  JsonObject *o = json_node_get_object (root);
-  JsonNode *n;
-  if ((n = json_object_get_member (o, "lm"))) {
-    if (!JSON_NODE_HOLDS_OBJECT (n)) {
-      g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: \"lm\" is not an object", label);
-      return FALSE;
-    }
-    if (!apply_lm (&cfg->lm, json_node_get_object (n), label, error))
-      return FALSE;
-  }
-  if ((n = json_object_get_member (o, "mimi"))) {
-    if (!JSON_NODE_HOLDS_OBJECT (n)) {
-      g_set_error (error, PPX_ERROR, PPX_ERROR_CONFIG, "%s: \"mimi\" is not an object", label);
-      return FALSE;
-    }
-    if (!apply_mimi (&cfg->mimi, json_node_get_object (n), label, error))
-      return FALSE;
-  }
-  return ppx_config_finish (cfg, label, error);
+  JsonObject *o = json_node_get_object (root), *lm, *mimi;
+  return section (o, "lm", &lm, label, error) && (!lm || apply_lm (&cfg->lm, lm, label, error)) &&
+         section (o, "mimi", &mimi, label, error) && (!mimi || apply_mimi (&cfg->mimi, mimi, label, error)) &&
+         ppx_config_finish (cfg, label, error);
 }
 
 gboolean
@@ -323,78 +348,61 @@ ppx_config_finish (PpxConfig *cfg, const char *label, GError **error)
   return TRUE;
 }
 
+/* Writes the n fields of the struct at base as members of the open object. */
+static void
+add_fields (JsonBuilder *b, const Field *fields, guint n, const void *base)
+{
+  for (guint i = 0; i < n; i++) {
+    const Field *f = &fields[i];
+    json_builder_set_member_name (b, f->key);
+    if (f->is_double)
+      json_builder_add_double_value (b, G_STRUCT_MEMBER (double, base, f->offset));
+    else
+      json_builder_add_int_value (b, G_STRUCT_MEMBER (int, base, f->offset));
+  }
+}
+
+static void
+add_int_array (JsonBuilder *b, const char *key, const int *v, int n)
+{
+  json_builder_set_member_name (b, key);
+  json_builder_begin_array (b);
+  for (int i = 0; i < n; i++)
+    json_builder_add_int_value (b, v[i]);
+  json_builder_end_array (b);
+}
+
 char *
 ppx_config_to_json (const PpxConfig *cfg)
 {
   const PpxLmConfig *lm = &cfg->lm;
   const PpxMimiConfig *m = &cfg->mimi;
   g_autoptr (JsonBuilder) b = json_builder_new ();
-#define I(k, v) (json_builder_set_member_name (b, k), json_builder_add_int_value (b, v))
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "lm");
   json_builder_begin_object (b);
-  I ("dim", lm->dim);
-  I ("num_heads", lm->num_heads);
-  I ("num_layers", lm->num_layers);
-  json_builder_set_member_name (b, "hidden_scale");
-  json_builder_add_double_value (b, lm->hidden_scale);
-  I ("context", lm->context);
-  I ("text_card", lm->text_card);
-  I ("card", lm->card);
-  I ("n_q", lm->n_q);
-  I ("dep_q", lm->dep_q);
-  I ("existing_text_padding_id", lm->existing_text_padding_id);
-  I ("max_period", lm->max_period);
-  I ("depformer_dim", lm->depformer_dim);
-  I ("depformer_dim_feedforward", lm->depformer_dim_feedforward);
-  I ("depformer_num_heads", lm->depformer_num_heads);
-  I ("depformer_num_layers", lm->depformer_num_layers);
-  json_builder_set_member_name (b, "delays");
-  json_builder_begin_array (b);
-  for (int k = 0; k < 1 + lm->n_q; k++)
-    json_builder_add_int_value (b, lm->delays[k]);
-  json_builder_end_array (b);
+  add_fields (b, lm_fields, G_N_ELEMENTS (lm_fields), lm);
+  add_int_array (b, "delays", lm->delays, 1 + lm->n_q);
   json_builder_end_object (b);
   json_builder_set_member_name (b, "mimi");
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "seanet");
   json_builder_begin_object (b);
-  I ("channels", m->channels);
-  I ("dimension", m->dimension);
-  I ("n_filters", m->n_filters);
-  I ("n_residual_layers", m->n_residual_layers);
-  I ("compress", m->compress);
-  I ("dilation_base", m->dilation_base);
-  I ("kernel_size", m->kernel_size);
-  I ("residual_kernel_size", m->residual_kernel_size);
-  I ("last_kernel_size", m->last_kernel_size);
-  json_builder_set_member_name (b, "ratios");
-  json_builder_begin_array (b);
-  for (int i = 0; i < m->n_ratios; i++)
-    json_builder_add_int_value (b, m->ratios[i]);
-  json_builder_end_array (b);
+  add_fields (b, seanet_fields, G_N_ELEMENTS (seanet_fields), m);
+  add_int_array (b, "ratios", m->ratios, m->n_ratios);
   json_builder_end_object (b);
   json_builder_set_member_name (b, "quantizer");
   json_builder_begin_object (b);
-  I ("dimension", m->q_dimension);
-  I ("n_q", m->q_n_q);
-  I ("bins", m->q_bins);
-  I ("input_dimension", m->q_input_dimension);
-  I ("output_dimension", m->q_output_dimension);
+  add_fields (b, quantizer_fields, G_N_ELEMENTS (quantizer_fields), m);
   json_builder_end_object (b);
   json_builder_set_member_name (b, "transformer");
   json_builder_begin_object (b);
-  I ("d_model", m->t_d_model);
-  I ("num_heads", m->t_num_heads);
-  I ("num_layers", m->t_num_layers);
-  I ("context", m->t_context);
-  I ("dim_feedforward", m->t_dim_feedforward);
-  I ("max_period", m->t_max_period);
+  add_fields (b, transformer_fields, G_N_ELEMENTS (transformer_fields), m);
   json_builder_end_object (b);
-  I ("num_codebooks", m->num_codebooks);
+  json_builder_set_member_name (b, "num_codebooks");
+  json_builder_add_int_value (b, m->num_codebooks);
   json_builder_end_object (b);
   json_builder_end_object (b);
-#undef I
   g_autoptr (JsonGenerator) g = json_generator_new ();
   g_autoptr (JsonNode) root = json_builder_get_root (b);
   json_generator_set_root (g, root);

@@ -1,6 +1,15 @@
 /* Mimi's SEANet encoder and decoder, streaming (spec §4.2-4.4). */
 #include "mimi-internal.h"
 
+/* The weight [d0, d1, k] and the bias [n_bias] of PREFIX.model.INDEX.NAME (NAME e.g. "conv.conv"). */
+static void
+load_conv (PpxLoader *ld, PpxTensor **w, PpxTensor **b, int64_t d0, int64_t d1, int64_t k, int64_t n_bias,
+           const char *prefix, int index, const char *name)
+{
+  *w = ppx_loader_tensor (ld, 3, d0, d1, k, "%s.model.%d.%s.weight", prefix, index, name);
+  *b = ppx_loader_tensor (ld, 1, n_bias, 0, 0, "%s.model.%d.%s.bias", prefix, index, name);
+}
+
 gboolean
 ppx_seanet_load (PpxSeanet *net, PpxLoader *ld, const PpxMimiConfig *m, gboolean decoder, int in_len)
 {
@@ -29,24 +38,18 @@ ppx_seanet_load (PpxSeanet *net, PpxLoader *ld, const PpxMimiConfig *m, gboolean
                        l->index, L, l->stride);
           return FALSE;
         }
-        w->w = ppx_loader_tensor (ld, 3, l->c_out, l->c_in, l->kernel, "%s.model.%d.conv.conv.weight", p, l->index);
-        w->b = ppx_loader_tensor (ld, 1, l->c_out, 0, 0, "%s.model.%d.conv.conv.bias", p, l->index);
+        load_conv (ld, &w->w, &w->b, l->c_out, l->c_in, l->kernel, l->c_out, p, l->index, "conv.conv");
         L /= l->stride;
         C = l->c_out;
         break;
       case PPX_SEANET_CONVTR:
-        w->w = ppx_loader_tensor (ld, 3, l->c_in, l->c_out, l->kernel, "%s.model.%d.convtr.convtr.weight", p,
-                                  l->index);
-        w->b = ppx_loader_tensor (ld, 1, l->c_out, 0, 0, "%s.model.%d.convtr.convtr.bias", p, l->index);
+        load_conv (ld, &w->w, &w->b, l->c_in, l->c_out, l->kernel, l->c_out, p, l->index, "convtr.convtr");
         L *= l->stride;
         C = l->c_out;
         break;
       case PPX_SEANET_RESBLOCK:
-        w->w1 = ppx_loader_tensor (ld, 3, l->hidden, l->c_in, l->kernel, "%s.model.%d.block.1.conv.conv.weight", p,
-                                   l->index);
-        w->b1 = ppx_loader_tensor (ld, 1, l->hidden, 0, 0, "%s.model.%d.block.1.conv.conv.bias", p, l->index);
-        w->w2 = ppx_loader_tensor (ld, 3, l->c_in, l->hidden, 1, "%s.model.%d.block.3.conv.conv.weight", p, l->index);
-        w->b2 = ppx_loader_tensor (ld, 1, l->c_in, 0, 0, "%s.model.%d.block.3.conv.conv.bias", p, l->index);
+        load_conv (ld, &w->w1, &w->b1, l->hidden, l->c_in, l->kernel, l->hidden, p, l->index, "block.1.conv.conv");
+        load_conv (ld, &w->w2, &w->b2, l->c_in, l->hidden, 1, l->c_in, p, l->index, "block.3.conv.conv");
         net->max_elems = MAX (net->max_elems, l->hidden * L);
         break;
       case PPX_SEANET_ELU:

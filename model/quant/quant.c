@@ -250,9 +250,13 @@ block_outputs (const float *w_rows, int n_rows, int64_t r0, int64_t cols, const 
   }
 }
 
-void
-ppx_q8_linear_f32 (const int8_t *q, const float *scales, int64_t rows, int64_t cols, const float *x, gsize ldx,
-                   float *y, gsize ldy, int M, gboolean accumulate)
+/* Writes weight row r (cols floats) into out, dequantized from the rows behind data. */
+typedef void (*RowDequantFunc) (const void *data, int64_t r, int64_t cols, float *out);
+
+/* y (+)= W x for the rows x of M, with W's rows dequantized ROW_BLOCK at a time by dequant. */
+static void
+blocked_linear (RowDequantFunc dequant, const void *data, int64_t rows, int64_t cols, const float *x, gsize ldx,
+                float *y, gsize ldy, int M, gboolean accumulate)
 {
   int64_t n_blocks = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
 #pragma omp parallel if (rows * cols >= PARALLEL_MIN_ELEMENTS)
@@ -264,11 +268,48 @@ ppx_q8_linear_f32 (const int8_t *q, const float *scales, int64_t rows, int64_t c
       int64_t r0 = b * ROW_BLOCK;
       int n = (int) MIN ((int64_t) ROW_BLOCK, rows - r0);
       for (int j = 0; j < n; j++)
-        ppx_q8_dequantize_row (q + (r0 + j) * cols, scales[r0 + j], cols, w_rows + (gsize) j * cols);
+        dequant (data, r0 + j, cols, w_rows + (gsize) j * cols);
       block_outputs (w_rows, n, r0, cols, x, ldx, y, ldy, M, accumulate);
     }
     g_free (w_rows);
   }
+}
+
+typedef struct
+{
+  const int8_t *q;
+  const float *scales;
+} Q8Rows;
+
+static void
+q8_row (const void *data, int64_t r, int64_t cols, float *out)
+{
+  const Q8Rows *w = data;
+  ppx_q8_dequantize_row (w->q + r * cols, w->scales[r], cols, out);
+}
+
+void
+ppx_q8_linear_f32 (const int8_t *q, const float *scales, int64_t rows, int64_t cols, const float *x, gsize ldx,
+                   float *y, gsize ldy, int M, gboolean accumulate)
+{
+  const Q8Rows w = { q, scales };
+  blocked_linear (q8_row, &w, rows, cols, x, ldx, y, ldy, M, accumulate);
+}
+
+typedef struct
+{
+  const uint8_t *packed;
+  const float *scales;
+  int group_size;
+  gsize row_bytes;
+  int64_t n_groups;
+} Q4Rows;
+
+static void
+q4_row (const void *data, int64_t r, int64_t cols, float *out)
+{
+  const Q4Rows *w = data;
+  ppx_q4_dequantize_row (w->packed + r * w->row_bytes, w->scales + r * w->n_groups, w->group_size, cols, out);
 }
 
 void
@@ -276,23 +317,8 @@ ppx_q4_linear_f32 (const uint8_t *packed, const float *scales, int group_size, i
                    const float *x, gsize ldx, float *y, gsize ldy, int M, gboolean accumulate)
 {
   g_return_if_fail (ppx_q4_group_size_valid (group_size));
-  gsize row_bytes = ppx_q4_row_bytes (cols);
-  int64_t n_groups = ppx_q4_n_groups (cols, group_size);
-  int64_t n_blocks = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
-#pragma omp parallel if (rows * cols >= PARALLEL_MIN_ELEMENTS)
-  {
-    float *w_rows = g_new0 (float, ROW_BLOCK * MAX (cols, 1));
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < n_blocks; b++) {
-      int64_t r0 = b * ROW_BLOCK;
-      int n = (int) MIN ((int64_t) ROW_BLOCK, rows - r0);
-      for (int j = 0; j < n; j++)
-        ppx_q4_dequantize_row (packed + (r0 + j) * row_bytes, scales + (r0 + j) * n_groups, group_size, cols,
-                               w_rows + (gsize) j * cols);
-      block_outputs (w_rows, n, r0, cols, x, ldx, y, ldy, M, accumulate);
-    }
-    g_free (w_rows);
-  }
+  const Q4Rows w = { packed, scales, group_size, ppx_q4_row_bytes (cols), ppx_q4_n_groups (cols, group_size) };
+  blocked_linear (q4_row, &w, rows, cols, x, ldx, y, ldy, M, accumulate);
 }
 
 /* ---- error figures ---- */

@@ -125,46 +125,29 @@ three_decimals (char *json, const char *field, double value)
 char *
 ppx_metrics_health_json (const PpxServerGauges *g)
 {
-  g_autoptr (JsonBuilder) b = json_builder_new ();
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "sessions");
-  json_builder_add_int_value (b, g->sessions);
-  json_builder_set_member_name (b, "capacity");
-  json_builder_add_int_value (b, g->capacity);
-  json_builder_set_member_name (b, "free");
-  json_builder_add_int_value (b, g->capacity > g->sessions && !g->draining && !g->over_budget
-                                     ? g->capacity - g->sessions : 0);
+  JsonObject *o = json_object_new ();
+  json_object_set_int_member (o, "sessions", g->sessions);
+  json_object_set_int_member (o, "capacity", g->capacity);
+  json_object_set_int_member (o, "free", g->capacity > g->sessions && !g->draining && !g->over_budget
+                                             ? g->capacity - g->sessions : 0);
   /* admission: which bound holds (docs/server.md, "Admission") */
-  json_builder_set_member_name (b, "bound");
-  json_builder_add_string_value (b, g->bound ? g->bound : "memory");
-  json_builder_set_member_name (b, "capacity_memory");
-  json_builder_add_int_value (b, g->capacity_memory);
-  json_builder_set_member_name (b, "capacity_compute");
-  json_builder_add_int_value (b, g->capacity_compute);
-  json_builder_set_member_name (b, "admission");
-  json_builder_add_string_value (b, g->admission ? g->admission : "memory");
-  json_builder_set_member_name (b, "tick_budget_ms");
-  json_builder_add_double_value (b, g->tick_budget_ms);
-  json_builder_set_member_name (b, "tick_ms_p99_predicted");
-  json_builder_add_double_value (b, g->predicted_tick_ms);
-  json_builder_set_member_name (b, "over_budget");
-  json_builder_add_boolean_value (b, g->over_budget);
-  json_builder_set_member_name (b, "draining");
-  json_builder_add_boolean_value (b, g->draining);
-  json_builder_set_member_name (b, "tick_ms_p50");
-  json_builder_add_double_value (b, g->ticks.p50_ms);
-  json_builder_set_member_name (b, "tick_ms_p99");
-  json_builder_add_double_value (b, g->ticks.p99_ms);
-  json_builder_set_member_name (b, "overruns");
-  json_builder_add_int_value (b, (gint64) g->ticks.overruns);
+  json_object_set_string_member (o, "bound", g->bound ? g->bound : "memory");
+  json_object_set_int_member (o, "capacity_memory", g->capacity_memory);
+  json_object_set_int_member (o, "capacity_compute", g->capacity_compute);
+  json_object_set_string_member (o, "admission", g->admission ? g->admission : "memory");
+  json_object_set_double_member (o, "tick_budget_ms", g->tick_budget_ms);
+  json_object_set_double_member (o, "tick_ms_p99_predicted", g->predicted_tick_ms);
+  json_object_set_boolean_member (o, "over_budget", g->over_budget);
+  json_object_set_boolean_member (o, "draining", g->draining);
+  json_object_set_double_member (o, "tick_ms_p50", g->ticks.p50_ms);
+  json_object_set_double_member (o, "tick_ms_p99", g->ticks.p99_ms);
+  json_object_set_int_member (o, "overruns", (gint64) g->ticks.overruns);
   const char *names[] = {"backend", "device", "quantization", "kv_cache_format"};
   const char *values[] = {g->backend, g->device, g->quantization, g->kv_cache_format};
-  for (guint i = 0; i < G_N_ELEMENTS (names); i++) {
-    json_builder_set_member_name (b, names[i]);
-    json_builder_add_string_value (b, values[i] ? values[i] : "unknown");
-  }
-  json_builder_end_object (b);
-  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  for (guint i = 0; i < G_N_ELEMENTS (names); i++)
+    json_object_set_string_member (o, names[i], values[i] ? values[i] : "unknown");
+  g_autoptr (JsonNode) root = json_node_init_object (json_node_alloc (), o);
+  json_object_unref (o);
   g_autofree char *json = json_to_string (root, FALSE);
   return three_decimals (three_decimals (g_steal_pointer (&json), "\"tick_ms_p50\":", g->ticks.p50_ms),
                          "\"tick_ms_p99\":", g->ticks.p99_ms);
@@ -231,6 +214,17 @@ counters_text (GString *out, const char *series, const char *help)
                               *(guint64 *) g_hash_table_lookup (M.counts, l->data));
 }
 
+/* One histogram of @name a protocol, h[p] labelled protocol="NAME". */
+static void
+proto_histograms_text (GString *out, const char *name, const Histogram h[PPX_PROTO_N], const double *bounds,
+                       guint n_bounds)
+{
+  for (int p = 0; p < PPX_PROTO_N; p++) {
+    g_autofree char *labels = g_strdup_printf ("protocol=\"%s\"", proto_names[p]);
+    histogram_text (out, name, labels, &h[p], bounds, n_bounds);
+  }
+}
+
 /* The answer pages' histograms (server-pacer.h). */
 static void
 pages_text (GString *out)
@@ -238,11 +232,8 @@ pages_text (GString *out)
   g_string_append (out, "# HELP personaplex_answer_send_interval_seconds Time between a call's consecutive answer "
                         "pages handed to the socket (40 ms each when paced), by protocol.\n"
                         "# TYPE personaplex_answer_send_interval_seconds histogram\n");
-  for (int p = 0; p < PPX_PROTO_N; p++) {
-    g_autofree char *labels = g_strdup_printf ("protocol=\"%s\"", proto_names[p]);
-    histogram_text (out, "personaplex_answer_send_interval_seconds", labels, &M.intervals[p], interval_bounds,
-                    G_N_ELEMENTS (interval_bounds));
-  }
+  proto_histograms_text (out, "personaplex_answer_send_interval_seconds", M.intervals, interval_bounds,
+                         G_N_ELEMENTS (interval_bounds));
   g_string_append (out, "# HELP personaplex_answer_page_stage_seconds Each answer page's time in a stage: encode "
                         "(the frame left the engine to the page complete), dispatch (to the main loop), pace (to the "
                         "socket: the pacer's wait), by protocol.\n"
@@ -308,11 +299,7 @@ ppx_metrics_prometheus (const PpxServerGauges *g)
   g_string_append (out, "# HELP personaplex_join_duration_seconds From the connection to the handshake (the "
                         "call's prompts done), by protocol.\n"
                         "# TYPE personaplex_join_duration_seconds histogram\n");
-  for (int p = 0; p < PPX_PROTO_N; p++) {
-    g_autofree char *labels = g_strdup_printf ("protocol=\"%s\"", proto_names[p]);
-    histogram_text (out, "personaplex_join_duration_seconds", labels, &M.joins[p], join_bounds,
-                    G_N_ELEMENTS (join_bounds));
-  }
+  proto_histograms_text (out, "personaplex_join_duration_seconds", M.joins, join_bounds, G_N_ELEMENTS (join_bounds));
   pages_text (out);
   g_mutex_unlock (&M.lock);
   return g_string_free (out, FALSE);

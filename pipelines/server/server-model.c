@@ -124,12 +124,19 @@ ppx_server_model_keeper_device (PpxServerModelKeeper *k)
   return device;
 }
 
+/* The element's GstStructure property @name (NULL when it has none). */
+static GstStructure *
+duplex_structure (PpxServerModelKeeper *k, const char *name)
+{
+  GstStructure *s = NULL;
+  g_object_get (k->duplex, name, &s, NULL);
+  return s;
+}
+
 GstStructure *
 ppx_server_model_keeper_stats (PpxServerModelKeeper *k)
 {
-  GstStructure *stats = NULL;
-  g_object_get (k->duplex, "stats", &stats, NULL);
-  return stats;
+  return duplex_structure (k, "stats");
 }
 
 void
@@ -159,8 +166,7 @@ ppx_server_engine_ticks (const GstStructure *stats, PpxServerTicks *t)
 char *
 ppx_server_model_keeper_describe (PpxServerModelKeeper *k)
 {
-  g_autoptr (GstStructure) stats = NULL;
-  g_object_get (k->duplex, "stats", &stats, NULL);
+  g_autoptr (GstStructure) stats = duplex_structure (k, "stats");
   const char *backend = stats ? gst_structure_get_string (stats, "backend") : NULL;
   const char *quantization = stats ? gst_structure_get_string (stats, "quantization") : NULL;
   return g_strdup_printf ("%s / %s", backend ? backend : "?", quantization ? quantization : "?");
@@ -169,9 +175,8 @@ ppx_server_model_keeper_describe (PpxServerModelKeeper *k)
 void
 ppx_server_model_keeper_engine (PpxServerModelKeeper *k, PpxServerEngineInfo *info)
 {
-  g_autoptr (GstStructure) stats = NULL;
+  g_autoptr (GstStructure) stats = duplex_structure (k, "stats");
   memset (info, 0, sizeof *info);
-  g_object_get (k->duplex, "stats", &stats, NULL);
   if (!stats)
     return;
   gst_structure_get (stats, "max-sessions", G_TYPE_UINT, &info->max_sessions, "session-bytes", G_TYPE_UINT64,
@@ -190,9 +195,7 @@ ppx_server_model_keeper_measure_tick (PpxServerModelKeeper *k, guint rows, guint
 GstStructure *
 ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k)
 {
-  GstStructure *s = NULL;
-  g_object_get (k->duplex, "tick-history", &s, NULL);
-  return s;
+  return duplex_structure (k, "tick-history");
 }
 
 void

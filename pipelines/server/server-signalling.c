@@ -159,6 +159,15 @@ add_string (JsonBuilder *b, const char *name, const char *value)
   json_builder_add_string_value (b, value);
 }
 
+/* {"type": TYPE, NAME: VALUE} */
+static char *
+one_string_message (const char *type, const char *name, const char *value)
+{
+  JsonBuilder *b = begin (type);
+  add_string (b, name, value);
+  return finish (b);
+}
+
 char *
 ppx_signal_welcome_new (guint session, const char *model)
 {
@@ -172,9 +181,7 @@ ppx_signal_welcome_new (guint session, const char *model)
 char *
 ppx_signal_offer_new (const char *sdp)
 {
-  JsonBuilder *b = begin ("offer");
-  add_string (b, "sdp", sdp);
-  return finish (b);
+  return one_string_message ("offer", "sdp", sdp);
 }
 
 char *
@@ -190,17 +197,13 @@ ppx_signal_ice_new (guint mline, const char *candidate)
 char *
 ppx_signal_state_new (const char *connection)
 {
-  JsonBuilder *b = begin ("state");
-  add_string (b, "connection", connection);
-  return finish (b);
+  return one_string_message ("state", "connection", connection);
 }
 
 char *
 ppx_signal_error_new (const char *message)
 {
-  JsonBuilder *b = begin ("error");
-  add_string (b, "message", message);
-  return finish (b);
+  return one_string_message ("error", "message", message);
 }
 
 char *

@@ -1,5 +1,7 @@
 #include "bench-report.h"
 
+#include "tool-json.h"
+
 #include <json-glib/json-glib.h>
 
 #ifndef PPX_BENCH_VERSION
@@ -249,23 +251,6 @@ bench_report_print_text (const BenchReport *r, FILE *out)
 /* ---- JSON ---- */
 
 static void
-add_str (JsonBuilder *b, const char *key, const char *v)
-{
-  json_builder_set_member_name (b, key);
-  if (v)
-    json_builder_add_string_value (b, v);
-  else
-    json_builder_add_null_value (b);
-}
-
-static void
-add_int (JsonBuilder *b, const char *key, gint64 v)
-{
-  json_builder_set_member_name (b, key);
-  json_builder_add_int_value (b, v);
-}
-
-static void
 add_double (JsonBuilder *b, const char *key, double v)
 {
   json_builder_set_member_name (b, key);
@@ -275,7 +260,7 @@ add_double (JsonBuilder *b, const char *key, double v)
 static void
 add_stats (JsonBuilder *b, const BenchStats *s)
 {
-  add_int (b, "n", s->n);
+  tool_json_add_int (b, "n", s->n);
   add_double (b, "mean_ms", s->mean);
   add_double (b, "p50_ms", s->p50);
   add_double (b, "p95_ms", s->p95);
@@ -287,42 +272,42 @@ add_stats (JsonBuilder *b, const BenchStats *s)
 static void
 json_header (JsonBuilder *b, const BenchReport *r)
 {
-  add_str (b, "program", "personaplex-bench");
-  add_str (b, "version", PPX_BENCH_VERSION);
+  tool_json_add_string (b, "program", "personaplex-bench");
+  tool_json_add_string (b, "version", PPX_BENCH_VERSION);
   json_builder_set_member_name (b, "machine");
   json_builder_begin_object (b);
-  add_str (b, "cpu", r->cpu);
-  add_int (b, "cores", r->cores);
-  add_int (b, "threads", r->threads);
+  tool_json_add_string (b, "cpu", r->cpu);
+  tool_json_add_int (b, "cores", r->cores);
+  tool_json_add_int (b, "threads", r->threads);
   add_double (b, "load_average", r->load_average);
-  add_str (b, "device", r->device);
+  tool_json_add_string (b, "device", r->device);
   json_builder_end_object (b);
   json_builder_set_member_name (b, "build");
   json_builder_begin_object (b);
-  add_str (b, "type", PPX_BENCH_BUILD_TYPE);
-  add_str (b, "compiler", COMPILER);
+  tool_json_add_string (b, "type", PPX_BENCH_BUILD_TYPE);
+  tool_json_add_string (b, "compiler", COMPILER);
   json_builder_set_member_name (b, "openmp");
   json_builder_add_boolean_value (b, OPENMP_ON);
-  add_str (b, "sanitize", PPX_BENCH_SANITIZE);
+  tool_json_add_string (b, "sanitize", PPX_BENCH_SANITIZE);
   json_builder_end_object (b);
   json_builder_set_member_name (b, "model");
   json_builder_begin_object (b);
-  add_str (b, "source", r->model_source);
-  add_str (b, "config", r->config_summary);
+  tool_json_add_string (b, "source", r->model_source);
+  tool_json_add_string (b, "config", r->config_summary);
   add_double (b, "generate_ms", r->generate_ms);
-  add_int (b, "lm_file_bytes", (gint64) r->lm_file_bytes);
-  add_str (b, "lm_file_format", r->lm_file_format);
-  add_int (b, "mimi_file_bytes", (gint64) r->mimi_file_bytes);
+  tool_json_add_int (b, "lm_file_bytes", (gint64) r->lm_file_bytes);
+  tool_json_add_string (b, "lm_file_format", r->lm_file_format);
+  tool_json_add_int (b, "mimi_file_bytes", (gint64) r->mimi_file_bytes);
   json_builder_end_object (b);
   json_builder_set_member_name (b, "run");
   json_builder_begin_object (b);
-  add_str (b, "backend", r->backend);
-  add_str (b, "quantization", r->quantization);
-  add_str (b, "kv_cache_format", r->kv_cache_format);
-  add_int (b, "context", r->context);
-  add_int (b, "batch", r->batch);
-  add_int (b, "frames", r->frames);
-  add_int (b, "warmup", r->warmup);
+  tool_json_add_string (b, "backend", r->backend);
+  tool_json_add_string (b, "quantization", r->quantization);
+  tool_json_add_string (b, "kv_cache_format", r->kv_cache_format);
+  tool_json_add_int (b, "context", r->context);
+  tool_json_add_int (b, "batch", r->batch);
+  tool_json_add_int (b, "frames", r->frames);
+  tool_json_add_int (b, "warmup", r->warmup);
   add_double (b, "frame_ms", r->frame_ms);
   json_builder_end_object (b);
 }
@@ -335,8 +320,8 @@ json_results (JsonBuilder *b, const BenchReport *r)
   for (guint i = 0; i < r->loads->len; i++) {
     const BenchLoad *l = g_ptr_array_index (r->loads, i);
     json_builder_begin_object (b);
-    add_str (b, "name", l->name);
-    add_str (b, "note", l->note);
+    tool_json_add_string (b, "name", l->name);
+    tool_json_add_string (b, "note", l->note);
     add_double (b, "ms", l->ms);
     json_builder_end_object (b);
   }
@@ -347,10 +332,10 @@ json_results (JsonBuilder *b, const BenchReport *r)
   for (guint i = 0; i < r->components->len; i++) {
     const BenchComponent *c = g_ptr_array_index (r->components, i);
     json_builder_begin_object (b);
-    add_str (b, "name", c->name);
-    add_str (b, "phase", c->phase);
-    add_str (b, "note", c->note);
-    add_int (b, "batch", c->batch);
+    tool_json_add_string (b, "name", c->name);
+    tool_json_add_string (b, "phase", c->phase);
+    tool_json_add_string (b, "note", c->note);
+    tool_json_add_int (b, "batch", c->batch);
     add_stats (b, &c->tick);
     add_double (b, "per_session_ms", c->tick.mean / c->batch);
     add_double (b, "rtf", c->tick.mean / r->frame_ms);
@@ -363,16 +348,16 @@ json_results (JsonBuilder *b, const BenchReport *r)
   for (guint i = 0; i < r->memory->len; i++) {
     const BenchMemory *m = g_ptr_array_index (r->memory, i);
     json_builder_begin_object (b);
-    add_str (b, "phase", m->phase);
-    add_int (b, "weight_bytes", (gint64) m->weight_bytes);
+    tool_json_add_string (b, "phase", m->phase);
+    tool_json_add_int (b, "weight_bytes", (gint64) m->weight_bytes);
     json_builder_set_member_name (b, "state_bytes_per_session");
     if (m->state_known)
       json_builder_add_int_value (b, (gint64) m->state_bytes);
     else
       json_builder_add_null_value (b);
-    add_int (b, "backend_bytes", (gint64) m->backend_bytes);
-    add_int (b, "rss_bytes", (gint64) m->rss_bytes);
-    add_int (b, "peak_rss_bytes", (gint64) m->peak_rss_bytes);
+    tool_json_add_int (b, "backend_bytes", (gint64) m->backend_bytes);
+    tool_json_add_int (b, "rss_bytes", (gint64) m->rss_bytes);
+    tool_json_add_int (b, "peak_rss_bytes", (gint64) m->peak_rss_bytes);
     json_builder_set_member_name (b, "peak_is_per_phase");
     json_builder_add_boolean_value (b, r->peak_per_phase);
     json_builder_end_object (b);
@@ -384,11 +369,11 @@ json_results (JsonBuilder *b, const BenchReport *r)
   for (guint i = 0; i < r->load_runs->len; i++) {
     const BenchLoadRun *l = g_ptr_array_index (r->load_runs, i);
     json_builder_begin_object (b);
-    add_str (b, "name", l->name);
-    add_str (b, "file", l->file);
+    tool_json_add_string (b, "name", l->name);
+    tool_json_add_string (b, "file", l->file);
     add_stats (b, &l->ms);
-    add_int (b, "weight_bytes", (gint64) l->weight_bytes);
-    add_int (b, "peak_rss_bytes", (gint64) l->peak_rss_bytes);
+    tool_json_add_int (b, "weight_bytes", (gint64) l->weight_bytes);
+    tool_json_add_int (b, "peak_rss_bytes", (gint64) l->peak_rss_bytes);
     json_builder_end_object (b);
   }
   json_builder_end_array (b);
@@ -402,9 +387,5 @@ bench_report_to_json (const BenchReport *r)
   json_header (b, r);
   json_results (b, r);
   json_builder_end_object (b);
-  g_autoptr (JsonGenerator) gen = json_generator_new ();
-  g_autoptr (JsonNode) root = json_builder_get_root (b);
-  json_generator_set_root (gen, root);
-  json_generator_set_pretty (gen, TRUE);
-  return json_generator_to_data (gen, NULL);
+  return tool_json_to_text (b);
 }

@@ -410,6 +410,15 @@ bench_tick_sessions (const BenchSetup *s, PpxModel *model, PpxEngine *engine, Pp
   return ok;
 }
 
+void
+bench_sessions_free (PpxEngine *engine, PpxSession **sessions, int B)
+{
+  for (int i = 0; i < B; i++)
+    ppx_session_free (sessions[i]);
+  g_free (sessions);
+  ppx_engine_unref (engine);
+}
+
 /* B sessions stepped `warmup + frames` ticks (batched: one engine of B slots, one tick per frame, CUDA graphs
  * unless no_graphs; sequential: B sessions with engines of their own, stepped one after another). */
 static gboolean
@@ -466,10 +475,7 @@ session_ticks (const BenchSetup *s, PpxModel *model, gboolean no_graphs, const c
     }
     g_free (ms);
   }
-  for (int i = 0; i < B; i++)
-    ppx_session_free (sessions[i]);
-  g_free (sessions);
-  ppx_engine_unref (engine);
+  bench_sessions_free (engine, sessions, B);
   return ok;
 }
 

@@ -48,6 +48,8 @@ void bench_model_params (const BenchSetup *s, PpxModelParams *mp);
 void bench_fill_context (PpxLmGen *g, gint64 context);
 /* Puts the B sessions at --context, then steps them `warmup + frames` ticks of the test signal: on `engine`
  * as one batch, or (engine NULL) one after another; ms[frames] gets the measured ticks' times. */
+/* Frees the B sessions of @sessions (some may be NULL), the array, and drops @engine (may be NULL). */
+void bench_sessions_free (PpxEngine *engine, PpxSession **sessions, int B);
 gboolean bench_tick_sessions (const BenchSetup *s, PpxModel *model, PpxEngine *engine, PpxSession **sessions, int B,
                               double *ms, GError **error);
 /* The speech-like test input of session `session`, frame `frame` (n samples). */

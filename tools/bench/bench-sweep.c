@@ -80,10 +80,7 @@ sweep_one (const BenchSetup *s, PpxModel *model, PpxKvFormat kv, int B, BenchSta
   if (ok)
     bench_stats_compute (ms, s->frames, st);
   g_free (ms);
-  for (int i = 0; i < B; i++)
-    ppx_session_free (sessions[i]);
-  g_free (sessions);
-  ppx_engine_unref (engine);
+  bench_sessions_free (engine, sessions, B);
   return ok;
 }
 

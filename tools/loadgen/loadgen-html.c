@@ -59,6 +59,17 @@ text (GString *s, const char *t)
   g_string_append (s, escaped);
 }
 
+/* Opens an SVG text at (x, y) with the attributes attrs: <text x="X" y="Y" attrs>. */
+static void
+text_at (GString *s, double x, double y, const char *attrs)
+{
+  g_string_append (s, "<text x=\"");
+  num (s, "%.1f", x);
+  g_string_append (s, "\" y=\"");
+  num (s, "%.1f", y);
+  g_string_append_printf (s, "\" %s>", attrs);
+}
+
 /* 1, 2 or 5 times a power of ten, at least range / 5. */
 static double
 nice_step (double range)
@@ -99,28 +110,18 @@ chart (GString *h, const char *title, const char *unit, double x_max, const Line
     num (h, "%.1f", Y (y));
     g_string_append (h, "\" y2=\"");
     num (h, "%.1f", Y (y));
-    g_string_append (h, "\" stroke=\"#dddddd\"/>\n<text x=\"");
-    num (h, "%.1f", LEFT - 6);
-    g_string_append (h, "\" y=\"");
-    num (h, "%.1f", Y (y) + 4);
-    g_string_append (h, "\" text-anchor=\"end\" font-size=\"11\">");
+    g_string_append (h, "\" stroke=\"#dddddd\"/>\n");
+    text_at (h, LEFT - 6, Y (y) + 4, "text-anchor=\"end\" font-size=\"11\"");
     num (h, y_step < 1 ? "%.2f" : "%.0f", y);
     g_string_append (h, "</text>\n");
   }
   for (double x = 0; x <= x_max + x_step / 2; x += x_step) {
-    g_string_append (h, "<text x=\"");
-    num (h, "%.1f", X (x));
-    g_string_append (h, "\" y=\"");
-    num (h, "%.1f", H - BOTTOM + 16);
-    g_string_append (h, "\" text-anchor=\"middle\" font-size=\"11\">");
+    text_at (h, X (x), H - BOTTOM + 16, "text-anchor=\"middle\" font-size=\"11\"");
     num (h, "%.0f", x);
     g_string_append (h, "</text>\n");
   }
-  g_string_append (h, "<text x=\"");
-  num (h, "%.1f", LEFT + pw / 2);
-  g_string_append (h, "\" y=\"");
-  num (h, "%.1f", H - 6);
-  g_string_append (h, "\" text-anchor=\"middle\" font-size=\"12\">seconds of the run</text>\n<text x=\"14\" y=\"");
+  text_at (h, LEFT + pw / 2, H - 6, "text-anchor=\"middle\" font-size=\"12\"");
+  g_string_append (h, "seconds of the run</text>\n<text x=\"14\" y=\"");
   num (h, "%.1f", TOP + ph / 2);
   g_string_append (h, "\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 14 ");
   num (h, "%.1f", TOP + ph / 2);
@@ -166,11 +167,7 @@ chart (GString *h, const char *title, const char *unit, double x_max, const Line
     g_string_append (h, "</text>\n");
   }
   if (note) {
-    g_string_append (h, "<text x=\"");
-    num (h, "%.1f", LEFT + pw / 2);
-    g_string_append (h, "\" y=\"");
-    num (h, "%.1f", TOP + ph / 2);
-    g_string_append (h, "\" text-anchor=\"middle\" font-size=\"13\" fill=\"#666666\">");
+    text_at (h, LEFT + pw / 2, TOP + ph / 2, "text-anchor=\"middle\" font-size=\"13\" fill=\"#666666\"");
     text (h, note);
     g_string_append (h, "</text>\n");
   }

@@ -2,6 +2,7 @@
 #include "loadgen-report.h"
 
 #include "tool-file.h"
+#include "tool-json.h"
 
 #include <json-glib/json-glib.h>
 #include <math.h>
@@ -408,28 +409,11 @@ add_double (JsonBuilder *b, const char *key, double v)
 }
 
 static void
-add_int (JsonBuilder *b, const char *key, gint64 v)
-{
-  json_builder_set_member_name (b, key);
-  json_builder_add_int_value (b, v);
-}
-
-static void
-add_string (JsonBuilder *b, const char *key, const char *v)
-{
-  json_builder_set_member_name (b, key);
-  if (v)
-    json_builder_add_string_value (b, v);
-  else
-    json_builder_add_null_value (b);
-}
-
-static void
 add_summary (JsonBuilder *b, const char *key, const LoadgenSummary *s)
 {
   json_builder_set_member_name (b, key);
   json_builder_begin_object (b);
-  add_int (b, "n", s->n);
+  tool_json_add_int (b, "n", s->n);
   add_double (b, "p50", s->p50);
   add_double (b, "p95", s->p95);
   add_double (b, "p99", s->p99);
@@ -462,12 +446,12 @@ add_call (JsonBuilder *b, const LoadgenReport *r, const LoadgenCall *c, const Lo
 {
   const PpxChatRecord *rec = c->record;
   json_builder_begin_object (b);
-  add_int (b, "index", c->index);
-  add_string (b, "reason", c->reason ? c->reason : "unfinished");
-  add_string (b, "detail", c->detail);
-  add_string (b, "server", c->server);
-  add_int (b, "http_status", rec ? rec->http_status : 0);
-  add_int (b, "close_code", rec ? rec->close_code : -1);
+  tool_json_add_int (b, "index", c->index);
+  tool_json_add_string (b, "reason", c->reason ? c->reason : "unfinished");
+  tool_json_add_string (b, "detail", c->detail);
+  tool_json_add_string (b, "server", c->server);
+  tool_json_add_int (b, "http_status", rec ? rec->http_status : 0);
+  tool_json_add_int (b, "close_code", rec ? rec->close_code : -1);
   add_double (b, "scheduled_s", c->scheduled_s);
   add_double (b, "connect_s", rec ? run_time (r, rec->start_us) : NAN);
   add_double (b, "end_s", rec ? run_time (r, rec->end_us) : NAN);
@@ -475,8 +459,8 @@ add_call (JsonBuilder *b, const LoadgenReport *r, const LoadgenCall *c, const Lo
   add_double (b, "first_audio_ms", s->first_audio_ms);
   add_double (b, "sent_s", s->sent_s);
   add_double (b, "answered_s", s->answered_s);
-  add_int (b, "frames_sent", s->frames_sent);
-  add_int (b, "frames_answered", s->frames_answered);
+  tool_json_add_int (b, "frames_sent", s->frames_sent);
+  tool_json_add_int (b, "frames_answered", s->frames_answered);
   add_double (b, "latency_p50_ms", s->latency_p50_ms);
   add_double (b, "latency_p95_ms", s->latency_p95_ms);
   add_double (b, "latency_p99_ms", s->latency_p99_ms);
@@ -489,15 +473,15 @@ add_call (JsonBuilder *b, const LoadgenReport *r, const LoadgenCall *c, const Lo
     add_double (b, "played_ms", s->playout.played_ms);
     add_double (b, "missed_ms", s->playout.missed_ms);
     add_double (b, "dropped_ms", s->playout.dropped_ms);
-    add_int (b, "rebuffers", s->playout.rebuffers);
+    tool_json_add_int (b, "rebuffers", s->playout.rebuffers);
     json_builder_end_object (b);
   } else {
     json_builder_add_null_value (b);
   }
-  add_int (b, "underruns", s->underruns);
+  tool_json_add_int (b, "underruns", s->underruns);
   add_double (b, "max_gap_ms", s->max_gap_ms);
-  add_int (b, "text_pieces", rec ? rec->n_text : 0);
-  add_int (b, "text_bytes", rec ? (gint64) rec->text->len : 0);
+  tool_json_add_int (b, "text_pieces", rec ? rec->n_text : 0);
+  tool_json_add_int (b, "text_bytes", rec ? (gint64) rec->text->len : 0);
   json_builder_end_object (b);
 }
 
@@ -509,7 +493,7 @@ add_counts (JsonBuilder *b, const char *key, const LoadgenReport *r, gboolean by
   json_builder_set_member_name (b, key);
   json_builder_begin_object (b);
   for (guint k = 0; k < names->len; k++)
-    add_int (b, g_ptr_array_index (names, k), g_array_index (counts, guint, k));
+    tool_json_add_int (b, g_ptr_array_index (names, k), g_array_index (counts, guint, k));
   json_builder_end_object (b);
 }
 
@@ -518,7 +502,7 @@ add_playout_totals (JsonBuilder *b, const Digest *d)
 {
   add_double (b, "playout_missed_ms_total", d->missed_total_ms);
   add_double (b, "playout_dropped_ms_total", d->dropped_total_ms);
-  add_int (b, "playout_rebuffers_total", (gint64) d->rebuffers_total);
+  tool_json_add_int (b, "playout_rebuffers_total", (gint64) d->rebuffers_total);
 }
 
 /* "per_server": for each server that took calls, their outcomes and the summary rows over them. */
@@ -534,13 +518,13 @@ add_per_server (JsonBuilder *b, const LoadgenReport *r)
     digest_make (r, g_ptr_array_index (names, k), &d);
     json_builder_set_member_name (b, g_ptr_array_index (names, k));
     json_builder_begin_object (b);
-    add_int (b, "calls", d.n);
-    add_int (b, "ok", d.ok);
-    add_int (b, "failed", d.failed);
+    tool_json_add_int (b, "calls", d.n);
+    tool_json_add_int (b, "ok", d.ok);
+    tool_json_add_int (b, "failed", d.failed);
     for (int row = 0; row < N_ROWS; row++)
       add_summary (b, rows[row].key, &d.rows[row]);
     add_playout_totals (b, &d);
-    add_int (b, "underruns_total", (gint64) d.underruns_total);
+    tool_json_add_int (b, "underruns_total", (gint64) d.underruns_total);
     json_builder_end_object (b);
     digest_clear (&d);
   }
@@ -556,28 +540,28 @@ loadgen_report_to_json (const LoadgenReport *r)
   loadgen_report_counts (r, &ok, &refused, &failed);
   g_autoptr (JsonBuilder) b = json_builder_new ();
   json_builder_begin_object (b);
-  add_string (b, "tool", "personaplex-loadgen");
-  add_string (b, "url", r->url);
-  add_int (b, "calls", r->calls);
+  tool_json_add_string (b, "tool", "personaplex-loadgen");
+  tool_json_add_string (b, "url", r->url);
+  tool_json_add_int (b, "calls", r->calls);
   add_double (b, "seconds", r->seconds);
   add_double (b, "ramp_s", r->ramp_s);
-  add_string (b, "input", r->input ? r->input : "test-signal");
+  tool_json_add_string (b, "input", r->input ? r->input : "test-signal");
   add_double (b, "gap_threshold_ms", r->gap_ms);
-  add_string (b, "started_utc", r->started_utc);
+  tool_json_add_string (b, "started_utc", r->started_utc);
   add_double (b, "wall_s", r->wall_s);
   json_builder_set_member_name (b, "result");
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "passed");
   json_builder_add_boolean_value (b, loadgen_report_passed (r));
-  add_int (b, "ok", ok);
-  add_int (b, "refused", refused);
-  add_int (b, "failed", failed);
-  add_int (b, "expect_refused", r->expect_refused);
-  add_int (b, "expect_failed", r->expect_failed);
+  tool_json_add_int (b, "ok", ok);
+  tool_json_add_int (b, "refused", refused);
+  tool_json_add_int (b, "failed", failed);
+  tool_json_add_int (b, "expect_refused", r->expect_refused);
+  tool_json_add_int (b, "expect_failed", r->expect_failed);
   add_double (b, "max_missed_ms", r->max_missed_ms < 0 ? NAN : r->max_missed_ms);
   add_double (b, "max_latency_ms", r->max_latency_ms);
   g_autofree char *broken = loadgen_report_broken_rules (r);
-  add_string (b, "rules_broken", broken ? broken : "");
+  tool_json_add_string (b, "rules_broken", broken ? broken : "");
   json_builder_end_object (b);
   add_counts (b, "reasons", r, FALSE);
   add_counts (b, "servers", r, TRUE);
@@ -587,7 +571,7 @@ loadgen_report_to_json (const LoadgenReport *r)
   for (int k = 0; k < N_ROWS; k++)
     add_summary (b, rows[k].key, &d.rows[k]);
   add_playout_totals (b, &d);
-  add_int (b, "underruns_total", (gint64) d.underruns_total);
+  tool_json_add_int (b, "underruns_total", (gint64) d.underruns_total);
   json_builder_end_object (b);
   add_cpu (b, "loadgen_cpu", &r->cpu, r->wall_s);
   json_builder_set_member_name (b, "server_processes");
@@ -596,8 +580,8 @@ loadgen_report_to_json (const LoadgenReport *r)
     const LoadgenProcess *p = &g_array_index (r->processes, LoadgenProcess, i);
     LoadgenCpu used = {p->last.user_s - p->first.user_s, p->last.system_s - p->first.system_s};
     json_builder_begin_object (b);
-    add_int (b, "pid", p->pid);
-    add_string (b, "name", p->name);
+    tool_json_add_int (b, "pid", p->pid);
+    tool_json_add_string (b, "name", p->name);
     json_builder_set_member_name (b, "seen");
     json_builder_add_boolean_value (b, p->seen);
     json_builder_set_member_name (b, "ended");
@@ -615,11 +599,7 @@ loadgen_report_to_json (const LoadgenReport *r)
   json_builder_end_object (b);
   digest_clear (&d);
 
-  g_autoptr (JsonGenerator) gen = json_generator_new ();
-  g_autoptr (JsonNode) root = json_builder_get_root (b);
-  json_generator_set_root (gen, root);
-  json_generator_set_pretty (gen, TRUE);
-  return json_generator_to_data (gen, NULL);
+  return tool_json_to_text (b);
 }
 
 gboolean

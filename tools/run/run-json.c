@@ -42,25 +42,43 @@ append_key (GString *s, const char *key)
   g_string_append_printf (s, ",\n    \"%s\": ", key);
 }
 
+/* The members after an object's first, one a line: ,\n    "key": VALUE */
+static void
+member_string (GString *s, const char *key, const char *value)
+{
+  append_key (s, key);
+  append_string (s, value);
+}
+
+static void
+member_float (GString *s, const char *key, float value)
+{
+  append_key (s, key);
+  append_float (s, value);
+}
+
+static void G_GNUC_PRINTF (3, 4)
+member_printf (GString *s, const char *key, const char *format, ...)
+{
+  va_list ap;
+  append_key (s, key);
+  va_start (ap, format);
+  g_string_append_vprintf (s, format, ap);
+  va_end (ap);
+}
+
 static void
 append_settings (GString *s, const RunSettings *st)
 {
   g_string_append (s, "  \"settings\": {\n    \"model_dir\": ");
   append_string (s, st->model_dir);
-  append_key (s, "input");
-  append_string (s, st->input);
-  append_key (s, "output");
-  append_string (s, st->output);
-  append_key (s, "output_json");
-  append_string (s, st->output_json);
-  append_key (s, "voice_prompt");
-  append_string (s, st->voice_prompt);
-  append_key (s, "voice_normalize");
-  g_string_append (s, st->voice_normalize ? "true" : "false");
-  append_key (s, "voice_cache_dir");
-  append_string (s, st->voice_cache_dir);
-  append_key (s, "text_prompt");
-  append_string (s, st->text_prompt);
+  member_string (s, "input", st->input);
+  member_string (s, "output", st->output);
+  member_string (s, "output_json", st->output_json);
+  member_string (s, "voice_prompt", st->voice_prompt);
+  member_printf (s, "voice_normalize", "%s", st->voice_normalize ? "true" : "false");
+  member_string (s, "voice_cache_dir", st->voice_cache_dir);
+  member_string (s, "text_prompt", st->text_prompt);
   append_key (s, "text_prompt_tokens");
   if (st->n_text_prompt_tokens > 0) {
     g_string_append_c (s, '[');
@@ -70,26 +88,16 @@ append_settings (GString *s, const RunSettings *st)
   } else {
     g_string_append (s, "null");
   }
-  append_key (s, "greedy");
-  g_string_append (s, st->greedy ? "true" : "false");
-  append_key (s, "seed");
-  g_string_append_printf (s, "%" G_GUINT64_FORMAT, st->seed);
-  append_key (s, "temp_audio");
-  append_float (s, st->temp_audio);
-  append_key (s, "temp_text");
-  append_float (s, st->temp_text);
-  append_key (s, "topk_audio");
-  g_string_append_printf (s, "%d", st->topk_audio);
-  append_key (s, "topk_text");
-  g_string_append_printf (s, "%d", st->topk_text);
-  append_key (s, "quantization");
-  append_string (s, ppx_quantization_name (st->quantization));
-  append_key (s, "backend");
-  append_string (s, ppx_backend_kind_name (st->backend));
-  append_key (s, "device");
-  g_string_append_printf (s, "%d", st->device);
-  append_key (s, "kv_cache_format");
-  append_string (s, ppx_kv_format_name (st->kv_cache_format));
+  member_printf (s, "greedy", "%s", st->greedy ? "true" : "false");
+  member_printf (s, "seed", "%" G_GUINT64_FORMAT, st->seed);
+  member_float (s, "temp_audio", st->temp_audio);
+  member_float (s, "temp_text", st->temp_text);
+  member_printf (s, "topk_audio", "%d", st->topk_audio);
+  member_printf (s, "topk_text", "%d", st->topk_text);
+  member_string (s, "quantization", ppx_quantization_name (st->quantization));
+  member_string (s, "backend", ppx_backend_kind_name (st->backend));
+  member_printf (s, "device", "%d", st->device);
+  member_string (s, "kv_cache_format", ppx_kv_format_name (st->kv_cache_format));
   g_string_append (s, "\n  },\n");
 }
 
@@ -98,16 +106,11 @@ append_run (GString *s, const RunOutput *out)
 {
   g_string_append (s, "  \"run\": {\n    \"backend\": ");
   append_string (s, out->backend);
-  append_key (s, "quantization");
-  append_string (s, out->quantization);
-  append_key (s, "kv_cache_format");
-  append_string (s, out->kv_cache_format);
-  append_key (s, "sample_rate");
-  g_string_append_printf (s, "%d", RUN_SAMPLE_RATE);
-  append_key (s, "samples");
-  g_string_append_printf (s, "%" G_GSIZE_FORMAT, out->n_samples);
-  append_key (s, "frames");
-  g_string_append_printf (s, "%" G_GSIZE_FORMAT, out->n_frames);
+  member_string (s, "quantization", out->quantization);
+  member_string (s, "kv_cache_format", out->kv_cache_format);
+  member_printf (s, "sample_rate", "%d", RUN_SAMPLE_RATE);
+  member_printf (s, "samples", "%" G_GSIZE_FORMAT, out->n_samples);
+  member_printf (s, "frames", "%" G_GSIZE_FORMAT, out->n_frames);
   g_string_append (s, "\n  },\n");
 }
 

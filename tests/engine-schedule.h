@@ -13,6 +13,8 @@
 typedef struct {
   int join, leave; /* ticks; leave < 0: stays */
   int skip_mod;    /* > 0: misses the ticks t with t % skip_mod == 2 */
+  int start;       /* its first tick (from its join when earlier): before it the session is ready and idle, as a
+                    * server's model keeper that never ticks (start past the last tick) */
 } PpxSched;
 
 typedef struct {
@@ -54,7 +56,7 @@ ppx_sched_run (PpxEngine *e, int n, const PpxSched *sched, int ticks, int fs, co
         ppx_session_free (s[i]);
         s[i] = NULL;
       }
-      if (!s[i] || (sched[i].skip_mod > 0 && t % sched[i].skip_mod == 2))
+      if (!s[i] || t < sched[i].start || (sched[i].skip_mod > 0 && t % sched[i].skip_mod == 2))
         continue;
       tick[m] = s[i];
       who[m++] = i;

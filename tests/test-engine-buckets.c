@@ -3,7 +3,9 @@
  * a fixed number of depformer steps) must give every session exactly the tokens and PCM of the unpadded
  * tick (on the CPU a row's arithmetic does not depend on the batch), while sessions miss ticks, join (onto
  * the slot and row padding used before) and leave; and a session's prompts running while others tick
- * (its slot taken) must not be disturbed by padding. The golden tiny model, greedy and sampled sessions. */
+ * (its slot taken) must not be disturbed by padding. A ready session that does not tick (a server's model keeper)
+ * holds no Mimi row: every tick of the others is padded, and every session, the idle one from its first tick
+ * on, equals its one-session run. The golden tiny model, greedy and sampled sessions. */
 #include <math.h>
 
 #include "engine-internal.h"
@@ -74,7 +76,7 @@ test_steady (void)
 {
   PpxSched sched[8];
   for (int i = 0; i < 8; i++)
-    sched[i] = (PpxSched){0, -1, 0};
+    sched[i] = (PpxSched){0, -1, 0, 0};
   for (int n = 1; n <= 5; n++)
     check (n, 8, sched, 24);
   check (3, 3, sched, 20); /* max_sessions caps the bucket at 3: bucketed, no padding rows */
@@ -83,9 +85,106 @@ test_steady (void)
 static void
 test_churn (void)
 {
-  PpxSched sched[6] = {{0, -1, 5}, {0, 19, 0}, {0, -1, 0}, {6, -1, 0}, {9, 25, 7}, {14, -1, 0}};
+  PpxSched sched[6] = {{0, -1, 5, 0}, {0, 19, 0, 0}, {0, -1, 0, 0}, {6, -1, 0, 0}, {9, 25, 7, 0}, {14, -1, 0, 0}};
   check (6, 8, sched, 34); /* joins on slots and rows that padding used; rows move as sessions leave */
   check (5, 6, sched, 30);
+}
+
+/* ---- a ready session that does not tick (a server's model keeper) ---- */
+
+typedef struct {
+  int idle, start; /* the idle session, and its first tick */
+  int n;           /* sessions of the schedule */
+  guint64 padded;  /* padded ticks so far */
+} IdleWatch;
+
+/* After each tick: the idle session holds no Mimi row, so every tick of all the others is a tick of every row,
+ * padded to its bucket (the first tick of a session runs unpadded: its codec has no frame yet). */
+static void
+watch_idle (PpxEngine *e, int t, void *data)
+{
+  IdleWatch *w = data;
+  PpxEngineTickStats st;
+  ppx_engine_tick_stats (e, &st);
+  g_assert_cmpint (ppx_engine_active_sessions (e), ==, w->n); /* ready, with a row or not */
+  g_mutex_lock (&e->lock);
+  const int rows = e->n_rows;
+  g_mutex_unlock (&e->lock);
+  const int ticking = t < w->start ? w->n - 1 : w->n;
+  g_assert_cmpint (rows, ==, ticking);
+  const gboolean first = t == 0 || t == w->start; /* a fresh row: unpadded */
+  g_assert_cmpuint (st.padded_ticks, ==, w->padded + !first);
+  g_assert_cmpint (st.last_rows, ==, first ? ticking : ppx_engine_tick_rows (e, ticking));
+  w->padded = st.padded_ticks;
+}
+
+/* The schedule's session i on an engine of its own (ppx_session_new), for its frames. */
+static PpxSchedOut
+run_alone (int i, int frames)
+{
+  g_autoptr (GError) err = NULL;
+  PpxSessionParams p;
+  session_params (i, &p);
+  PpxSession *s = ppx_session_new (model, &p, &err);
+  g_assert_no_error (err);
+  PpxSchedOut o = {frames, g_new (int, (gsize) frames * 17), g_new (float, (gsize) frames * fs)};
+  g_autofree float *in = g_new (float, fs);
+  for (int k = 0; k < frames; k++) {
+    PpxFrameResult res;
+    input_frame (i, k, in);
+    g_assert_true (ppx_session_step (s, in, o.pcm + (gsize) k * fs, &res, &err));
+    g_assert_no_error (err);
+    memcpy (o.tokens + (gsize) k * 17, res.tokens, sizeof res.tokens);
+  }
+  ppx_session_free (s);
+  return o;
+}
+
+/* Session `idle` of n is made ready at tick 0 and ticks from tick `start` on (never when start >= ticks); the
+ * others tick from tick 0. Every tick of the others while it idles is padded; every session's tokens and PCM
+ * equal its own one-session run, the idle one's from its first tick too. */
+static void
+check_idle (int n, int idle, int start, int ticks)
+{
+  g_autoptr (GError) err = NULL;
+  PpxSched sched[PPX_SCHED_MAX];
+  for (int i = 0; i < n; i++)
+    sched[i] = (PpxSched){0, -1, 0, i == idle ? start : 0};
+  PpxEngineParams ep;
+  ppx_engine_params_init (&ep);
+  ep.max_sessions = 8;
+  PpxEngine *e = ppx_engine_new (model, &ep, &err);
+  g_assert_no_error (err);
+  ppx_engine_force_buckets (e, TRUE);
+  IdleWatch w = {idle, start, n, 0};
+  const PpxSchedHooks hooks = {session_params, input_frame, watch_idle, &w};
+  PpxSchedOut outs[PPX_SCHED_MAX];
+  ppx_sched_run (e, n, sched, ticks, fs, &hooks, outs);
+  PpxEngineTickStats st;
+  ppx_engine_tick_stats (e, &st);
+  g_printerr ("  N = %d, session %d idle until tick %d: %" G_GUINT64_FORMAT " ticks, %" G_GUINT64_FORMAT
+              " padded to a bucket\n", n, idle, start, st.ticks, st.padded_ticks);
+  ppx_engine_unref (e);
+  for (int i = 0; i < n; i++) {
+    g_assert_cmpint (outs[i].frames, ==, i == idle ? MAX (ticks - start, 0) : ticks);
+    if (outs[i].frames > 0) {
+      PpxSchedOut alone = run_alone (i, outs[i].frames);
+      for (gsize j = 0; j < (gsize) alone.frames * 17; j++)
+        g_assert_cmpint (outs[i].tokens[j], ==, alone.tokens[j]);
+      for (gsize j = 0; j < (gsize) alone.frames * fs; j++)
+        g_assert_cmpfloat (outs[i].pcm[j], ==, alone.pcm[j]);
+      ppx_sched_out_clear (&alone);
+    }
+    ppx_sched_out_clear (&outs[i]);
+  }
+}
+
+static void
+test_idle_ready (void)
+{
+  check_idle (4, 0, 1000, 20); /* a keeper: never ticks */
+  check_idle (4, 2, 12, 30);   /* ticks from tick 12 on: takes the row after the others' */
+  check_idle (2, 1, 9, 24);
 }
 
 int
@@ -100,6 +199,7 @@ main (int argc, char **argv)
   user_n = (gsize) u->shape[0];
   g_test_add_func ("/engine-buckets/steady", test_steady);
   g_test_add_func ("/engine-buckets/churn", test_churn);
+  g_test_add_func ("/engine-buckets/idle-ready", test_idle_ready);
   int rc = g_test_run ();
   ppx_model_unref (model);
   golden_model_teardown (&G);

@@ -6,7 +6,9 @@
  *  - the engine on the golden tiny model, N = 1..4 greedy sessions (different audio, voices, prompts):
  *    graphs on and off give identical tokens and bit-identical PCM, and the same tokens as the CPU engine
  *    (PCM within 1e-3); with sessions missing ticks, joining and leaving (eager fallback ticks between
- *    graphed ones) the same holds. The figures printed: graph nodes per bucket, ticks graphed.
+ *    graphed ones) the same holds; with a ready session that never ticks (a server's model keeper) every
+ *    tick of the others but the first is padded and graphed. The figures printed: graph nodes per bucket,
+ *    ticks graphed.
  * Usage: test-gpu-tick [--bench]   (--bench: tiny-model tick time with graphs on/off, printed) */
 #include <math.h>
 
@@ -260,20 +262,20 @@ count_tick (PpxEngine *e, int t, void *data)
   }
 }
 
-/* n sessions on one engine of 4 slots for `ticks` ticks, as sched says. */
+/* n sessions on one engine of `slots` slots for `ticks` ticks, as sched says. */
 static void
-run_engine (PpxModel *model, gboolean no_graphs, int n, const PpxSched *sched, int ticks, PpxSchedOut *outs,
-            PpxEngineTickStats *st, double *tick_ms)
+run_engine (PpxModel *model, gboolean no_graphs, int slots, int n, const PpxSched *sched, int ticks,
+            PpxSchedOut *outs, PpxEngineTickStats *st, double *tick_ms)
 {
   g_autoptr (GError) err = NULL;
   PpxEngineParams ep;
   ppx_engine_params_init (&ep);
-  ep.max_sessions = 4;
+  ep.max_sessions = slots;
   ep.kv_format = PPX_KV_F32;
   ep.no_cuda_graphs = no_graphs;
   PpxEngine *e = ppx_engine_new (model, &ep, &err);
   g_assert_no_error (err);
-  g_assert_cmpint (n, <=, 4);
+  g_assert_cmpint (n, <=, slots);
   TickTimes tt = {0, 0};
   const PpxSchedHooks hooks = {session_params, input_frame, count_tick, &tt};
   ppx_sched_run (e, n, sched, ticks, fs, &hooks, outs);
@@ -301,14 +303,18 @@ compare (const char *what, int i, const PpxSchedOut *a, const PpxSchedOut *b, do
   g_assert_cmpfloat (err, <=, tol);
 }
 
+/* The scenario with graphs on, off and on the CPU (engines of `slots` slots); *on_stats (may be NULL) gets the
+ * stats of the run with graphs on. */
 static void
-check_scenario (int n, const PpxSched *sched, int ticks, const char *name, gboolean expect_graphs)
+check_scenario (int slots, int n, const PpxSched *sched, int ticks, const char *name, gboolean expect_graphs,
+                PpxEngineTickStats *on_stats)
 {
   PpxSchedOut on[4], off[4], ref[4];
   PpxEngineTickStats s_on, s_off, s_cpu;
-  run_engine (m_gpu, FALSE, n, sched, ticks, on, &s_on, NULL);
-  run_engine (m_gpu, TRUE, n, sched, ticks, off, &s_off, NULL);
-  run_engine (m_cpu, FALSE, n, sched, ticks, ref, &s_cpu, NULL);
+  g_assert_cmpint (n, <=, 4);
+  run_engine (m_gpu, FALSE, slots, n, sched, ticks, on, &s_on, NULL);
+  run_engine (m_gpu, TRUE, slots, n, sched, ticks, off, &s_off, NULL);
+  run_engine (m_cpu, FALSE, slots, n, sched, ticks, ref, &s_cpu, NULL);
   g_printerr ("  %s, N = %d: %" G_GUINT64_FORMAT " ticks, %" G_GUINT64_FORMAT " graphed, %" G_GUINT64_FORMAT
               " padded, %d graph(s), last %" G_GUINT64_FORMAT " nodes\n",
               name, n, s_on.ticks, s_on.graph_ticks, s_on.padded_ticks, s_on.graphs, s_on.graph_nodes);
@@ -332,6 +338,8 @@ check_scenario (int n, const PpxSched *sched, int ticks, const char *name, gbool
     g_assert_cmpuint (s_on.graph_ticks, >, 0);
     g_assert_cmpuint (s_on.graph_ticks, ==, s_on.padded_ticks); /* every padded tick replayed its graph */
   }
+  if (on_stats)
+    *on_stats = s_on;
 }
 
 static void
@@ -340,8 +348,8 @@ test_engine_steady (gconstpointer data)
   const int n = GPOINTER_TO_INT (data);
   PpxSched sched[4];
   for (int i = 0; i < 4; i++)
-    sched[i] = (PpxSched){0, -1, 0};
-  check_scenario (n, sched, 34, "steady", TRUE); /* 34 frames: the LM (20) and Mimi (15 frames) rings wrap */
+    sched[i] = (PpxSched){0, -1, 0, 0};
+  check_scenario (4, n, sched, 34, "steady", TRUE, NULL); /* 34 frames: the LM (20) and Mimi (15 frames) rings wrap */
 }
 
 static void
@@ -350,27 +358,49 @@ test_engine_churn (gconstpointer data)
   const int n = GPOINTER_TO_INT (data);
   PpxSched sched[4];
   for (int i = 0; i < 4; i++)
-    sched[i] = (PpxSched){0, -1, 0};
+    sched[i] = (PpxSched){0, -1, 0, 0};
   sched[0].skip_mod = 5;            /* misses ticks: those run unpadded, eagerly */
   if (n >= 2)
     sched[n - 1].join = 7;          /* joins: its first tick runs eagerly, then the bucket changes */
   if (n >= 3)
     sched[1].leave = 22;            /* leaves: rows move, a smaller bucket */
-  check_scenario (n, sched, 36, "churn", TRUE);
+  check_scenario (4, n, sched, 36, "churn", TRUE, NULL);
+}
+
+/* A ready session that never ticks (a server's model keeper, session 0: the first slot) beside n = 1..3 ticking
+ * ones on 8 slots: it holds no Mimi row, so every tick of the others but their first (a fresh codec) is padded to
+ * its bucket and replayed from its graph. Then the same keeper ticking from tick 20 on (its first tick runs
+ * unpadded, eagerly; the ticks after it are padded and graphed again). Results as in every scenario. */
+static void
+test_engine_keeper (gconstpointer data)
+{
+  const int n = GPOINTER_TO_INT (data), ticks = 34;
+  PpxSched sched[4];
+  for (int i = 0; i <= n; i++)
+    sched[i] = (PpxSched){0, -1, 0, i == 0 ? 1000 : 0};
+  PpxEngineTickStats st;
+  check_scenario (8, n + 1, sched, ticks, "keeper", TRUE, &st);
+  g_assert_cmpuint (st.ticks, ==, ticks);
+  g_assert_cmpuint (st.padded_ticks, ==, ticks - 1);
+  g_assert_cmpuint (st.graph_ticks, ==, ticks - 1);
+  sched[0].start = 20;
+  check_scenario (8, n + 1, sched, ticks, "keeper ticking from tick 20", TRUE, &st);
+  g_assert_cmpuint (st.padded_ticks, ==, ticks - 2);
+  g_assert_cmpuint (st.graph_ticks, ==, ticks - 2);
 }
 
 static void
 bench (void)
 {
-  PpxSched sched[4] = {{0, -1, 0}, {0, -1, 0}, {0, -1, 0}, {0, -1, 0}};
+  PpxSched sched[4] = {{0, -1, 0, 0}, {0, -1, 0, 0}, {0, -1, 0, 0}, {0, -1, 0, 0}};
   for (int n = 1; n <= 4; n++) {
     PpxSchedOut o[4];
     PpxEngineTickStats st;
     double on_ms, off_ms;
-    run_engine (m_gpu, FALSE, n, sched, 60, o, &st, &on_ms);
+    run_engine (m_gpu, FALSE, 4, n, sched, 60, o, &st, &on_ms);
     for (int i = 0; i < n; i++)
       ppx_sched_out_clear (&o[i]);
-    run_engine (m_gpu, TRUE, n, sched, 60, o, &st, &off_ms);
+    run_engine (m_gpu, TRUE, 4, n, sched, 60, o, &st, &off_ms);
     for (int i = 0; i < n; i++)
       ppx_sched_out_clear (&o[i]);
     g_printerr ("tiny model, N = %d: tick %.3f ms with graphs, %.3f ms without\n", n, on_ms, off_ms);
@@ -412,6 +442,10 @@ main (int argc, char **argv)
       g_autofree char *b = g_strdup_printf ("/gpu-tick/engine-churn/%d", n);
       g_test_add_data_func (a, GINT_TO_POINTER (n), test_engine_steady);
       g_test_add_data_func (b, GINT_TO_POINTER (n), test_engine_churn);
+    }
+    for (int n = 1; golden && n <= 3; n++) {
+      g_autofree char *k = g_strdup_printf ("/gpu-tick/engine-keeper/%d", n);
+      g_test_add_data_func (k, GINT_TO_POINTER (n), test_engine_keeper);
     }
     rc = g_test_run ();
   }

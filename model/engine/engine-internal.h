@@ -57,7 +57,7 @@ struct PpxEngine {
   PpxKvFormat kv;    /* the API's format, resolved: never AUTO (ppx_engine_kv_format) */
   PpxTensorType kv_storage; /* its storage, the form the LM and the backend take (ppx_kv_storage) */
   PpxLmBatch *lm;    /* KV caches of max_sessions slots, scratch of max_sessions rows */
-  PpxMimiBatch *mimi; /* codec state of max_sessions rows: the active sessions, compact in rows 0.. */
+  PpxMimiBatch *mimi; /* codec state of max_sessions rows: the sessions that ticked, compact in rows 0.. */
   PpxTensor *pcm_in, *pcm_out, *codes; /* [max, frame_size], [max, frame_size], [max, num_codebooks] */
   float *host_pcm;   /* [max, frame_size] */
   PpxLmRow prompt_row; /* the single row of a prompt frame */
@@ -71,8 +71,8 @@ struct PpxEngine {
   int32_t *host_out;    /* [max, PPX_LM_TICK_OUT] */
   int (*tick_tokens)[PPX_MAX_STREAMS]; /* [max]: each row's frame, from ppx_lm_batch_tick_done */
 
-  /* The GPU tick (docs/engine.md): a tick of every active session is padded to a batch-size bucket and,
-   * with graphs, replayed from one CUDA graph per bucket. */
+  /* The GPU tick (docs/engine.md): a tick of every session holding a Mimi row is padded to a batch-size
+   * bucket and, with graphs, replayed from one CUDA graph per bucket. */
   gboolean bucketed;    /* the backend records graphs: pad full ticks to buckets */
   gboolean graphs;      /* ... and replay them (not no_cuda_graphs, not PPX_CUDA_GRAPHS=0) */
   int graph_steps;      /* depformer steps of a bucketed tick: enough for every conversation row */
@@ -96,8 +96,9 @@ struct PpxEngine {
   GCond turn;
   gint ticks_waiting; /* atomic: ticks blocked on the lock */
   PpxSession **slots; /* [max]: slot -> session, NULL when free */
-  PpxSession **active; /* [max]: Mimi row -> session, rows 0..n_active-1 */
-  int n_active;        /* atomic reads outside the lock */
+  PpxSession **row_owner; /* [max]: Mimi row -> session, rows 0..n_rows-1 */
+  int n_rows;          /* sessions holding a Mimi row: those that ticked since they were made ready */
+  int n_ready;         /* ready sessions (prompts done, not freed), with a row or not; atomic reads outside */
   gint last_tick_us, last_batch; /* atomic */
 };
 
@@ -105,7 +106,8 @@ struct PpxSession {
   PpxEngine *engine; /* holds a reference */
   PpxModel *model;   /* the engine's */
   int slot;          /* KV cache slot, fixed for the session's life */
-  int row;           /* Mimi row while active (after the prompts), else -1 */
+  gboolean ready;    /* the prompts are done: the session may be stepped (guarded by the engine lock) */
+  int row;           /* Mimi row, taken at the session's first tick (engine.c, take_rows); -1 before */
   int lm_row;        /* the session's row in the last LM step (logits for tests) */
   PpxSampling smp;
   int *text_tokens;
@@ -131,11 +133,13 @@ void ppx_engine_note_tick (PpxEngine *e, gint64 arrival, gint64 start, gint64 en
 /* ---- slots, rows and prompt frames (engine.c) ---- */
 /* A slot for a new session (PPX_ERROR_LIMIT when all are taken); the session is not active yet. */
 gboolean ppx_engine_claim_slot (PpxEngine *e, PpxSession *s, GError **error);
-/* After the prompts: the session gets the next Mimi row (fresh codec state) and can be stepped. */
+/* After the prompts: the session can be stepped; it takes its Mimi row (fresh codec state) at its first tick,
+ * so a ready session that never ticks (a server's model keeper) holds none. */
 void ppx_engine_activate (PpxEngine *e, PpxSession *s);
-/* Fresh codec state for an active session's row (ppx_session_reset). */
+/* Fresh codec state for the session's row (ppx_session_reset; nothing before its first tick: the row it
+ * takes then starts fresh). */
 void ppx_engine_reset_codec (PpxEngine *e, PpxSession *s);
-/* The session leaves: its row is refilled by the last active row, its slot is freed. */
+/* The session leaves: its row (if it took one) is refilled by the last row held, its slot is freed. */
 void ppx_engine_release (PpxEngine *e, PpxSession *s);
 /* One LMGen call of one session as a single-row model step (prompt frames); call with the lock held.
  * Returns TRUE and fills out when the call yields a frame. */

@@ -2,9 +2,9 @@
  * model's backend, and the frame tick that steps many sessions as the rows of one batch: Mimi encode of
  * all rows, the LM tick (ppx_lm_batch_tick: LMGen prepare, one LM pass, LMGen finish, on the device), Mimi
  * decode of all rows, with no host round trip inside (one upload of PCM before, one download of PCM +
- * tokens after). On a
- * backend that records graphs a tick of every active session is padded to a batch-size bucket and
- * replayed from one graph per bucket ("The GPU tick" in docs/engine.md). */
+ * tokens after). A session takes its Mimi row at its first tick. On a backend that records graphs a tick of
+ * every session holding a row is padded to a batch-size bucket and replayed from one graph per bucket ("The
+ * GPU tick" in docs/engine.md). */
 #include "engine-internal.h"
 
 #include <math.h>
@@ -85,7 +85,7 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   g_cond_init (&e->turn);
   e->times = ppx_tick_times_new (1000.0 * cfg->mimi.frame_size / ppx_model_sample_rate (model));
   e->slots = g_new0 (PpxSession *, n);
-  e->active = g_new0 (PpxSession *, n);
+  e->row_owner = g_new0 (PpxSession *, n);
   e->tick_rows = g_new0 (PpxLmTickRow, n);
   e->order = g_new0 (int, n);
   e->host_pcm = g_new0 (float, (gsize) n * cfg->mimi.frame_size);
@@ -148,7 +148,7 @@ ppx_engine_unref (PpxEngine *e)
   g_free (e->tick_rows);
   g_free (e->order);
   g_free (e->slots);
-  g_free (e->active);
+  g_free (e->row_owner);
   g_mutex_clear (&e->lock);
   g_cond_clear (&e->turn);
   ppx_tick_times_free (e->times);
@@ -165,7 +165,7 @@ ppx_engine_max_sessions (const PpxEngine *e)
 int
 ppx_engine_active_sessions (const PpxEngine *e)
 {
-  return g_atomic_int_get (&e->n_active);
+  return g_atomic_int_get (&e->n_ready);
 }
 
 PpxKvFormat
@@ -252,11 +252,27 @@ void
 ppx_engine_activate (PpxEngine *e, PpxSession *s)
 {
   g_mutex_lock (&e->lock);
-  s->row = e->n_active;
-  e->active[s->row] = s;
-  ppx_mimi_batch_reset_row (e->mimi, s->row);
-  g_atomic_int_set (&e->n_active, e->n_active + 1);
+  if (!s->ready) {
+    s->ready = TRUE;
+    g_atomic_int_set (&e->n_ready, e->n_ready + 1);
+  }
   g_mutex_unlock (&e->lock);
+}
+
+/* At its first tick a session takes the next Mimi row, with fresh codec state: the rows held stay compact
+ * (0..n_rows-1), and a ready session that never ticks (a server's model keeper) holds none, so a tick of all
+ * the others is still a tick of every row (set_rows: padded, graphed). Call with the lock held. */
+static void
+take_rows (PpxEngine *e, PpxSession *const *sessions, int n)
+{
+  for (int i = 0; i < n; i++) {
+    PpxSession *s = sessions[i];
+    if (s->row >= 0)
+      continue;
+    s->row = e->n_rows++;
+    e->row_owner[s->row] = s;
+    ppx_mimi_batch_reset_row (e->mimi, s->row);
+  }
 }
 
 void
@@ -273,15 +289,19 @@ ppx_engine_release (PpxEngine *e, PpxSession *s)
 {
   g_mutex_lock (&e->lock);
   if (s->row >= 0) {
-    const int last = e->n_active - 1;
-    if (s->row != last) { /* keep the active rows compact: the last one moves into the hole */
+    const int last = e->n_rows - 1;
+    if (s->row != last) { /* keep the rows held compact: the last one moves into the hole */
       ppx_mimi_batch_move_row (e->mimi, last, s->row);
-      e->active[s->row] = e->active[last];
-      e->active[s->row]->row = s->row;
+      e->row_owner[s->row] = e->row_owner[last];
+      e->row_owner[s->row]->row = s->row;
     }
-    e->active[last] = NULL;
-    g_atomic_int_set (&e->n_active, last);
+    e->row_owner[last] = NULL;
+    e->n_rows = last;
     s->row = -1;
+  }
+  if (s->ready) {
+    s->ready = FALSE;
+    g_atomic_int_set (&e->n_ready, e->n_ready - 1);
   }
   if (s->slot >= 0 && e->slots[s->slot] == s)
     e->slots[s->slot] = NULL;
@@ -330,7 +350,7 @@ check_tick (PpxEngine *e, PpxSession *const *sessions, int n, const float *const
                    s ? "belongs to another engine" : "is NULL");
       return FALSE;
     }
-    if (s->row < 0) {
+    if (!s->ready) {
       g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_engine_step: session %d is not ready (prompts running)",
                    i);
       return FALSE;
@@ -366,8 +386,8 @@ sort_by_row (PpxEngine *e, PpxSession *const *sessions, int n)
 }
 
 /* Mimi encode (decode = FALSE: pcm_in -> codes) or decode (tick_out's agent codes -> pcm_out) of the
- * tick's rows, one batched call per run of consecutive Mimi rows (all of them when every active session
- * is in the tick). */
+ * tick's rows, one batched call per run of consecutive Mimi rows (all of them when every session holding a
+ * row is in the tick). */
 static void
 codec_runs (PpxEngine *e, PpxSession *const *sessions, int n, gboolean decode)
 {
@@ -390,8 +410,8 @@ codec_runs (PpxEngine *e, PpxSession *const *sessions, int n, gboolean decode)
   }
 }
 
-/* The tick's LM rows: rows 0..n-1 are its sessions in Mimi row order. A tick of every active session (then
- * rows 0..n-1 are Mimi rows 0..n-1) is offered padding to its bucket, its extra rows n..B-1 on free slots (and
+/* The tick's LM rows: rows 0..n-1 are its sessions in Mimi row order. A tick of every session holding a row
+ * (then rows 0..n-1 are Mimi rows 0..n-1) is offered padding to its bucket, its extra rows n..B-1 on free slots (and
  * free Mimi rows); returns how many padding rows are offered, -1 for none. */
 static int
 set_rows (PpxEngine *e, PpxSession *const *sessions, int n, gboolean all_started)
@@ -400,7 +420,7 @@ set_rows (PpxEngine *e, PpxSession *const *sessions, int n, gboolean all_started
     PpxSession *s = sessions[e->order[b]];
     e->tick_rows[b] = (PpxLmTickRow){.slot = s->slot, .gen = &s->gen, .smp = &s->smp};
   }
-  if (!e->bucketed || n != e->n_active || !all_started)
+  if (!e->bucketed || n != e->n_rows || !all_started)
     return -1;
   const int want = bucket_rows (e, n);
   int got = 0;
@@ -488,6 +508,7 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
     ppx_engine_unlock_after_tick (e);
     return TRUE;
   }
+  take_rows (e, sessions, n);
   sort_by_row (e, sessions, n);
   PpxBackend *be = e->model->be;
   PpxBackendCounters c0, c1;

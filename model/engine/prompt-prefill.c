@@ -8,9 +8,10 @@
  *            measured times, or, not measured yet, the next smaller size's estimate scaled by the sizes' ratio
  *
  * with the tick interval the shortest of the last ticks' arrival intervals, at most the frame period (80 ms),
- * and the sizes 1, 2, 4, ... up to the largest (64 by default). No session active: nothing ticks, the budget
- * is unbounded. When not even one frame fits (the gap is spent, or the next tick is overdue) the chunk waits
- * for the next tick to go by, once, at most a quarter period; after that wait it runs at least one frame, with
+ * and the sizes 1, 2, 4, ... up to the largest (64 by default). No session holds a Mimi row (none has ticked;
+ * a ready one that never ticks, a server's model keeper, holds none): nothing ticks, the budget is unbounded.
+ * When not even one frame fits (the gap is spent, or the next tick is overdue) the chunk waits for the next
+ * tick to go by, once, at most a quarter period; after that wait it runs at least one frame, with
  * the budget of a tick arriving now (the period minus the last tick's run; when ticks run back to back, a
  * quarter of a tick's run), so prompts progress even then. A wait that saw no tick marks the ticks stalled
  * (they stopped, or come from the thread that runs the prompts), and no chunk waits again until a tick comes.
@@ -100,12 +101,12 @@ tick_interval_ms (const PpxEngine *e)
   return MAX (iv, 0.0);
 }
 
-/* When the next tick is due (us), or 0 when none is expected (no active session, no tick yet). */
+/* When the next tick is due (us), or 0 when none is expected (no session holds a Mimi row, no tick yet). */
 static gint64
 next_tick_due (const PpxEngine *e)
 {
   const PpxPromptClock *c = &e->clock;
-  if (e->n_active == 0 || c->n_ticks == 0)
+  if (e->n_rows == 0 || c->n_ticks == 0)
     return 0;
   const gint64 last = c->arrival[(c->n_ticks - 1) % G_N_ELEMENTS (c->arrival)];
   return last + (gint64) (tick_interval_ms (e) * 1000.0);

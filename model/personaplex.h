@@ -115,7 +115,7 @@ PpxEngine *ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GErro
 PpxEngine *ppx_engine_ref (PpxEngine *engine);
 void ppx_engine_unref (PpxEngine *engine);
 int ppx_engine_max_sessions (const PpxEngine *engine);
-/* Sessions that can be stepped (created, prompts done, not freed). */
+/* Sessions that can be stepped (created, prompts done, not freed), whether they have ticked yet or not. */
 int ppx_engine_active_sessions (const PpxEngine *engine);
 PpxKvFormat ppx_engine_kv_format (const PpxEngine *engine);
 /* Device bytes of one session slot (all its state at full context, with its row of the batch scratch: what
@@ -178,8 +178,9 @@ const double *ppx_engine_tick_bucket_bounds_ms (void);
  * the rows the last measured tick ran (more than `rows` when the engine padded it to its bucket). */
 gboolean ppx_engine_measure_tick (PpxEngine *engine, int rows, int ticks, double *ms, int *padded_rows,
                                   GError **error);
-/* The rows a tick of n sessions runs when every session is in it: n, or on a bucketed engine (CUDA) the next
- * power of two, at most max_sessions (docs/engine.md, "Batch-size buckets and padding"). */
+/* The rows a tick of n sessions runs when every session that ticks is in it (a ready session that has not
+ * ticked yet holds no Mimi row and does not count): n, or on a bucketed engine (CUDA) the next power of two,
+ * at most max_sessions (docs/engine.md, "Batch-size buckets and padding"). */
 int ppx_engine_tick_rows (const PpxEngine *engine, int n);
 
 /* How the ticks ran (docs/engine.md, "The GPU tick"). */

@@ -64,20 +64,17 @@ struct PpxEngine {
   PpxLmTickRow *tick_rows; /* [max]: the LM rows of a tick, in Mimi row order, padding after the sessions */
   int *order;        /* [max]: a tick's sessions sorted by row */
 
-  /* The LM tick (ppx_lm_batch_tick, LMGen on the device) writes each row's output tokens and new LMGen
-   * state to tick_out, downloaded once with the PCM, so the host copy (PpxSession.gen) is current after
-   * every tick. */
+  /* The LM tick (ppx_lm_batch_run_tick, LMGen on the device) writes each row's output tokens and new LMGen
+   * state to tick_out; the LM downloads it and brings each session's host copy (PpxSession.gen) up to date
+   * after every tick. */
   PpxTensor *tick_out;  /* [max, PPX_LM_TICK_OUT] i32, by row: tokens, then the state */
-  int32_t *host_out;    /* [max, PPX_LM_TICK_OUT] */
-  int (*tick_tokens)[PPX_MAX_STREAMS]; /* [max]: each row's frame, from ppx_lm_batch_tick_done */
+  int (*tick_tokens)[PPX_MAX_STREAMS]; /* [max]: each row's frame, from ppx_lm_batch_run_tick */
 
   /* The GPU tick (docs/engine.md): a tick of every session holding a Mimi row is padded to a batch-size
-   * bucket and, with graphs, replayed from one CUDA graph per bucket. */
+   * bucket and, with graphs, replayed by the LM from one CUDA graph per bucket. */
   gboolean bucketed;    /* the backend records graphs: pad full ticks to buckets */
   gboolean graphs;      /* ... and replay them (not no_cuda_graphs, not PPX_CUDA_GRAPHS=0) */
   int graph_steps;      /* depformer steps of a bucketed tick: enough for every conversation row */
-  PpxGraph **graph;     /* [max + 1]: by bucket rows, NULL until first needed */
-  int *graph_failures;  /* [max + 1]: recordings that failed; a bucket that fails 3 times runs eagerly */
   PpxEngineTickStats stats;
   PpxTickTimes *times;  /* wall times of the recent ticks (a lock of its own) */
   gint measuring;       /* ppx_engine_measure_tick runs: its ticks are not recorded in times (atomic) */

@@ -1,10 +1,10 @@
 /* The batched engine (personaplex.h, docs/engine.md): max_sessions slots of per-session state on the
- * model's backend, and the frame tick that steps many sessions as the rows of one batch: Mimi encode of
- * all rows, the LM tick (ppx_lm_batch_tick: LMGen prepare, one LM pass, LMGen finish, on the device), Mimi
- * decode of all rows, with no host round trip inside (one upload of PCM before, one download of PCM +
- * tokens after). A session takes its Mimi row at its first tick. On a backend that records graphs a tick of
- * every session holding a row is padded to a batch-size bucket and replayed from one graph per bucket ("The
- * GPU tick" in docs/engine.md). */
+ * model's backend, and the frame tick that steps many sessions as the rows of one batch: one LM call
+ * (ppx_lm_batch_run_tick: LMGen prepare, one LM pass, LMGen finish, on the device) with the engine's Mimi
+ * encode and decode of all rows as its codec stage, with no host round trip inside (one upload of PCM
+ * before, one download of PCM + tokens after). A session takes its Mimi row at its first tick. On a backend
+ * that records graphs a tick of every session holding a row is offered padding to a batch-size bucket, and
+ * the LM replays a padded tick from one graph per bucket ("The GPU tick" in docs/engine.md). */
 #include "engine-internal.h"
 
 #include <math.h>
@@ -89,10 +89,7 @@ ppx_engine_new (PpxModel *model, const PpxEngineParams *params, GError **error)
   e->tick_rows = g_new0 (PpxLmTickRow, n);
   e->order = g_new0 (int, n);
   e->host_pcm = g_new0 (float, (gsize) n * cfg->mimi.frame_size);
-  e->host_out = g_new0 (int32_t, (gsize) n * PPX_LM_TICK_OUT);
   e->tick_tokens = g_malloc0_n (n, sizeof *e->tick_tokens);
-  e->graph = g_new0 (PpxGraph *, n + 1);
-  e->graph_failures = g_new0 (int, n + 1);
   const gsize fs = cfg->mimi.frame_size;
   gboolean ok = (e->lm = ppx_lm_batch_new (model->lm, n, n, e->kv_storage, error)) &&
                 (e->mimi = ppx_mimi_batch_new (model->mimi, n, error)) &&
@@ -138,12 +135,7 @@ ppx_engine_unref (PpxEngine *e)
   ppx_tensor_free (e->pcm_out);
   ppx_tensor_free (e->codes);
   ppx_tensor_free (e->tick_out);
-  for (int b = 0; e->graph && b <= e->max_sessions; b++)
-    ppx_graph_free (e->graph[b]);
-  g_free (e->graph);
-  g_free (e->graph_failures);
   g_free (e->host_pcm);
-  g_free (e->host_out);
   g_free (e->tick_tokens);
   g_free (e->tick_rows);
   g_free (e->order);
@@ -219,9 +211,7 @@ ppx_engine_tick_stats (PpxEngine *e, PpxEngineTickStats *st)
   g_mutex_lock (&e->lock);
   *st = e->stats;
   ppx_tick_times_get (e->times, &st->times);
-  st->graphs = 0;
-  for (int b = 0; b <= e->max_sessions; b++)
-    st->graphs += e->graph[b] != NULL;
+  st->graphs = ppx_lm_batch_graphs (e->lm, &st->graph_nodes);
   g_mutex_unlock (&e->lock);
 }
 
@@ -411,8 +401,8 @@ codec_runs (PpxEngine *e, PpxSession *const *sessions, int n, gboolean decode)
 }
 
 /* The tick's LM rows: rows 0..n-1 are its sessions in Mimi row order. A tick of every session holding a row
- * (then rows 0..n-1 are Mimi rows 0..n-1) is offered padding to its bucket, its extra rows n..B-1 on free slots (and
- * free Mimi rows); returns how many padding rows are offered, -1 for none. */
+ * (then rows 0..n-1 are Mimi rows 0..n-1) is offered padding to its bucket, its extra rows n..B-1 on free slots
+ * (and free Mimi rows); returns how many padding rows are offered, -1 for none. */
 static int
 set_rows (PpxEngine *e, PpxSession *const *sessions, int n, gboolean all_started)
 {
@@ -430,61 +420,44 @@ set_rows (PpxEngine *e, PpxSession *const *sessions, int n, gboolean all_started
   return n + got == want ? got : -1; /* else a session holds a slot for its prompts: this tick runs unpadded */
 }
 
-/* The device work of a tick of M rows (n of them sessions): encode -> the LM tick -> decode. `full`: rows
- * 0..M-1 are Mimi rows 0..M-1 (a bucketed tick; graph-recordable). */
+/* The tick's codec stage (PpxLmTickStage): the sessions, in e->order. */
+typedef struct {
+  PpxEngine *e;
+  PpxSession *const *sessions;
+  int n;
+} TickCodec;
+
+/* A padded tick's rows 0..M-1 are Mimi rows 0..M-1: one batched call (graph-recordable; the padding rows are
+ * marked started, so no replicate padding step); otherwise one per run of consecutive rows. */
 static void
-enqueue_tick (PpxEngine *e, PpxSession *const *sessions, int n, int M, gboolean full, int n_steps)
+tick_encode (void *data, const PpxLmTickPlan *plan)
 {
-  const int nq = e->model->cfg.mimi.num_codebooks;
-  if (full)
-    ppx_mimi_batch_encode (e->mimi, 0, M, e->pcm_in, e->codes, 0, nq);
+  TickCodec *tc = data;
+  PpxEngine *e = tc->e;
+  if (!plan->padded) {
+    codec_runs (e, tc->sessions, tc->n, FALSE);
+    return;
+  }
+  for (int r = tc->n; r < plan->rows; r++)
+    ppx_mimi_batch_mark_started (e->mimi, r);
+  ppx_mimi_batch_encode (e->mimi, 0, plan->rows, e->pcm_in, e->codes, 0, e->model->cfg.mimi.num_codebooks);
+}
+
+static void
+tick_decode (void *data, const PpxLmTickPlan *plan)
+{
+  TickCodec *tc = data;
+  PpxEngine *e = tc->e;
+  if (plan->padded)
+    ppx_mimi_batch_decode (e->mimi, 0, plan->rows, e->tick_out, 1, PPX_LM_TICK_OUT, e->pcm_out);
   else
-    codec_runs (e, sessions, n, FALSE);
-  ppx_lm_batch_tick (e->lm, e->codes, 0, nq, M, n_steps, e->tick_out, PPX_LM_TICK_OUT);
-  if (full)
-    ppx_mimi_batch_decode (e->mimi, 0, M, e->tick_out, 1, PPX_LM_TICK_OUT, e->pcm_out);
-  else
-    codec_runs (e, sessions, n, TRUE);
+    codec_runs (e, tc->sessions, tc->n, TRUE);
 }
 
 int
 ppx_engine_tick_rows (const PpxEngine *e, int n)
 {
   return e && e->bucketed && n > 0 ? bucket_rows (e, n) : n;
-}
-
-/* Runs a bucketed tick from its graph, recording it first when needed. FALSE: it could not (the caller
- * runs the tick eagerly). */
-static gboolean
-replay_tick (PpxEngine *e, PpxSession *const *sessions, int n, int B)
-{
-  PpxBackend *be = e->model->be;
-  if (e->graph_failures[B] >= 3)
-    return FALSE;
-  for (int attempt = 0; attempt < 3; attempt++) {
-    if (!e->graph[B]) {
-      g_autoptr (GError) err = NULL;
-      if (!ppx_backend_graph_begin (be, &err)) {
-        e->graph_failures[B]++;
-        g_debug ("engine: no graph for %d rows: %s", B, err->message);
-        return FALSE;
-      }
-      enqueue_tick (e, sessions, n, B, TRUE, e->graph_steps);
-      e->graph[B] = ppx_backend_graph_end (be, &err);
-      if (!e->graph[B]) { /* e.g. scratch memory allocated now: record again */
-        g_debug ("engine: recording the %d-row tick: %s", B, err->message);
-        continue;
-      }
-      e->stats.graph_nodes = ppx_graph_nodes (e->graph[B]);
-    }
-    if (ppx_backend_graph_launch (be, e->graph[B]))
-      return TRUE;
-    ppx_graph_free (e->graph[B]); /* stale: the backend's scratch moved */
-    e->graph[B] = NULL;
-  }
-  if (++e->graph_failures[B] >= 3)
-    g_warning ("engine: the %d-row tick could not be recorded as a graph; it runs op by op", B);
-  return FALSE;
 }
 
 gboolean
@@ -514,24 +487,6 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
   PpxBackendCounters c0, c1;
   ppx_backend_counters (be, &c0);
 
-  /* the LM's rows: every session past its output lag, the depformer steps they need, and the padding to
-   * the bucket's graph when those are enough */
-  gboolean all_started = TRUE;
-  for (int b = 0; b < n; b++)
-    all_started &= ppx_mimi_batch_row_started (e->mimi, sessions[e->order[b]]->row);
-  const int n_pad = set_rows (e, sessions, n, all_started);
-  PpxLmTickPlan plan;
-  if (!ppx_lm_batch_tick_rows (e->lm, e->tick_rows, n, n_pad, e->graph_steps, &plan)) {
-    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_engine_step: session %d is still inside the model's "
-                 "output lag (prompt phase too short)", e->order[plan.late]);
-    ppx_engine_unlock_after_tick (e);
-    return FALSE;
-  }
-  const int B = plan.rows, n_steps = plan.n_steps;
-  const gboolean full = plan.padded;
-  for (int r = n; r < B; r++)
-    ppx_mimi_batch_mark_started (e->mimi, r); /* padding: no replicate padding step */
-
   for (int b = 0; b < n; b++) {
     const float *src = in[e->order[b]];
     float *dst = e->host_pcm + (gsize) b * fs;
@@ -539,13 +494,26 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
       dst[i] = isfinite (src[i]) ? src[i] : 0.0f; /* NaN/Inf: silence, never poison the state */
   }
   ppx_tensor_upload (e->pcm_in, 0, e->host_pcm, (gsize) n * fs);
-  gboolean graphed = full && e->graphs && replay_tick (e, sessions, n, B);
-  if (!graphed)
-    enqueue_tick (e, sessions, n, B, full, full ? e->graph_steps : n_steps);
+
+  /* one LM call: its rows (the padding to the bucket's graph offered to a tick of every row), the codec as
+   * its stage */
+  gboolean all_started = TRUE;
+  for (int b = 0; b < n; b++)
+    all_started &= ppx_mimi_batch_row_started (e->mimi, sessions[e->order[b]]->row);
+  TickCodec codec = {e, sessions, n};
+  const PpxLmTick tick = {.rows = e->tick_rows, .n = n, .n_pad = set_rows (e, sessions, n, all_started),
+                          .pad_steps = e->graph_steps, .graphs = e->graphs, .codes = e->codes, .code_off = 0,
+                          .code_stride = cfg->mimi.num_codebooks, .out = e->tick_out,
+                          .stage = {tick_encode, tick_decode, &codec}};
+  PpxLmTickPlan plan;
+  if (!ppx_lm_batch_run_tick (e->lm, &tick, e->tick_tokens, &plan)) {
+    g_set_error (error, PPX_ERROR, PPX_ERROR_INVALID, "ppx_engine_step: session %d is still inside the model's "
+                 "output lag (prompt phase too short)", e->order[plan.late]);
+    ppx_engine_unlock_after_tick (e);
+    return FALSE;
+  }
   ppx_tensor_download (e->pcm_out, 0, e->host_pcm, (gsize) n * fs);
-  ppx_tensor_download (e->tick_out, 0, e->host_out, (gsize) n * PPX_LM_TICK_OUT);
   ppx_backend_counters (be, &c1);
-  ppx_lm_batch_tick_done (e->lm, e->tick_rows, n, e->host_out, PPX_LM_TICK_OUT, e->tick_tokens);
 
   ppx_tick_times_debug_delay (e->times); /* PPX_DEBUG_TICK_DELAY: a slower tick, for tests */
   const double ms = (g_get_monotonic_time () - t0) / 1000.0;
@@ -566,9 +534,9 @@ ppx_engine_step (PpxEngine *e, PpxSession *const *sessions, int n, const float *
     }
   }
   e->stats.ticks++;
-  e->stats.graph_ticks += graphed;
-  e->stats.padded_ticks += full;
-  e->stats.last_rows = B;
+  e->stats.graph_ticks += plan.graphed;
+  e->stats.padded_ticks += plan.padded;
+  e->stats.last_rows = plan.rows;
   e->stats.last_ops = c1.n_ops - c0.n_ops;
   e->stats.last_uploads = c1.n_uploads - c0.n_uploads;
   e->stats.last_downloads = c1.n_downloads - c0.n_downloads;

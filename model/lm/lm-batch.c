@@ -1,7 +1,8 @@
 /* The LM step for a batch of sessions (spec §3.4-3.9): per-slot KV caches, row-batched scratch, one
  * temporal pass for M rows (each at its own position and slot), the text head, sampling with per-row
  * parameters and the depformer for all M rows; and the conversation tick, that step with LMGen prepare
- * and finish around it on the device (per-slot LMGen state). */
+ * and finish around it on the device (per-slot LMGen state), between the caller's codec stages, replayed
+ * from one graph per row count when padded. */
 #include "lm-internal.h"
 #include "lmgen.h"
 #include "tensor-plan.h"
@@ -30,6 +31,12 @@ struct PpxLmBatch {
   int32_t *row_slot;    /* [R]: the slot tensor's rows as last uploaded by a tick */
   uint32_t *row_params; /* [R, PPX_SAMPLE_PARAMS]: the parameter rows as last uploaded by a tick */
   int rows_known;       /* how many of those rows are on the device (0 after ppx_lm_batch_step) */
+  int32_t *host_out;    /* [R, PPX_LM_TICK_OUT]: the tick's words, downloaded */
+
+  /* A padded tick's device work (stage encode, the LM, stage decode) as one graph per row count. */
+  PpxGraph **graph;     /* [R + 1]: by rows, NULL until first needed */
+  int *graph_failures;  /* [R + 1]: recordings that failed; a row count that fails 3 times runs eagerly */
+  guint64 graph_nodes;  /* of the last graph recorded */
 };
 
 /* Every device tensor of a batch (b's tensor fields, or only the count when p->be is NULL). */
@@ -133,6 +140,9 @@ ppx_lm_batch_new (PpxLm *lm, int n_slots, int max_rows, PpxTensorType kv, GError
   b->gen_known = g_new0 (gboolean, n_slots);
   b->row_slot = g_new0 (int32_t, R);
   b->row_params = g_new0 (uint32_t, (gsize) R * PPX_SAMPLE_PARAMS);
+  b->host_out = g_new0 (int32_t, (gsize) R * PPX_LM_TICK_OUT);
+  b->graph = g_new0 (PpxGraph *, R + 1);
+  b->graph_failures = g_new0 (int, R + 1);
   /* A free slot holds a harmless conversation state (valid tokens, past the output lag): a tick padded
    * to a bucket steps free slots as its extra rows. */
   PpxLmGen spare;
@@ -179,6 +189,11 @@ ppx_lm_batch_free (PpxLmBatch *b)
   g_free (b->gen_known);
   g_free (b->row_slot);
   g_free (b->row_params);
+  g_free (b->host_out);
+  for (int r = 0; b->graph && r <= b->R; r++)
+    ppx_graph_free (b->graph[r]);
+  g_free (b->graph);
+  g_free (b->graph_failures);
   g_free (b);
 }
 
@@ -365,7 +380,8 @@ ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M)
 
 /* ---- the conversation tick ---- */
 
-/* The tick's rows 0..M-1 go to the device where they changed (ppx_lm_batch_tick_rows). */
+/* The tick's rows 0..M-1 go to the device where they changed: the slot and sampling parameter rows, and each
+ * session's LMGen state where the host copy differs from what its slot holds. */
 static void
 upload_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int M)
 {
@@ -406,57 +422,119 @@ upload_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int M)
   b->rows_known = MAX (b->rows_known, M);
 }
 
-gboolean
-ppx_lm_batch_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int n, int n_pad, int pad_steps,
-                        PpxLmTickPlan *plan)
+/* The plan of a tick: every session past the output lag (FALSE, plan->late: nothing changed), the depformer
+ * steps, the padding when those steps fit; its rows go to the device. */
+static gboolean
+plan_tick (PpxLmBatch *b, const PpxLmTick *t, PpxLmTickPlan *plan)
 {
   const PpxLmConfig *c = &b->lm->cfg;
-  *plan = (PpxLmTickPlan){.rows = n, .n_steps = -1, .padded = FALSE, .late = -1};
-  for (int m = 0; m < n; m++) {
+  *plan = (PpxLmTickPlan){.rows = t->n, .n_steps = -1, .padded = FALSE, .graphed = FALSE, .late = -1};
+  for (int m = 0; m < t->n; m++) {
     int steps;
     gboolean sample;
-    if (rows[m].gen->offset <= c->max_delay || !ppx_lmgen_peek_conversation (rows[m].gen, &steps, &sample)) {
+    if (t->rows[m].gen->offset <= c->max_delay || !ppx_lmgen_peek_conversation (t->rows[m].gen, &steps, &sample)) {
       plan->late = m;
       return FALSE;
     }
     if (sample)
       plan->n_steps = MAX (plan->n_steps, CLAMP (steps, 0, c->dep_q));
   }
-  /* the padding rows run the depformer steps of the bucket's graph: enough when the sessions need no more */
-  plan->padded = n_pad >= 0 && plan->n_steps <= pad_steps;
-  plan->rows = plan->padded ? n + n_pad : n;
-  upload_tick_rows (b, rows, plan->rows);
+  /* the padding rows run the depformer steps of the graph: enough when the sessions need no more */
+  plan->padded = t->n_pad >= 0 && plan->n_steps <= t->pad_steps;
+  if (plan->padded) {
+    plan->rows = t->n + t->n_pad;
+    plan->n_steps = t->pad_steps;
+  }
+  upload_tick_rows (b, t->rows, plan->rows);
   return TRUE;
 }
 
-void
-ppx_lm_batch_tick (PpxLmBatch *b, const PpxTensor *codes, int code_off, int code_stride, int M, int n_steps,
-                   PpxTensor *out, int out_stride)
+/* The device work of a tick: the stage's encode, LMGen prepare, the temporal step, then, when n_steps >= 0,
+ * the text head, sampling and the depformer steps, LMGen finish into t->out, the stage's decode. Only
+ * enqueues: nothing is uploaded or downloaded, so a graph can record it. */
+static void
+enqueue_tick (PpxLmBatch *b, const PpxLmTick *t, const PpxLmTickPlan *plan)
 {
   PpxBackend *be = b->lm->be;
-  g_return_if_fail (M > 0 && M <= b->R && n_steps <= b->lm->cfg.dep_q);
-  ppx_op_lmgen_prepare (be, &b->dims, b->gen_state, b->slot, codes, code_off, code_stride, b->ids, b->forced,
-                        b->t_pos, b->params, M);
+  const int M = plan->rows;
+  t->stage.encode (t->stage.data, plan);
+  ppx_op_lmgen_prepare (be, &b->dims, b->gen_state, b->slot, t->codes, t->code_off, t->code_stride, b->ids,
+                        b->forced, b->t_pos, b->params, M);
   embed_rows (b, M);
   temporal_layers (b, M);
-  if (n_steps >= 0)
-    sample_device (b, M, n_steps);
-  ppx_op_lmgen_finish (be, &b->dims, b->gen_state, b->slot, b->out, out, out_stride, M);
+  if (plan->n_steps >= 0)
+    sample_device (b, M, plan->n_steps);
+  ppx_op_lmgen_finish (be, &b->dims, b->gen_state, b->slot, b->out, t->out, PPX_LM_TICK_OUT, M);
+  t->stage.decode (t->stage.data, plan);
 }
 
-void
-ppx_lm_batch_tick_done (PpxLmBatch *b, const PpxLmTickRow *rows, int n, const int32_t *host_out, int out_stride,
-                        int (*tokens)[PPX_MAX_STREAMS])
+/* Runs a padded tick from its graph, recording it first when needed. FALSE: it could not (the caller runs
+ * the tick op by op). */
+static gboolean
+replay_tick (PpxLmBatch *b, const PpxLmTick *t, const PpxLmTickPlan *plan)
 {
-  for (int m = 0; m < n; m++) {
-    const PpxLmTickRow *r = &rows[m];
-    const int32_t *words = host_out + (gsize) m * out_stride; /* tokens, then the state (PPX_LM_TICK_OUT) */
+  PpxBackend *be = b->lm->be;
+  const int M = plan->rows;
+  if (b->graph_failures[M] >= 3)
+    return FALSE;
+  for (int attempt = 0; attempt < 3; attempt++) {
+    if (!b->graph[M]) {
+      g_autoptr (GError) err = NULL;
+      if (!ppx_backend_graph_begin (be, &err)) {
+        b->graph_failures[M]++;
+        g_debug ("LM tick: no graph for %d rows: %s", M, err->message);
+        return FALSE;
+      }
+      enqueue_tick (b, t, plan);
+      b->graph[M] = ppx_backend_graph_end (be, &err);
+      if (!b->graph[M]) { /* e.g. scratch memory allocated now: record again */
+        g_debug ("LM tick: recording the %d-row tick: %s", M, err->message);
+        continue;
+      }
+      b->graph_nodes = ppx_graph_nodes (b->graph[M]);
+    }
+    if (ppx_backend_graph_launch (be, b->graph[M]))
+      return TRUE;
+    ppx_graph_free (b->graph[M]); /* stale: the backend's scratch moved */
+    b->graph[M] = NULL;
+  }
+  if (++b->graph_failures[M] >= 3)
+    g_warning ("LM tick: the %d-row tick could not be recorded as a graph; it runs op by op", M);
+  return FALSE;
+}
+
+gboolean
+ppx_lm_batch_run_tick (PpxLmBatch *b, const PpxLmTick *t, int (*tokens)[PPX_MAX_STREAMS], PpxLmTickPlan *plan)
+{
+  g_return_val_if_fail (t->n > 0 && t->n <= b->R && t->pad_steps <= b->lm->cfg.dep_q, FALSE);
+  if (!plan_tick (b, t, plan))
+    return FALSE;
+  plan->graphed = plan->padded && t->graphs && replay_tick (b, t, plan);
+  if (!plan->graphed)
+    enqueue_tick (b, t, plan);
+  /* after: each session's host LMGen takes its state from its row, whose tokens go to the caller */
+  ppx_tensor_download (t->out, 0, b->host_out, (gsize) t->n * PPX_LM_TICK_OUT);
+  for (int m = 0; m < t->n; m++) {
+    const PpxLmTickRow *r = &t->rows[m];
+    const int32_t *words = b->host_out + (gsize) m * PPX_LM_TICK_OUT; /* tokens, then the state */
     for (int k = 0; k < PPX_MAX_STREAMS; k++)
       tokens[m][k] = words[k];
     ppx_lmgen_unpack (r->gen, words + PPX_MAX_STREAMS);
     ppx_lmgen_pack (r->gen, b->gen_held + (gsize) r->slot * PPX_LMGEN_STATE); /* what the slot holds now */
     b->gen_known[r->slot] = TRUE;
   }
+  return TRUE;
+}
+
+int
+ppx_lm_batch_graphs (const PpxLmBatch *b, guint64 *last_nodes)
+{
+  int n = 0;
+  for (int r = 0; r <= b->R; r++)
+    n += b->graph[r] != NULL;
+  if (last_nodes)
+    *last_nodes = b->graph_nodes;
+  return n;
 }
 
 void

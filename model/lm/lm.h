@@ -87,12 +87,13 @@ void ppx_lm_prefill (PpxLmPrefill *f, int slot, const PpxLmRow *rows, int T);
 /* The temporal K (value FALSE) or V cache of `layer`, [n_slots, context, dim] in the batch's KV format (tests). */
 PpxTensor *ppx_lm_batch_cache (PpxLmBatch *b, int layer, gboolean value);
 
-/* ---- the conversation tick: LMGen prepare, the step and LMGen finish on the device ----
+/* ---- the conversation tick: one call, LMGen prepare, the step and LMGen finish on the device ----
  * During the conversation each slot's LMGen state (lmgen.h, as the words of lmgen-state.h) lives on the
- * device, and a tick runs one LMGen call for M rows with no host round trip inside: what the engine
- * sees is encode -> ppx_lm_batch_tick -> decode. Prompts run the host LMGen with ppx_lm_batch_step; the
- * host copy of a session's state is uploaded where it changed, and after a tick the host copy takes the
- * state the device computed. */
+ * device, and a tick runs one LMGen call for M rows with no host round trip inside. The caller's codec (the
+ * engine's Mimi) is a stage of the tick: ppx_lm_batch_run_tick plans the tick on the host, enqueues
+ * encode -> the LM's device work -> decode (or replays them as one graph), downloads the rows' words and
+ * hands back their tokens. Prompts run the host LMGen with ppx_lm_batch_step; the host copy of a session's
+ * state is uploaded where it changed, and after a tick the host copy takes the state the device computed. */
 
 /* Words of one row of the tick's output: the frame's PPX_MAX_STREAMS tokens (lmgen-state.h's finish),
  * then the row's LMGen state after the call. */
@@ -104,32 +105,54 @@ typedef struct {
   const PpxSampling *smp; /* the session's sampling (unused for padding) */
 } PpxLmTickRow;
 
-/* What ppx_lm_batch_tick_rows decided for a tick. */
+/* What ppx_lm_batch_run_tick decided for a tick. */
 typedef struct {
   int rows;         /* the tick's rows M: the sessions, and the padding when taken */
-  int n_steps;      /* depformer steps the sessions' rows need (-1: none samples) */
+  int n_steps;      /* depformer steps the tick runs (-1: none samples) */
   gboolean padded;  /* the padding rows were taken */
+  gboolean graphed; /* the device work was replayed from its graph */
   int late;         /* FALSE returned: the first session row still inside the model's output lag; else -1 */
 } PpxLmTickPlan;
 
-/* Before a tick, on the host: rows 0..n-1 are the sessions' rows (gen set), rows n..n+n_pad-1 padding rows on
- * free slots (gen NULL; n_pad < 0: none offered). Checks that every session is past the model's output lag
- * (FALSE, plan->late set and nothing changed when one is not), finds the depformer steps the sessions need,
- * and takes the padding when those are at most pad_steps. Each row m < plan->rows becomes row m of the tick:
- * its slot and sampling parameters, and its session's LMGen state where the host copy differs from what the
- * slot holds, go to the device; what the device holds already is not uploaded again. */
-gboolean ppx_lm_batch_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int n, int n_pad, int pad_steps,
-                                 PpxLmTickPlan *plan);
-/* The model tick of rows 0..M-1: LMGen prepare (row m's user codes are codes[m*code_stride + code_off +
- * q]), the temporal step, then, when n_steps >= 0, the text head, sampling and n_steps depformer steps,
- * and LMGen finish, whose rows go to out (row m at m*out_stride, PPX_LM_TICK_OUT words). Only enqueues
- * device work: nothing is uploaded or downloaded, so a graph can record it. */
-void ppx_lm_batch_tick (PpxLmBatch *b, const PpxTensor *codes, int code_off, int code_stride, int M, int n_steps,
-                        PpxTensor *out, int out_stride);
-/* After the tick's out was downloaded to host_out: the host copy of each of the n session rows' LMGen
- * takes its state after the call, and tokens[m] gets row m's frame: text, agent codes, user codes. */
-void ppx_lm_batch_tick_done (PpxLmBatch *b, const PpxLmTickRow *rows, int n, const int32_t *host_out,
-                             int out_stride, int (*tokens)[PPX_MAX_STREAMS]);
+/* The caller's part of the device work, enqueued around the LM's (and recorded with it into a padded
+ * tick's graph, so nothing in them may upload, download or depend on host values that change between
+ * replays): encode writes rows 0..plan->rows-1's user codes into the tick's codes, decode reads their agent
+ * codes (words 1..) from the tick's out. */
+typedef struct {
+  void (*encode) (void *data, const PpxLmTickPlan *plan);
+  void (*decode) (void *data, const PpxLmTickPlan *plan);
+  void *data;
+} PpxLmTickStage;
+
+typedef struct {
+  const PpxLmTickRow *rows; /* rows[0..n): the sessions; rows[n..n+n_pad): padding rows on free slots offered
+                             * (n_pad < 0: none) */
+  int n, n_pad;
+  int pad_steps;            /* depformer steps of a padded tick: the padding is taken when the sessions need no
+                             * more */
+  gboolean graphs;          /* a padded tick replays its graph (one per row count, recorded when first needed; a
+                             * row count whose recording fails 3 times runs op by op). A graph replays the
+                             * tensors and the stage work of the tick that recorded it: pass the same ones, and
+                             * the same pad_steps, every tick */
+  const PpxTensor *codes;   /* row m's user codes at m * code_stride + code_off + q (the stage's encode) */
+  int code_off, code_stride;
+  PpxTensor *out;           /* [max_rows, PPX_LM_TICK_OUT] i32: row m's words (the stage's decode reads them) */
+  PpxLmTickStage stage;
+} PpxLmTick;
+
+/* One conversation tick. On the host, before: checks that every session is past the model's output lag
+ * (FALSE, plan->late set and nothing run when one is not), finds the depformer steps the sessions need, takes
+ * the padding when those are at most pad_steps, and uploads each row's slot and sampling parameters and its
+ * session's LMGen state where they differ from what the device holds. On the device: stage encode, LMGen
+ * prepare (row m's user codes from codes), the temporal step, when any row samples the text head, sampling
+ * and the depformer steps, LMGen finish into out, stage decode: from the graph of plan->rows rows when the
+ * tick is padded and graphs are on. After: out's session rows are downloaded (one wait for the device), each
+ * session's host LMGen takes its state after the call, and tokens[m] gets row m's frame: text, agent codes,
+ * user codes. */
+gboolean ppx_lm_batch_run_tick (PpxLmBatch *b, const PpxLmTick *t, int (*tokens)[PPX_MAX_STREAMS],
+                                PpxLmTickPlan *plan);
+/* Graphs held (one per padded row count used) and the node count of the last one recorded. */
+int ppx_lm_batch_graphs (const PpxLmBatch *b, guint64 *last_nodes);
 /* Logits of row `row` of the last sampling step (text_card floats; card floats of depformer step `step`). */
 void ppx_lm_batch_text_logits (PpxLmBatch *b, int row, float *out);
 void ppx_lm_batch_audio_logits (PpxLmBatch *b, int row, int step, float *out);

@@ -38,7 +38,7 @@ gboolean ppx_lmgen_finish (PpxLmGen *g, const PpxLmRow *row, int *out);
 
 /* ---- the same state on the device (lmgen-state.h) ----
  * During the conversation the LM batch keeps each session's LMGen state in a device tensor and runs the
- * calls there (ppx_lm_batch_tick: ppx_op_lmgen_prepare/finish); prompts run here on the host. These convert
+ * calls there (ppx_lm_batch_run_tick: ppx_op_lmgen_prepare/finish); prompts run here on the host. These convert
  * between the two. */
 void ppx_lmgen_dims (const PpxLmConfig *c, PpxLmgenDims *d);
 /* g's offset, flags, provided columns and token cache as PPX_LMGEN_STATE words (the STEPS word 0). */

@@ -180,7 +180,7 @@ gboolean ppx_engine_measure_tick (PpxEngine *engine, int rows, int ticks, double
                                   GError **error);
 /* The rows a tick of n sessions runs when every session that ticks is in it (a ready session that has not
  * ticked yet holds no Mimi row and does not count): n, or on a bucketed engine (CUDA) the next power of two,
- * at most max_sessions (docs/engine.md, "Batch-size buckets and padding"). */
+ * at most max_sessions and at most n + the slots free now (docs/engine.md, "Batch-size buckets and padding"). */
 int ppx_engine_tick_rows (const PpxEngine *engine, int n);
 
 /* How the ticks ran (docs/engine.md, "The GPU tick"). */

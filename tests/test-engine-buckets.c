@@ -144,7 +144,7 @@ run_alone (int i, int frames)
  * others tick from tick 0. Every tick of the others while it idles is padded; every session's tokens and PCM
  * equal its own one-session run, the idle one's from its first tick too. */
 static void
-check_idle (int n, int idle, int start, int ticks)
+check_idle (int n, int idle, int start, int ticks, int slots)
 {
   g_autoptr (GError) err = NULL;
   PpxSched sched[PPX_SCHED_MAX];
@@ -152,7 +152,7 @@ check_idle (int n, int idle, int start, int ticks)
     sched[i] = (PpxSched){0, -1, 0, i == idle ? start : 0};
   PpxEngineParams ep;
   ppx_engine_params_init (&ep);
-  ep.max_sessions = 8;
+  ep.max_sessions = slots;
   PpxEngine *e = ppx_engine_new (model, &ep, &err);
   g_assert_no_error (err);
   ppx_engine_force_buckets (e, TRUE);
@@ -182,9 +182,13 @@ check_idle (int n, int idle, int start, int ticks)
 static void
 test_idle_ready (void)
 {
-  check_idle (4, 0, 1000, 20); /* a keeper: never ticks */
-  check_idle (4, 2, 12, 30);   /* ticks from tick 12 on: takes the row after the others' */
-  check_idle (2, 1, 9, 24);
+  check_idle (4, 0, 1000, 20, 8); /* a keeper: never ticks */
+  check_idle (4, 2, 12, 30, 8);   /* ticks from tick 12 on: takes the row after the others' */
+  check_idle (2, 1, 9, 24, 8);
+  /* every slot taken (a server at --max-sessions: the keeper's slot is the engine's last): 3 ticking on 4 slots,
+   * bucket 4, no free slot for its padding row: padded as far as the slots go, 3 rows */
+  check_idle (4, 0, 1000, 16, 4);
+  check_idle (6, 5, 1000, 16, 6);
 }
 
 int

@@ -402,7 +402,7 @@ codec_runs (PpxEngine *e, PpxSession *const *sessions, int n, gboolean decode)
 
 /* The tick's LM rows: rows 0..n-1 are its sessions in Mimi row order. A tick of every session holding a row
  * (then rows 0..n-1 are Mimi rows 0..n-1) is offered padding to its bucket, its extra rows n..B-1 on free slots
- * (and free Mimi rows); returns how many padding rows are offered, -1 for none. */
+ * (and free Mimi rows) as far as they go; returns how many padding rows are offered (0 or more), -1 for none. */
 static int
 set_rows (PpxEngine *e, PpxSession *const *sessions, int n, gboolean all_started)
 {
@@ -417,7 +417,20 @@ set_rows (PpxEngine *e, PpxSession *const *sessions, int n, gboolean all_started
   for (int i = 0; i < e->max_sessions && n + got < want; i++)
     if (!e->slots[i])
       e->tick_rows[n + got++] = (PpxLmTickRow){.slot = i};
-  return n + got == want ? got : -1; /* else a session holds a slot for its prompts: this tick runs unpadded */
+  /* Fewer than the bucket when slots are short: a session in its prompts, or a ready one that never ticks (the
+   * server's keeper: at 65..80 calls on 81 slots the bucket is 81 and the keeper holds the 81st slot), holds a
+   * slot the padding would need. The tick is still padded as far as the free slots go and graphed: one graph
+   * per row count. */
+  return got;
+}
+
+static int
+free_slots (const PpxEngine *e)
+{
+  int k = 0;
+  for (int i = 0; i < e->max_sessions; i++)
+    k += !e->slots[i];
+  return k;
 }
 
 /* The tick's codec stage (PpxLmTickStage): the sessions, in e->order. */
@@ -457,7 +470,12 @@ tick_decode (void *data, const PpxLmTickPlan *plan)
 int
 ppx_engine_tick_rows (const PpxEngine *e, int n)
 {
-  return e && e->bucketed && n > 0 ? bucket_rows (e, n) : n;
+  if (!e || !e->bucketed || n <= 0)
+    return n;
+  g_mutex_lock ((GMutex *) &e->lock);
+  const int rows = MIN (bucket_rows (e, n), n + free_slots (e));
+  g_mutex_unlock ((GMutex *) &e->lock);
+  return rows;
 }
 
 gboolean

@@ -193,9 +193,11 @@ ppx_server_model_keeper_measure_tick (PpxServerModelKeeper *k, guint rows, guint
 }
 
 GstStructure *
-ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k)
+ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k, guint64 since)
 {
-  return duplex_structure (k, "tick-history");
+  GstStructure *s = NULL;
+  g_signal_emit_by_name (k->duplex, "tick-history-since", since, &s);
+  return s;
 }
 
 void

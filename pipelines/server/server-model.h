@@ -43,9 +43,10 @@ void ppx_server_model_keeper_engine (PpxServerModelKeeper *k, PpxServerEngineInf
 void ppx_server_model_keeper_free (PpxServerModelKeeper *k);
 
 /* The engine's tick of `rows` sessions at full context, measured `ticks` times (the element's measure-tick:
- * a personaplex-tick-measure structure), and its live ticks (tick-history); see docs/element.md. */
+ * a personaplex-tick-measure structure), and its live ticks after the `since`-th (tick-history-since: a
+ * personaplex-tick-history structure whose total is the next read's `since`); see docs/element.md. */
 GstStructure *ppx_server_model_keeper_measure_tick (PpxServerModelKeeper *k, guint rows, guint ticks);
-GstStructure *ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k);
+GstStructure *ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k, guint64 since);
 
 G_END_DECLS
 #endif

@@ -838,10 +838,9 @@ ppx_server_chat_start (PpxServer *server, SoupServerMessage *msg, PpxCallParams 
                                 g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (
                                     soup_server_message_get_remote_address (msg))));
   chat->slot = ppx_server_call_add (server, PPX_PROTO_CHAT, chat->id, &chat_class, chat);
-  g_printerr ("personaplex-server: call %u (%s): /api/chat, voice %s, text prompt %s%s\n", chat->id, chat->peer,
-              chat->params.voice_prompt ? chat->params.voice_prompt : o->voice_prompt ? o->voice_prompt : "none",
-              chat->params.text_prompt ? "of the call" : o->text_prompt || o->text_prompt_tokens ? "default" : "none",
-              chat->params.has_seed ? ", seed of the call" : "");
+  g_autofree char *persona = ppx_call_params_describe (&chat->params, o->voice_prompt,
+                                                       o->text_prompt || o->text_prompt_tokens);
+  g_printerr ("personaplex-server: call %u (%s): /api/chat, %s\n", chat->id, chat->peer, persona);
   g_autoptr (GError) error = NULL;
   if (!build_pipeline (chat, &error)) {
     chat->state = ENDED;

@@ -37,11 +37,8 @@ out=${OUT:-$root/out/gpu-live}
 usage () { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
-    --pack|--build|--model-dir|--make-model|--model-root) ppx_live_option "$1" "$2"; shift ;;
-    --backend) backend=$2; shift ;;
-    --quantization) quant=$2; shift ;;
-    --seconds) seconds=$2; shift ;;
-    --out) out=$2; shift ;;
+    --pack|--build|--model-dir|--make-model|--model-root|--backend|--quantization|--seconds|--out)
+      ppx_live_option "$1" "$2"; shift ;;
     --check) check=1 ;;
     --) shift; break ;;
     -h|--help) usage ;;

@@ -1,8 +1,10 @@
 # Sourced by the GPU run scripts (gpu-live.sh, fleet/fleet-live.sh): what they share. The script sets `root` (the
 # checkout) and `me` (its name, for messages) first.
 #
-#   ppx_live_option OPTION VALUE   the options both take: --pack, --build, --model-dir, --make-model, --model-root
-#                                  (sets pack, build, model, make, model_root)
+#   ppx_live_option OPTION VALUE   the options both take: --pack, --build, --model-dir, --make-model, --model-root,
+#                                  --backend, --quantization, --seconds, --out (sets pack, build, model, make,
+#                                  model_root, backend, quant, seconds, out; the script sets the last four's
+#                                  defaults); --check sets check
 #   ppx_live_runner DEFAULT_PACK PACK_TOOL PACK_FILE BUILD_FILE
 #                                  after the options: a model is asked for (exit 2 without); the pack (--pack, else
 #                                  ROOT/DEFAULT_PACK when it has a run script), which must hold PACK_FILE, or the build
@@ -34,6 +36,10 @@ ppx_live_option () {
     --model-dir) model=$2 ;;
     --make-model) make=$2 ;;
     --model-root) model_root=$2 ;;
+    --backend) backend=$2 ;;
+    --quantization) quant=$2 ;;
+    --seconds) seconds=$2 ;;
+    --out) out=$2 ;;
   esac
 }
 

@@ -45,20 +45,17 @@ backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} ex
 usage () { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
-    --pack|--build|--model-dir|--make-model|--model-root) ppx_live_option "$1" "$2"; shift ;;
+    --pack|--build|--model-dir|--make-model|--model-root|--backend|--quantization|--seconds|--out)
+      ppx_live_option "$1" "$2"; shift ;;
     --servers) servers=$2; shift ;;
     --haproxy) haproxy=1 ;;
     --calls) calls=$2; shift ;;
     --ramp) ramp=$2; shift ;;
-    --seconds) seconds=$2; shift ;;
     --kill-at) kill_at=$2; shift ;;
     --kill) kill_name=$2; shift ;;
-    --backend) backend=$2; shift ;;
-    --quantization) quant=$2; shift ;;
     --kv-cache-format) kv=$2; shift ;;
     --max-sessions) max_sessions=$2; shift ;;
     --server-option) extra_server_opts="$extra_server_opts $2"; shift ;;
-    --out) out=$2; shift ;;
     --check) check=1 ;;
     --) shift; break ;;
     -h|--help) usage ;;

@@ -124,6 +124,19 @@ ppx_server_model_keeper_device (PpxServerModelKeeper *k)
   return device;
 }
 
+gboolean
+ppx_server_keep_first_error (GMutex *lock, char **first, gboolean *busy, const GError *e, const char *text)
+{
+  g_mutex_lock (lock);
+  const gboolean was_first = !*first;
+  if (was_first) {
+    *first = g_strdup (text);
+    *busy = g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_BUSY);
+  }
+  g_mutex_unlock (lock);
+  return was_first;
+}
+
 /* The element's GstStructure property @name (NULL when it has none). */
 static GstStructure *
 duplex_structure (PpxServerModelKeeper *k, const char *name)

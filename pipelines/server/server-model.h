@@ -17,6 +17,11 @@ G_BEGIN_DECLS
 GstElement *ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, const char *name,
                                    GError **error);
 
+/* A call's pipeline posted `e` (from its streaming threads): keeps, under `lock`, its first error's `text` in *first
+ * and in *busy whether it was the shared engine having no free slot (the element's RESOURCE/BUSY); TRUE when this
+ * was the first. */
+gboolean ppx_server_keep_first_error (GMutex *lock, char **first, gboolean *busy, const GError *e, const char *text);
+
 typedef struct _PpxServerModelKeeper PpxServerModelKeeper;
 
 /* Loads the model (and runs the prompts once, as every session will). Slow for a large model. */

@@ -325,12 +325,7 @@ on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
   if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
     g_autoptr (GError) e = NULL;
     gst_message_parse_error (msg, &e, NULL);
-    g_mutex_lock (&peer->audio_lock);
-    if (!peer->first_error) {
-      peer->first_error = g_strdup (e->message);
-      peer->first_busy = g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_BUSY);
-    }
-    g_mutex_unlock (&peer->audio_lock);
+    ppx_server_keep_first_error (&peer->audio_lock, &peer->first_error, &peer->first_busy, e, e->message);
   }
   return GST_BUS_PASS;
 }

@@ -27,25 +27,16 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
-me='gpu-live.sh'
+me='gpu-live.sh' usage_lines=26 rest='extra bench arguments'
 # shellcheck source=pipelines/live-run.sh
 . "$here/live-run.sh"
 backend=cuda
 quant=auto
 seconds=330
 out=${OUT:-$root/out/gpu-live}
-usage () { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
-  case $1 in
-    --pack|--build|--model-dir|--make-model|--model-root|--backend|--quantization|--seconds|--out)
-      ppx_live_option "$1" "$2"; shift ;;
-    --check) check=1 ;;
-    --) shift; break ;;
-    -h|--help) usage ;;
-    *) echo "gpu-live.sh: unknown option $1 (extra bench arguments go after --)" >&2; exit 2 ;;
-  esac
-  shift
-done
+live_option () { return 2; } # no options of its own
+ppx_live_parse "$@"
+shift "$ppx_shift"
 ppx_live_runner build-devpack-gst scripts/device/device-pack-gst.sh run gst/libgstpersonaplex.so
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)

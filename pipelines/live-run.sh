@@ -1,10 +1,13 @@
 # Sourced by the GPU run scripts (gpu-live.sh, fleet/fleet-live.sh): what they share. The script sets `root` (the
-# checkout) and `me` (its name, for messages) first.
+# checkout), `me` (its name, for messages), `usage_lines` (the last line of its usage comment) and `rest` (what
+# goes after --, for the message about an unknown option) first.
 #
-#   ppx_live_option OPTION VALUE   the options both take: --pack, --build, --model-dir, --make-model, --model-root,
-#                                  --backend, --quantization, --seconds, --out (sets pack, build, model, make,
-#                                  model_root, backend, quant, seconds, out; the script sets the last four's
-#                                  defaults); --check sets check
+#   ppx_live_parse ARGS...         the command line up to -- (the rest is the script's, after `shift "$ppx_shift"`):
+#                                  the options both take, --pack, --build, --model-dir, --make-model, --model-root,
+#                                  --backend, --quantization, --seconds, --out (they set pack, build, model, make,
+#                                  model_root, backend, quant, seconds, out: the script sets the last four's defaults),
+#                                  --check (check=1) and -h; the script's own by its function live_option OPTION
+#                                  VALUE (0: it took the option and its value, 1: the option alone, 2: unknown: exit 2)
 #   ppx_live_runner DEFAULT_PACK PACK_TOOL PACK_FILE BUILD_FILE
 #                                  after the options: a model is asked for (exit 2 without); the pack (--pack, else
 #                                  ROOT/DEFAULT_PACK when it has a run script), which must hold PACK_FILE, or the build
@@ -21,7 +24,7 @@
 # ppx_random_model sets `model` to ROOT/ppx-PRESET-FORMAT; an existing complete one (marked .complete) is reused. ROOT
 # defaults to /dev/shm when it has room for the weights and 2 GiB more (tmpfs: no disk write-back during the run),
 # else /tmp. full:bf16 writes 17.1 GB, full:int8 9.1 GB, full:int4 6.2 GB. Returns non-zero when making them fails.
-# shellcheck disable=SC2154,SC2317 # root and me: the sourcing script's; run_in: called by it
+# shellcheck disable=SC2034,SC2154,SC2317 # root, me, usage_lines, rest: the sourcing script's; the options it sets and run_in: for it
 pack=''
 build=''
 model=''
@@ -29,18 +32,35 @@ make=''
 model_root=''
 check=0
 
-ppx_live_option () {
-  case $1 in
-    --pack) pack=$2 ;;
-    --build) build=$2 ;;
-    --model-dir) model=$2 ;;
-    --make-model) make=$2 ;;
-    --model-root) model_root=$2 ;;
-    --backend) backend=$2 ;;
-    --quantization) quant=$2 ;;
-    --seconds) seconds=$2 ;;
-    --out) out=$2 ;;
-  esac
+ppx_live_parse () {
+  ppx_shift=0
+  while [ $# -gt 0 ]; do
+    n=2 v=${2-}
+    case $1 in
+      --pack) pack=$v ;;
+      --build) build=$v ;;
+      --model-dir) model=$v ;;
+      --make-model) make=$v ;;
+      --model-root) model_root=$v ;;
+      --backend) backend=$v ;;
+      --quantization) quant=$v ;;
+      --seconds) seconds=$v ;;
+      --out) out=$v ;;
+      --check) check=1 n=1 ;;
+      --) ppx_shift=$((ppx_shift + 1)); return ;;
+      -h|--help) sed -n "2,${usage_lines}p" "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+      *)
+        live_option "$1" "$v"
+        case $? in
+          0) ;;
+          1) n=1 ;;
+          *) echo "$me: unknown option $1 ($rest go after --)" >&2; exit 2 ;;
+        esac ;;
+    esac
+    [ $# -ge $n ] || { echo "$me: $1 needs a value" >&2; exit 2; }
+    shift $n
+    ppx_shift=$((ppx_shift + n))
+  done
 }
 
 ppx_live_runner () {

@@ -37,32 +37,27 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-me='fleet-live.sh'
+me='fleet-live.sh' usage_lines=36 rest='loadgen options'
 # shellcheck source=pipelines/live-run.sh
 . "$root/pipelines/live-run.sh"
 servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
 backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} extra_server_opts=
-usage () { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
+live_option () {
   case $1 in
-    --pack|--build|--model-dir|--make-model|--model-root|--backend|--quantization|--seconds|--out)
-      ppx_live_option "$1" "$2"; shift ;;
-    --servers) servers=$2; shift ;;
-    --haproxy) haproxy=1 ;;
-    --calls) calls=$2; shift ;;
-    --ramp) ramp=$2; shift ;;
-    --kill-at) kill_at=$2; shift ;;
-    --kill) kill_name=$2; shift ;;
-    --kv-cache-format) kv=$2; shift ;;
-    --max-sessions) max_sessions=$2; shift ;;
-    --server-option) extra_server_opts="$extra_server_opts $2"; shift ;;
-    --check) check=1 ;;
-    --) shift; break ;;
-    -h|--help) usage ;;
-    *) echo "fleet-live.sh: unknown option $1 (loadgen options go after --)" >&2; exit 2 ;;
+    --servers) servers=$2 ;;
+    --haproxy) haproxy=1; return 1 ;;
+    --calls) calls=$2 ;;
+    --ramp) ramp=$2 ;;
+    --kill-at) kill_at=$2 ;;
+    --kill) kill_name=$2 ;;
+    --kv-cache-format) kv=$2 ;;
+    --max-sessions) max_sessions=$2 ;;
+    --server-option) extra_server_opts="$extra_server_opts $2" ;;
+    *) return 2 ;;
   esac
-  shift
-done
+}
+ppx_live_parse "$@"
+shift "$ppx_shift"
 die () { echo "fleet-live.sh: $*" >&2; exit "${2:-1}"; }
 case $servers in ''|*[!0-9]*|0) die "--servers '$servers': 1 or more" 2 ;; esac
 [ "$servers" -gt 1 ] && haproxy=1

@@ -57,6 +57,19 @@ measure_tick (GstPersonaplexDuplex * self, guint rows, guint ticks)
   return gst_pp_measure_tick (model, rows, ticks);
 }
 
+/* The tick-history-since action signal: the live ticks after the since-th
+ * (read under the object lock, as the tick-history property). */
+static GstStructure *
+tick_history_since (GstPersonaplexDuplex * self, guint64 since)
+{
+  GstStructure *s;
+
+  GST_OBJECT_LOCK (self);
+  s = gst_pp_tick_history_structure_new (self->model, since);
+  GST_OBJECT_UNLOCK (self);
+  return s;
+}
+
 #define AUDIO_CAPS \
   "audio/x-raw, format = (string) { F32LE, S16LE }, rate = (int) 24000, " \
   "channels = (int) 1, layout = (string) interleaved"
@@ -125,6 +138,19 @@ gst_personaplex_duplex_class_init (GstPersonaplexDuplexClass * klass)
   g_signal_new_class_handler ("measure-tick", G_TYPE_FROM_CLASS (klass),
       G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION, G_CALLBACK (measure_tick), NULL,
       NULL, NULL, GST_TYPE_STRUCTURE, 2, G_TYPE_UINT, G_TYPE_UINT);
+
+  /**
+   * GstPersonaplexDuplex::tick-history-since:
+   * @since: ticks already read (a `total` of an earlier history)
+   *
+   * Action signal: the live ticks after the @since-th, a
+   * `personaplex-tick-history` structure as the tick-history property's
+   * with only those in its arrays (docs/element.md, "Measuring the tick"):
+   * what a reader polling the ticks needs, without the whole history.
+   */
+  g_signal_new_class_handler ("tick-history-since", G_TYPE_FROM_CLASS (klass),
+      G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION, G_CALLBACK (tick_history_since),
+      NULL, NULL, NULL, GST_TYPE_STRUCTURE, 1, G_TYPE_UINT64);
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -227,7 +253,7 @@ gst_personaplex_duplex_get_property (GObject * object, guint prop_id,
         gst_pp_stats_structure_new (&self->stream.stats, self->model));
   else if (prop_id == GST_PP_PROP_TICK_HISTORY)
     g_value_take_boxed (value,
-        gst_pp_tick_history_structure_new (self->model));
+        gst_pp_tick_history_structure_new (self->model, 0));
   else if (!gst_pp_settings_get (s, prop_id, value))
     G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   GST_OBJECT_UNLOCK (self);

@@ -62,24 +62,29 @@ gst_pp_measure_tick (const GstPpModelHandle * model, guint rows, guint ticks)
 }
 
 GstStructure *
-gst_pp_tick_history_structure_new (const GstPpModelHandle * model)
+gst_pp_tick_history_structure_new (const GstPpModelHandle * model,
+    guint64 since)
 {
   GstPpTicker *t = model ? gst_pp_model_handle_get_ticker (model) : NULL;
   guint rows[GST_PP_TICK_HISTORY];
   gdouble ms[GST_PP_TICK_HISTORY], age[GST_PP_TICK_HISTORY];
   gint64 end[GST_PP_TICK_HISTORY], now = g_get_monotonic_time ();
   guint64 total = 0;
-  guint n = 0, i;
+  guint n = 0, first, i;
   GstStructure *s;
 
   if (t != NULL)
     n = gst_pp_ticker_history (t, rows, ms, end, GST_PP_TICK_HISTORY, &total);
-  for (i = 0; i < n; i++)
+  /* the ticks after the since-th: the last total - since of the n */
+  first = n - (guint) MIN (total - MIN (since, total), (guint64) n);
+  for (i = first; i < n; i++)
     age[i] = MAX (now - end[i], 0) / 1000.0;
   s = gst_structure_new (GST_PP_TICK_HISTORY_NAME,
       "total", G_TYPE_UINT64, total, NULL);
-  gst_pp_structure_take_array (s, "rows", G_TYPE_UINT, rows, n);
-  gst_pp_structure_take_array (s, "ms", G_TYPE_DOUBLE, ms, n);
-  gst_pp_structure_take_array (s, "age-ms", G_TYPE_DOUBLE, age, n);
+  gst_pp_structure_take_array (s, "rows", G_TYPE_UINT, rows + first,
+      n - first);
+  gst_pp_structure_take_array (s, "ms", G_TYPE_DOUBLE, ms + first, n - first);
+  gst_pp_structure_take_array (s, "age-ms", G_TYPE_DOUBLE, age + first,
+      n - first);
   return s;
 }

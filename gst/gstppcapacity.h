@@ -1,7 +1,8 @@
 /* personaplexduplex: what a server needs to know how many calls its engine
  * holds in real time (docs/element.md, "Measuring the tick"): the engine's
  * tick measured at full context (the `measure-tick` action signal) and the
- * live ticks (the `tick-history` property). Internal to the plugin. */
+ * live ticks (the `tick-history` property and the `tick-history-since` action
+ * signal). Internal to the plugin. */
 #ifndef __GST_PP_CAPACITY_H__
 #define __GST_PP_CAPACITY_H__
 
@@ -18,10 +19,10 @@ G_BEGIN_DECLS
 GstStructure *gst_pp_measure_tick (const GstPpModelHandle * model,
     guint rows, guint ticks);
 
-/* The ticker's live ticks, oldest first: total (ticks since the start), rows, ms and age-ms (how long ago each
- * ended) as arrays; empty arrays without a model. */
+/* The ticker's live ticks after its @since-th (0: all it keeps), oldest first: total (ticks since the start), rows,
+ * ms and age-ms (how long ago each ended) as arrays; empty arrays without a model. */
 GstStructure *gst_pp_tick_history_structure_new (const GstPpModelHandle *
-    model);
+    model, guint64 since);
 
 G_END_DECLS
 

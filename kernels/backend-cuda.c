@@ -333,17 +333,28 @@ linear_ws_release (PpxBackend *be, gsize bytes)
     g_mutex_unlock (&PRIV (be)->linear_lock);
 }
 
+/* The start of a linear call on cw with M rows (`fused`: the op fused before it, "rmsnorm+", or ""): the profile's
+ * shape, and the split-K workspace in *ws held as linear_ws_acquire holds it (release with linear_ws_release
+ * (be, *bytes) after the call). FALSE when the call must be skipped: the workspace could not be had. */
+static gboolean
+linear_begin (PpxBackend *be, const PpxWeight *w, const PpxCudaWeight *cw, const char *fused, int M, void **ws,
+              gsize *bytes)
+{
+  cuda_enter (be);
+  PROF_SHAPE (be, "%s%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", fused, ppx_weight_format_name (w->format),
+              cw->rows, cw->cols, M);
+  *ws = linear_ws_acquire (be, cw, M, bytes);
+  return *ws || !*bytes;
+}
+
 static void
 cuda_linear (PpxBackend *be, const PpxWeight *w, const PpxTensor *x, gsize ldx, PpxTensor *y, gsize ldy, int M,
              gboolean accumulate)
 {
-  cuda_enter (be);
   PpxCudaWeight cw = cuda_device_weight (w);
-  PROF_SHAPE (be, "%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format), cw.rows,
-              cw.cols, M);
+  void *ws;
   gsize ws_bytes;
-  void *ws = linear_ws_acquire (be, &cw, M, &ws_bytes);
-  if (ws || !ws_bytes)
+  if (linear_begin (be, w, &cw, "", M, &ws, &ws_bytes))
     cuda_check (be, ppx_cuda_linear (&cw, F32 (x), ldx, F32 (y), ldy, M, accumulate, ws, STREAM (be)), "linear");
   linear_ws_release (be, ws_bytes);
 }
@@ -358,12 +369,9 @@ cuda_rmsnorm_linear (PpxBackend *be, const PpxTensor *x, const PpxTensor *alpha,
   PpxCudaWeight cw = cuda_device_weight (w);
   if (!ppx_cuda_linear_rmsnorm_fuses (&cw, F32 (x), (size_t) cw.cols, F32 (alpha), M))
     return FALSE;
-  cuda_enter (be);
-  PROF_SHAPE (be, "rmsnorm+%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format),
-              cw.rows, cw.cols, M);
+  void *ws;
   gsize ws_bytes;
-  void *ws = linear_ws_acquire (be, &cw, M, &ws_bytes);
-  if (ws || !ws_bytes)
+  if (linear_begin (be, w, &cw, "rmsnorm+", M, &ws, &ws_bytes))
     cuda_check (be, ppx_cuda_linear_rmsnorm (&cw, F32 (x), (size_t) cw.cols, F32 (alpha), eps, F32 (y), ldy, M, accumulate,
                                         ws, STREAM (be)),
            "rmsnorm+linear");
@@ -381,12 +389,9 @@ cuda_silu_gate_linear (PpxBackend *be, const PpxTensor *h, PpxTensor *u, const P
   PpxCudaWeight cw = cuda_device_weight (w);
   if (!ppx_cuda_linear_gate_fuses (&cw, F32 (h), M))
     return FALSE;
-  cuda_enter (be);
-  PROF_SHAPE (be, "silu_gate+%s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " M=%d", ppx_weight_format_name (w->format),
-              cw.rows, cw.cols, M);
+  void *ws;
   gsize ws_bytes;
-  void *ws = linear_ws_acquire (be, &cw, M, &ws_bytes);
-  if (ws || !ws_bytes)
+  if (linear_begin (be, w, &cw, "silu_gate+", M, &ws, &ws_bytes))
     cuda_check (be, ppx_cuda_linear_gate (&cw, F32 (h), F32 (y), ldy, M, accumulate, ws, STREAM (be)), "silu_gate+linear");
   linear_ws_release (be, ws_bytes);
   return TRUE;

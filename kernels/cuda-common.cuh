@@ -144,32 +144,35 @@ ppx_warp_max (float v)
   return v;
 }
 
-/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
- * `red` is 32 floats of shared memory; the reduction order is fixed, so results are reproducible. */
+/* A reduction over the block (blockDim.x a multiple of 32, at most 1024) by WARP_OP over each warp, then over the
+ * warps' results (`identity` past the last warp); every thread gets the result. `red` is 32 floats of shared
+ * memory; the reduction order is fixed, so results are reproducible. */
+template <float (*WARP_OP) (float)>
+__device__ __forceinline__ float
+ppx_block_reduce (float v, float *red, float identity)
+{
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = WARP_OP (v);
+  __syncthreads ();
+  if (lane == 0)
+    red[warp] = v;
+  __syncthreads ();
+  v = lane < nw ? red[lane] : identity;
+  return WARP_OP (v);
+}
+
+/* Sum over the block (ppx_block_reduce). */
 __device__ __forceinline__ float
 ppx_block_sum (float v, float *red)
 {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = ppx_warp_sum (v);
-  __syncthreads ();
-  if (lane == 0)
-    red[warp] = v;
-  __syncthreads ();
-  v = lane < nw ? red[lane] : 0.0f;
-  return ppx_warp_sum (v);
+  return ppx_block_reduce<ppx_warp_sum> (v, red, 0.0f);
 }
 
+/* Max over the block (ppx_block_reduce). */
 __device__ __forceinline__ float
 ppx_block_max (float v, float *red)
 {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = ppx_warp_max (v);
-  __syncthreads ();
-  if (lane == 0)
-    red[warp] = v;
-  __syncthreads ();
-  v = lane < nw ? red[lane] : -INFINITY;
-  return ppx_warp_max (v);
+  return ppx_block_reduce<ppx_warp_max> (v, red, -INFINITY);
 }
 
 #endif

@@ -16,22 +16,26 @@ fill_kernel (T *p, size_t n, T v)
     p[i] = v;
 }
 
-extern "C" int
-ppx_cuda_fill_f32 (float *p, size_t n, float v, void *stream)
+template <typename T>
+static int
+fill (T *p, size_t n, T v, void *stream)
 {
   if (n == 0)
     return 0;
-  ppx_launch (fill_kernel<float>, ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream), p, n, v);
+  ppx_launch (fill_kernel<T>, ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream), p, n, v);
   return ppx_cuda_launched ();
+}
+
+extern "C" int
+ppx_cuda_fill_f32 (float *p, size_t n, float v, void *stream)
+{
+  return fill (p, n, v, stream);
 }
 
 extern "C" int
 ppx_cuda_fill_i32 (int32_t *p, size_t n, int32_t v, void *stream)
 {
-  if (n == 0)
-    return 0;
-  ppx_launch (fill_kernel<int32_t>, ppx_grid_for (n, EW_THREADS), EW_THREADS, 0, PPX_CUDA_STREAM (stream), p, n, v);
-  return ppx_cuda_launched ();
+  return fill (p, n, v, stream);
 }
 
 __global__ void

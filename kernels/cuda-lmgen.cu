@@ -2,18 +2,27 @@
  * row runs the same plain C as the CPU backend (lmgen-state.h), so the two give the same state bits. */
 #include "cuda-common.cuh"
 
+/* This thread's row *m (one a thread) and its slot *s; false past the last row or for a slot out of range (a
+ * caller's error: the CPU backend reports it). */
+__device__ __forceinline__ bool
+lmgen_row (const int32_t *slot, int n_slots, int M, int *m, int *s)
+{
+  *m = blockIdx.x * blockDim.x + threadIdx.x;
+  if (*m >= M)
+    return false;
+  *s = slot[*m];
+  return *s >= 0 && *s < n_slots;
+}
+
 __global__ void
 lmgen_prepare_kernel (PpxLmgenDims d, int32_t *state, int n_slots, const int32_t *slot, const int32_t *codes,
                       int code_off, int code_stride, int32_t *ids, int32_t *forced, int32_t *pos, int32_t *params,
                       int M)
 {
   ppx_pdl_enter ();
-  const int m = blockIdx.x * blockDim.x + threadIdx.x;
-  if (m >= M)
+  int m, s;
+  if (!lmgen_row (slot, n_slots, M, &m, &s))
     return;
-  const int s = slot[m];
-  if (s < 0 || s >= n_slots)
-    return; /* a caller's error: the CPU backend reports it */
   const size_t W = PPX_LMGEN_MAX_STREAMS;
   uint64_t frame;
   ppx_lmgen_prepare_row (&d, state + (size_t) s * PPX_LMGEN_STATE, codes + (size_t) m * code_stride + code_off, 1,
@@ -28,11 +37,8 @@ lmgen_finish_kernel (PpxLmgenDims d, int32_t *state, int n_slots, const int32_t 
                      int32_t *out, int out_stride, int M)
 {
   ppx_pdl_enter ();
-  const int m = blockIdx.x * blockDim.x + threadIdx.x;
-  if (m >= M)
-    return;
-  const int s = slot[m];
-  if (s < 0 || s >= n_slots)
+  int m, s;
+  if (!lmgen_row (slot, n_slots, M, &m, &s))
     return;
   const size_t W = PPX_LMGEN_MAX_STREAMS;
   int32_t *st = state + (size_t) s * PPX_LMGEN_STATE, *o = out + (size_t) m * out_stride;

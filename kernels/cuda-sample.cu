@@ -151,9 +151,10 @@ block_scan01 (int flag, int *warp_counts, int *total)
   return before + in_warp;
 }
 
-/* Row m's greedy draw (the whole block). */
-__device__ void
-sample_greedy_row (const float *l, int V, int32_t *tok)
+/* The greedy winner of one row of logits (the whole block; every thread gets it): NaNs never win unless the
+ * first logit is one; 0 when nothing won. */
+__device__ __forceinline__ int
+row_argmax (const float *l, int V)
 {
   __shared__ float sv[32];
   __shared__ int si[32];
@@ -164,8 +165,16 @@ sample_greedy_row (const float *l, int V, int32_t *tok)
       a = argmax_combine (a, (ArgBest) {v, i});
   }
   a = block_argmax (a, sv, si);
+  return a.i < 0 ? 0 : a.i;
+}
+
+/* Row m's greedy draw (the whole block). */
+__device__ void
+sample_greedy_row (const float *l, int V, int32_t *tok)
+{
+  const int best = row_argmax (l, V);
   if (threadIdx.x == 0)
-    *tok = a.i < 0 ? 0 : a.i;
+    *tok = best;
 }
 
 /* P = softmax(logits / temp) of one row (the whole block); the max is the greedy winner's logit, as on the
@@ -173,17 +182,8 @@ sample_greedy_row (const float *l, int V, int32_t *tok)
 __device__ __forceinline__ void
 sample_softmax_row (const float *l, int V, float temp, float *P)
 {
-  __shared__ float sv[32];
-  __shared__ int si[32];
   __shared__ float red[32];
-  ArgBest a = {0.0f, -1};
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float v = l[i];
-    if (!isnan (v) || i == 0)
-      a = argmax_combine (a, (ArgBest) {v, i});
-  }
-  a = block_argmax (a, sv, si);
-  const float mx = l[a.i < 0 ? 0 : a.i];
+  const float mx = l[row_argmax (l, V)];
   float sum = 0.0f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
     const float e = expf ((l[i] - mx) / temp);

@@ -27,79 +27,25 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
-pack=
-build=
-model=
-make=
-model_root=
+me='gpu-live.sh' usage_lines=26 rest='extra bench arguments'
+# shellcheck source=pipelines/live-run.sh
+. "$here/live-run.sh"
 backend=cuda
 quant=auto
 seconds=330
 out=${OUT:-$root/out/gpu-live}
-check=0
-usage () { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
-  case $1 in
-    --pack) pack=$2; shift ;;
-    --build) build=$2; shift ;;
-    --model-dir) model=$2; shift ;;
-    --make-model) make=$2; shift ;;
-    --model-root) model_root=$2; shift ;;
-    --backend) backend=$2; shift ;;
-    --quantization) quant=$2; shift ;;
-    --seconds) seconds=$2; shift ;;
-    --out) out=$2; shift ;;
-    --check) check=1 ;;
-    --) shift; break ;;
-    -h|--help) usage ;;
-    *) echo "gpu-live.sh: unknown option $1 (extra bench arguments go after --)" >&2; exit 2 ;;
-  esac
-  shift
-done
-if [ -z "$model" ] && [ -z "$make" ]; then
-  echo "gpu-live.sh: give --model-dir DIR or --make-model PRESET:FORMAT" >&2
-  exit 2
-fi
-if [ -z "$pack" ] && [ -z "$build" ] && [ -x "$root/build-devpack-gst/run" ]; then
-  pack=$root/build-devpack-gst
-fi
-if [ -n "$pack" ]; then
-  [ -x "$pack/run" ] || { echo "gpu-live.sh: $pack/run not found: make the pack with scripts/device/device-pack-gst.sh" >&2; exit 1; }
-  pack=$(cd "$pack" && pwd)
-  run_in () { "$pack/run" "$@"; }
-elif [ -n "$build" ]; then
-  [ -f "$build/gst/libgstpersonaplex.so" ] || { echo "gpu-live.sh: $build/gst/libgstpersonaplex.so not found" >&2; exit 1; }
-  build=$(cd "$build" && pwd)
-  run_in () { GST_PLUGIN_PATH="$build/gst${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}" PATH="$build/tools:$PATH" "$@"; }
-else
-  echo "gpu-live.sh: no pack (scripts/device/device-pack-gst.sh BUILD build-devpack-gst) and no --build DIR" >&2
-  exit 2
-fi
+live_option () { return 2; } # no options of its own
+ppx_live_parse "$@"
+shift "$ppx_shift"
+ppx_live_runner build-devpack-gst scripts/device/device-pack-gst.sh run gst/libgstpersonaplex.so
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
 status_file=$(mktemp "${TMPDIR:-/tmp}/ppx-gpu-live-XXXXXX")
 trap 'rm -f "$status_file"' EXIT INT TERM
 
-# shellcheck source=pipelines/random-model.sh
-. "$here/random-model.sh"
-
 main () {
-  echo "== gpu-live.sh $(date -u +%Y-%m-%dT%H:%M:%SZ): $(uname -srm), $(getconf _NPROCESSORS_ONLN) cores," \
-       "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
-  if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv,noheader
-  else
-    echo "(no nvidia-smi: no GPU memory figures)"
-  fi
-  [ -n "$pack" ] && sed -n '2,3p' "$pack/MANIFEST.txt"
-  if [ "$check" = 1 ]; then
-    [ -n "$pack" ] || { echo "gpu-live.sh: --check needs a pack" >&2; return 2; }
-    sh "$pack/check.sh" || return 1
-  fi
-  if [ -n "$make" ]; then
-    ppx_random_model "$make" "$model_root" || return 1
-  fi
-  [ -d "$model" ] || { echo "gpu-live.sh: $model: no such model directory" >&2; return 1; }
+  ppx_live_machine
+  ppx_live_model || return
   echo "== personaplex-live-bench: $seconds s, backend $backend, quantization $quant"
   run_in personaplex-live-bench --model-dir "$model" --backend "$backend" --quantization "$quant" \
     --seconds "$seconds" --output-dir "$out" "$@"

@@ -5,23 +5,9 @@
 #include <string.h>
 
 static void
-case_free (gpointer p)
-{
-  PpxCorruptCase *c = p;
-  g_free (c->name);
-  g_bytes_unref (c->bytes);
-  g_free (c);
-}
-
-static void
 add_raw (GPtrArray *cases, const char *name, const void *data, gsize len, const char *expect, const char *tensor)
 {
-  PpxCorruptCase *c = g_new0 (PpxCorruptCase, 1);
-  c->name = g_strdup (name);
-  c->bytes = g_bytes_new (data, len);
-  c->expect = expect;
-  c->tensor = tensor;
-  g_ptr_array_add (cases, c);
+  format_case_add (cases, name, g_bytes_new (data, len), expect)->tensor = tensor;
 }
 
 /* A file whose 8-byte length prefix says `declared_len`, followed by `header` (header_len bytes, may hold NULs)
@@ -56,7 +42,7 @@ add_json (GPtrArray *cases, const char *name, const char *json, gsize data_len, 
 GPtrArray *
 ppx_corrupt_safetensors_cases (void)
 {
-  GPtrArray *c = g_ptr_array_new_with_free_func (case_free);
+  GPtrArray *c = format_cases_new ();
 
   /* Valid edge cases: the reader must accept these. */
   add_json (c, "valid-empty-header", "{}", 0, NULL, NULL);

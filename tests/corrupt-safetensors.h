@@ -1,17 +1,12 @@
-/* A catalogue of malformed (and a few valid edge-case) safetensors files, built in memory.
+/* A catalogue of malformed (and a few valid edge-case) safetensors files, built in memory (format-cases.h).
  * test-safetensors checks the reader's error for each; make-corrupt-safetensors writes them out as the
  * fuzzer's seed corpus. */
 #ifndef PPX_CORRUPT_SAFETENSORS_H
 #define PPX_CORRUPT_SAFETENSORS_H
 
-#include <glib.h>
+#include "format-cases.h"
 
-typedef struct {
-  char *name;         /* short identifier, also the corpus file name */
-  GBytes *bytes;      /* the whole file */
-  const char *expect; /* substring the error message must contain; NULL: the file is valid */
-  const char *tensor; /* tensor the message must name, or NULL */
-} PpxCorruptCase;
+typedef FormatCase PpxCorruptCase;
 
 /* GPtrArray of PpxCorruptCase*, owning them. */
 GPtrArray *ppx_corrupt_safetensors_cases (void);

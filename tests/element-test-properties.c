@@ -521,6 +521,27 @@ history_total (GstElement * el, guint * n, guint * last_rows, gdouble * last_ms)
   return (guint) total;
 }
 
+/* tick-history-since @since: the ticks after the since-th, as many as the
+ * total it says less @since (none past the total, at most 256); returns
+ * that total. */
+static guint64
+history_since (GstElement * el, guint64 since)
+{
+  GstStructure *h = NULL;
+  guint64 total = 0, want;
+  const gchar *fields[] = { "rows", "ms", "age-ms" };
+  guint i;
+
+  g_signal_emit_by_name (el, "tick-history-since", since, &h);
+  fail_unless (h != NULL && gst_structure_get_uint64 (h, "total", &total));
+  want = total > since ? MIN (total - since, 256) : 0;
+  for (i = 0; i < G_N_ELEMENTS (fields); i++)
+    fail_unless_equals_int (gst_value_array_get_size (gst_structure_get_value
+            (h, fields[i])), want);
+  gst_structure_free (h);
+  return total;
+}
+
 /* measure-tick on an engine of 3 slots (the element's own session holds
  * one) with an emulated device of 30 ms + 5 ms a row: a tick of 2 rows is
  * at least 40 ms; 3 rows do not fit; the live ticks of another element of
@@ -535,6 +556,7 @@ GST_START_TEST (test_measure_tick)
   GArray *out;
   gdouble p99 = 0, emulated = 0, min = 0, last_ms = 0;
   guint rows = 0, ticks = 0, n = 0, last_rows = 0;
+  guint64 total;
 
   g_object_set (keep, "max-sessions", 3, NULL);
   g_object_set (call, "max-sessions", 3, NULL);
@@ -573,6 +595,12 @@ GST_START_TEST (test_measure_tick)
   fail_unless (history_total (keep, &n, &last_rows, &last_ms) >= 2);
   fail_unless (n >= 2 && last_rows == 1 && last_ms >= 35.0,
       "%u ticks, the last of %u rows, %f ms", n, last_rows, last_ms);
+  /* a reader polling the ticks gets only those it has not read */
+  total = history_since (keep, 0);
+  fail_unless (total >= 2);
+  fail_unless (history_since (keep, total - 1) >= total);
+  fail_unless (history_since (keep, total) >= total);
+  fail_unless (history_since (keep, total + 5) >= total);
 
   g_array_unref (out);
   gst_harness_teardown (h);

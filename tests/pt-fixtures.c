@@ -415,25 +415,11 @@ pt_fixture_wrap_pickle (const guint8 *pickle, gsize len)
 
 /* ---- the catalogue ---- */
 
-static void
-case_free (gpointer p)
-{
-  PtFixtureCase *c = p;
-  g_free (c->name);
-  g_bytes_unref (c->bytes);
-  g_free (c);
-}
-
 /* Takes `bytes`. */
 static void
 add (GPtrArray *cases, const char *name, GBytes *bytes, gboolean is_pickle, const char *expect)
 {
-  PtFixtureCase *c = g_new0 (PtFixtureCase, 1);
-  c->name = g_strdup (name);
-  c->bytes = bytes;
-  c->is_pickle = is_pickle;
-  c->expect = expect;
-  g_ptr_array_add (cases, c);
+  format_case_add (cases, name, bytes, expect)->is_pickle = is_pickle;
 }
 
 static void
@@ -845,7 +831,7 @@ add_tensor_cases (GPtrArray *c)
 GPtrArray *
 pt_fixture_cases (void)
 {
-  GPtrArray *c = g_ptr_array_new_with_free_func (case_free);
+  GPtrArray *c = format_cases_new ();
   add_valid_cases (c);
   add_container_cases (c);
   add_interpreter_cases (c);

@@ -6,6 +6,8 @@
 
 #include <glib.h>
 
+#include "format-cases.h"
+
 /* Folder name inside every fixture archive. */
 #define PT_FIXTURE_FOLDER "archive"
 
@@ -49,12 +51,8 @@ GBytes *pt_fixture_voice_zeros (gint64 n_frames, int dim);
 #define PT_FIXTURE_FUZZ_STORAGE_BYTES 4096
 GBytes *pt_fixture_wrap_pickle (const guint8 *pickle, gsize len);
 
-typedef struct {
-  char *name;         /* short identifier, also the corpus file name */
-  GBytes *bytes;      /* the whole .pt file, or with `is_pickle` a data.pkl for pt_fixture_wrap_pickle */
-  gboolean is_pickle;
-  const char *expect; /* substring the error message must contain; NULL: the file is valid */
-} PtFixtureCase;
+/* A case (format-cases.h): the whole .pt file, or with `is_pickle` a data.pkl for pt_fixture_wrap_pickle. */
+typedef FormatCase PtFixtureCase;
 
 /* GPtrArray of PtFixtureCase*, owning them: every corruption the reader must refuse with an error,
  * plus the valid files they start from. */

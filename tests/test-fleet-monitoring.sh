@@ -10,37 +10,17 @@
 set -u
 src=${PPX_SOURCE_ROOT:?}
 build=${PPX_BUILD_ROOT:?}
-server=$build/pipelines/server/personaplex-server
 dash=$src/pipelines/fleet/grafana-dashboard.json
 rules=$src/pipelines/fleet/prometheus-rules.yml
-command -v python3 > /dev/null || { echo "SKIP: python3 not installed" >&2; exit 77; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ppx-monitoring-test-XXXXXX")
-spid=
-finish () {
-  [ -n "$spid" ] && kill "$spid" 2> /dev/null && wait "$spid" 2> /dev/null
-  rm -rf "$tmp"
-}
-trap finish EXIT
-trap 'exit 1' INT TERM
-fail () { echo "FAIL: $*" >&2; exit 1; }
-export GST_PLUGIN_PATH_1_0="$build/gst" OMP_NUM_THREADS=1
+ppx_name=monitoring
+# shellcheck source=tests/server/server-script.sh
+. "$(dirname "$0")/server/server-script.sh"
 
 # the families a server exports
-"$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" > /dev/null || fail "personaplex-make-model"
-"$server" --model-dir "$tmp/model" --backend cpu --port 0 --max-sessions 2 > "$tmp/server.log" 2>&1 &
-spid=$!
-port=
-i=0
-while [ -z "$port" ] && [ $i -lt 600 ]; do
-  port=$(sed -n 's|.*serving http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$tmp/server.log")
-  kill -0 "$spid" 2> /dev/null || { cat "$tmp/server.log" >&2; fail "the server exited"; }
-  [ -n "$port" ] || sleep 0.1
-  i=$((i + 1))
-done
-[ -n "$port" ] || fail "the server did not serve within 60 s"
-python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
-  "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt" || fail "/metrics"
-kill "$spid"; wait "$spid"; spid=
+ppx_make_model
+ppx_serve "$tmp/server.log" --max-sessions 2
+ppx_get "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt" || fail "/metrics"
+ppx_stop
 
 # 1. the dashboard, and the families both files use
 python3 - "$dash" "$rules" "$tmp/metrics.txt" <<'PYEOF' || fail "the dashboard or the rules: see above"

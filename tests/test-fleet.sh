@@ -22,46 +22,19 @@ set -u
 src=${PPX_SOURCE_ROOT:?}
 build=${PPX_BUILD_ROOT:?}
 fleet_sh=$src/pipelines/fleet/personaplex-fleet.sh
-server=$build/pipelines/server/personaplex-server
-loadgen=$build/tools/personaplex-loadgen
-for p in haproxy python3 gst-launch-1.0; do
+for p in haproxy gst-launch-1.0; do
   command -v "$p" > /dev/null || { echo "SKIP: $p not installed (scripts/install-deps.sh --tests)" >&2; exit 77; }
 done
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ppx-fleet-test-XXXXXX")
+ppx_name=fleet
+# shellcheck source=tests/server/server-script.sh
+. "$(dirname "$0")/server/server-script.sh"
 run=$tmp/fleet
-finish () {
-  [ -f "$run/servers" ] && sh "$fleet_sh" stop "$run" --timeout 10 > /dev/null 2>&1
-  rm -rf "$tmp"
-}
-trap finish EXIT
-trap 'exit 1' INT TERM
-fail () {
-  echo "FAIL: $*" >&2
-  for f in "$run"/*.log; do [ -f "$f" ] && { echo "---- $f" >&2; tail -20 "$f" >&2; }; done
-  exit 1
-}
+ppx_cleanup () { [ -f "$run/servers" ] && sh "$fleet_sh" stop "$run" --timeout 10 > /dev/null 2>&1; }
 # shellcheck source=pipelines/fleet/fleet-http.sh
 . "$src/pipelines/fleet/fleet-http.sh"
-# CPU servers: one thread each, passive OpenMP waits (three servers and the loadgen share this machine's cores)
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 
 # Five free ports in a row: three servers, the balancer, the ops listener.
-ports=$(python3 - <<'EOF'
-import random, socket
-for _ in range(200):
-    base = random.randrange(20000, 60000)
-    try:
-        socks = []
-        for p in range(base, base + 5):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()
-EOF
-)
-[ -n "$ports" ] || fail "no free ports"
+ppx_free_ports 5
 listen=127.0.0.1:$((ports + 3)) ops=127.0.0.1:$((ports + 4))
 # HAProxy terminates TLS with a self-signed certificate when openssl can make one; the servers want a token
 tls= scheme=ws
@@ -74,7 +47,7 @@ fi
 token=fleet-test-token
 url=$scheme://$listen
 
-"$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" > /dev/null || fail "personaplex-make-model"
+ppx_make_model
 # a small tokenizer, so that the random model's text comes out as pieces (and a text prompt can be given)
 "$build/tests/webrtc-make-tokenizer" "$tmp/model" > /dev/null || fail "webrtc-make-tokenizer"
 # ---- --devices: each server gets --device i; GPU 0 on this machine, or (no GPU, a build without CUDA) a server
@@ -102,24 +75,11 @@ sh "$fleet_sh" start --servers 3 --run-dir "$run" --server "$server" --listen "$
   --drain-timeout 30 --auth-token "$token" > "$tmp/start.out" 2> "$tmp/start.err" || { cat "$tmp/start.err" >&2; fail "the fleet did not start"; }
 grep -q "^$url/api/chat $run\$" "$tmp/start.out" || fail "start printed '$(cat "$tmp/start.out")'"
 
-# json FILE EXPR: a Python expression over the loadgen's JSON (j)
-json () { python3 -c "import json, sys; j = json.load(open(sys.argv[1])); print($2)" "$1"; }
 pid_of () { cat "$run/$1.pid"; }
 alive () { kill -0 "$1" 2> /dev/null; }
 # haproxy_state NAME: its status and last check (UP L7OK, DOWN L7STS for a 503, DOWN L4CON for a refused
 # connection, ...: the stats page's CSV)
 haproxy_state () { http_body "http://$ops/stats;csv" | awk -F, -v n="$1" '$1 == "personaplex" && $2 == n {sub(/^\* /, "", $37); print $18, $37}'; }
-# wait_for LIMIT_S DESCRIPTION COMMAND...: polls COMMAND every 0.1 s
-wait_for () {
-  limit=$1 what=$2
-  shift 2
-  i=0
-  until "$@"; do
-    i=$((i + 1))
-    [ "$i" -le $((limit * 10)) ] || fail "waited $limit s for $what"
-    sleep 0.1
-  done
-}
 # DOWN because it does not answer at all (a full server is DOWN already, by its 503)
 is_dead () { case $(haproxy_state "$1") in "DOWN L4"*) return 0 ;; esac; return 1; }
 gone () { ! alive "$1"; }
@@ -250,8 +210,8 @@ wait_for 10 "every server UP after the calls" all_up s1 s2 s3
 kill_and_time s3
 idle_down_s=$took
 echo "kill -9 of the idle s3: HAProxy marked it DOWN ($(haproxy_state s3)) after $idle_down_s s"
-pids="$(pid_of s1) $(pid_of s2) $(cat "$run/haproxy.pid")"
+stopped="$(pid_of s1) $(pid_of s2) $(cat "$run/haproxy.pid")"
 sh "$fleet_sh" stop "$run" --timeout 20 > /dev/null 2>&1 || fail "stop"
-for p in $pids; do alive "$p" && fail "pid $p still runs after stop"; done
+for p in $stopped; do alive "$p" && fail "pid $p still runs after stop"; done
 echo "fleet: spread 2/2/2 with one 503; kill -9: 2 calls lost, DOWN after $down_s s (an idle one after" \
      "$idle_down_s s), new calls on the others; drain: the call finished, new calls elsewhere; rolling restart: 3 back"

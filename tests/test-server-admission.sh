@@ -20,58 +20,27 @@
 # PPX_ADMISSION_EMULATE=40,2 PPX_ADMISSION_CALLS=24 PPX_ADMISSION_MEMORY_CALLS=30. Exit 77 (skip) without python3.
 set -u
 build=${PPX_BUILD_ROOT:?}
-server=$build/pipelines/server/personaplex-server
-loadgen=$build/tools/personaplex-loadgen
+ppx_name=admission
+# shellcheck source=tests/server/server-script.sh
+. "$(dirname "$0")/server/server-script.sh"
 # the emulated device: FIXED,PER_ROW ms; real time (80 ms) holds realtime_calls, the 70 ms budget budget_calls
 emulate=${PPX_ADMISSION_EMULATE:-40,4}
 fixed=${emulate%,*} per_row=${emulate#*,}
 realtime_calls=$(( (80 - fixed) / per_row )) budget_calls=$(( (70 - fixed) / per_row ))
 calls=${PPX_ADMISSION_CALLS:-$((realtime_calls * 6 / 5))}
 memory_calls=${PPX_ADMISSION_MEMORY_CALLS:-$(( (100 - fixed) / per_row ))}
-command -v python3 > /dev/null || { echo "SKIP: python3 not installed" >&2; exit 77; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ppx-admission-test-XXXXXX")
-spid=
-finish () {
-  [ -n "$spid" ] && kill "$spid" 2> /dev/null && wait "$spid" 2> /dev/null
-  rm -rf "$tmp"
-}
-trap finish EXIT
-trap 'exit 1' INT TERM
-fail () { echo "FAIL: $*" >&2; [ -f "$tmp/server.log" ] && tail -20 "$tmp/server.log" >&2; exit 1; }
-export GST_PLUGIN_PATH_1_0="$build/gst" OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-input=
-for f in "${PPX_DATA_DIR:-}/input_assistant.wav" "$(dirname "$0")/../../shared/data/input_assistant.wav"; do
-  [ -f "$f" ] && { input="--input $f"; break; }
-done
-"$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" > /dev/null || fail "personaplex-make-model"
+ppx_input
+ppx_make_model
 
-# start ARGS...: a server on a free port of 127.0.0.1 on the emulated tick (its port in $port, pid in $spid)
-start () {
-  PPX_TICK_EMULATE=$emulate "$server" --model-dir "$tmp/model" --backend cpu --port 0 "$@" > "$tmp/server.log" 2>&1 &
-  spid=$!
-  port=
-  i=0
-  while [ -z "$port" ] && [ $i -lt 600 ]; do
-    port=$(sed -n 's|.*serving http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$tmp/server.log")
-    kill -0 "$spid" 2> /dev/null || fail "the server exited"
-    [ -n "$port" ] || sleep 0.1
-    i=$((i + 1))
-  done
-  [ -n "$port" ] || fail "the server did not serve within 60 s"
-}
-stop () { kill "$spid"; wait "$spid"; spid=; }
-get () { python3 -c 'import sys, urllib.request, urllib.error
-try: print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())
-except urllib.error.HTTPError as e: print(e.read().decode())' "$1"; }
-
-pressure () { awk '/^some/ { sub("total=", "", $5); print $5 }' /proc/pressure/cpu 2> /dev/null || echo 0; }
+# start ARGS...: a server on the emulated tick (its port in $port, pid in $spid)
+start () { ppx_serve "$tmp/server.log" "$@"; }
 
 # 1. the compute bound holds: CALLS offered, 60 % to all of what real time holds served, the rest refused with 503,
 # nothing dropped
 attempt=1
 while :; do
   start
-  health=$(get "http://127.0.0.1:$port/health") || fail "/health"
+  health=$(ppx_get "http://127.0.0.1:$port/health") || fail "/health"
   echo "1. /health at start: $health"
   python3 - "$health" "$budget_calls" <<'PYEOF' || fail "/health does not say the compute bound holds at $budget_calls"
 import json, sys
@@ -80,20 +49,18 @@ assert h["capacity"] == want and h["free"] == want and h["bound"] == "compute", 
 assert h["capacity_compute"] == want and h["capacity_memory"] == 63 and h["admission"] == "tick", h
 assert h["tick_budget_ms"] == 70, h
 PYEOF
-  get "http://127.0.0.1:$port/metrics" | grep -q "^personaplex_capacity_calls{bound=\"compute\"} $budget_calls\$" ||
+  ppx_get "http://127.0.0.1:$port/metrics" | grep -q "^personaplex_capacity_calls{bound=\"compute\"} $budget_calls\$" ||
     fail "/metrics: no personaplex_capacity_calls{bound=\"compute\"} $budget_calls"
   grep -q "the compute bound holds" "$tmp/server.log" || fail "the log does not say which bound holds"
-  p0=$(pressure)
-  t0=$(date +%s%N)
+  ppx_pressure_begin
   # shellcheck disable=SC2086 # $input is an option and its value
   "$loadgen" --url "ws://127.0.0.1:$port/api/chat" --calls "$calls" --ramp 6 --seconds 20 --tail 3 $input \
     --json "$tmp/tick.json" --server-pid "s=$spid" -q > "$tmp/tick.txt" 2>&1
   status=$?
-  cpu_pressure=$(awk -v a="$p0" -v b="$(pressure)" -v t0="$t0" -v t1="$(date +%s%N)" \
-    'BEGIN { printf "%.0f", 100 * (b - a) / ((t1 - t0) / 1000) }')
+  ppx_pressure_end
   [ "$status" -le 1 ] || { cat "$tmp/tick.txt"; fail "personaplex-loadgen exited $status"; }
-  metrics=$(get "http://127.0.0.1:$port/metrics") || fail "/metrics"
-  stop
+  metrics=$(ppx_get "http://127.0.0.1:$port/metrics") || fail "/metrics"
+  ppx_stop
   sed -n '/^outcomes/p;/^frame latency, all/p;/^result/p' "$tmp/tick.txt"
   verdict=$(python3 - "$tmp/tick.json" "$calls" "$metrics" "$realtime_calls" <<'PYEOF'
 import json, math, sys
@@ -122,11 +89,7 @@ else:
 PYEOF
 )
   case $verdict in ok*) break ;; esac
-  if [ "$cpu_pressure" -gt 40 ] && [ $attempt -lt 3 ]; then
-    echo "NOTE: run $attempt failed ($verdict) at CPU pressure $cpu_pressure %: taken again"
-    attempt=$((attempt + 1))
-    continue
-  fi
+  ppx_again "$verdict" && continue
   fail "admission by the tick, $calls calls offered: $verdict (CPU pressure $cpu_pressure %)"
 done
 set -- $verdict
@@ -138,7 +101,7 @@ start --admission memory --max-sessions "$memory_calls"
 "$loadgen" --url "ws://127.0.0.1:$port/api/chat" --calls "$memory_calls" --ramp 3 --seconds 15 --tail 3 $input \
   --json "$tmp/memory.json" -q > "$tmp/memory.txt" 2>&1
 status=$?
-stop
+ppx_stop
 sed -n '/^outcomes/p;/^frame latency, all/p;/^result/p' "$tmp/memory.txt"
 [ "$status" = 1 ] || { cat "$tmp/memory.txt"; fail "$memory_calls calls on a 100 ms tick: personaplex-loadgen exited $status, not 1"; }
 grep -q '^result: FAIL .*rules broken: .*dropped: ' "$tmp/memory.txt" ||

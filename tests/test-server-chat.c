@@ -112,8 +112,7 @@ test_call (void)
   g_assert_cmpfloat (energy, >, 0);
   check_pages (r, answer);
   g_assert_cmpuint (fixture_server_log_count (s, "ended: the client's audio ended"), ==, 1);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* The handshake comes when the call's prompts are done: a 60 s voice prompt (750 prompt frames, and the voice
@@ -136,8 +135,7 @@ test_handshake_after_prompts (void)
   g_printerr ("join with a 1 s voice prompt: %.1f ms; with a 60 s one: %.1f ms\n", join[0], join[1]);
   g_assert_cmpfloat (join[1], >, join[0]);
   g_assert_cmpuint (fixture_server_log_count (s, "prompts done, handshake sent"), ==, 2);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 typedef struct {
@@ -185,8 +183,7 @@ test_two_calls_equal_solo (void)
     ppx_chat_audio_unref (audio[i]);
   }
   /* different personas, voices and seeds do give different answers */
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* The input sample rate its OpusHead page says. */
@@ -238,8 +235,7 @@ test_browser_input_rate (void)
   }
   g_array_unref (first);
   g_assert_cmpuint (fixture_server_log_count (s, "ended: the client's audio ended"), ==, G_N_ELEMENTS (rates));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* Bad parameters are refused with 400 before the upgrade (no call starts); parameters without a counterpart are
@@ -277,8 +273,7 @@ test_params (void)
     g_assert_cmpuint (ppx_chat_call_get_record (call)->http_status, ==, 101);
     fixture_call_close (call);
     g_assert_true (fixture_server_wait_log (s, "ended: closed by the client", 10000));
-    for (int tries = 0; fixture_server_log_count (s, "torn down") < (guint) i + 1 && tries < 500; tries++)
-      g_usleep (20000);
+    fixture_server_wait_log_count (s, "torn down", (guint) i + 1, 10000);
     g_assert_cmpuint (fixture_server_log_count (s, "torn down"), ==, (guint) i + 1);
   }
   const char *ignored[] = {"pad_mult", "audio_seed", "repetition_penalty_context", "repetition_penalty"};
@@ -286,8 +281,7 @@ test_params (void)
     g_autofree char *note = g_strdup_printf ("call parameter '%s' has no counterpart", ignored[i]);
     g_assert_cmpuint (fixture_server_log_count (s, note), ==, 1);
   }
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* A call's prompt phase does not hold the engine: while a second call joins with a 60 s voice prompt (read and
@@ -329,8 +323,7 @@ test_join_does_not_stall (void)
   g_assert_cmpint (r->close_code, ==, 1000);
   if (ppx_chat_record_join_ms (j) > 300)
     g_assert_cmpuint (during, >, 0);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* Join time (connect to handshake) of calls one after the other, printed (docs/server.md quotes it; not a timed
@@ -349,15 +342,13 @@ test_join_time (void)
     double ms = ppx_chat_record_join_ms (ppx_chat_call_get_record (call));
     g_array_append_val (joins, ms);
     fixture_call_close (call);
-    for (int t = 0; t < 500 && fixture_server_log_count (s, "torn down") < (guint) i + 1; t++)
-      g_usleep (10000);
+    fixture_server_wait_log_count (s, "torn down", (guint) i + 1, 5000);
   }
   g_array_sort (joins, compare_doubles);
   g_printerr ("join time (connect to handshake) over %u calls, a .pt voice and the reference client's default text prompt: median %.1f ms, "
               "p90 %.1f ms, max %.1f ms\n", joins->len, g_array_index (joins, double, joins->len / 2),
               g_array_index (joins, double, joins->len * 9 / 10), g_array_index (joins, double, joins->len - 1));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* A client that sends its audio faster than real time (a file: every page at once) gets all of it answered at the
@@ -378,16 +369,13 @@ test_fast_client_not_dropped (void)
   g_assert_cmpint (ABS (r->answer_samples - (gint64) ppx_chat_audio_n_samples (audio)), <=, PAGE_SAMPLES);
   g_assert_nonnull (strstr (metrics, "personaplex_input_dropped_seconds_total{protocol=\"chat\"} 0.000\n"));
   g_assert_cmpuint (fixture_server_log_count (s, "dropped"), ==, 0);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 int
 main (int argc, char **argv)
 {
-  gst_init (&argc, &argv);
-  g_test_init (&argc, &argv, NULL);
-  fixture_model_dir ();
+  fixture_test_init (&argc, &argv);
   g_test_add_func ("/server-chat/call", test_call);
   g_test_add_func ("/server-chat/handshake-after-prompts", test_handshake_after_prompts);
   g_test_add_func ("/server-chat/two-calls-equal-solo", test_two_calls_equal_solo);

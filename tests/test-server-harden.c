@@ -63,8 +63,7 @@ test_chat_leak (void)
   guint64 rss1 = fixture_server_rss_kb (s);
   g_printerr ("10 calls: fds %u -> %u, RSS %.1f -> %.1f MB\n", fds0, fds1, rss0 / 1024.0, rss1 / 1024.0);
   g_assert_cmpuint (fds1, <=, fds0 + 2);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* Idle TCP connections (they send nothing). */
@@ -99,8 +98,7 @@ test_fd_exhaustion (void)
   g_assert_true (g_str_has_prefix (answer, "HTTP/1.1 200"));
   g_assert_true (said);
   g_assert_true (fixture_server_wait_log (s, "accepting connections again", 5000));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* 3. Keep-alive requests (HTTP/1.1 without "Connection: close") of every kind of answer: the server closes each
@@ -131,8 +129,7 @@ test_keep_alive (void)
   guint fds1 = settled_fds (s);
   g_printerr ("30 requests: fds %u -> %u\n", fds0, fds1);
   g_assert_cmpuint (fds1, <=, fds0 + 2);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* Sends `headers`, then reads the answer (it must come at the headers, before any body), then tries to send
@@ -194,8 +191,7 @@ test_request_body (void)
   g_assert_true (fixture_server_wait_log (s, "(a request body, not read)", 5000));
   /* the server still serves */
   g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 200);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* Runs the server with `args` and `env` until it exits (at most 20 s): its exit status, -1 when it served instead
@@ -277,8 +273,7 @@ test_blank_token (void)
   g_assert_cmpuint (fixture_http (s, NULL, "/metrics", (const char *const[]){"Authorization: Bearer ", NULL}, NULL,
                                   NULL), ==, 401);
   g_assert_cmpuint (fixture_http (s, NULL, "/metrics?token=T0k", NULL, NULL, NULL), ==, 200);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* 7. Sign-in redirects stay on the server: a path with a backslash (which browsers read as a slash) or several
@@ -307,8 +302,7 @@ test_open_redirect (void)
     g_assert_nonnull (target);
     g_assert_cmpstr (g_uri_get_host (target), ==, "127.0.0.1");
   }
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* Sockets that each sent `bytes` and then nothing more. */
@@ -368,8 +362,7 @@ test_slow_requests (void)
               a->len + b->len);
   g_assert_cmpuint (closed, ==, a->len + b->len);
   g_assert_true (fixture_server_wait_log (s, "that sent no complete request within", 5000));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
   /* TLS: idle sockets, and half a ClientHello */
   g_autofree char *ssl = g_dir_make_tmp ("ppx-harden-ssl-XXXXXX", NULL);
   s = fixture_server_start ((const char *const[]){"--max-sessions", "2", "--ssl-dir", ssl, NULL});
@@ -383,40 +376,9 @@ test_slow_requests (void)
               c->len + d->len);
   g_assert_cmpuint (closed, ==, c->len + d->len);
   g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 200);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
   const char *rm[] = {"rm", "-rf", ssl, NULL};
   g_spawn_sync (NULL, (char **) rm, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
-}
-
-/* A raw /api/chat call through its handshake, its Ogg stream's header pages sent; *serial is the stream's. */
-static RawWs *
-raw_call (FixtureServer *s, PpxChatAudio *audio, guint32 *serial)
-{
-  RawWs *ws = raw_ws_connect (s, "/api/chat", NULL);
-  g_assert_cmpuint (ws->status, ==, 101);
-  for (;;) {
-    guint8 *payload = NULL;
-    gsize len = 0;
-    int opcode = raw_ws_read_frame (ws, &payload, &len, 30000);
-    gboolean handshake = opcode == 2 && len == 1 && payload[0] == 0x00;
-    g_free (payload);
-    g_assert_cmpint (opcode, >=, 0);
-    if (handshake)
-      break;
-  }
-  for (guint i = 0; i < 2; i++) {
-    gint64 end;
-    gsize len;
-    const guint8 *page = g_bytes_get_data (ppx_chat_audio_page (audio, i, &end), &len);
-    g_autofree guint8 *msg = g_malloc (len + 1);
-    msg[0] = PPX_CHAT_AUDIO;
-    memcpy (msg + 1, page, len);
-    g_assert_true (raw_ws_send_frame (ws, 2, TRUE, msg, len + 1));
-    if (serial)
-      *serial = GUINT32_FROM_LE (*(const guint32 *) (page + 14));
-  }
-  return ws;
 }
 
 /* Bytes sent on `socket` that the server has not read: waiting in the kernel on either side (/proc/net/tcp: the
@@ -456,7 +418,7 @@ test_constant_granule (void)
   guint64 rss0 = fixture_server_warm_rss_kb (s, "/api/chat");
   g_autoptr (PpxChatAudio) audio = fixture_speech (0, 0.5);
   guint32 serial = 0;
-  RawWs *ws = raw_call (s, audio, &serial);
+  RawWs *ws = raw_ws_call (s, NULL, audio, &serial);
   g_socket_set_timeout (ws->socket, 1);
   g_autoptr (GBytes) packet = g_bytes_new_static ("\x1b\x02", 2); /* SILK NB 60 ms, code 3: 2 frames of 0 bytes */
   const GBytes *packets[255];
@@ -467,10 +429,7 @@ test_constant_granule (void)
   guint64 peak = rss0;
   while (g_get_monotonic_time () - t0 < 6 * G_USEC_PER_SEC) {
     g_autoptr (GBytes) page = ppx_ogg_page_build (serial, 2 + pages, 0, 312, packets, 255);
-    g_autofree guint8 *msg = g_malloc (g_bytes_get_size (page) + 1);
-    msg[0] = PPX_CHAT_AUDIO;
-    memcpy (msg + 1, g_bytes_get_data (page, NULL), g_bytes_get_size (page));
-    if (!raw_ws_send_frame (ws, 2, TRUE, msg, g_bytes_get_size (page) + 1)) {
+    if (!raw_ws_send_audio (ws, g_bytes_get_data (page, NULL), g_bytes_get_size (page))) {
       if (!g_socket_is_connected (ws->socket))
         break;
       continue; /* the server stopped reading for a moment: flow control */
@@ -492,8 +451,7 @@ test_constant_granule (void)
    * server before the fix also stopped once its queue filled) by the packets' durations, and says so */
   g_assert_true (fixture_server_wait_log (s, "by its Opus packets) runs more than 60 s ahead of the model", 5000));
   g_assert_true (fixture_server_wait_idle (s, 30000));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* 9. A call that sends one 40 ms page every 2 s: its audio falls behind real time, and it is ended once that is
@@ -503,17 +461,11 @@ test_media_trickle (void)
 {
   FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", "--media-timeout", "3", NULL});
   g_autoptr (PpxChatAudio) audio = fixture_speech (0, 10);
-  RawWs *ws = raw_call (s, audio, NULL);
+  RawWs *ws = raw_ws_call (s, NULL, audio, NULL);
   gint64 t0 = g_get_monotonic_time ();
   int code = -1;
   for (guint i = 2; i < ppx_chat_audio_n_pages (audio) && g_get_monotonic_time () - t0 < 15 * G_USEC_PER_SEC; i++) {
-    gint64 end;
-    gsize len;
-    const guint8 *page = g_bytes_get_data (ppx_chat_audio_page (audio, i, &end), &len);
-    g_autofree guint8 *msg = g_malloc (len + 1);
-    msg[0] = PPX_CHAT_AUDIO;
-    memcpy (msg + 1, page, len);
-    raw_ws_send_frame (ws, 2, TRUE, msg, len + 1);
+    raw_ws_send_page (ws, audio, i);
     if ((code = raw_ws_wait_close (ws, 2000)) != -1)
       break;
   }
@@ -524,8 +476,7 @@ test_media_trickle (void)
   g_assert_cmpfloat (took, <, 10);
   g_assert_true (fixture_server_wait_log (s, "behind real time", 5000));
   g_assert_true (fixture_server_wait_log (s, "torn down (timeout)", 10000));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* ---- misleading messages (issue 25): one test each ---- */
@@ -536,13 +487,12 @@ test_msg_dropped (void)
 {
   FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
   g_autoptr (PpxChatAudio) audio = fixture_speech (0, 0.5);
-  raw_ws_free (raw_call (s, audio, NULL));
+  raw_ws_free (raw_ws_call (s, NULL, audio, NULL));
   g_assert_true (fixture_server_wait_log (s, "torn down", 10000));
   g_printerr ("%s", fixture_server_log (s));
   g_assert_cmpuint (fixture_server_log_count (s, "the client's connection dropped (no close frame)"), ==, 1);
   g_assert_cmpuint (fixture_server_log_count (s, "(code 0)"), ==, 0);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* The first text frame of a /ws socket. */
@@ -567,7 +517,7 @@ test_msg_drain_ws (void)
 {
   FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
   g_autoptr (PpxChatAudio) audio = fixture_speech (0, 0.5);
-  RawWs *call = raw_call (s, audio, NULL);
+  RawWs *call = raw_ws_call (s, NULL, audio, NULL);
   fixture_server_signal (s, SIGTERM);
   g_assert_true (fixture_server_wait_log (s, "draining", 10000));
   /* refused before the upgrade (503, as a full server: a balancer retries it elsewhere), saying why */
@@ -591,16 +541,9 @@ test_msg_second_bos (void)
 {
   FixtureServer *s = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
   g_autoptr (PpxChatAudio) audio = fixture_speech (0, 1.0);
-  RawWs *ws = raw_call (s, audio, NULL);
-  for (guint i = 2; i < 5; i++) { /* three audio pages, then the OpusHead page again */
-    gint64 end;
-    gsize len;
-    const guint8 *page = g_bytes_get_data (ppx_chat_audio_page (audio, i == 4 ? 0 : i, &end), &len);
-    g_autofree guint8 *msg = g_malloc (len + 1);
-    msg[0] = PPX_CHAT_AUDIO;
-    memcpy (msg + 1, page, len);
-    raw_ws_send_frame (ws, 2, TRUE, msg, len + 1);
-  }
+  RawWs *ws = raw_ws_call (s, NULL, audio, NULL);
+  for (guint i = 2; i < 5; i++) /* three audio pages, then the OpusHead page again */
+    raw_ws_send_page (ws, audio, i == 4 ? 0 : i);
   g_autofree char *error = NULL;
   int code = -1;
   for (;;) {
@@ -621,8 +564,7 @@ test_msg_second_bos (void)
   g_assert_nonnull (error);
   g_assert_nonnull (strstr (error, "second logical stream"));
   g_assert_true (fixture_server_wait_log (s, "torn down (bad_input)", 10000));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* A voice file that does not load: the 0x05 message does not show where the server keeps its model. */
@@ -639,8 +581,7 @@ test_msg_model_path (void)
   g_assert_cmpuint (r->errors->len, ==, 1);
   g_printerr ("0x05: %s\n", (char *) r->errors->pdata[0]);
   g_assert_null (strstr (r->errors->pdata[0], fixture_model_dir ()));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
   g_unlink (bad);
 }
 
@@ -660,8 +601,7 @@ test_msg_voice_links (void)
   g_printerr ("/api/voices: %s\n", body);
   g_assert_null (strstr (body, "OUTSIDE.wav"));
   g_assert_nonnull (strstr (body, "INSIDE.wav"));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
   g_unlink (out);
   g_unlink (in);
   g_unlink (target);
@@ -692,8 +632,7 @@ test_msg_refused_answers (void)
   raw_ws_free (ws);
   g_assert_cmpint (code, ==, 1008);
   g_assert_true (fixture_server_wait_log (s, "too many refused messages", 10000));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* /health's tick times have at most 3 decimals. */
@@ -714,8 +653,7 @@ test_msg_tick_decimals (void)
     if (dot && dot < end)
       g_assert_cmpint (end - dot - 1, <=, 3);
   }
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* A bad %-escape gets a 400 that says what was wrong (libsoup's own has an empty body). */
@@ -737,16 +675,13 @@ test_msg_bad_escape (void)
   }
   g_assert_true (fixture_server_wait_log (s, "400 (a bad %-escape in its address)", 5000));
   g_assert_cmpuint (fixture_http (s, NULL, "/health?x=%41", NULL, NULL, NULL), ==, 200);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 int
 main (int argc, char **argv)
 {
-  gst_init (&argc, &argv);
-  g_test_init (&argc, &argv, NULL);
-  fixture_model_dir ();
+  fixture_test_init (&argc, &argv);
   g_test_add_func ("/server-harden/chat-leak", test_chat_leak);
   g_test_add_func ("/server-harden/fd-exhaustion", test_fd_exhaustion);
   g_test_add_func ("/server-harden/keep-alive", test_keep_alive);

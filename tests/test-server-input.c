@@ -28,8 +28,7 @@ joined_call (const char *const *params)
 static void
 check_ended_once (const char *why)
 {
-  for (int i = 0; i < 500 && fixture_server_log_count (server, "): ended: ") < calls_made; i++)
-    g_usleep (10000);
+  fixture_server_wait_log_count (server, "): ended: ", calls_made, 5000);
   g_assert_cmpuint (fixture_server_log_count (server, "): ended: "), ==, calls_made);
   g_assert_cmpuint (fixture_server_log_count (server, why), >=, 1);
 }
@@ -176,29 +175,15 @@ test_client_stops_reading (void)
   guint64 rss0 = fixture_server_warm_rss_kb (s, "/api/chat");
   /* encoded before the call (300 s take seconds to encode: a call silent that long ends for want of audio) */
   g_autoptr (PpxChatAudio) audio = fixture_speech (0, 300.0);
-  RawWs *ws = raw_ws_connect (s, "/api/chat", NULL);
-  g_assert_cmpuint (ws->status, ==, 101);
-  guint8 *payload = NULL;
-  gsize len = 0;
-  g_assert_cmpint (raw_ws_read_frame (ws, &payload, &len, 30000), ==, 2); /* the handshake */
-  g_assert_true (len == 1 && payload[0] == 0x00);
-  g_free (payload);
+  RawWs *ws = raw_ws_call (s, NULL, audio, NULL);
   /* as fast as the server reads it (as fast as the model answers), without the end-of-stream page */
   /* a small receive buffer: what the server sends piles up in its own queue, not in this socket's */
   g_socket_set_option (ws->socket, SOL_SOCKET, SO_RCVBUF, 8192, NULL);
   g_socket_set_timeout (ws->socket, 20); /* a send waits while the server does not read (the model is behind) */
-  for (guint i = 0; i + 1 < ppx_chat_audio_n_pages (audio); i++) {
-    gint64 end;
-    gsize n;
-    const guint8 *page = g_bytes_get_data (ppx_chat_audio_page (audio, i, &end), &n);
-    g_autofree guint8 *msg = g_malloc (n + 1);
-    msg[0] = PPX_CHAT_AUDIO;
-    memcpy (msg + 1, page, n);
-      if (!raw_ws_send_frame (ws, 2, TRUE, msg, n + 1) || fixture_server_log_count (s, "): ended: ") > 1)
+  for (guint i = 2; i + 1 < ppx_chat_audio_n_pages (audio); i++)
+    if (!raw_ws_send_page (ws, audio, i) || fixture_server_log_count (s, "): ended: ") > 1)
       break;
-  }
-  for (int i = 0; i < 3000 && fixture_server_log_count (s, "): ended: ") < 2; i++)
-    g_usleep (20000);
+  fixture_server_wait_log_count (s, "): ended: ", 2, 60000);
   /* it sent far more audio than the time it had: its call ends because it stopped reading, never as "no audio"
    * (issue 25) */
   g_assert_cmpuint (fixture_server_log_count (s, "ended: the client stopped reading"), ==, 1);
@@ -210,8 +195,7 @@ test_client_stops_reading (void)
               rss1);
   g_assert_cmpint ((gint64) rss1 - (gint64) rss0, <, 8 * 1024);
   raw_ws_free (ws);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* The client leaves while its call's prompts run (a 60 s voice prompt): the call ends, its slot is freed. */
@@ -261,17 +245,14 @@ test_full (void)
   g_autoptr (PpxChatCall) third = joined_call (NULL);
   g_assert_cmpuint (ppx_chat_call_get_record (third)->http_status, ==, 101);
   fixture_call_close (third);
-  g_assert_cmpint (fixture_server_stop (server, 20000), ==, 0);
-  fixture_server_free (server);
+  fixture_server_finish (server);
   server = saved;
 }
 
 int
 main (int argc, char **argv)
 {
-  gst_init (&argc, &argv);
-  g_test_init (&argc, &argv, NULL);
-  fixture_model_dir ();
+  fixture_test_init (&argc, &argv);
   server = fixture_server_start ((const char *const[]){"--max-sessions", "2", NULL});
   g_test_add_func ("/server-input/malformed-ogg", test_malformed_ogg);
   g_test_add_func ("/server-input/not-opus", test_not_opus);
@@ -283,7 +264,6 @@ main (int argc, char **argv)
   g_test_add_func ("/server-input/good-call-after", test_good_call_after);
   g_test_add_func ("/server-input/full", test_full);
   int rc = g_test_run ();
-  g_assert_cmpint (fixture_server_stop (server, 20000), ==, 0);
-  fixture_server_free (server);
+  fixture_server_finish (server);
   return rc;
 }

@@ -58,8 +58,7 @@ test_token (void)
   g_assert_cmpuint (fixture_http (s, NULL, "/api/voices", NULL, NULL, NULL), ==, 401);
   g_assert_true (fixture_server_wait_idle (s, 10000)); /* the calls above torn down */
   g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 200);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 static gboolean
@@ -227,8 +226,7 @@ test_cookie (void)
     raw_ws_free (ws);
   }
   g_assert_cmpuint (fixture_server_log_count (s, "/api/chat, voice"), ==, calls); /* no model time */
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 
   /* under TLS the cookie is Secure */
   g_autofree char *dir = g_dir_make_tmp ("ppx-server-cookie-XXXXXX", NULL);
@@ -244,8 +242,7 @@ test_cookie (void)
   g_assert_true (soup_cookie_get_secure (cookie));
   soup_cookie_free (cookie);
   g_assert_cmpuint (session_get (tls_session, s, "/metrics", NULL), ==, 200);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
   const char *argv[] = {"rm", "-rf", dir, NULL};
   g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
 }
@@ -295,8 +292,7 @@ test_health_and_metrics (void)
   const char *ticks = strstr (metrics, "personaplex_tick_duration_seconds_count ");
   g_assert_nonnull (ticks);
   g_assert_cmpuint (g_ascii_strtoull (ticks + strlen ("personaplex_tick_duration_seconds_count "), NULL, 10), >=, 10);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* A series' value in /metrics text ("NAME VALUE" at the start of a line); fails when it is missing. */
@@ -351,8 +347,7 @@ test_engine_ticks (void)
   g_assert_null (strstr (health, "\"tick_ms_p50\":0,"));
   for (int i = 0; i < 2; i++)
     ppx_chat_call_free (calls[i]);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* SIGTERM: no new calls (/health 503, draining), the open call runs on for --drain-timeout and is then ended with
@@ -415,8 +410,7 @@ test_tls (void)
     g_assert_true (fixture_call_until_handshake (call, 60000));
     fixture_call_close (call);
     g_assert_true (fixture_server_wait_idle (s, 10000));
-    g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-    fixture_server_free (s);
+    fixture_server_finish (s);
   }
   g_unlink (cert);
   g_unlink (key);
@@ -474,8 +468,7 @@ test_static (void)
   g_assert_cmpuint (fixture_http (s, NULL, "/webrtc/", NULL, &page, NULL), ==, 200);
   g_assert_nonnull (strstr (page, "PersonaPlex"));
   g_free (page);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
   const char *argv[] = {"rm", "-rf", dir, NULL};
   g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL, NULL, NULL, NULL);
 }
@@ -556,9 +549,7 @@ test_device (void)
 int
 main (int argc, char **argv)
 {
-  gst_init (&argc, &argv);
-  g_test_init (&argc, &argv, NULL);
-  fixture_model_dir ();
+  fixture_test_init (&argc, &argv);
   g_test_add_func ("/server-ops/token", test_token);
   g_test_add_func ("/server-ops/cookie", test_cookie);
   g_test_add_func ("/server-ops/health-and-metrics", test_health_and_metrics);

@@ -19,57 +19,30 @@
 # PPX_BUILD_ROOT, PPX_DATA_DIR (speech; a test signal without it). Exit 77 (skip) without python3.
 set -u
 build=${PPX_BUILD_ROOT:?}
-server=$build/pipelines/server/personaplex-server
-loadgen=$build/tools/personaplex-loadgen
-command -v python3 > /dev/null || { echo "SKIP: python3 not installed" >&2; exit 77; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ppx-realtime-test-XXXXXX")
-spid=
-finish () {
-  [ -n "$spid" ] && kill "$spid" 2> /dev/null && wait "$spid" 2> /dev/null
-  rm -rf "$tmp"
-}
-trap finish EXIT
-trap 'exit 1' INT TERM
-fail () { echo "FAIL: $*" >&2; [ -f "$tmp/server.log" ] && tail -20 "$tmp/server.log" >&2; exit 1; }
-export GST_PLUGIN_PATH_1_0="$build/gst" OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
-input=
-for f in "${PPX_DATA_DIR:-}/input_assistant.wav" "$(dirname "$0")/../../shared/data/input_assistant.wav"; do
-  [ -f "$f" ] && { input="--input $f"; break; }
-done
-"$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" > /dev/null || fail "personaplex-make-model"
+ppx_name=realtime
+# shellcheck source=tests/server/server-script.sh
+. "$(dirname "$0")/server/server-script.sh"
+ppx_input
+ppx_make_model
 
-# start EMULATE ARGS...: a server on a free port of 127.0.0.1 (its port in $port, pid in $spid)
+# start EMULATE ARGS...: a server on the emulated tick EMULATE (its port in $port, pid in $spid)
 start () {
   emulate=$1
   shift
-  PPX_TICK_EMULATE=$emulate "$server" --model-dir "$tmp/model" --backend cpu --port 0 "$@" > "$tmp/server.log" 2>&1 &
-  spid=$!
-  port=
-  i=0
-  while [ -z "$port" ] && [ $i -lt 600 ]; do
-    port=$(sed -n 's|.*serving http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$tmp/server.log")
-    kill -0 "$spid" 2> /dev/null || fail "the server exited"
-    [ -n "$port" ] || sleep 0.1
-    i=$((i + 1))
-  done
-  [ -n "$port" ] || fail "the server did not serve within 60 s"
+  ppx_serve "$tmp/server.log" "$@"
 }
-stop () { kill "$spid"; wait "$spid"; spid=; }
-pressure () { awk '/^some/ { sub("total=", "", $5); print $5 }' /proc/pressure/cpu 2> /dev/null || echo 0; }
 
 # 1. 8 calls in real time on a GPU-like tick
 attempt=1
 while :; do
   start 40,2
-  p0=$(pressure)
-  t0=$(date +%s%N)
+  ppx_pressure_begin
   # shellcheck disable=SC2086 # $input is an option and its value
   "$loadgen" --url "ws://127.0.0.1:$port/api/chat" --calls 8 --ramp 2 --seconds 20 --tail 2 $input \
     --json "$tmp/calls.json" --server-pid "s=$spid" -q > "$tmp/calls.txt" 2>&1
   status=$?
-  cpu_pressure=$(awk -v a="$p0" -v b="$(pressure)" -v t0="$t0" -v t1="$(date +%s%N)" \
-    'BEGIN { printf "%.0f", 100 * (b - a) / ((t1 - t0) / 1000) }')
-  stop
+  ppx_pressure_end
+  ppx_stop
   sed -n '/^outcomes/,/^s pid/p' "$tmp/calls.txt"
   verdict=$(python3 - "$tmp/calls.json" <<'EOF'
 import json, sys
@@ -88,11 +61,7 @@ EOF
 )
   [ "$status" -le 1 ] || fail "personaplex-loadgen exited $status"
   [ "$verdict" = ok ] && [ "$status" = 0 ] && break
-  if [ "$cpu_pressure" -gt 40 ] && [ $attempt -lt 3 ]; then
-    echo "NOTE: run $attempt failed ($verdict) at CPU pressure $cpu_pressure %: taken again"
-    attempt=$((attempt + 1))
-    continue
-  fi
+  ppx_again "$verdict" && continue
   fail "8 calls on a 56 ms tick did not keep real time (CPU pressure $cpu_pressure %): $verdict"
 done
 echo "1. 8 calls kept real time (run $attempt, CPU pressure $cpu_pressure %)"
@@ -105,14 +74,10 @@ start 120 --max-input-backlog 400
   > "$tmp/one.txt" 2>&1
 [ $? = 1 ] && grep -q '^result: FAIL (expected 0 refused and 0 failed; got 0 and 0); rules broken: dropped: 1 call' \
   "$tmp/one.txt" || { cat "$tmp/one.txt"; fail "the loadgen did not fail the run for the audio dropped"; }
-metrics=$(python3 - "$port" <<'EOF'
-import sys, urllib.request
-text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=10).read().decode()
-print([l.split()[1] for l in text.splitlines()
-       if l.startswith('personaplex_input_dropped_seconds_total{protocol="chat"}')][0])
-EOF
-) || fail "/metrics"
-stop
+metrics=$(ppx_get "http://127.0.0.1:$port/metrics" |
+  awk '$1 == "personaplex_input_dropped_seconds_total{protocol=\"chat\"}" { print $2 }')
+[ -n "$metrics" ] || fail "/metrics: no personaplex_input_dropped_seconds_total for chat"
+ppx_stop
 grep -q "the model is more than 400 ms behind the call's audio: the oldest is dropped" "$tmp/server.log" ||
   fail "no log line about the dropped audio"
 grep -q "s of its audio dropped in all" "$tmp/server.log" || fail "no log line with the call's dropped total"
@@ -143,15 +108,13 @@ EOF
 attempt=1
 while :; do
   start 40,1.5 --admission memory
-  p0=$(pressure)
-  t0=$(date +%s%N)
+  ppx_pressure_begin
   # shellcheck disable=SC2086
   "$loadgen" --url "ws://127.0.0.1:$port/api/chat" --calls 16 --ramp 8 --seconds 30 $input \
     --json "$tmp/joins.json" -q > "$tmp/joins.txt" 2>&1
   status=$?
-  cpu_pressure=$(awk -v a="$p0" -v b="$(pressure)" -v t0="$t0" -v t1="$(date +%s%N)" \
-    'BEGIN { printf "%.0f", 100 * (b - a) / ((t1 - t0) / 1000) }')
-  stop
+  ppx_pressure_end
+  ppx_stop
   [ "$status" -le 1 ] || fail "personaplex-loadgen exited $status"
   verdict=$(python3 - "$tmp/joins.json" <<'EOF'
 import json, sys
@@ -165,11 +128,7 @@ print("calls not ok: %s" % bad if bad else ("ok %.0f" % median if median < 40 el
 EOF
 )
   case $verdict in ok*) break ;; esac
-  if [ "$cpu_pressure" -gt 40 ] && [ $attempt -lt 3 ]; then
-    echo "NOTE: run $attempt failed ($verdict) at CPU pressure $cpu_pressure %: taken again"
-    attempt=$((attempt + 1))
-    continue
-  fi
+  ppx_again "$verdict" && continue
   fail "16 calls joining a loaded engine: $verdict (CPU pressure $cpu_pressure %)"
 done
 echo "3. 16 calls joining a loaded engine: the first 8 calls' latency grew by a median ${verdict#ok } ms (run $attempt)"

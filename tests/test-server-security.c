@@ -68,8 +68,7 @@ fragmented (const char *path)
   g_assert_cmpint ((gint64) rss1 - (gint64) rss0, <, 4 * MB);
   g_assert_true (fixture_server_wait_log (s, "a message larger than 65536 bytes", 10000));
   raw_ws_free (ws);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 static void
@@ -97,8 +96,7 @@ test_unanswered (void)
   g_assert_cmpuint (b->status, ==, 101);
   g_assert_cmpuint (fixture_http (s, NULL, "/health", NULL, NULL, NULL), ==, 503);
   gint64 t0 = g_get_monotonic_time ();
-  while (fixture_server_sessions (s) != 0 && g_get_monotonic_time () - t0 < 15 * G_USEC_PER_SEC)
-    g_usleep (100000);
+  fixture_server_wait_idle (s, 15000);
   double took = (g_get_monotonic_time () - t0) / 1e6;
   g_printerr ("two silent sockets held their slots %.1f s\n", took);
   g_assert_cmpuint (fixture_server_sessions (s), ==, 0);
@@ -106,8 +104,7 @@ test_unanswered (void)
   g_assert_cmpuint (fixture_server_log_count (s, "torn down (timeout)"), ==, 2);
   raw_ws_free (a);
   raw_ws_free (b);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 typedef struct {
@@ -172,8 +169,7 @@ main_loop_free (const char *const *args, const char *path)
   g_assert_cmpuint (during, >=, 5);
   g_assert_cmpfloat (slowest, <, join_ms / 3);
   g_assert_true (fixture_server_wait_log (s, "torn down", 30000));
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 static void
@@ -219,8 +215,7 @@ test_origin (void)
     g_assert_cmpuint (other->status, ==, 403);
     raw_ws_free (other);
   }
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 /* 7. A page that sends 50,000 ICE candidates: at most --max-ice-candidates are taken, the rest refused (and the
@@ -249,23 +244,19 @@ test_ice_flood (void)
   }
   raw_ws_wait_close (ws, 10000);
   raw_ws_free (ws);
-  for (int i = 0; i < 1500 && fixture_server_log_count (s, "torn down") < 2; i++)
-    g_usleep (20000);
+  fixture_server_wait_log_count (s, "torn down", 2, 30000);
   g_usleep (200000);
   guint64 rss1 = fixture_server_rss_kb (s);
   g_printerr ("sent %u candidates; RSS %.1f -> %.1f MB\n", sent, rss0 / 1024.0, rss1 / 1024.0);
   g_assert_true (fixture_server_wait_log (s, "more than 50 ICE candidates", 10000));
   g_assert_cmpint ((gint64) rss1 - (gint64) rss0, <, 2 * MB);
-  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
-  fixture_server_free (s);
+  fixture_server_finish (s);
 }
 
 int
 main (int argc, char **argv)
 {
-  gst_init (&argc, &argv);
-  g_test_init (&argc, &argv, NULL);
-  fixture_model_dir ();
+  fixture_test_init (&argc, &argv);
   g_test_add_func ("/server-security/ice-upnp", test_ice_upnp);
   g_test_add_func ("/server-security/fragmented-ws", test_fragmented_ws);
   g_test_add_func ("/server-security/fragmented-chat", test_fragmented_chat);

@@ -319,9 +319,7 @@ test_soak (void)
 int
 main (int argc, char **argv)
 {
-  gst_init (&argc, &argv);
-  g_test_init (&argc, &argv, NULL);
-  fixture_model_dir ();
+  fixture_test_init (&argc, &argv);
   g_test_add_func ("/server-soak/soak", test_soak);
   return g_test_run ();
 }

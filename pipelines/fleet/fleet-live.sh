@@ -10,7 +10,7 @@
 #       [--kill-at S] [--kill NAME] [--backend cuda] [--quantization int4] [--kv-cache-format fp8]
 #       [--max-sessions N] [--server-option OPT]... [--out DIR] [--check] [-- MORE personaplex-loadgen OPTIONS]
 #
-#   --make-model P:F  full:int4 (6.2 GB, the issue's), full:int8, full:bf16, tiny:bf16 (pipelines/random-model.sh)
+#   --make-model P:F  full:int4 (6.2 GB, the issue's), full:int8, full:bf16, tiny:bf16 (pipelines/live-run.sh)
 #   --servers K       servers on this machine (default 1); --haproxy: the calls go through HAProxy (always with
 #                     K > 1; with one server they go straight to it unless --haproxy)
 #   --kill-at S       kill -9 one server S seconds after the loadgen starts (it first encodes its audio: about
@@ -37,59 +37,39 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-pack= build= model= make= model_root= servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
-backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} check=0 extra_server_opts=
-usage () { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
+me='fleet-live.sh' usage_lines=36 rest='loadgen options'
+# shellcheck source=pipelines/live-run.sh
+. "$root/pipelines/live-run.sh"
+servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
+backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} extra_server_opts=
+live_option () {
   case $1 in
-    --pack) pack=$2; shift ;;
-    --build) build=$2; shift ;;
-    --model-dir) model=$2; shift ;;
-    --make-model) make=$2; shift ;;
-    --model-root) model_root=$2; shift ;;
-    --servers) servers=$2; shift ;;
-    --haproxy) haproxy=1 ;;
-    --calls) calls=$2; shift ;;
-    --ramp) ramp=$2; shift ;;
-    --seconds) seconds=$2; shift ;;
-    --kill-at) kill_at=$2; shift ;;
-    --kill) kill_name=$2; shift ;;
-    --backend) backend=$2; shift ;;
-    --quantization) quant=$2; shift ;;
-    --kv-cache-format) kv=$2; shift ;;
-    --max-sessions) max_sessions=$2; shift ;;
-    --server-option) extra_server_opts="$extra_server_opts $2"; shift ;;
-    --out) out=$2; shift ;;
-    --check) check=1 ;;
-    --) shift; break ;;
-    -h|--help) usage ;;
-    *) echo "fleet-live.sh: unknown option $1 (loadgen options go after --)" >&2; exit 2 ;;
+    --servers) servers=$2 ;;
+    --haproxy) haproxy=1; return 1 ;;
+    --calls) calls=$2 ;;
+    --ramp) ramp=$2 ;;
+    --kill-at) kill_at=$2 ;;
+    --kill) kill_name=$2 ;;
+    --kv-cache-format) kv=$2 ;;
+    --max-sessions) max_sessions=$2 ;;
+    --server-option) extra_server_opts="$extra_server_opts $2" ;;
+    *) return 2 ;;
   esac
-  shift
-done
+}
+ppx_live_parse "$@"
+shift "$ppx_shift"
 die () { echo "fleet-live.sh: $*" >&2; exit "${2:-1}"; }
-[ -n "$model" ] || [ -n "$make" ] || die "give --model-dir DIR or --make-model PRESET:FORMAT" 2
 case $servers in ''|*[!0-9]*|0) die "--servers '$servers': 1 or more" 2 ;; esac
 [ "$servers" -gt 1 ] && haproxy=1
 [ -z "$kill_at" ] || [ "$haproxy" = 1 ] || die "--kill-at needs the calls to go through HAProxy (--haproxy)" 2
 [ -n "$kill_name" ] || kill_name=s$servers
-if [ -z "$pack" ] && [ -z "$build" ] && [ -x "$root/build-devpack-fleet/run" ]; then
-  pack=$root/build-devpack-fleet
-fi
+ppx_live_runner build-devpack-fleet pipelines/fleet/fleet-pack.sh bin/personaplex-server \
+  pipelines/server/personaplex-server
 if [ -n "$pack" ]; then
-  [ -x "$pack/run" ] && [ -x "$pack/bin/personaplex-server" ] ||
-    die "$pack: not a fleet pack (pipelines/fleet/fleet-pack.sh BUILD $pack)"
-  pack=$(cd "$pack" && pwd)
-  run_in () { "$pack/run" "$@"; }
   fleet_programs="--wrapper $pack/run --server personaplex-server --haproxy haproxy"
-elif [ -n "$build" ]; then
-  build=$(cd "$build" && pwd)
-  [ -x "$build/pipelines/server/personaplex-server" ] || die "$build/pipelines/server/personaplex-server not found"
-  run_in () { GST_PLUGIN_PATH="$build/gst${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}" PATH="$build/tools:$PATH" "$@"; }
+else
   export GST_PLUGIN_PATH="$build/gst${GST_PLUGIN_PATH:+:$GST_PLUGIN_PATH}"
   fleet_programs="--server $build/pipelines/server/personaplex-server"
-else
-  die "no pack (pipelines/fleet/fleet-pack.sh BUILD build-devpack-fleet) and no --build DIR" 2
 fi
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
@@ -104,8 +84,6 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 # shellcheck source=pipelines/fleet/fleet-http.sh
 . "$here/fleet-http.sh"
-# shellcheck source=pipelines/random-model.sh
-. "$root/pipelines/random-model.sh"
 summary=$out/summary.txt
 say () { echo "$*" | tee -a "$summary"; }
 
@@ -144,22 +122,8 @@ tick_summary () {
 
 main () {
   : > "$summary"
-  say "== fleet-live.sh $(date -u +%Y-%m-%dT%H:%M:%SZ): $(uname -srm), $(getconf _NPROCESSORS_ONLN) cores," \
-      "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
-  if command -v nvidia-smi > /dev/null; then
-    nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv,noheader | tee -a "$summary"
-  else
-    say "(no nvidia-smi: no GPU memory figures)"
-  fi
-  [ -z "$pack" ] || sed -n '2,3p' "$pack/MANIFEST.txt"
-  if [ "$check" = 1 ]; then
-    [ -n "$pack" ] || die "--check needs a pack" 2
-    sh "$pack/check.sh" || return 1
-  fi
-  if [ -n "$make" ]; then
-    ppx_random_model "$make" "$model_root" || return 1
-  fi
-  [ -d "$model" ] || die "$model: no such model directory"
+  ppx_live_machine | tee -a "$summary"
+  ppx_live_model || return
 
   # the servers and HAProxy
   gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)

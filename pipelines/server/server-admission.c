@@ -10,6 +10,8 @@
 #define MEASURE_TICKS_CPU 4
 /* How often the live ticks are read. */
 #define LEARN_INTERVAL_MS 500
+/* The live ticks kept for the p99 of the last PPX_ADMISSION_RECENT_MS: the most the element's history holds. */
+#define RECENT_TICKS 256
 
 struct _PpxAdmission {
   PpxServerModelKeeper *keeper;
@@ -18,6 +20,9 @@ struct _PpxAdmission {
   guint memory;
   PpxTickModel *model;
   guint64 seen;          /* live ticks learnt */
+  /* the last RECENT_TICKS of them, a ring: when each ended (monotonic µs) and its ms */
+  gint64 recent_end[RECENT_TICKS];
+  double recent_ms[RECENT_TICKS];
   gboolean over_budget;
   double recent_p99_ms;
   guint timer;
@@ -76,11 +81,12 @@ measure (PpxAdmission *a)
   g_string_free (line, TRUE);
 }
 
-/* The live ticks since the last read, and the p99 of those of the last PPX_ADMISSION_RECENT_MS. */
+/* The live ticks since the last read (only those: the element gives the ticks after `seen`), and the p99 of those
+ * of the last PPX_ADMISSION_RECENT_MS. */
 static void
 learn (PpxAdmission *a)
 {
-  g_autoptr (GstStructure) h = ppx_server_model_keeper_tick_history (a->keeper);
+  g_autoptr (GstStructure) h = ppx_server_model_keeper_tick_history (a->keeper, a->seen);
   guint64 total = 0;
   const GValue *rows = h ? gst_structure_get_value (h, "rows") : NULL;
   const GValue *ms = h ? gst_structure_get_value (h, "ms") : NULL;
@@ -90,21 +96,23 @@ learn (PpxAdmission *a)
   const guint n = gst_value_array_get_size (rows);
   if (gst_value_array_get_size (ms) != n || gst_value_array_get_size (age) != n)
     return;
-  const guint fresh = (guint) MIN (total - MIN (a->seen, total), (guint64) n);
   const gint64 now = g_get_monotonic_time ();
-  double recent[256];
-  guint n_recent = 0;
   ppx_tick_model_set_now (a->model, now);
   for (guint i = 0; i < n; i++) {
     const guint r = g_value_get_uint (gst_value_array_get_value (rows, i));
     const double t = g_value_get_double (gst_value_array_get_value (ms, i));
-    const double age_ms = g_value_get_double (gst_value_array_get_value (age, i));
-    if (i >= n - fresh)
-      ppx_tick_model_add_live (a->model, ppx_tick_model_rows (a->model, r), t, now - (gint64) (age_ms * 1000));
-    if (age_ms <= PPX_ADMISSION_RECENT_MS && n_recent < G_N_ELEMENTS (recent))
-      recent[n_recent++] = t;
+    const gint64 end = now - (gint64) (g_value_get_double (gst_value_array_get_value (age, i)) * 1000);
+    ppx_tick_model_add_live (a->model, ppx_tick_model_rows (a->model, r), t, end);
+    const guint at = (guint) ((total - n + i) % RECENT_TICKS);
+    a->recent_end[at] = end;
+    a->recent_ms[at] = t;
   }
   a->seen = total;
+  double recent[RECENT_TICKS];
+  guint n_recent = 0;
+  for (guint i = 0; i < MIN (total, (guint64) RECENT_TICKS); i++)
+    if (now - a->recent_end[i] <= PPX_ADMISSION_RECENT_MS * (gint64) 1000)
+      recent[n_recent++] = a->recent_ms[i];
   a->recent_p99_ms = n_recent >= PPX_ADMISSION_RECENT_MIN ? ppx_tick_p99 (recent, n_recent) : 0;
   a->over_budget = a->recent_p99_ms > a->budget_ms;
 }

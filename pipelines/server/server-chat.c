@@ -12,6 +12,7 @@
 
 #include "ogg-page.h"
 #include "server-backlog.h"
+#include "server-model.h"
 #include "server-pacer.h"
 #include "server-opus-clock.h"
 #include "server-worker.h"
@@ -342,14 +343,7 @@ on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
     const char *source = GST_OBJECT_NAME (GST_MESSAGE_SRC (msg));
     gboolean bad_input = g_str_has_prefix (source, "oggdemux") || g_str_has_prefix (source, "opusdec");
     g_autofree char *text = g_strdup_printf ("%s%s: %s", bad_input ? "malformed Ogg Opus: " : "", source, e->message);
-    g_mutex_lock (&chat->lock);
-    gboolean first = !chat->first_error;
-    if (first) {
-      chat->first_error = g_strdup (text);
-      chat->busy = g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_BUSY);
-    }
-    g_mutex_unlock (&chat->lock);
-    if (first)
+    if (ppx_server_keep_first_error (&chat->lock, &chat->first_error, &chat->busy, e, text))
       post (chat, bad_input ? DELIVER_BAD_INPUT : DELIVER_ERROR, g_bytes_new (text, strlen (text)));
   } else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ELEMENT) {
     const GstStructure *s = gst_message_get_structure (msg);
@@ -838,10 +832,9 @@ ppx_server_chat_start (PpxServer *server, SoupServerMessage *msg, PpxCallParams 
                                 g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (
                                     soup_server_message_get_remote_address (msg))));
   chat->slot = ppx_server_call_add (server, PPX_PROTO_CHAT, chat->id, &chat_class, chat);
-  g_printerr ("personaplex-server: call %u (%s): /api/chat, voice %s, text prompt %s%s\n", chat->id, chat->peer,
-              chat->params.voice_prompt ? chat->params.voice_prompt : o->voice_prompt ? o->voice_prompt : "none",
-              chat->params.text_prompt ? "of the call" : o->text_prompt || o->text_prompt_tokens ? "default" : "none",
-              chat->params.has_seed ? ", seed of the call" : "");
+  g_autofree char *persona = ppx_call_params_describe (&chat->params, o->voice_prompt,
+                                                       o->text_prompt || o->text_prompt_tokens);
+  g_printerr ("personaplex-server: call %u (%s): /api/chat, %s\n", chat->id, chat->peer, persona);
   g_autoptr (GError) error = NULL;
   if (!build_pipeline (chat, &error)) {
     chat->state = ENDED;

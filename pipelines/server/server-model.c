@@ -124,6 +124,19 @@ ppx_server_model_keeper_device (PpxServerModelKeeper *k)
   return device;
 }
 
+gboolean
+ppx_server_keep_first_error (GMutex *lock, char **first, gboolean *busy, const GError *e, const char *text)
+{
+  g_mutex_lock (lock);
+  const gboolean was_first = !*first;
+  if (was_first) {
+    *first = g_strdup (text);
+    *busy = g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_BUSY);
+  }
+  g_mutex_unlock (lock);
+  return was_first;
+}
+
 /* The element's GstStructure property @name (NULL when it has none). */
 static GstStructure *
 duplex_structure (PpxServerModelKeeper *k, const char *name)
@@ -193,9 +206,11 @@ ppx_server_model_keeper_measure_tick (PpxServerModelKeeper *k, guint rows, guint
 }
 
 GstStructure *
-ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k)
+ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k, guint64 since)
 {
-  return duplex_structure (k, "tick-history");
+  GstStructure *s = NULL;
+  g_signal_emit_by_name (k->duplex, "tick-history-since", since, &s);
+  return s;
 }
 
 void

@@ -17,6 +17,11 @@ G_BEGIN_DECLS
 GstElement *ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, const char *name,
                                    GError **error);
 
+/* A call's pipeline posted `e` (from its streaming threads): keeps, under `lock`, its first error's `text` in *first
+ * and in *busy whether it was the shared engine having no free slot (the element's RESOURCE/BUSY); TRUE when this
+ * was the first. */
+gboolean ppx_server_keep_first_error (GMutex *lock, char **first, gboolean *busy, const GError *e, const char *text);
+
 typedef struct _PpxServerModelKeeper PpxServerModelKeeper;
 
 /* Loads the model (and runs the prompts once, as every session will). Slow for a large model. */
@@ -43,9 +48,10 @@ void ppx_server_model_keeper_engine (PpxServerModelKeeper *k, PpxServerEngineInf
 void ppx_server_model_keeper_free (PpxServerModelKeeper *k);
 
 /* The engine's tick of `rows` sessions at full context, measured `ticks` times (the element's measure-tick:
- * a personaplex-tick-measure structure), and its live ticks (tick-history); see docs/element.md. */
+ * a personaplex-tick-measure structure), and its live ticks after the `since`-th (tick-history-since: a
+ * personaplex-tick-history structure whose total is the next read's `since`); see docs/element.md. */
 GstStructure *ppx_server_model_keeper_measure_tick (PpxServerModelKeeper *k, guint rows, guint ticks);
-GstStructure *ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k);
+GstStructure *ppx_server_model_keeper_tick_history (PpxServerModelKeeper *k, guint64 since);
 
 G_END_DECLS
 #endif

@@ -214,6 +214,15 @@ ppx_call_params_parse (GHashTable *query, const char *model_dir, const char *con
   return TRUE;
 }
 
+char *
+ppx_call_params_describe (const PpxCallParams *p, const char *default_voice, gboolean default_text)
+{
+  return g_strdup_printf ("voice %s, text prompt %s%s",
+                          p->voice_prompt ? p->voice_prompt : default_voice ? default_voice : "none",
+                          p->text_prompt ? "of the call" : default_text ? "default" : "none",
+                          p->has_seed ? ", seed of the call" : "");
+}
+
 void
 ppx_call_params_clear (PpxCallParams *p)
 {

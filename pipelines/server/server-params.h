@@ -30,6 +30,9 @@ GStrv ppx_server_list_voices (const char *model_dir);
 gboolean ppx_call_params_parse (GHashTable *query, const char *model_dir, const char *const *voices,
                                 PpxCallParams *p, GError **error);
 void ppx_call_params_clear (PpxCallParams *p);
+/* The log's words for a call's persona: "voice V, text prompt of the call|default|none[, seed of the call]", where
+ * what the call leaves out is the server's (`default_voice`, NULL: none; `default_text`: the server has one). */
+char *ppx_call_params_describe (const PpxCallParams *p, const char *default_voice, gboolean default_text);
 
 G_END_DECLS
 #endif

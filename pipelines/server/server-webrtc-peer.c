@@ -136,17 +136,25 @@ post_to_main (PpxWebrtcPeer *peer, DeliveryKind kind, char *text)
 
 /* ---- webrtcbin callbacks (its threads) ---- */
 
+/* webrtcbin's answer to a promise, once it came (NULL when it did not), and the error it holds, if any. */
+static const GstStructure *
+promise_reply (GstPromise *promise, GError **error)
+{
+  const GstStructure *reply =
+      gst_promise_wait (promise) == GST_PROMISE_RESULT_REPLIED ? gst_promise_get_reply (promise) : NULL;
+  if (reply && gst_structure_has_field (reply, "error"))
+    gst_structure_get (reply, "error", G_TYPE_ERROR, error, NULL);
+  return reply;
+}
+
 static void
 on_offer_created (GstPromise *promise, gpointer user_data)
 {
   PpxWebrtcPeer *peer = user_data;
-  gboolean replied = gst_promise_wait (promise) == GST_PROMISE_RESULT_REPLIED;
-  const GstStructure *reply = replied ? gst_promise_get_reply (promise) : NULL;
+  GError *e = NULL;
+  const GstStructure *reply = promise_reply (promise, &e);
   GstWebRTCSessionDescription *offer = NULL;
-  if (!reply || !gst_structure_get (reply, "offer", GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &offer, NULL)) {
-    GError *e = NULL;
-    if (reply)
-      gst_structure_get (reply, "error", G_TYPE_ERROR, &e, NULL);
+  if (e || !reply || !gst_structure_get (reply, "offer", GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &offer, NULL)) {
     post_to_main (peer, DELIVER_FAILED, g_strdup_printf ("creating the offer failed: %s",
                                                          e ? e->message : "no offer"));
     g_clear_error (&e);
@@ -230,10 +238,8 @@ static void
 on_remote_description_set (GstPromise *promise, gpointer user_data)
 {
   PpxWebrtcPeer *peer = user_data;
-  gboolean replied = gst_promise_wait (promise) == GST_PROMISE_RESULT_REPLIED;
-  const GstStructure *reply = replied ? gst_promise_get_reply (promise) : NULL;
   GError *e = NULL;
-  if (reply && gst_structure_get (reply, "error", G_TYPE_ERROR, &e, NULL)) {
+  if (promise_reply (promise, &e) && e) {
     g_printerr ("personaplex-server: session %u: the answer was refused: %s\n", peer->id, e->message);
     g_autofree char *msg = g_strdup_printf ("the answer was refused: %s", e->message);
     post_to_main (peer, DELIVER_SEND, ppx_signal_error_new (msg));
@@ -319,12 +325,7 @@ on_bus_sync (GstBus *bus, GstMessage *msg, gpointer user_data)
   if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
     g_autoptr (GError) e = NULL;
     gst_message_parse_error (msg, &e, NULL);
-    g_mutex_lock (&peer->audio_lock);
-    if (!peer->first_error) {
-      peer->first_error = g_strdup (e->message);
-      peer->first_busy = g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_BUSY);
-    }
-    g_mutex_unlock (&peer->audio_lock);
+    ppx_server_keep_first_error (&peer->audio_lock, &peer->first_error, &peer->first_busy, e, e->message);
   }
   return GST_BUS_PASS;
 }

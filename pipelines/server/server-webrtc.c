@@ -256,9 +256,8 @@ ppx_server_webrtc_start (PpxServer *server, SoupServerMessage *msg, PpxCallParam
   }
   s->id = ppx_server_next_call_id (server);
   s->slot = ppx_server_call_add (server, PPX_PROTO_WEBRTC, s->id, &session_class, s);
-  g_printerr ("personaplex-server: session %u: started (%s), voice %s, text prompt %s%s\n", s->id,
-              soup_server_message_get_remote_host (msg),
-              s->params.voice_prompt ? s->params.voice_prompt : o->voice_prompt ? o->voice_prompt : "none",
-              s->params.text_prompt ? "of the call" : o->text_prompt || o->text_prompt_tokens ? "default" : "none",
-              s->params.has_seed ? ", seed of the call" : "");
+  g_autofree char *persona = ppx_call_params_describe (&s->params, o->voice_prompt,
+                                                       o->text_prompt || o->text_prompt_tokens);
+  g_printerr ("personaplex-server: session %u: started (%s), %s\n", s->id, soup_server_message_get_remote_host (msg),
+              persona);
 }

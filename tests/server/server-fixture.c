@@ -3,6 +3,7 @@
 #include "server-fixture.h"
 
 #include <glib/gstdio.h>
+#include <gst/gst.h>
 #include <libsoup/soup.h>
 #include <math.h>
 #include <signal.h>
@@ -13,6 +14,8 @@
 #include "../pt-fixtures.h"
 #include "../test-util.h"
 #include "audio-io.h"
+#include "chat-client-private.h"
+#include "chat-protocol.h"
 
 static char *model_dir;
 
@@ -162,6 +165,14 @@ fixture_model_dir (void)
   return model_dir;
 }
 
+void
+fixture_test_init (int *argc, char ***argv)
+{
+  gst_init (argc, argv);
+  g_test_init (argc, argv, NULL);
+  fixture_model_dir ();
+}
+
 /* ---- the server ---- */
 
 static gboolean
@@ -284,15 +295,21 @@ fixture_server_log_count (FixtureServer *s, const char *needle)
 }
 
 gboolean
-fixture_server_wait_log (FixtureServer *s, const char *needle, guint timeout_ms)
+fixture_server_wait_log_count (FixtureServer *s, const char *needle, guint n, guint timeout_ms)
 {
   gint64 deadline = g_get_monotonic_time () + (gint64) timeout_ms * 1000;
-  while (!strstr (fixture_server_log (s), needle)) {
+  while (fixture_server_log_count (s, needle) < n) {
     if (g_get_monotonic_time () > deadline)
       return FALSE;
     g_usleep (10000);
   }
   return TRUE;
+}
+
+gboolean
+fixture_server_wait_log (FixtureServer *s, const char *needle, guint timeout_ms)
+{
+  return fixture_server_wait_log_count (s, needle, 1, timeout_ms);
 }
 
 void
@@ -333,6 +350,13 @@ fixture_server_stop (FixtureServer *s, guint timeout_ms)
 {
   fixture_server_signal (s, SIGTERM);
   return fixture_server_wait_exit (s, timeout_ms);
+}
+
+void
+fixture_server_finish (FixtureServer *s)
+{
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  fixture_server_free (s);
 }
 
 void
@@ -676,4 +700,48 @@ raw_ws_free (RawWs *ws)
   g_object_unref (ws->conn);
   g_byte_array_unref (ws->pending);
   g_free (ws);
+}
+
+gboolean
+raw_ws_send_audio (RawWs *ws, const void *ogg, gsize len)
+{
+  g_autofree guint8 *msg = g_malloc (len + 1);
+  msg[0] = PPX_CHAT_AUDIO;
+  memcpy (msg + 1, ogg, len);
+  return raw_ws_send_frame (ws, 2, TRUE, msg, len + 1);
+}
+
+gboolean
+raw_ws_send_page (RawWs *ws, PpxChatAudio *audio, guint i)
+{
+  gint64 end;
+  gsize len;
+  const guint8 *page = g_bytes_get_data (ppx_chat_audio_page (audio, i, &end), &len);
+  return raw_ws_send_audio (ws, page, len);
+}
+
+RawWs *
+raw_ws_call (FixtureServer *s, const char *path, PpxChatAudio *audio, guint32 *serial)
+{
+  RawWs *ws = raw_ws_connect (s, path ? path : "/api/chat", NULL);
+  g_assert_cmpuint (ws->status, ==, 101);
+  for (;;) {
+    guint8 *payload = NULL;
+    gsize len = 0;
+    int opcode = raw_ws_read_frame (ws, &payload, &len, 30000);
+    gboolean handshake = opcode == 2 && len == 1 && payload[0] == PPX_CHAT_HANDSHAKE;
+    g_free (payload);
+    g_assert_cmpint (opcode, >=, 0);
+    if (handshake)
+      break;
+  }
+  for (guint i = 0; i < 2; i++) {
+    gint64 end;
+    gsize len;
+    const guint8 *page = g_bytes_get_data (ppx_chat_audio_page (audio, i, &end), &len);
+    g_assert_true (raw_ws_send_audio (ws, page, len));
+    if (serial)
+      *serial = GUINT32_FROM_LE (*(const guint32 *) (page + 14)); /* the Ogg page header's serial number */
+  }
+  return ws;
 }

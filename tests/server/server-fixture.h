@@ -11,6 +11,8 @@
 
 G_BEGIN_DECLS
 
+/* gst_init, g_test_init and the model directory: the start of every server test program's main. */
+void fixture_test_init (int *argc, char ***argv);
 /* The model directory (made once per test program): the tiny model, a SentencePiece tokenizer (text pieces),
  * voices/VOICE1.wav and VOICE2.wav (1-1.5 s of speech), voices/NATF0.pt (embeddings) and voices/LONG.wav
  * (60 s: a long prompt phase). Removed at exit. */
@@ -37,8 +39,12 @@ const char *fixture_server_log (FixtureServer *s);
 guint fixture_server_log_count (FixtureServer *s, const char *needle);
 /* Waits (iterating the default context) until the log contains `needle`; FALSE after timeout_ms. */
 gboolean fixture_server_wait_log (FixtureServer *s, const char *needle, guint timeout_ms);
+/* The same until `n` lines of the log contain `needle`. */
+gboolean fixture_server_wait_log_count (FixtureServer *s, const char *needle, guint n, guint timeout_ms);
 /* SIGTERM and waits; returns the exit status (-1: it had to be killed after timeout_ms). */
 int fixture_server_stop (FixtureServer *s, guint timeout_ms);
+/* The end of a test: SIGTERM, the server must exit 0 within 20 s; then freed. */
+void fixture_server_finish (FixtureServer *s);
 void fixture_server_signal (FixtureServer *s, int signum);
 /* Waits for an exit; the status, or -1 after timeout_ms. */
 int fixture_server_wait_exit (FixtureServer *s, guint timeout_ms);
@@ -98,6 +104,13 @@ int raw_ws_read_frame (RawWs *ws, guint8 **out, gsize *len, guint timeout_ms);
  * -1 on timeout. */
 int raw_ws_wait_close (RawWs *ws, guint timeout_ms);
 void raw_ws_free (RawWs *ws);
+/* Sends `len` bytes of an Ogg stream as one 0x01 message; FALSE when the socket refused. */
+gboolean raw_ws_send_audio (RawWs *ws, const void *ogg, gsize len);
+/* Sends page `i` of `audio` as one 0x01 message; FALSE when the socket refused. */
+gboolean raw_ws_send_page (RawWs *ws, PpxChatAudio *audio, guint i);
+/* A raw /api/chat call (`path`, NULL: "/api/chat") through its handshake (the test fails without one within 30 s),
+ * then the header pages of `audio`'s Ogg stream sent; *serial (when not NULL) is the stream's serial number. */
+RawWs *raw_ws_call (FixtureServer *s, const char *path, PpxChatAudio *audio, guint32 *serial);
 
 G_END_DECLS
 #endif

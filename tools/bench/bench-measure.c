@@ -5,26 +5,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tool-stats.h"
+
 double
 bench_now_ms (void)
 {
   return (double) g_get_monotonic_time () / 1000.0;
-}
-
-static int
-cmp_double (const void *a, const void *b)
-{
-  double x = *(const double *) a, y = *(const double *) b;
-  return x < y ? -1 : x > y;
-}
-
-/* Nearest rank: the smallest sample with at least p of the samples at or below it. */
-static double
-percentile (const double *sorted, guint n, double p)
-{
-  guint rank = (guint) ((p * n) + 0.999999);
-  rank = CLAMP (rank, 1, n);
-  return sorted[rank - 1];
 }
 
 void
@@ -35,14 +21,14 @@ bench_stats_compute (const double *ms, guint n, BenchStats *out)
   if (n == 0)
     return;
   double *sorted = g_memdup2 (ms, sizeof (double) * n);
-  qsort (sorted, n, sizeof (double), cmp_double);
+  tool_sort_doubles (sorted, n);
   double sum = 0;
   for (guint i = 0; i < n; i++)
     sum += sorted[i];
   out->mean = sum / n;
-  out->p50 = percentile (sorted, n, 0.50);
-  out->p95 = percentile (sorted, n, 0.95);
-  out->p99 = percentile (sorted, n, 0.99);
+  out->p50 = tool_percentile (sorted, n, 0.50);
+  out->p95 = tool_percentile (sorted, n, 0.95);
+  out->p99 = tool_percentile (sorted, n, 0.99);
   out->min = sorted[0];
   out->max = sorted[n - 1];
   g_free (sorted);

@@ -1,6 +1,7 @@
 /* personaplex-live-bench's records: percentiles, the verdict, the summary and the raw files. */
 #include "live-record.h"
 #include "tool-file.h"
+#include "tool-stats.h"
 
 #include <errno.h>
 #include <glib/gstdio.h>
@@ -58,23 +59,6 @@ live_record_finish (LiveRecord *r, guint64 sink_latency_ns)
   }
 }
 
-static int
-cmp_double (gconstpointer a, gconstpointer b)
-{
-  gdouble x = *(const gdouble *) a, y = *(const gdouble *) b;
-  return x < y ? -1 : x > y;
-}
-
-gdouble
-live_percentile (const gdouble *sorted, guint n, gdouble p)
-{
-  if (n == 0)
-    return 0.0;
-  gdouble rank = ceil (p * n);
-  guint i = rank < 1 ? 0 : (guint) rank - 1;
-  return sorted[MIN (i, n - 1)];
-}
-
 /* Step-time figures of the frames whose index is in [from, to). */
 typedef struct {
   guint n;
@@ -107,10 +91,10 @@ step_figures (const LiveRecord *r, guint64 from, guint64 to)
   }
   if (f.n == 0)
     return f;
-  qsort (v, f.n, sizeof *v, cmp_double);
-  f.p50 = live_percentile (v, f.n, 0.50);
-  f.p90 = live_percentile (v, f.n, 0.90);
-  f.p99 = live_percentile (v, f.n, 0.99);
+  tool_sort_doubles (v, f.n);
+  f.p50 = tool_percentile (v, f.n, 0.50);
+  f.p90 = tool_percentile (v, f.n, 0.90);
+  f.p99 = tool_percentile (v, f.n, 0.99);
   f.max = v[f.n - 1];
   f.mean = sum / f.n;
   return f;
@@ -130,9 +114,9 @@ headroom (const LiveRecord *r, gdouble *least, gdouble *median, gdouble *queue_m
     v[i] = -a->lateness_ms;
     *queue_max = MAX (*queue_max, a->queue_ms);
   }
-  qsort (v, n, sizeof *v, cmp_double);
+  tool_sort_doubles (v, n);
   *least = v[0];
-  *median = live_percentile (v, n, 0.5);
+  *median = tool_percentile (v, n, 0.5);
 }
 
 /* The memory series checked for flatness: GPU when sampled, else the process's RSS. Start and end are the

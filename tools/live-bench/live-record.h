@@ -82,9 +82,6 @@ void live_record_free (LiveRecord *r);
  * it, else `sink_latency_ns`, the latency at the end; and the count of late buffers. */
 void live_record_finish (LiveRecord *r, guint64 sink_latency_ns);
 
-/* p in [0, 1], nearest-rank on a sorted copy; 0 for an empty set. */
-gdouble live_percentile (const gdouble *sorted, guint n, gdouble p);
-
 /* Frames stepped past `context_frames` and the memory/overrun checks: TRUE when the run kept real time
  * (no step over a frame, no late buffer, nothing dropped), stepped frames past the context, and the GPU
  * (or, without a GPU, the process's) memory stayed within `tolerance_mib` from start to end. `why` gets the

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tool-stats.h"
+
 LoadgenCall *
 loadgen_call_new (guint index, double scheduled_s)
 {
@@ -82,22 +84,6 @@ loadgen_reason_class (const char *reason)
   return LOADGEN_END_FAILED;
 }
 
-static int
-compare_doubles (const void *a, const void *b)
-{
-  double x = *(const double *) a, y = *(const double *) b;
-  return x < y ? -1 : x > y ? 1 : 0;
-}
-
-double
-loadgen_percentile (const double *sorted, guint n, double p)
-{
-  g_return_val_if_fail (n > 0, NAN);
-  double rank = ceil (p * n);
-  guint k = rank < 1 ? 1 : rank > n ? n : (guint) rank;
-  return sorted[k - 1];
-}
-
 void
 loadgen_summarize (const double *values, guint n, LoadgenSummary *out)
 {
@@ -115,10 +101,10 @@ loadgen_summarize (const double *values, guint n, LoadgenSummary *out)
     out->p50 = out->p95 = out->p99 = out->max = out->mean = NAN;
     return;
   }
-  qsort (v, m, sizeof *v, compare_doubles);
-  out->p50 = loadgen_percentile (v, m, 0.50);
-  out->p95 = loadgen_percentile (v, m, 0.95);
-  out->p99 = loadgen_percentile (v, m, 0.99);
+  tool_sort_doubles (v, m);
+  out->p50 = tool_percentile (v, m, 0.50);
+  out->p95 = tool_percentile (v, m, 0.95);
+  out->p99 = tool_percentile (v, m, 0.99);
   out->max = v[m - 1];
   out->mean = sum / m;
 }

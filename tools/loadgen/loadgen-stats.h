@@ -90,15 +90,13 @@ GArray *loadgen_call_chunks (const PpxChatRecord *r, gint64 origin_us);
  * zeroed) when the call had no answer audio. */
 gboolean loadgen_call_playout (const LoadgenCall *c, gint64 origin_us, GArray *per_second, LoadgenPlayout *out);
 
-/* Nearest-rank percentiles of a series (NANs left out): n, p50, p95, p99, max, mean. */
+/* Nearest-rank percentiles (tool-stats.h) of a series (NANs left out): n, p50, p95, p99, max, mean. */
 typedef struct {
   guint n;
   double p50, p95, p99, max, mean;
 } LoadgenSummary;
 
 void loadgen_summarize (const double *values, guint n, LoadgenSummary *out);
-/* The nearest-rank percentile p (0 < p <= 1) of `sorted` (ascending, no NAN), n > 0. */
-double loadgen_percentile (const double *sorted, guint n, double p);
 
 G_END_DECLS
 #endif

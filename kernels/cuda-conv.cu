@@ -5,6 +5,7 @@
  * backend's order (input channel, then tap). The streaming state is updated by a later launch than the one
  * that reads it, so no thread reads state that another thread of the same launch rewrites. */
 #include "cuda-conv.cuh"
+#include "cuda-mma-f32.cuh"
 #include "cuda-graph-timing.cuh"
 
 #include <math.h>
@@ -97,19 +98,32 @@ conv_transpose1d_kernel (const float *__restrict__ w, const float *__restrict__ 
 /* ---- planning ---- */
 
 struct ConvCfg {
-  int TM, TN, RG, CG;
+  int mma;         /* 0: the CUDA-core kernel (cuda-conv-gemm.cu), 1: the tensor cores (cuda-conv-mma.cu) */
+  int BM, BN, NT;  /* tile rows x cols, threads */
+  int WM, WN;      /* tensor cores: warps along rows and cols */
 };
-/* Tile shapes (rows x cols = RG*TM x CG*TN): wide tiles for long rows, tall narrow ones for the late layers'
- * few columns per row, one row for a single output channel. */
+/* Tile shapes (rows x cols): wide tiles for long rows, tall narrow ones for the late layers' few columns per
+ * row, one row (CUDA cores) or one m-tile of 16 (tensor cores) for a single output channel. The CUDA-core
+ * entries come first (CONV_SIMT_CFGS of them, in conv_launch's order), then the tensor-core ones (in
+ * conv_mma_cfg's order). */
 static const ConvCfg conv_cfgs[] = {
-  {4, 4, 16, 16}, /* 0:  64 x 64 */
-  {4, 4, 32, 8},  /* 1: 128 x 32 */
-  {4, 2, 32, 8},  /* 2: 128 x 16 */
-  {4, 1, 32, 8},  /* 3: 128 x 8 */
-  {4, 4, 8, 32},  /* 4:  32 x 128 */
-  {4, 2, 16, 16}, /* 5:  64 x 32 */
-  {4, 1, 64, 4},  /* 6: 256 x 4 (conv1d only: the transposed loader would need too many registers) */
-  {1, 1, 4, 32},  /* 7:   4 x 32, 128 threads (one output channel) */
+  {0, 64, 64, 256},  /* 0: TM 4, TN 4, 16 x 16 threads */
+  {0, 128, 32, 256}, /* 1: 4 x 4, 32 x 8 */
+  {0, 128, 16, 256}, /* 2: 4 x 2, 32 x 8 */
+  {0, 128, 8, 256},  /* 3: 4 x 1, 32 x 8 */
+  {0, 32, 128, 256}, /* 4: 4 x 4, 8 x 32 */
+  {0, 64, 32, 256},  /* 5: 4 x 2, 16 x 16 */
+  {0, 256, 4, 256},  /* 6: 4 x 1, 64 x 4 (conv1d only: the transposed loader would need too many registers) */
+  {0, 4, 32, 128},   /* 7: 1 x 1, 4 x 32 (one output channel) */
+  {1, 64, 64, 256, 2, 4},  /* 8: warps of 32 x 16 */
+  {1, 128, 64, 512, 4, 4}, /* 9 */
+  {1, 64, 128, 512, 2, 8}, /* 10 */
+  {1, 128, 32, 256, 4, 2}, /* 11 */
+  {1, 32, 128, 256, 1, 8}, /* 12 */
+  {1, 64, 32, 128, 2, 2},  /* 13 */
+  {1, 128, 16, 128, 4, 1}, /* 14 */
+  {1, 128, 8, 128, 4, 1},  /* 15: warps of 32 x 8 */
+  {1, 16, 64, 128, 1, 4},  /* 16: warps of 16 x 16 */
 };
 #define CONV_N_CFGS ((int) (sizeof conv_cfgs / sizeof conv_cfgs[0]))
 
@@ -183,40 +197,78 @@ conv_split (const ConvGeom &g, int forced, ConvPlan *pl)
   pl->split = (int) conv_cdiv (nst, leaf_st);
 }
 
+/* The GEMM kernel family of every planned call: the tensor cores unless PPX_CUDA_F32_MMA=0 (a global switch,
+ * never a function of M, so a row's arithmetic is the same in every batch). */
+static int
+conv_family (void)
+{
+  return ppx_f32_mma_mode () >= 0;
+}
+
 static bool
 conv_cfg_ok (const ConvGeom &g, int c)
 {
-  return c >= 0 && c < CONV_N_CFGS && !(g.tr && c == 6);
+  if (c < 0 || c >= CONV_N_CFGS || conv_cfgs[c].mma != conv_family ())
+    return false;
+  if (!conv_cfgs[c].mma)
+    return !(g.tr && c == 6);
+  return conv_cdiv (g.rows, conv_cfgs[c].BM) <= 65535;
 }
 
 /* The tile configuration for this M: a rough cost model, waves of blocks times the stages of a leaf times
- * the longer of a stage's multiply-adds (an SM does 128 a cycle, shared by the blocks resident on it) and a
- * memory latency (~1000 cycles: one stage's loads are in flight while the last one is computed). Any choice
+ * the longer of a stage's work on an SM (shared by the blocks resident on it) and a memory latency (~1000
+ * cycles: one stage's loads are in flight while the last one is computed). CUDA cores: 128 multiply-adds a
+ * cycle plus the loads and stores; tensor cores: mma.sync at ~0.5 a cycle, or the instructions issued (4 a
+ * cycle: the fragment loads and splits, the gather of B, the copies of A) when those take longer. Any choice
  * gives the same results. */
-static int
-conv_choose_cfg (const ConvGeom &g, const ConvPlan &pl)
+static double
+conv_cfg_cost (const ConvGeom &g, const ConvPlan &pl, int c)
 {
+  const ConvCfg &f = conv_cfgs[c];
   const long N = (long) g.M * g.Lcols;
   const int sms = ppx_sm_count ();
   const int BK = pl.CK * g.KR;
   const long leaf_st = conv_cdiv (pl.cpl, pl.CK);
+  const long blocks = conv_cdiv (g.rows, f.BM) * conv_cdiv (N, f.BN) * pl.split;
+  int occ = f.NT >= 256 ? 2 : 4;
+  if (f.mma) {
+    const int by_smem = (int) ((227u * 1024u) / (ppx_conv_mma_smem (f.BM, f.BN, g.tr) + 1024u));
+    occ = 512 / f.NT; /* 128 registers a thread */
+    occ = occ < by_smem ? occ : by_smem;
+  }
+  const long slots = (long) sms * occ;
+  const long waves = conv_cdiv (blocks, slots);
+  const long per_sm = conv_cdiv (blocks < slots ? blocks : slots, sms);
+  double work;
+  if (!f.mma) {
+    const double fma = (double) f.BM * f.BN * BK * per_sm / 128.0 * 1.5;
+    const double ld = (double) (f.BM + f.BN) * BK * per_sm / 32.0; /* load and store instructions, warp-wide */
+    work = fma + ld;
+  } else {
+    const bool tf = ppx_f32_mma_mode () != PPX_F32_BF16X3;
+    const int ks = tf ? CONV_BK / 8 : CONV_BK / 16, warps = f.NT / 32;
+    const double mma = (double) (f.BM / 16) * (f.BN / 8) * ks * 3;
+    /* per warp and k-step: 4 A loads and splits (16 instructions) per m-tile, 2 B loads and splits (8) per
+     * n-tile; B's gather ~8 instructions an element, A's copies ~3 (warp instructions: 32 elements each) */
+    const int mt = f.BM / f.WM / 16, nt = f.BN / f.WN / 8;
+    const double frag = (double) warps * ks * (16.0 * mt + 8.0 * nt);
+    const double issue = mma + frag + f.BN * 8.0 + f.BM * 3.0;
+    work = per_sm * (2.0 * mma > issue / 4.0 ? 2.0 * mma : issue / 4.0);
+  }
+  const double stage = work > 1000.0 ? work : 1000.0;
+  return (double) waves * leaf_st * stage;
+}
+
+static int
+conv_choose_cfg (const ConvGeom &g, const ConvPlan &pl)
+{
   double best = 0;
-  int bi = 0;
+  int bi = -1;
   for (int c = 0; c < CONV_N_CFGS; c++) {
     if (!conv_cfg_ok (g, c))
       continue;
-    const ConvCfg &f = conv_cfgs[c];
-    const int BM = f.RG * f.TM, BN = f.CG * f.TN, NT = f.RG * f.CG;
-    const long blocks = conv_cdiv (g.rows, BM) * conv_cdiv (N, BN) * pl.split;
-    const int occ = NT >= 256 ? 2 : 4;
-    const long slots = (long) sms * occ;
-    const long waves = conv_cdiv (blocks, slots);
-    const long per_sm = conv_cdiv (blocks < slots ? blocks : slots, sms);
-    const double fma = (double) NT * f.TM * f.TN * BK * per_sm / 128.0 * 1.5;
-    const double ld = (double) (BM + BN) * BK * per_sm / 32.0; /* load and store instructions, warp-wide */
-    const double stage = fma + ld > 1000.0 ? fma + ld : 1000.0;
-    const double cost = (double) waves * leaf_st * stage;
-    if (best == 0 || cost < best) {
+    const double cost = conv_cfg_cost (g, pl, c);
+    if (bi < 0 || cost < best) {
       best = cost;
       bi = c;
     }
@@ -402,8 +454,8 @@ ppx_cuda_conv_plan_info (int transposed, int M, int Cin, int Cout, int K, int L,
   const ConvPlan pl = conv_plan (g, groups, force_cfg, force_split);
   *cfg = pl.cfg;
   *split = pl.cfg < 0 ? 1 : pl.split;
-  *tile_rows = pl.cfg < 0 ? 0 : conv_cfgs[pl.cfg].RG * conv_cfgs[pl.cfg].TM;
-  *tile_cols = pl.cfg < 0 ? 0 : conv_cfgs[pl.cfg].CG * conv_cfgs[pl.cfg].TN;
+  *tile_rows = pl.cfg < 0 ? 0 : conv_cfgs[pl.cfg].BM;
+  *tile_cols = pl.cfg < 0 ? 0 : conv_cfgs[pl.cfg].BN;
 }
 
 /* Fills n floats with a hash of the index in [-1, 1) (benchmark data). */

@@ -1,0 +1,277 @@
+/* CUDA backend, Mimi's convolutions as implicit GEMMs: what the CUDA-core kernel (cuda-conv-gemm.cu) and the
+ * tensor-core kernel (cuda-conv-mma.cu) share: which elements a thread stages, the loaders of the weight (A)
+ * and gathered input (B) tiles, the cp.async pipeline over a leaf's stages and the epilogue of one output.
+ * cuda-conv-gemm.cu's comment describes the GEMM (rows, cols, reduction steps r = (channel, tap)).
+ *
+ * A tile shape S provides: TR (transposed conv), PIPE (weights by cp.async), NT (threads), BM x BN (the
+ * block's rows x cols), BNP (B's row pitch: B is [r][col]), NSA (A stages in the ring), ASLOT (floats of
+ * one A stage), AJ / BJ (A / B elements a thread stages per stage), CG (the CUDA-core kernel's threads
+ * along cols; 1 otherwise) and a_at (r, row), where element (row, r) of an A stage lives. */
+#ifndef PPX_CUDA_CONV_GEMM_CUH
+#define PPX_CUDA_CONV_GEMM_CUH
+
+#include "cuda-conv.cuh"
+
+/* 4-byte global -> shared copy that does not wait (sm_80+); ok = false fills a zero and reads nothing. */
+__device__ __forceinline__ void
+conv_cp_async4 (float *dst, const float *src, bool ok)
+{
+  const unsigned d = (unsigned) __cvta_generic_to_shared (dst);
+  asm volatile ("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
+
+__device__ __forceinline__ void
+conv_cp_commit (void)
+{
+  asm volatile ("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void
+conv_cp_wait (void)
+{
+  asm volatile ("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* What one thread stages each stage: the same (row, r) / (r, col) pairs every stage.
+ * conv1d A: lanes along r (w's rows are contiguous in r): r = tid % 32, rows tid / 32 + j * NT / 32.
+ * transposed A: lanes along the rows (co, p) (w[ci, co, :] is contiguous): row = tid % BM, r = tid / BM +
+ * j * NT / BM. B: lanes along the cols: col = tid % BN, r = tid / BN + j * NT / BN. r = (channel within
+ * the stage, tap) is stepped from j to j + 1 without divisions. */
+struct ConvThread {
+  int row0;          /* the block's first row */
+  long n0;           /* the block's first col */
+  int leaf, ci_lo, ci_hi, BK, nst;
+  int a_r0, a_rs, a_rowl, a_ch0, a_tap0, a_dch, a_dtap, a_row, a_p;
+  const float *a_base;
+  int b_r0, b_rs, b_ch0, b_tap0, b_dch, b_dtap, bcol;
+  bool b_ok;
+  const float *xm, *pm;
+  int b_v0;          /* transposed: input frame bc - tap; conv1d: index bc*stride + tap*dil */
+  int cg, rg;        /* the CUDA-core kernel: the thread's TN cols and TM rows of the tile */
+};
+
+/* Sets up this thread's block position, its leaf of the input channels and its staging pairs. */
+template <class S>
+__device__ __forceinline__ ConvThread
+conv_thread (const ConvArgs &a, int tid)
+{
+  constexpr bool TR = S::TR;
+  constexpr int BM = S::BM, BN = S::BN, NT = S::NT;
+  ConvThread g;
+  g.row0 = blockIdx.y * BM;
+  g.n0 = (long) blockIdx.x * BN;
+  g.leaf = blockIdx.z;
+  g.ci_lo = g.leaf * a.cpl;
+  g.ci_hi = min (a.Cin, g.ci_lo + a.cpl);
+  g.BK = a.CK * a.KR;
+  g.nst = (g.ci_hi - g.ci_lo + a.CK - 1) / a.CK;
+  g.a_r0 = TR ? tid / BM : tid & 31;
+  g.a_rs = TR ? NT / BM : 0;
+  g.a_rowl = TR ? tid % BM : tid >> 5;
+  g.a_ch0 = g.a_r0 / a.KR;
+  g.a_tap0 = g.a_r0 % a.KR;
+  g.a_dch = g.a_rs / a.KR;
+  g.a_dtap = g.a_rs % a.KR;
+  g.a_row = g.row0 + g.a_rowl;
+  const int a_co = TR ? g.a_row / a.stride : g.a_row;
+  g.a_p = TR ? g.a_row % a.stride : 0;
+  g.a_base = TR ? a.w + (size_t) a_co * a.K + g.a_p : a.w + (size_t) g.a_row * a.Cin * a.K + g.a_r0;
+  g.b_r0 = tid / BN;
+  g.b_rs = NT / BN;
+  g.b_ch0 = g.b_r0 / a.KR;
+  g.b_tap0 = g.b_r0 % a.KR;
+  g.b_dch = g.b_rs / a.KR;
+  g.b_dtap = g.b_rs % a.KR;
+  g.bcol = tid % BN;
+  const long bn = g.n0 + g.bcol;
+  g.b_ok = bn < a.N;
+  const int bm = g.b_ok ? (int) (bn / a.Lcols) : 0, bc = g.b_ok ? (int) (bn % a.Lcols) : 0;
+  g.xm = a.x + (size_t) bm * a.Cin * a.Lin;
+  g.pm = a.prev ? a.prev + (size_t) bm * a.Cin * a.P : NULL;
+  g.b_v0 = TR ? bc : bc * a.stride;
+  g.cg = tid % S::CG;
+  g.rg = tid / S::CG;
+  return g;
+}
+
+/* Loads this thread's A (weight) elements of stage st: into registers ra (then conv_store_a) or, with PIPE,
+ * by cp.async straight into the shared-memory slot; elements past the leaf, the rows or K read as 0. */
+template <class S>
+__device__ __forceinline__ void
+conv_fetch_a (const ConvArgs &a, const ConvThread &g, int st, float *slot, float *ra)
+{
+  constexpr int NT = S::NT, BM = S::BM;
+  const int ci0 = g.ci_lo + st * a.CK, cnt = min (a.CK, g.ci_hi - ci0);
+  int ch = g.a_ch0, tap = g.a_tap0;
+  /* with PIPE nothing is held in registers: a partial unroll keeps the addresses of fewer copies live */
+#pragma unroll(S::PIPE ? 4 : S::AJ)
+  for (int j = 0; j < S::AJ; j++) {
+    if constexpr (!S::TR) {
+      const int rowl = g.a_rowl + j * (NT / 32);
+      const bool ok = g.a_r0 < g.BK && g.a_ch0 < cnt && rowl < BM && g.row0 + rowl < a.rows;
+      const float *src = g.a_base + (size_t) j * (NT / 32) * a.Cin * a.K + (size_t) ci0 * a.K;
+      if constexpr (S::PIPE) {
+        if (rowl < BM)
+          conv_cp_async4 (slot + S::a_at (g.a_r0, rowl), ok ? src : a.w, ok);
+      } else {
+        ra[j] = ok ? __ldg (src) : 0.0f;
+      }
+    } else {
+      const int r = g.a_r0 + j * g.a_rs, k = tap * a.stride;
+      const bool ok = r < g.BK && ch < cnt && g.a_row < a.rows && g.a_p + k < a.K;
+      const float *src = g.a_base + (size_t) (ci0 + ch) * a.Cout * a.K + k;
+      if constexpr (S::PIPE) {
+        if (r < CONV_BK)
+          conv_cp_async4 (slot + S::a_at (r, g.a_rowl), ok ? src : a.w, ok);
+      } else {
+        ra[j] = ok ? __ldg (src) : 0.0f;
+      }
+      ch += g.a_dch;
+      tap += g.a_dtap;
+      if (tap >= a.KR) {
+        tap -= a.KR;
+        ch++;
+      }
+    }
+  }
+}
+
+/* Stores the A elements held in registers (without PIPE) into the shared tile A. */
+template <class S>
+__device__ __forceinline__ void
+conv_store_a (const ConvThread &g, const float *ra, float *A)
+{
+  if constexpr (!S::PIPE) {
+#pragma unroll
+    for (int j = 0; j < S::AJ; j++) {
+      if constexpr (!S::TR) {
+        const int rowl = g.a_rowl + j * (S::NT / 32);
+        if (rowl < S::BM)
+          A[S::a_at (g.a_r0, rowl)] = ra[j];
+      } else {
+        const int r = g.a_r0 + j * g.a_rs;
+        if (r < CONV_BK)
+          A[S::a_at (r, g.a_rowl)] = ra[j];
+      }
+    }
+  }
+}
+
+/* Gathers this thread's B (input) elements of stage st into registers rb, the activation applied: conv1d
+ * reads concat(prev, x) at t*stride + tap*dil, transposed reads x at q - tap (0 outside [0, T)). */
+template <class S>
+__device__ __forceinline__ void
+conv_load_b (const ConvArgs &a, const ConvThread &g, int st, float *rb)
+{
+  const int ci0 = g.ci_lo + st * a.CK, cnt = min (a.CK, g.ci_hi - ci0);
+  int ch = g.b_ch0, tap = g.b_tap0;
+#pragma unroll
+  for (int j = 0; j < S::BJ; j++) {
+    const int r = g.b_r0 + j * g.b_rs;
+    float v = 0.0f;
+    if (g.b_ok && r < g.BK && ch < cnt) {
+      const int ci = ci0 + ch;
+      if constexpr (!S::TR) {
+        const int vi = g.b_v0 + tap * a.dil;
+        v = vi < a.P ? g.pm[(size_t) ci * a.P + vi] : ppx_act_apply (a.act, g.xm[(size_t) ci * a.Lin + (vi - a.P)]);
+      } else {
+        const int t = g.b_v0 - tap;
+        if (t >= 0 && t < a.Lin)
+          v = ppx_act_apply (a.act, g.xm[(size_t) ci * a.Lin + t]);
+      }
+    }
+    rb[j] = v;
+    ch += g.b_dch;
+    tap += g.b_dtap;
+    if (tap >= a.KR) {
+      tap -= a.KR;
+      ch++;
+    }
+  }
+}
+
+/* Stores the B elements held in registers into the shared tile B ([r][col]). */
+template <class S>
+__device__ __forceinline__ void
+conv_store_b (const ConvThread &g, const float *rb, float *B)
+{
+#pragma unroll
+  for (int j = 0; j < S::BJ; j++) {
+    const int r = g.b_r0 + j * g.b_rs;
+    if (r < CONV_BK)
+      B[r * S::BNP + g.bcol] = rb[j];
+  }
+}
+
+/* The stages with PIPE: A in a ring of NSA slots filled by cp.async, stages st+1 .. st+NSA-2 in flight while
+ * st is computed; every iteration commits one cp.async group (empty past the last stage), so waiting until
+ * NSA-2 groups are pending means stage st has landed. One barrier per stage: after it, stage st is visible
+ * to all and everyone has finished stage st-1, whose A slot ((st-1) % NSA) and B buffer ((st+1) & 1) are then
+ * refilled. compute (A stage, B stage) multiplies one stage into the thread's sums. */
+template <class S, class Compute>
+__device__ __forceinline__ void
+conv_stages_async (const ConvArgs &a, const ConvThread &g, float *As, float *Bs, Compute compute)
+{
+  constexpr int NSA = S::NSA, AS = S::ASLOT, BS = CONV_BK * S::BNP;
+  float rb[S::BJ];
+#pragma unroll
+  for (int s = 0; s < NSA - 1; s++) {
+    if (s < g.nst)
+      conv_fetch_a<S> (a, g, s, As + s * AS, NULL);
+    conv_cp_commit ();
+  }
+  conv_load_b<S> (a, g, 0, rb);
+  conv_store_b<S> (g, rb, Bs);
+  for (int st = 0; st < g.nst; st++) {
+    conv_cp_wait<NSA - 2> ();
+    __syncthreads ();
+    const int sn = st + NSA - 1;
+    if (sn < g.nst)
+      conv_fetch_a<S> (a, g, sn, As + (sn % NSA) * AS, NULL);
+    conv_cp_commit ();
+    if (st + 1 < g.nst)
+      conv_load_b<S> (a, g, st + 1, rb);
+    compute (As + (st % NSA) * AS, Bs + (st & 1) * BS);
+    if (st + 1 < g.nst)
+      conv_store_b<S> (g, rb, Bs + ((st + 1) & 1) * BS);
+  }
+}
+
+/* Writes one output's leaf sum v (row, col n): with several leaves to the leaf's scratch (the combine launch
+ * adds them); with one, conv1d y = (res +) bias + sum, transposed z = sum (+ partial) (+ bias) and the tail
+ * of the next call's partial. */
+__device__ __forceinline__ void
+conv_store_out (const ConvArgs &a, int leaf, bool tr, int row, long n, float v)
+{
+  if (row >= a.rows || n >= a.N)
+    return;
+  const int m = (int) (n / a.Lcols), c = (int) (n % a.Lcols);
+  if (!tr) {
+    const size_t idx = ((size_t) m * a.Cout + row) * a.Lcols + c;
+    if (a.split > 1) {
+      a.ws[(size_t) leaf * a.N * a.Cout + idx] = v;
+    } else {
+      const float y = (a.bias ? a.bias[row] : 0.0f) + v;
+      a.y[idx] = a.res ? a.res[idx] + y : y;
+    }
+  } else {
+    const int co = row / a.stride, jz = c * a.stride + row % a.stride;
+    if (jz >= a.Lz)
+      return;
+    const size_t mc = (size_t) m * a.Cout + co;
+    if (a.split > 1) {
+      a.ws[((size_t) leaf * a.M * a.Cout + mc) * a.Lz + jz] = v;
+    } else {
+      float z = v;
+      if (a.partial && jz < a.tail)
+        z += a.partial[mc * a.tail + jz];
+      if (jz < a.Ly)
+        a.y[mc * a.Ly + jz] = z + (a.bias ? a.bias[co] : 0.0f);
+      if (a.partial && jz >= a.stride * a.Lin)
+        a.next[mc * a.tail + (jz - a.stride * a.Lin)] = z;
+    }
+  }
+}
+
+#endif

@@ -112,20 +112,20 @@ conv_stages_registers (const ConvArgs &a, const ConvThread &g, float *As, float 
   constexpr int BMP = S::BMP, BNP = S::BNP;
   float ra[S::AJ], rb[S::BJ];
   conv_fetch_a<S> (a, g, 0, NULL, ra);
-  conv_load_b<S> (a, g, 0, rb);
+  unsigned from_x = conv_load_b<S> (a, g, 0, rb);
   conv_store_a<S> (g, ra, As);
-  conv_store_b<S> (g, rb, Bs);
+  conv_store_b<S> (a, g, rb, from_x, Bs);
   __syncthreads ();
   for (int st = 0; st < g.nst; st++) {
     const int buf = st & 1;
     if (st + 1 < g.nst) {
       conv_fetch_a<S> (a, g, st + 1, NULL, ra);
-      conv_load_b<S> (a, g, st + 1, rb);
+      from_x = conv_load_b<S> (a, g, st + 1, rb);
     }
     conv_compute_stage<S> (g, As + buf * CONV_BK * BMP, Bs + buf * CONV_BK * BNP, acc);
     if (st + 1 < g.nst) {
       conv_store_a<S> (g, ra, As + (buf ^ 1) * CONV_BK * BMP);
-      conv_store_b<S> (g, rb, Bs + (buf ^ 1) * CONV_BK * BNP);
+      conv_store_b<S> (a, g, rb, from_x, Bs + (buf ^ 1) * CONV_BK * BNP);
     }
     __syncthreads ();
   }

@@ -158,30 +158,40 @@ conv_store_a (const ConvThread &g, const float *ra, float *A)
   }
 }
 
-/* Gathers this thread's B (input) elements of stage st into registers rb, the activation applied: conv1d
- * reads concat(prev, x) at t*stride + tap*dil, transposed reads x at q - tap (0 outside [0, T)). */
+/* Gathers this thread's B (input) elements of stage st into registers rb, raw: conv1d reads concat(prev, x)
+ * at t*stride + tap*dil, transposed reads x at q - tap (0 outside [0, T), past the leaf or the stage). Bit j
+ * of the result is set where rb[j] came from x, so conv_store_b applies the activation to it (the history
+ * holds activated columns already). The loads do not depend on each other and nothing here uses their
+ * values, so all BJ are in flight at once; applying the activation here made every load wait for the one
+ * before it (one memory latency per element: the gather of a stage took ~BJ latencies). */
 template <class S>
-__device__ __forceinline__ void
+__device__ __forceinline__ unsigned
 conv_load_b (const ConvArgs &a, const ConvThread &g, int st, float *rb)
 {
+  static_assert (S::BJ <= 32, "one mask bit per element");
   const int ci0 = g.ci_lo + st * a.CK, cnt = min (a.CK, g.ci_hi - ci0);
   int ch = g.b_ch0, tap = g.b_tap0;
+  unsigned from_x = 0;
 #pragma unroll
   for (int j = 0; j < S::BJ; j++) {
     const int r = g.b_r0 + j * g.b_rs;
-    float v = 0.0f;
+    const float *src = NULL;
     if (g.b_ok && r < g.BK && ch < cnt) {
       const int ci = ci0 + ch;
       if constexpr (!S::TR) {
         const int vi = g.b_v0 + tap * a.dil;
-        v = vi < a.P ? g.pm[(size_t) ci * a.P + vi] : ppx_act_apply (a.act, g.xm[(size_t) ci * a.Lin + (vi - a.P)]);
+        const bool hist = vi < a.P;
+        src = hist ? g.pm + (size_t) ci * a.P + vi : g.xm + (size_t) ci * a.Lin + (vi - a.P);
+        from_x |= (hist ? 0u : 1u) << j;
       } else {
         const int t = g.b_v0 - tap;
-        if (t >= 0 && t < a.Lin)
-          v = ppx_act_apply (a.act, g.xm[(size_t) ci * a.Lin + t]);
+        if (t >= 0 && t < a.Lin) {
+          src = g.xm + (size_t) ci * a.Lin + t;
+          from_x |= 1u << j;
+        }
       }
     }
-    rb[j] = v;
+    rb[j] = src ? *src : 0.0f;
     ch += g.b_dch;
     tap += g.b_dtap;
     if (tap >= a.KR) {
@@ -189,18 +199,20 @@ conv_load_b (const ConvArgs &a, const ConvThread &g, int st, float *rb)
       ch++;
     }
   }
+  return from_x;
 }
 
-/* Stores the B elements held in registers into the shared tile B ([r][col]). */
+/* Stores the B elements held in registers into the shared tile B ([r][col]), the activation applied to
+ * those that came from x (ppx_act_apply: the same function, hence the same bits, as before). */
 template <class S>
 __device__ __forceinline__ void
-conv_store_b (const ConvThread &g, const float *rb, float *B)
+conv_store_b (const ConvArgs &a, const ConvThread &g, const float *rb, unsigned from_x, float *B)
 {
 #pragma unroll
   for (int j = 0; j < S::BJ; j++) {
     const int r = g.b_r0 + j * g.b_rs;
     if (r < CONV_BK)
-      B[r * S::BNP + g.bcol] = rb[j];
+      B[r * S::BNP + g.bcol] = (from_x >> j & 1u) ? ppx_act_apply (a.act, rb[j]) : rb[j];
   }
 }
 
@@ -221,8 +233,8 @@ conv_stages_async (const ConvArgs &a, const ConvThread &g, float *As, float *Bs,
       conv_fetch_a<S> (a, g, s, As + s * AS, NULL);
     conv_cp_commit ();
   }
-  conv_load_b<S> (a, g, 0, rb);
-  conv_store_b<S> (g, rb, Bs);
+  unsigned from_x = conv_load_b<S> (a, g, 0, rb);
+  conv_store_b<S> (a, g, rb, from_x, Bs);
   for (int st = 0; st < g.nst; st++) {
     conv_cp_wait<NSA - 2> ();
     __syncthreads ();
@@ -231,10 +243,10 @@ conv_stages_async (const ConvArgs &a, const ConvThread &g, float *As, float *Bs,
       conv_fetch_a<S> (a, g, sn, As + (sn % NSA) * AS, NULL);
     conv_cp_commit ();
     if (st + 1 < g.nst)
-      conv_load_b<S> (a, g, st + 1, rb);
+      from_x = conv_load_b<S> (a, g, st + 1, rb);
     compute (As + (st % NSA) * AS, Bs + (st & 1) * BS);
     if (st + 1 < g.nst)
-      conv_store_b<S> (g, rb, Bs + ((st + 1) & 1) * BS);
+      conv_store_b<S> (a, g, rb, from_x, Bs + ((st + 1) & 1) * BS);
   }
 }
 
@@ -246,7 +258,10 @@ conv_store_out (const ConvArgs &a, int leaf, bool tr, int row, long n, float v)
 {
   if (row >= a.rows || n >= a.N)
     return;
-  const int m = (int) (n / a.Lcols), c = (int) (n % a.Lcols);
+  /* 32-bit division where the columns allow (always for Mimi: M x Lcols < 2^31) */
+  const bool small = a.N < 2147483648L;
+  const int m = small ? (int) ((unsigned) n / (unsigned) a.Lcols) : (int) (n / a.Lcols);
+  const int c = small ? (int) ((unsigned) n - (unsigned) m * (unsigned) a.Lcols) : (int) (n % a.Lcols);
   if (!tr) {
     const size_t idx = ((size_t) m * a.Cout + row) * a.Lcols + c;
     if (a.split > 1) {

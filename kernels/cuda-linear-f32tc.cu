@@ -3,11 +3,11 @@
  * or bf16x3), for every M. The entry point that chooses this path is ppx_cuda_linear (cuda-linear.cu).
  *
  * A block owns 16 weight rows (one mma A tile) and 8 NT rows of x (NT n-tiles of 8, NT = 1, 2 or 4 by M);
- * its 8 warps each take a contiguous slice of K's chunks of 32 columns, the same slices for every M (they
+ * its 8 warps each take a contiguous slice of K's chunks of 16 columns, the same slices for every M (they
  * depend on K only). Every lane streams exactly the operands it multiplies (its 16-byte pieces of two weight
- * rows and of NT rows of x, per group of 16 columns) through its own ring of D chunks in shared memory with
- * cp.async, so the main loop has no barrier. A chunk is one mma chain from zero (two groups of 16 columns,
- * three mma per k-step) that is then added to the lane's f32 running sums. At the end the 8 warps' sums are
+ * rows and of NT rows of x) through its own ring of D chunks in shared memory with cp.async (D - 1 chunks in
+ * flight: 7, 5 or 3 by NT, 12 KB a warp), so the main loop has no barrier. A chunk is one mma chain from zero
+ * (three mma per k-step) that is then added to the lane's f32 running sums. At the end the 8 warps' sums are
  * added in warp order through shared memory and written to y.
  * So y[m, r] is the same sequence of operations whatever M is and wherever row m sits in the batch: NT and
  * the grid only decide which block computes it (tests/cuda-test-linear.c checks this bit for bit). */
@@ -16,7 +16,7 @@
 
 #define F32TC_WARPS 8
 #define F32TC_THREADS (F32TC_WARPS * 32)
-#define F32TC_CHUNK 32 /* columns per chunk (two groups of 16) */
+#define F32TC_CHUNK 16 /* columns per chunk: one group of 16 (tf32: two k-steps, bf16: one) */
 
 struct F32tcArgs {
   const float *w;
@@ -31,13 +31,13 @@ struct F32tcArgs {
 };
 
 /* Shared memory of one configuration: per warp a ring of D slots, a slot holding one chunk's operands as
- * float4 records in the order the lanes read them: the weights [group 2][row half 2][lane 32] (lane (g, t)
- * of row half h: row 8h + g, columns 4t..4t+3 of the group), then x [group 2][n-tile NT][lane 32] (x row
- * 8 nt + g, the same columns). The end-of-kernel sums [warp][NT][4][32] reuse the rings. */
+ * float4 records in the order the lanes read them: the weights [row half 2][lane 32] (lane (g, t) of row
+ * half h: row 8h + g, columns 4t..4t+3 of the chunk), then x [n-tile NT][lane 32] (x row 8 nt + g, the same
+ * columns). The end-of-kernel sums [warp][NT][4][32] reuse the rings. */
 template <int NT> struct F32tcCfg {
-  static constexpr int D = NT == 1 ? 4 : NT == 2 ? 3 : 2;
-  static constexpr int SW = 2 * 2 * 32;
-  static constexpr int SLOT = SW + 2 * NT * 32;
+  static constexpr int D = NT == 1 ? 8 : NT == 2 ? 6 : 4;
+  static constexpr int SW = 2 * 32;
+  static constexpr int SLOT = SW + NT * 32;
   static constexpr size_t SMEM = (size_t) F32TC_WARPS * D * SLOT * sizeof (float4);
   static_assert ((size_t) F32TC_WARPS * NT * 4 * 32 * sizeof (float) <= SMEM, "the sums fit in the rings");
 };
@@ -100,60 +100,48 @@ f32tc_issue (const F32tcArgs &a, float4 *slot, int64_t r0, int m0, int c, int la
 {
   using C = F32tcCfg<NT>;
   const int g = lane >> 2, t = lane & 3;
+  const int col = c * F32TC_CHUNK + 4 * t;
+  const bool in_k = col < a.K;
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const int col = c * F32TC_CHUNK + 16 * h + 4 * t;
-    const bool in_k = col < a.K;
+  for (int half = 0; half < 2; half++) {
+    const int64_t r = r0 + g + 8 * half;
+    const bool ok = in_k && r < a.rows;
+    mf_cp16 (&slot[half * 32 + lane], ok ? a.w + r * a.K + col : a.w, ok ? 16 : 0);
+  }
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-      const int64_t r = r0 + g + 8 * half;
-      const bool ok = in_k && r < a.rows;
-      mf_cp16 (&slot[(2 * h + half) * 32 + lane], ok ? a.w + r * a.K + col : a.w, ok ? 16 : 0);
-    }
+  for (int nt = 0; nt < NT; nt++) {
+    const int m = m0 + 8 * nt + g;
+    const bool ok = in_k && m < a.M;
+    const float *src = ok ? a.x + (size_t) m * a.ldx + col : a.x;
+    float4 *dst = &slot[C::SW + nt * 32 + lane];
+    if (a.vec_x) {
+      mf_cp16 (dst, src, ok ? 16 : 0);
+    } else {
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-      const int m = m0 + 8 * nt + g;
-      const bool ok = in_k && m < a.M;
-      const float *src = ok ? a.x + (size_t) m * a.ldx + col : a.x;
-      float4 *dst = &slot[C::SW + (h * NT + nt) * 32 + lane];
-      if (a.vec_x) {
-        mf_cp16 (dst, src, ok ? 16 : 0);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-          mf_cp4 (reinterpret_cast<float *> (dst) + e, ok ? src + e : a.x, ok ? 4 : 0);
-      }
+      for (int e = 0; e < 4; e++)
+        mf_cp4 (reinterpret_cast<float *> (dst) + e, ok ? src + e : a.x, ok ? 4 : 0);
     }
   }
 }
 
-/* acc += one chunk: a chain of mma from zero over its two groups, then added to the running sums */
+/* acc += one chunk: a chain of mma from zero over its 16 columns, then added to the running sums */
 template <int MODE, int NT>
 __device__ __forceinline__ void
 f32tc_chunk (const float4 *slot, int lane, float (&acc)[NT][4])
 {
   using C = F32tcCfg<NT>;
-  float p[NT][4];
+  const float4 w0 = slot[lane], w1 = slot[32 + lane];
+  const float av[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  F32tcA<MODE> as;
+  f32tc_split_a<MODE> (av, as);
 #pragma unroll
-  for (int nt = 0; nt < NT; nt++)
+  for (int nt = 0; nt < NT; nt++) {
+    float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    f32tc_group<MODE> (p, as, slot[C::SW + nt * 32 + lane]);
 #pragma unroll
     for (int i = 0; i < 4; i++)
-      p[nt][i] = 0.0f;
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const float4 w0 = slot[(2 * h) * 32 + lane], w1 = slot[(2 * h + 1) * 32 + lane];
-    const float av[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-    F32tcA<MODE> as;
-    f32tc_split_a<MODE> (av, as);
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-      f32tc_group<MODE> (p[nt], as, slot[C::SW + (h * NT + nt) * 32 + lane]);
+      acc[nt][i] += p[i];
   }
-#pragma unroll
-  for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-      acc[nt][i] += p[nt][i];
 }
 
 template <int MODE, int NT>

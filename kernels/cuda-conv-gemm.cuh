@@ -37,13 +37,16 @@ conv_cp_wait (void)
  * conv1d A: lanes along r (w's rows are contiguous in r): r = tid % 32, rows tid / 32 + j * NT / 32.
  * transposed A: lanes along the rows (co, p) (w[ci, co, :] is contiguous): row = tid % BM, r = tid / BM +
  * j * NT / BM. B: lanes along the cols: col = tid % BN, r = tid / BN + j * NT / BN. r = (channel within
- * the stage, tap) is stepped from j to j + 1 without divisions. */
+ * the stage, tap) is stepped from j to j + 1 without divisions. Offsets into the weights and into a row's
+ * input are 32-bit (the planner keeps them below 2^31): the loaders' address arithmetic was most of their
+ * instructions in 64 bits. */
 struct ConvThread {
   int row0;          /* the block's first row */
   long n0;           /* the block's first col */
   int leaf, ci_lo, ci_hi, BK, nst;
-  int a_r0, a_rs, a_rowl, a_ch0, a_tap0, a_dch, a_dtap, a_row, a_p;
-  const float *a_base;
+  int a_r0, a_rs, a_rowl, a_ch0, a_tap0, a_dch, a_dtap, a_p;
+  int a_off;         /* conv1d: w offset of (row0 + a_rowl, r = a_r0); transposed: of (co, p) in w[0] */
+  int a_rows_left;   /* rows from this thread's first one to the end (<= 0: none) */
   int b_r0, b_rs, b_ch0, b_tap0, b_dch, b_dtap, bcol;
   bool b_ok;
   const float *xm, *pm;
@@ -73,10 +76,11 @@ conv_thread (const ConvArgs &a, int tid)
   g.a_tap0 = g.a_r0 % a.KR;
   g.a_dch = g.a_rs / a.KR;
   g.a_dtap = g.a_rs % a.KR;
-  g.a_row = g.row0 + g.a_rowl;
-  const int a_co = TR ? g.a_row / a.stride : g.a_row;
-  g.a_p = TR ? g.a_row % a.stride : 0;
-  g.a_base = TR ? a.w + (size_t) a_co * a.K + g.a_p : a.w + (size_t) g.a_row * a.Cin * a.K + g.a_r0;
+  const int a_row = g.row0 + g.a_rowl;
+  g.a_rows_left = a.rows - a_row;
+  const int a_co = TR ? a_row / a.stride : a_row;
+  g.a_p = TR ? a_row % a.stride : 0;
+  g.a_off = TR ? a_co * a.K + g.a_p : a_row * a.Cin * a.K + g.a_r0;
   g.b_r0 = tid / BN;
   g.b_rs = NT / BN;
   g.b_ch0 = g.b_r0 / a.KR;
@@ -88,7 +92,7 @@ conv_thread (const ConvArgs &a, int tid)
   g.b_ok = bn < a.N;
   const int bm = g.b_ok ? (int) (bn / a.Lcols) : 0, bc = g.b_ok ? (int) (bn % a.Lcols) : 0;
   g.xm = a.x + (size_t) bm * a.Cin * a.Lin;
-  g.pm = a.prev ? a.prev + (size_t) bm * a.Cin * a.P : NULL;
+  g.pm = a.prev ? a.prev + (size_t) bm * a.Cin * a.P : a.x;
   g.b_v0 = TR ? bc : bc * a.stride;
   g.cg = tid % S::CG;
   g.rg = tid / S::CG;
@@ -103,24 +107,31 @@ conv_fetch_a (const ConvArgs &a, const ConvThread &g, int st, float *slot, float
 {
   constexpr int NT = S::NT, BM = S::BM;
   const int ci0 = g.ci_lo + st * a.CK, cnt = min (a.CK, g.ci_hi - ci0);
-  int ch = g.a_ch0, tap = g.a_tap0;
-  /* with PIPE nothing is held in registers: a partial unroll keeps the addresses of fewer copies live */
-#pragma unroll(S::PIPE ? 4 : S::AJ)
-  for (int j = 0; j < S::AJ; j++) {
-    if constexpr (!S::TR) {
+  if constexpr (!S::TR) {
+    /* one r per thread: its channel and tap are the same for all of its rows */
+    const bool r_ok = g.a_r0 < g.BK && g.a_ch0 < cnt;
+    const int off0 = g.a_off + ci0 * a.K, rstep = (NT / 32) * a.Cin * a.K;
+#pragma unroll(S::PIPE ? 8 : S::AJ)
+    for (int j = 0; j < S::AJ; j++) {
       const int rowl = g.a_rowl + j * (NT / 32);
-      const bool ok = g.a_r0 < g.BK && g.a_ch0 < cnt && rowl < BM && g.row0 + rowl < a.rows;
-      const float *src = g.a_base + (size_t) j * (NT / 32) * a.Cin * a.K + (size_t) ci0 * a.K;
+      const bool ok = r_ok && rowl < BM && j * (NT / 32) < g.a_rows_left;
+      const float *src = a.w + (off0 + j * rstep);
       if constexpr (S::PIPE) {
         if (rowl < BM)
           conv_cp_async4 (slot + S::a_at (g.a_r0, rowl), ok ? src : a.w, ok);
       } else {
         ra[j] = ok ? __ldg (src) : 0.0f;
       }
-    } else {
+    }
+  } else {
+    const bool row_ok = g.a_rows_left > 0;
+    const int CoK = a.Cout * a.K;
+    int ch = g.a_ch0, tap = g.a_tap0;
+#pragma unroll(S::PIPE ? 8 : S::AJ)
+    for (int j = 0; j < S::AJ; j++) {
       const int r = g.a_r0 + j * g.a_rs, k = tap * a.stride;
-      const bool ok = r < g.BK && ch < cnt && g.a_row < a.rows && g.a_p + k < a.K;
-      const float *src = g.a_base + (size_t) (ci0 + ch) * a.Cout * a.K + k;
+      const bool ok = row_ok && r < g.BK && ch < cnt && g.a_p + k < a.K;
+      const float *src = a.w + ((ci0 + ch) * CoK + g.a_off + k);
       if constexpr (S::PIPE) {
         if (r < CONV_BK)
           conv_cp_async4 (slot + S::a_at (r, g.a_rowl), ok ? src : a.w, ok);
@@ -161,9 +172,8 @@ conv_store_a (const ConvThread &g, const float *ra, float *A)
 /* Gathers this thread's B (input) elements of stage st into registers rb, raw: conv1d reads concat(prev, x)
  * at t*stride + tap*dil, transposed reads x at q - tap (0 outside [0, T), past the leaf or the stage). Bit j
  * of the result is set where rb[j] came from x, so conv_store_b applies the activation to it (the history
- * holds activated columns already). The loads do not depend on each other and nothing here uses their
- * values, so all BJ are in flight at once; applying the activation here made every load wait for the one
- * before it (one memory latency per element: the gather of a stage took ~BJ latencies). */
+ * holds activated columns already). No load depends on another or is used here, so all BJ are in flight
+ * at once, and the addresses are 32-bit offsets selected without branches. */
 template <class S>
 __device__ __forceinline__ unsigned
 conv_load_b (const ConvArgs &a, const ConvThread &g, int st, float *rb)
@@ -174,24 +184,21 @@ conv_load_b (const ConvArgs &a, const ConvThread &g, int st, float *rb)
   unsigned from_x = 0;
 #pragma unroll
   for (int j = 0; j < S::BJ; j++) {
-    const int r = g.b_r0 + j * g.b_rs;
-    const float *src = NULL;
-    if (g.b_ok && r < g.BK && ch < cnt) {
-      const int ci = ci0 + ch;
-      if constexpr (!S::TR) {
-        const int vi = g.b_v0 + tap * a.dil;
-        const bool hist = vi < a.P;
-        src = hist ? g.pm + (size_t) ci * a.P + vi : g.xm + (size_t) ci * a.Lin + (vi - a.P);
-        from_x |= (hist ? 0u : 1u) << j;
-      } else {
-        const int t = g.b_v0 - tap;
-        if (t >= 0 && t < a.Lin) {
-          src = g.xm + (size_t) ci * a.Lin + t;
-          from_x |= 1u << j;
-        }
-      }
+    const int r = g.b_r0 + j * g.b_rs, ci = ci0 + ch;
+    bool ok = g.b_ok && r < g.BK && ch < cnt;
+    const float *src;
+    if constexpr (!S::TR) {
+      const int vi = g.b_v0 + tap * a.dil;
+      const bool hist = vi < a.P;
+      src = hist ? g.pm + (ci * a.P + vi) : g.xm + (ci * a.Lin + (vi - a.P));
+      from_x |= (ok && !hist ? 1u : 0u) << j;
+    } else {
+      const int t = g.b_v0 - tap;
+      ok = ok && t >= 0 && t < a.Lin;
+      src = g.xm + (ci * a.Lin + t);
+      from_x |= (ok ? 1u : 0u) << j;
     }
-    rb[j] = src ? *src : 0.0f;
+    rb[j] = ok ? *src : 0.0f;
     ch += g.b_dch;
     tap += g.b_dtap;
     if (tap >= a.KR) {
@@ -203,16 +210,28 @@ conv_load_b (const ConvArgs &a, const ConvThread &g, int st, float *rb)
 }
 
 /* Stores the B elements held in registers into the shared tile B ([r][col]), the activation applied to
- * those that came from x (ppx_act_apply: the same function, hence the same bits, as before). */
+ * those that came from x (ppx_act_apply's arithmetic, hence the same bits as before; the switch on the
+ * activation is taken once, not per element). */
 template <class S>
 __device__ __forceinline__ void
 conv_store_b (const ConvArgs &a, const ConvThread &g, const float *rb, unsigned from_x, float *B)
 {
+  float *const Bc = B + g.bcol;
+  if (a.act == 0) {
 #pragma unroll
-  for (int j = 0; j < S::BJ; j++) {
-    const int r = g.b_r0 + j * g.b_rs;
-    if (r < CONV_BK)
-      B[r * S::BNP + g.bcol] = (from_x >> j & 1u) ? ppx_act_apply (a.act, rb[j]) : rb[j];
+    for (int j = 0; j < S::BJ; j++) {
+      const int r = g.b_r0 + j * g.b_rs;
+      const float v = rb[j];
+      if (r < CONV_BK)
+        Bc[r * S::BNP] = (from_x >> j & 1u) && !(v > 0.0f) ? expm1f (v) : v; /* ELU */
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < S::BJ; j++) {
+      const int r = g.b_r0 + j * g.b_rs;
+      if (r < CONV_BK)
+        Bc[r * S::BNP] = (from_x >> j & 1u) ? ppx_act_apply (a.act, rb[j]) : rb[j];
+    }
   }
 }
 
@@ -250,18 +269,12 @@ conv_stages_async (const ConvArgs &a, const ConvThread &g, float *As, float *Bs,
   }
 }
 
-/* Writes one output's leaf sum v (row, col n): with several leaves to the leaf's scratch (the combine launch
- * adds them); with one, conv1d y = (res +) bias + sum, transposed z = sum (+ partial) (+ bias) and the tail
- * of the next call's partial. */
+/* Writes one output's leaf sum v (row; col = (m, c)): with several leaves to the leaf's scratch (the combine
+ * launch adds them); with one, conv1d y = (res +) bias + sum, transposed z = sum (+ partial) (+ bias) and the
+ * tail of the next call's partial. */
 __device__ __forceinline__ void
-conv_store_out (const ConvArgs &a, int leaf, bool tr, int row, long n, float v)
+conv_store_mc (const ConvArgs &a, int leaf, bool tr, int row, int m, int c, float v)
 {
-  if (row >= a.rows || n >= a.N)
-    return;
-  /* 32-bit division where the columns allow (always for Mimi: M x Lcols < 2^31) */
-  const bool small = a.N < 2147483648L;
-  const int m = small ? (int) ((unsigned) n / (unsigned) a.Lcols) : (int) (n / a.Lcols);
-  const int c = small ? (int) ((unsigned) n - (unsigned) m * (unsigned) a.Lcols) : (int) (n % a.Lcols);
   if (!tr) {
     const size_t idx = ((size_t) m * a.Cout + row) * a.Lcols + c;
     if (a.split > 1) {
@@ -287,6 +300,29 @@ conv_store_out (const ConvArgs &a, int leaf, bool tr, int row, long n, float v)
         a.next[mc * a.tail + (jz - a.stride * a.Lin)] = z;
     }
   }
+}
+
+/* The (m, c) of col n: 32-bit division where the columns allow (always for Mimi: M x Lcols < 2^31). */
+__device__ __forceinline__ void
+conv_col_mc (const ConvArgs &a, long n, int &m, int &c)
+{
+  if (a.N < 2147483648L) {
+    m = (int) ((unsigned) n / (unsigned) a.Lcols);
+    c = (int) ((unsigned) n - (unsigned) m * (unsigned) a.Lcols);
+  } else {
+    m = (int) (n / a.Lcols);
+    c = (int) (n % a.Lcols);
+  }
+}
+
+__device__ __forceinline__ void
+conv_store_out (const ConvArgs &a, int leaf, bool tr, int row, long n, float v)
+{
+  if (row >= a.rows || n >= a.N)
+    return;
+  int m, c;
+  conv_col_mc (a, n, m, c);
+  conv_store_mc (a, leaf, tr, row, m, c, v);
 }
 
 #endif

@@ -140,16 +140,26 @@ conv_mma_kernel (const ConvArgs a)
         acc[mi][ni][i] = 0.0f;
   conv_stages_async<S> (a, g, As, Bs,
                         [&] (const float *Ab, const float *Bb) { conv_mma_stage<S> (Ab, Bb, wm, wn, lane, acc); });
-  /* accumulator i of tile (mi, ni): row g + 8 (i / 2), col 2t + i % 2 */
+  /* accumulator i of tile (mi, ni): row g + 8 (i / 2), col 2t + i % 2; each col's (m, c) found once */
   const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
-  for (int mi = 0; mi < MT; mi++)
+  for (int ni = 0; ni < NTL; ni++)
 #pragma unroll
-    for (int ni = 0; ni < NTL; ni++)
+    for (int e = 0; e < 2; e++) {
+      const long n = g.n0 + (wn * NTL + ni) * 8 + 2 * tq + e;
+      if (n >= a.N)
+        continue;
+      int m, c;
+      conv_col_mc (a, n, m, c);
 #pragma unroll
-      for (int i = 0; i < 4; i++)
-        conv_store_out (a, g.leaf, TR, g.row0 + (wm * MT + mi) * 16 + gq + 8 * (i >> 1),
-                        g.n0 + (wn * NTL + ni) * 8 + 2 * tq + (i & 1), acc[mi][ni][i]);
+      for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          const int row = g.row0 + (wm * MT + mi) * 16 + gq + 8 * hh;
+          if (row < a.rows)
+            conv_store_mc (a, g.leaf, TR, row, m, c, acc[mi][ni][2 * hh + e]);
+        }
+    }
 }
 
 template <bool TR, int WM, int WN, int MT, int NTL, int MODE>

@@ -217,10 +217,10 @@ conv_cfg_ok (const ConvGeom &g, int c)
 
 /* The tile configuration for this M: a rough cost model, waves of blocks times the stages of a leaf times
  * the longer of a stage's work on an SM (shared by the blocks resident on it) and a memory latency (~1000
- * cycles: one stage's loads are in flight while the last one is computed). CUDA cores: 128 multiply-adds a
- * cycle plus the loads and stores; tensor cores: mma.sync at ~0.5 a cycle, or the instructions issued (4 a
- * cycle: the fragment loads and splits, the gather of B, the copies of A) when those take longer. Any choice
- * gives the same results. */
+ * cycles: one stage's loads are in flight while the last one is computed; 1500 on the tensor cores, whose
+ * stage also waits for the barrier of 8-16 warps). CUDA cores: 128 multiply-adds a cycle plus the loads and
+ * stores; tensor cores: the instructions issued (the mma are a small part of them: the fragment loads and
+ * splits, the gather of B, the copies of A). Any choice gives the same results. */
 static double
 conv_cfg_cost (const ConvGeom &g, const ConvPlan &pl, int c)
 {
@@ -245,17 +245,19 @@ conv_cfg_cost (const ConvGeom &g, const ConvPlan &pl, int c)
     const double ld = (double) (f.BM + f.BN) * BK * per_sm / 32.0; /* load and store instructions, warp-wide */
     work = fma + ld;
   } else {
+    /* warp instructions of a block and stage (measured with Nsight Compute on an H100, 128 x 64 tiles): per
+     * warp 12 mma, 64 A and 32 B fragment instructions (loads and splits) per m-tile, n-tile pair; ~40 per
+     * element of the B gather (the activation included), ~8 per A copy; issued at ~2 a cycle and SM */
     const bool tf = ppx_f32_mma_mode () != PPX_F32_BF16X3;
-    const int ks = tf ? CONV_BK / 8 : CONV_BK / 16, warps = f.NT / 32;
-    const double mma = (double) (f.BM / 16) * (f.BN / 8) * ks * 3;
-    /* per warp and k-step: 4 A loads and splits (16 instructions) per m-tile, 2 B loads and splits (8) per
-     * n-tile; B's gather ~8 instructions an element, A's copies ~3 (warp instructions: 32 elements each) */
-    const int mt = f.BM / f.WM / 16, nt = f.BN / f.WN / 8;
-    const double frag = (double) warps * ks * (16.0 * mt + 8.0 * nt);
-    const double issue = mma + frag + f.BN * 8.0 + f.BM * 3.0;
-    work = per_sm * (2.0 * mma > issue / 4.0 ? 2.0 * mma : issue / 4.0);
+    const int warps = f.NT / 32, mt = f.BM / f.WM / 16, nt = f.BN / f.WN / 8;
+    const double per_warp = (tf ? 16.0 : 10.0) * mt * nt + (tf ? 64.0 : 48.0) * mt + (tf ? 32.0 : 24.0) * nt;
+    const double issue = warps * per_warp + 40.0 * f.BN + 8.0 * f.BM;
+    /* with few blocks resident (small M) a stage takes its warps' instruction chains: ~6 cycles each */
+    const double chain = 6.0 * (per_warp + (40.0 * f.BN + 8.0 * f.BM) / warps);
+    work = per_sm * issue / 2.0 > chain ? per_sm * issue / 2.0 : chain;
   }
-  const double stage = work > 1000.0 ? work : 1000.0;
+  const double floor = f.mma ? 1500.0 : 1000.0; /* a stage's memory latency and barrier */
+  const double stage = work > floor ? work : floor;
   return (double) waves * leaf_st * stage;
 }
 
@@ -285,6 +287,9 @@ conv_plan (const ConvGeom &g, int groups, int force_cfg, int force_split)
   if (!g.tr && (g.P < 0 || g.Lout <= 0 || (long) g.P + g.Lin >= (1L << 25)))
     return pl;
   if (g.tr && (g.K < g.stride || g.Lin <= 0 || (long) g.Cin * g.Cout * g.K >= (1L << 25)))
+    return pl;
+  /* the loaders' 32-bit offsets (cuda-conv-gemm.cuh): a row's input and the weights, with a tile's overrun */
+  if ((long) (g.Cin + 32) * (g.P + g.Lin) >= (1L << 31) || (long) (g.Cout + 256) * g.Cin * g.K >= (1L << 31))
     return pl;
   if (conv_cdiv (g.rows, 256) > 65535 || (long) g.M * g.Lcols > (1L << 40))
     return pl;

@@ -4,7 +4,7 @@
  * Each f32 operand v is split into hi + lo, hi = round(v) and lo = round(v - hi) (v - hi is exact in f32),
  * and a product a * b is taken as lo_a * hi_b + hi_a * lo_b + hi_a * hi_b (three mma into one f32
  * accumulator, in that order; lo_a * lo_b is dropped), either
- *  - tf32x3: mma.m16n8k8 tf32, hi and lo tf32 (11 significant bits each): hi + lo keeps 22 of v's 24 bits,
+ *  - tf32x3: mma.m16n8k8 tf32, hi and lo tf32 (11 significant bits each): hi + lo keeps 21-22 of v's 24 bits,
  *    the dropped term is ~2^-22 of the product, i.e. about f32's own rounding; or
  *  - bf16x3: mma.m16n8k16 bf16 (8 bits each): 16 of 24 bits, the dropped term ~2^-16: ~1e-5 worst case,
  *    a few 1e-6 relative on sums; twice the k per instruction.
@@ -37,20 +37,16 @@ ppx_f32_mma_mode (void)
 
 /* ---- tf32x3 ---- */
 
-__device__ __forceinline__ uint32_t
-f32_to_tf32 (float v)
-{
-  uint32_t r;
-  asm ("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-}
-
-/* v = hi + lo (to 22 bits) */
+/* v = hi + lo to 22 bits: hi = v rounded to tf32 (to nearest, ties away from zero, as cvt.rna.tf32.f32, whose
+ * sm_90 code is five instructions: an infinity test, the add, a select, the mask), here the add and the mask
+ * alone; an infinity stays one (its mantissa is zero), a NaN may come out as an infinity, but then lo = v - hi is
+ * a NaN, so NaNs still propagate. lo = v - hi (exact in f32) is given to the mma as it is: the tensor cores
+ * read the upper 19 bits of a tf32 operand, so lo is truncated to 11 bits, 2^-21 of v at most. */
 __device__ __forceinline__ void
 tf32_split (float v, uint32_t &hi, uint32_t &lo)
 {
-  hi = f32_to_tf32 (v);
-  lo = f32_to_tf32 (v - __uint_as_float (hi));
+  hi = (__float_as_uint (v) + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint (v - __uint_as_float (hi));
 }
 
 /* d += a * b, m16n8k8 tf32: a (16 x 8, row) a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4);

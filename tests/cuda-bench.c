@@ -343,6 +343,11 @@ run_bench_conv (void)
   const char *direct_env = g_getenv ("PPX_BENCH_CONV_DIRECT");
   const gboolean direct = !(direct_env && direct_env[0] == '0');
   const int *Ms = Ms_v;
+  /* PPX_BENCH_CONV_ONLY=NAME: only the convs whose name starts so; PPX_BENCH_CONV_CFG / _SPLIT: that tile and
+   * leaf count instead of the planned ones (for profiling one kernel) */
+  const char *only = g_getenv ("PPX_BENCH_CONV_ONLY");
+  const int force_cfg = g_getenv ("PPX_BENCH_CONV_CFG") ? atoi (g_getenv ("PPX_BENCH_CONV_CFG")) : -1;
+  const int force_split = g_getenv ("PPX_BENCH_CONV_SPLIT") ? atoi (g_getenv ("PPX_BENCH_CONV_SPLIT")) : 0;
   MimiConv convs[64];
   for (int dec = 0; dec < 2; dec++) {
     const int n = mimi_convs (dec, convs, G_N_ELEMENTS (convs));
@@ -355,6 +360,8 @@ run_bench_conv (void)
     }
     printf ("\n");
     for (int i = 0; i < n; i++) {
+      if (only && !g_str_has_prefix (convs[i].name, only))
+        continue;
       char desc[160];
       mc_describe (&convs[i], 0, desc, sizeof desc);
       printf ("%-64s", desc);
@@ -362,8 +369,9 @@ run_bench_conv (void)
         const MimiConv *c = &convs[i];
         int pc, ps, tr, tc;
         ppx_backend_cuda_conv_plan (gpu, c->tr, Ms[j], c->Cin, c->Cout, c->K, c->L, c->stride, c->dil, c->groups,
-                                    c->streaming, -1, 0, &pc, &ps, &tr, &tc);
-        const double o = direct ? time_conv_one (c, Ms[j], -2, 0) : NAN, nw = time_conv_one (c, Ms[j], -1, 0);
+                                    c->streaming, force_cfg, force_split, &pc, &ps, &tr, &tc);
+        const double o = direct ? time_conv_one (c, Ms[j], -2, 0) : NAN;
+        const double nw = time_conv_one (c, Ms[j], force_cfg, force_split);
         sum_old[j] += o;
         sum_new[j] += nw;
         g_autofree char *plan = pc < 0 ? g_strdup ("direct") : g_strdup_printf ("%dx%d/%d", tr, tc, ps);

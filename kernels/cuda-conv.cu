@@ -174,9 +174,18 @@ convtr_geom (int M, int Cin, int Cout, int K, int T, int stride, int has_partial
   return g;
 }
 
+/* The GEMM kernel family of every planned call: the tensor cores unless PPX_CUDA_F32_MMA=0 (a global switch,
+ * never a function of M, so a row's arithmetic is the same in every batch). */
+static int
+conv_family (void)
+{
+  return ppx_f32_mma_mode () >= 0;
+}
+
 /* Leaves: enough that a one-row call (M = 1) has about two blocks per SM, with at least 4 stages per leaf
- * (fewer make the combine's reads of the partial sums cost more than the split gains). A function of the
- * shape and the device only: never of M (batch independence). */
+ * (fewer make the combine's reads of the partial sums cost more than the split gains), on the tensor cores
+ * capped by the output's size. A function of the shape and the device only: never of M (batch
+ * independence). */
 static void
 conv_split (const ConvGeom &g, int forced, ConvPlan *pl)
 {
@@ -190,19 +199,18 @@ conv_split (const ConvGeom &g, int forced, ConvPlan *pl)
                                       : conv_cdiv (g.rows, 128) * conv_cdiv (g.Lcols, 16);
     S = conv_cdiv (2L * ppx_sm_count (), tiles1);
     S = S < nst / 4 ? S : nst / 4;
+    /* tensor cores: at most 64 Ki floats of partial sums per row of x (each leaf writes a whole output and
+     * the combine reads them all back: with many rows that traffic outweighs the split; measured on an H100,
+     * the cap costs 0.10 ms at M = 1 and saves 0.55 ms at M = 80 over Mimi's frame) */
+    if (conv_family ()) {
+      const long out_row = (long) g.Cout * (g.tr ? g.Lz : g.Lout), cap = (1L << 16) / (out_row > 0 ? out_row : 1);
+      S = S < cap ? S : cap;
+    }
   }
   S = S < 1 ? 1 : S > nst ? nst : S;
   const int leaf_st = (int) conv_cdiv (nst, S);
   pl->cpl = leaf_st * pl->CK;
   pl->split = (int) conv_cdiv (nst, leaf_st);
-}
-
-/* The GEMM kernel family of every planned call: the tensor cores unless PPX_CUDA_F32_MMA=0 (a global switch,
- * never a function of M, so a row's arithmetic is the same in every batch). */
-static int
-conv_family (void)
-{
-  return ppx_f32_mma_mode () >= 0;
 }
 
 static bool

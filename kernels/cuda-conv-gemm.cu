@@ -1,5 +1,7 @@
-/* CUDA backend: Mimi's convolutions of groups = 1 as implicit GEMMs; the planner that picks the tiles and the
- * leaves, the direct kernels for the other shapes and the entry points are in cuda-conv.cu.
+/* CUDA backend: Mimi's convolutions of groups = 1 as implicit GEMMs on the CUDA cores (f32 fmaf chains), and the
+ * combine launches of both GEMM kernels; the same GEMM on the tensor cores (the default) is cuda-conv-mma.cu,
+ * the staging code both use cuda-conv-gemm.cuh; the planner that picks the kernel, the tiles and the leaves,
+ * the direct kernels for the other shapes and the entry points are in cuda-conv.cu.
  *
  * Both convolutions of groups = 1 are out[row, col] = sum over r of A[row, r] * B[r, col]:
  * - conv1d: row = co, col = (m, t) with t < Lout, r = (ci, k); A = w[co, ci, k] (rows contiguous); B = the
@@ -21,7 +23,7 @@
  * One leaf: y = bias + sum (conv1d), z = sum (+ partial) (+ bias) (transposed, the CPU's steps). Several:
  * each leaf's sums go to scratch, and a combine launch adds them in leaf order: bias + l0 + l1 + ... (conv1d),
  * (l0 + l1 + ...) (+ partial) (+ bias) (transposed). No atomics. */
-#include "cuda-conv.cuh"
+#include "cuda-conv-gemm.cuh"
 
 #include <stdlib.h>
 
@@ -39,27 +41,6 @@ conv_smem_bytes (bool pipe, int BM, int BN)
   return (size_t) CONV_BK * (conv_a_stages (pipe, BM) * (BM + 4) + 2 * (BN + 4)) * sizeof (float);
 }
 
-/* 4-byte global -> shared copy that does not wait (sm_80+); ok = false fills a zero and reads nothing. */
-__device__ __forceinline__ void
-conv_cp_async4 (float *dst, const float *src, bool ok)
-{
-  const unsigned d = (unsigned) __cvta_generic_to_shared (dst);
-  asm volatile ("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
-}
-
-__device__ __forceinline__ void
-conv_cp_commit (void)
-{
-  asm volatile ("cp.async.commit_group;\n" ::);
-}
-
-template <int N>
-__device__ __forceinline__ void
-conv_cp_wait (void)
-{
-  asm volatile ("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 /* The tile shape of one conv_gemm_kernel instance and the sizes that follow from it. */
 template <bool TR_, int TM_, int TN_, int RG_, int CG_, bool PIPE_>
 struct ConvShape {
@@ -70,178 +51,10 @@ struct ConvShape {
   static constexpr int NSA = conv_a_stages (PIPE, BM);
   static constexpr int AJ = (CONV_BK * BM + NT - 1) / NT; /* A elements a thread loads per stage */
   static constexpr int BJ = (CONV_BK * BN + NT - 1) / NT; /* B elements */
+  static constexpr int ASLOT = CONV_BK * BMP;              /* A is [r][row] */
+  static __device__ __forceinline__ int a_at (int r, int row) { return r * BMP + row; }
   static_assert (NT % 32 == 0 && NT % BM == 0 && NT % BN == 0, "tile shape");
 };
-
-/* What one thread stages each stage: the same (row, r) / (r, col) pairs every stage.
- * conv1d A: lanes along r (w's rows are contiguous in r): r = tid % 32, rows tid / 32 + j * NT / 32.
- * transposed A: lanes along the rows (co, p) (w[ci, co, :] is contiguous): row = tid % BM, r = tid / BM +
- * j * NT / BM. B: lanes along the cols: col = tid % BN, r = tid / BN + j * NT / BN. r = (channel within
- * the stage, tap) is stepped from j to j + 1 without divisions. */
-struct ConvThread {
-  int row0;          /* the block's first row */
-  long n0;           /* the block's first col */
-  int leaf, ci_lo, ci_hi, BK, nst;
-  int a_r0, a_rs, a_rowl, a_ch0, a_tap0, a_dch, a_dtap, a_row, a_p;
-  const float *a_base;
-  int b_r0, b_rs, b_ch0, b_tap0, b_dch, b_dtap, bcol;
-  bool b_ok;
-  const float *xm, *pm;
-  int b_v0;          /* transposed: input frame bc - tap; conv1d: index bc*stride + tap*dil */
-  int cg, rg;        /* the thread's TN cols and TM rows of the tile */
-};
-
-/* Sets up this thread's block position, its leaf of the input channels and its staging pairs. */
-template <class S>
-__device__ __forceinline__ ConvThread
-conv_thread (const ConvArgs &a, int tid)
-{
-  constexpr bool TR = S::TR;
-  constexpr int BM = S::BM, BN = S::BN, NT = S::NT;
-  ConvThread g;
-  g.row0 = blockIdx.y * BM;
-  g.n0 = (long) blockIdx.x * BN;
-  g.leaf = blockIdx.z;
-  g.ci_lo = g.leaf * a.cpl;
-  g.ci_hi = min (a.Cin, g.ci_lo + a.cpl);
-  g.BK = a.CK * a.KR;
-  g.nst = (g.ci_hi - g.ci_lo + a.CK - 1) / a.CK;
-  g.a_r0 = TR ? tid / BM : tid & 31;
-  g.a_rs = TR ? NT / BM : 0;
-  g.a_rowl = TR ? tid % BM : tid >> 5;
-  g.a_ch0 = g.a_r0 / a.KR;
-  g.a_tap0 = g.a_r0 % a.KR;
-  g.a_dch = g.a_rs / a.KR;
-  g.a_dtap = g.a_rs % a.KR;
-  g.a_row = g.row0 + g.a_rowl;
-  const int a_co = TR ? g.a_row / a.stride : g.a_row;
-  g.a_p = TR ? g.a_row % a.stride : 0;
-  g.a_base = TR ? a.w + (size_t) a_co * a.K + g.a_p : a.w + (size_t) g.a_row * a.Cin * a.K + g.a_r0;
-  g.b_r0 = tid / BN;
-  g.b_rs = NT / BN;
-  g.b_ch0 = g.b_r0 / a.KR;
-  g.b_tap0 = g.b_r0 % a.KR;
-  g.b_dch = g.b_rs / a.KR;
-  g.b_dtap = g.b_rs % a.KR;
-  g.bcol = tid % BN;
-  const long bn = g.n0 + g.bcol;
-  g.b_ok = bn < a.N;
-  const int bm = g.b_ok ? (int) (bn / a.Lcols) : 0, bc = g.b_ok ? (int) (bn % a.Lcols) : 0;
-  g.xm = a.x + (size_t) bm * a.Cin * a.Lin;
-  g.pm = a.prev ? a.prev + (size_t) bm * a.Cin * a.P : NULL;
-  g.b_v0 = TR ? bc : bc * a.stride;
-  g.cg = tid % S::CG;
-  g.rg = tid / S::CG;
-  return g;
-}
-
-/* Loads this thread's A (weight) elements of stage st: into registers ra (then conv_store_a) or, with PIPE,
- * by cp.async straight into the shared-memory slot; elements past the leaf, the rows or K read as 0. */
-template <class S>
-__device__ __forceinline__ void
-conv_fetch_a (const ConvArgs &a, const ConvThread &g, int st, float *slot, float *ra)
-{
-  constexpr int NT = S::NT, BM = S::BM, BMP = S::BMP;
-  const int ci0 = g.ci_lo + st * a.CK, cnt = min (a.CK, g.ci_hi - ci0);
-  int ch = g.a_ch0, tap = g.a_tap0;
-#pragma unroll
-  for (int j = 0; j < S::AJ; j++) {
-    if constexpr (!S::TR) {
-      const int rowl = g.a_rowl + j * (NT / 32);
-      const bool ok = g.a_r0 < g.BK && g.a_ch0 < cnt && rowl < BM && g.row0 + rowl < a.rows;
-      const float *src = g.a_base + (size_t) j * (NT / 32) * a.Cin * a.K + (size_t) ci0 * a.K;
-      if constexpr (S::PIPE) {
-        if (rowl < BM)
-          conv_cp_async4 (slot + g.a_r0 * BMP + rowl, ok ? src : a.w, ok);
-      } else {
-        ra[j] = ok ? __ldg (src) : 0.0f;
-      }
-    } else {
-      const int r = g.a_r0 + j * g.a_rs, k = tap * a.stride;
-      const bool ok = r < g.BK && ch < cnt && g.a_row < a.rows && g.a_p + k < a.K;
-      const float *src = g.a_base + (size_t) (ci0 + ch) * a.Cout * a.K + k;
-      if constexpr (S::PIPE) {
-        if (r < CONV_BK)
-          conv_cp_async4 (slot + r * BMP + g.a_rowl, ok ? src : a.w, ok);
-      } else {
-        ra[j] = ok ? __ldg (src) : 0.0f;
-      }
-      ch += g.a_dch;
-      tap += g.a_dtap;
-      if (tap >= a.KR) {
-        tap -= a.KR;
-        ch++;
-      }
-    }
-  }
-}
-
-/* Stores the A elements held in registers (without PIPE) into the shared tile A, transposed to [r][row]. */
-template <class S>
-__device__ __forceinline__ void
-conv_store_a (const ConvThread &g, const float *ra, float *A)
-{
-  if constexpr (!S::PIPE) {
-#pragma unroll
-    for (int j = 0; j < S::AJ; j++) {
-      if constexpr (!S::TR) {
-        const int rowl = g.a_rowl + j * (S::NT / 32);
-        if (rowl < S::BM)
-          A[g.a_r0 * S::BMP + rowl] = ra[j];
-      } else {
-        const int r = g.a_r0 + j * g.a_rs;
-        if (r < CONV_BK)
-          A[r * S::BMP + g.a_rowl] = ra[j];
-      }
-    }
-  }
-}
-
-/* Gathers this thread's B (input) elements of stage st into registers rb, the activation applied: conv1d
- * reads concat(prev, x) at t*stride + tap*dil, transposed reads x at q - tap (0 outside [0, T)). */
-template <class S>
-__device__ __forceinline__ void
-conv_load_b (const ConvArgs &a, const ConvThread &g, int st, float *rb)
-{
-  const int ci0 = g.ci_lo + st * a.CK, cnt = min (a.CK, g.ci_hi - ci0);
-  int ch = g.b_ch0, tap = g.b_tap0;
-#pragma unroll
-  for (int j = 0; j < S::BJ; j++) {
-    const int r = g.b_r0 + j * g.b_rs;
-    float v = 0.0f;
-    if (g.b_ok && r < g.BK && ch < cnt) {
-      const int ci = ci0 + ch;
-      if constexpr (!S::TR) {
-        const int vi = g.b_v0 + tap * a.dil;
-        v = vi < a.P ? g.pm[(size_t) ci * a.P + vi] : ppx_act_apply (a.act, g.xm[(size_t) ci * a.Lin + (vi - a.P)]);
-      } else {
-        const int t = g.b_v0 - tap;
-        if (t >= 0 && t < a.Lin)
-          v = ppx_act_apply (a.act, g.xm[(size_t) ci * a.Lin + t]);
-      }
-    }
-    rb[j] = v;
-    ch += g.b_dch;
-    tap += g.b_dtap;
-    if (tap >= a.KR) {
-      tap -= a.KR;
-      ch++;
-    }
-  }
-}
-
-/* Stores the B elements held in registers into the shared tile B ([r][col]). */
-template <class S>
-__device__ __forceinline__ void
-conv_store_b (const ConvThread &g, const float *rb, float *B)
-{
-#pragma unroll
-  for (int j = 0; j < S::BJ; j++) {
-    const int r = g.b_r0 + j * g.b_rs;
-    if (r < CONV_BK)
-      B[r * S::BNP + g.bcol] = rb[j];
-  }
-}
 
 /* One stage: acc += A^T B over its BK reduction steps, in order (one fmaf chain per output). */
 template <class S>
@@ -290,40 +103,6 @@ conv_compute_stage (const ConvThread &g, const float *Ab, const float *Bb, float
   }
 }
 
-/* The stages with PIPE: A in a ring of NSA slots filled by cp.async, stages st+1 .. st+NSA-2 in flight while
- * st is computed; every iteration commits one cp.async group (empty past the last stage), so waiting until
- * NSA-2 groups are pending means stage st has landed. One barrier per stage: after it, stage st is visible
- * to all and everyone has finished stage st-1, whose A slot ((st-1) % NSA) and B buffer ((st+1) & 1) are then
- * refilled. */
-template <class S>
-__device__ __forceinline__ void
-conv_stages_async (const ConvArgs &a, const ConvThread &g, float *As, float *Bs, float (&acc)[S::TM][S::TN])
-{
-  constexpr int NSA = S::NSA, BMP = S::BMP, BNP = S::BNP;
-  float rb[S::BJ];
-#pragma unroll
-  for (int s = 0; s < NSA - 1; s++) {
-    if (s < g.nst)
-      conv_fetch_a<S> (a, g, s, As + s * CONV_BK * BMP, NULL);
-    conv_cp_commit ();
-  }
-  conv_load_b<S> (a, g, 0, rb);
-  conv_store_b<S> (g, rb, Bs);
-  for (int st = 0; st < g.nst; st++) {
-    conv_cp_wait<NSA - 2> ();
-    __syncthreads ();
-    const int sn = st + NSA - 1;
-    if (sn < g.nst)
-      conv_fetch_a<S> (a, g, sn, As + (sn % NSA) * CONV_BK * BMP, NULL);
-    conv_cp_commit ();
-    if (st + 1 < g.nst)
-      conv_load_b<S> (a, g, st + 1, rb);
-    conv_compute_stage<S> (g, As + (st % NSA) * CONV_BK * BMP, Bs + (st & 1) * CONV_BK * BNP, acc);
-    if (st + 1 < g.nst)
-      conv_store_b<S> (g, rb, Bs + ((st + 1) & 1) * CONV_BK * BNP);
-  }
-}
-
 /* The stages without PIPE: A and B double-buffered in shared memory, the next stage's loads held in registers
  * while the current stage is computed; one barrier per stage. */
 template <class S>
@@ -333,70 +112,35 @@ conv_stages_registers (const ConvArgs &a, const ConvThread &g, float *As, float 
   constexpr int BMP = S::BMP, BNP = S::BNP;
   float ra[S::AJ], rb[S::BJ];
   conv_fetch_a<S> (a, g, 0, NULL, ra);
-  conv_load_b<S> (a, g, 0, rb);
+  unsigned from_x = conv_load_b<S> (a, g, 0, rb);
   conv_store_a<S> (g, ra, As);
-  conv_store_b<S> (g, rb, Bs);
+  conv_store_b<S> (a, g, rb, from_x, Bs);
   __syncthreads ();
   for (int st = 0; st < g.nst; st++) {
     const int buf = st & 1;
     if (st + 1 < g.nst) {
       conv_fetch_a<S> (a, g, st + 1, NULL, ra);
-      conv_load_b<S> (a, g, st + 1, rb);
+      from_x = conv_load_b<S> (a, g, st + 1, rb);
     }
     conv_compute_stage<S> (g, As + buf * CONV_BK * BMP, Bs + buf * CONV_BK * BNP, acc);
     if (st + 1 < g.nst) {
       conv_store_a<S> (g, ra, As + (buf ^ 1) * CONV_BK * BMP);
-      conv_store_b<S> (g, rb, Bs + (buf ^ 1) * CONV_BK * BNP);
+      conv_store_b<S> (a, g, rb, from_x, Bs + (buf ^ 1) * CONV_BK * BNP);
     }
     __syncthreads ();
   }
 }
 
-/* Writes this thread's TM x TN sums: with several leaves to the leaf's scratch (the combine launch adds them);
- * with one, conv1d y = (res +) bias + sum, transposed z = sum (+ partial) (+ bias) and the tail of the next
- * call's partial. */
+/* Writes this thread's TM x TN sums (conv_store_out). */
 template <class S>
 __device__ __forceinline__ void
 conv_store_tile (const ConvArgs &a, const ConvThread &g, const float (&acc)[S::TM][S::TN])
 {
 #pragma unroll
-  for (int i = 0; i < S::TM; i++) {
-    const int row = g.row0 + g.rg * S::TM + i;
-    if (row >= a.rows)
-      continue;
+  for (int i = 0; i < S::TM; i++)
 #pragma unroll
-    for (int j = 0; j < S::TN; j++) {
-      const long n = g.n0 + g.cg * S::TN + j;
-      if (n >= a.N)
-        continue;
-      const int m = (int) (n / a.Lcols), c = (int) (n % a.Lcols);
-      if (!S::TR) {
-        const size_t idx = ((size_t) m * a.Cout + row) * a.Lcols + c;
-        if (a.split > 1)
-          a.ws[(size_t) g.leaf * a.N * a.Cout + idx] = acc[i][j];
-        else {
-          const float v = (a.bias ? a.bias[row] : 0.0f) + acc[i][j];
-          a.y[idx] = a.res ? a.res[idx] + v : v;
-        }
-      } else {
-        const int co = row / a.stride, jz = c * a.stride + row % a.stride;
-        if (jz >= a.Lz)
-          continue;
-        const size_t mc = (size_t) m * a.Cout + co;
-        if (a.split > 1) {
-          a.ws[((size_t) g.leaf * a.M * a.Cout + mc) * a.Lz + jz] = acc[i][j];
-        } else {
-          float z = acc[i][j];
-          if (a.partial && jz < a.tail)
-            z += a.partial[mc * a.tail + jz];
-          if (jz < a.Ly)
-            a.y[mc * a.Ly + jz] = z + (a.bias ? a.bias[co] : 0.0f);
-          if (a.partial && jz >= a.stride * a.Lin)
-            a.next[mc * a.tail + (jz - a.stride * a.Lin)] = z;
-        }
-      }
-    }
-  }
+    for (int j = 0; j < S::TN; j++)
+      conv_store_out (a, g.leaf, S::TR, g.row0 + g.rg * S::TM + i, g.n0 + g.cg * S::TN + j, acc[i][j]);
 }
 
 /* The implicit GEMM: one block's BM x BN outputs over one leaf of the input channels (the file's comment). */
@@ -417,7 +161,7 @@ conv_gemm_kernel (const ConvArgs a)
     for (int j = 0; j < TN; j++)
       acc[i][j] = 0.0f;
   if constexpr (PIPE)
-    conv_stages_async<S> (a, g, As, Bs, acc);
+    conv_stages_async<S> (a, g, As, Bs, [&] (const float *Ab, const float *Bb) { conv_compute_stage<S> (g, Ab, Bb, acc); });
   else
     conv_stages_registers<S> (a, g, As, Bs, acc);
   conv_store_tile<S> (a, g, acc);
@@ -537,6 +281,8 @@ template <bool TR>
 static int
 conv_launch (int cfg, const ConvArgs &a, cudaStream_t s)
 {
+  if (cfg >= CONV_SIMT_CFGS)
+    return ppx_conv_mma_launch (TR, cfg - CONV_SIMT_CFGS, a, s);
   switch (cfg) {
     case 0: return conv_launch_cfg<TR, 4, 4, 16, 16> (a, s);
     case 1: return conv_launch_cfg<TR, 4, 4, 32, 8> (a, s);

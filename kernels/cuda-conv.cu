@@ -5,6 +5,7 @@
  * backend's order (input channel, then tap). The streaming state is updated by a later launch than the one
  * that reads it, so no thread reads state that another thread of the same launch rewrites. */
 #include "cuda-conv.cuh"
+#include "cuda-mma-f32.cuh"
 #include "cuda-graph-timing.cuh"
 
 #include <math.h>
@@ -97,19 +98,32 @@ conv_transpose1d_kernel (const float *__restrict__ w, const float *__restrict__ 
 /* ---- planning ---- */
 
 struct ConvCfg {
-  int TM, TN, RG, CG;
+  int mma;         /* 0: the CUDA-core kernel (cuda-conv-gemm.cu), 1: the tensor cores (cuda-conv-mma.cu) */
+  int BM, BN, NT;  /* tile rows x cols, threads */
+  int WM, WN;      /* tensor cores: warps along rows and cols */
 };
-/* Tile shapes (rows x cols = RG*TM x CG*TN): wide tiles for long rows, tall narrow ones for the late layers'
- * few columns per row, one row for a single output channel. */
+/* Tile shapes (rows x cols): wide tiles for long rows, tall narrow ones for the late layers' few columns per
+ * row, one row (CUDA cores) or one m-tile of 16 (tensor cores) for a single output channel. The CUDA-core
+ * entries come first (CONV_SIMT_CFGS of them, in conv_launch's order), then the tensor-core ones (in
+ * conv_mma_cfg's order). */
 static const ConvCfg conv_cfgs[] = {
-  {4, 4, 16, 16}, /* 0:  64 x 64 */
-  {4, 4, 32, 8},  /* 1: 128 x 32 */
-  {4, 2, 32, 8},  /* 2: 128 x 16 */
-  {4, 1, 32, 8},  /* 3: 128 x 8 */
-  {4, 4, 8, 32},  /* 4:  32 x 128 */
-  {4, 2, 16, 16}, /* 5:  64 x 32 */
-  {4, 1, 64, 4},  /* 6: 256 x 4 (conv1d only: the transposed loader would need too many registers) */
-  {1, 1, 4, 32},  /* 7:   4 x 32, 128 threads (one output channel) */
+  {0, 64, 64, 256},  /* 0: TM 4, TN 4, 16 x 16 threads */
+  {0, 128, 32, 256}, /* 1: 4 x 4, 32 x 8 */
+  {0, 128, 16, 256}, /* 2: 4 x 2, 32 x 8 */
+  {0, 128, 8, 256},  /* 3: 4 x 1, 32 x 8 */
+  {0, 32, 128, 256}, /* 4: 4 x 4, 8 x 32 */
+  {0, 64, 32, 256},  /* 5: 4 x 2, 16 x 16 */
+  {0, 256, 4, 256},  /* 6: 4 x 1, 64 x 4 (conv1d only: the transposed loader would need too many registers) */
+  {0, 4, 32, 128},   /* 7: 1 x 1, 4 x 32 (one output channel) */
+  {1, 64, 64, 256, 2, 4},  /* 8: warps of 32 x 16 */
+  {1, 128, 64, 512, 4, 4}, /* 9 */
+  {1, 64, 128, 512, 2, 8}, /* 10 */
+  {1, 128, 32, 256, 4, 2}, /* 11 */
+  {1, 32, 128, 256, 1, 8}, /* 12 */
+  {1, 64, 32, 128, 2, 2},  /* 13 */
+  {1, 128, 16, 128, 4, 1}, /* 14 */
+  {1, 128, 8, 128, 4, 1},  /* 15: warps of 32 x 8 */
+  {1, 16, 64, 128, 1, 4},  /* 16: warps of 16 x 16 */
 };
 #define CONV_N_CFGS ((int) (sizeof conv_cfgs / sizeof conv_cfgs[0]))
 
@@ -160,9 +174,18 @@ convtr_geom (int M, int Cin, int Cout, int K, int T, int stride, int has_partial
   return g;
 }
 
+/* The GEMM kernel family of every planned call: the tensor cores unless PPX_CUDA_F32_MMA=0 (a global switch,
+ * never a function of M, so a row's arithmetic is the same in every batch). */
+static int
+conv_family (void)
+{
+  return ppx_f32_mma_mode () >= 0;
+}
+
 /* Leaves: enough that a one-row call (M = 1) has about two blocks per SM, with at least 4 stages per leaf
- * (fewer make the combine's reads of the partial sums cost more than the split gains). A function of the
- * shape and the device only: never of M (batch independence). */
+ * (fewer make the combine's reads of the partial sums cost more than the split gains), on the tensor cores
+ * capped by the output's size. A function of the shape and the device only: never of M (batch
+ * independence). */
 static void
 conv_split (const ConvGeom &g, int forced, ConvPlan *pl)
 {
@@ -176,6 +199,13 @@ conv_split (const ConvGeom &g, int forced, ConvPlan *pl)
                                       : conv_cdiv (g.rows, 128) * conv_cdiv (g.Lcols, 16);
     S = conv_cdiv (2L * ppx_sm_count (), tiles1);
     S = S < nst / 4 ? S : nst / 4;
+    /* tensor cores: at most 64 Ki floats of partial sums per row of x (each leaf writes a whole output and
+     * the combine reads them all back: with many rows that traffic outweighs the split; measured on an H100,
+     * the cap costs 0.10 ms at M = 1 and saves 0.55 ms at M = 80 over Mimi's frame) */
+    if (conv_family ()) {
+      const long out_row = (long) g.Cout * (g.tr ? g.Lz : g.Lout), cap = (1L << 16) / (out_row > 0 ? out_row : 1);
+      S = S < cap ? S : cap;
+    }
   }
   S = S < 1 ? 1 : S > nst ? nst : S;
   const int leaf_st = (int) conv_cdiv (nst, S);
@@ -186,37 +216,69 @@ conv_split (const ConvGeom &g, int forced, ConvPlan *pl)
 static bool
 conv_cfg_ok (const ConvGeom &g, int c)
 {
-  return c >= 0 && c < CONV_N_CFGS && !(g.tr && c == 6);
+  if (c < 0 || c >= CONV_N_CFGS || conv_cfgs[c].mma != conv_family ())
+    return false;
+  if (!conv_cfgs[c].mma)
+    return !(g.tr && c == 6);
+  return conv_cdiv (g.rows, conv_cfgs[c].BM) <= 65535;
 }
 
 /* The tile configuration for this M: a rough cost model, waves of blocks times the stages of a leaf times
- * the longer of a stage's multiply-adds (an SM does 128 a cycle, shared by the blocks resident on it) and a
- * memory latency (~1000 cycles: one stage's loads are in flight while the last one is computed). Any choice
- * gives the same results. */
-static int
-conv_choose_cfg (const ConvGeom &g, const ConvPlan &pl)
+ * the longer of a stage's work on an SM (shared by the blocks resident on it) and a memory latency (~1000
+ * cycles: one stage's loads are in flight while the last one is computed; 1500 on the tensor cores, whose
+ * stage also waits for the barrier of 8-16 warps). CUDA cores: 128 multiply-adds a cycle plus the loads and
+ * stores; tensor cores: the instructions issued (the mma are a small part of them: the fragment loads and
+ * splits, the gather of B, the copies of A). Any choice gives the same results. */
+static double
+conv_cfg_cost (const ConvGeom &g, const ConvPlan &pl, int c)
 {
+  const ConvCfg &f = conv_cfgs[c];
   const long N = (long) g.M * g.Lcols;
   const int sms = ppx_sm_count ();
   const int BK = pl.CK * g.KR;
   const long leaf_st = conv_cdiv (pl.cpl, pl.CK);
+  const long blocks = conv_cdiv (g.rows, f.BM) * conv_cdiv (N, f.BN) * pl.split;
+  int occ = f.NT >= 256 ? 2 : 4;
+  if (f.mma) {
+    const int by_smem = (int) ((227u * 1024u) / (ppx_conv_mma_smem (f.BM, f.BN, g.tr) + 1024u));
+    occ = 512 / f.NT; /* 128 registers a thread */
+    occ = occ < by_smem ? occ : by_smem;
+  }
+  const long slots = (long) sms * occ;
+  const long waves = conv_cdiv (blocks, slots);
+  const long per_sm = conv_cdiv (blocks < slots ? blocks : slots, sms);
+  double work;
+  if (!f.mma) {
+    const double fma = (double) f.BM * f.BN * BK * per_sm / 128.0 * 1.5;
+    const double ld = (double) (f.BM + f.BN) * BK * per_sm / 32.0; /* load and store instructions, warp-wide */
+    work = fma + ld;
+  } else {
+    /* warp instructions of a block and stage (measured with Nsight Compute on an H100, 128 x 64 tiles): per
+     * warp 12 mma, 64 A and 32 B fragment instructions (loads and splits) per m-tile, n-tile pair; ~40 per
+     * element of the B gather (the activation included), ~8 per A copy; issued at ~2 a cycle and SM */
+    const bool tf = ppx_f32_mma_mode () != PPX_F32_BF16X3;
+    const int warps = f.NT / 32, mt = f.BM / f.WM / 16, nt = f.BN / f.WN / 8;
+    const double per_warp = (tf ? 16.0 : 10.0) * mt * nt + (tf ? 64.0 : 48.0) * mt + (tf ? 32.0 : 24.0) * nt;
+    const double issue = warps * per_warp + 40.0 * f.BN + 8.0 * f.BM;
+    /* with few blocks resident (small M) a stage takes its warps' instruction chains: ~6 cycles each */
+    const double chain = 6.0 * (per_warp + (40.0 * f.BN + 8.0 * f.BM) / warps);
+    work = per_sm * issue / 2.0 > chain ? per_sm * issue / 2.0 : chain;
+  }
+  const double floor = f.mma ? 1500.0 : 1000.0; /* a stage's memory latency and barrier */
+  const double stage = work > floor ? work : floor;
+  return (double) waves * leaf_st * stage;
+}
+
+static int
+conv_choose_cfg (const ConvGeom &g, const ConvPlan &pl)
+{
   double best = 0;
-  int bi = 0;
+  int bi = -1;
   for (int c = 0; c < CONV_N_CFGS; c++) {
     if (!conv_cfg_ok (g, c))
       continue;
-    const ConvCfg &f = conv_cfgs[c];
-    const int BM = f.RG * f.TM, BN = f.CG * f.TN, NT = f.RG * f.CG;
-    const long blocks = conv_cdiv (g.rows, BM) * conv_cdiv (N, BN) * pl.split;
-    const int occ = NT >= 256 ? 2 : 4;
-    const long slots = (long) sms * occ;
-    const long waves = conv_cdiv (blocks, slots);
-    const long per_sm = conv_cdiv (blocks < slots ? blocks : slots, sms);
-    const double fma = (double) NT * f.TM * f.TN * BK * per_sm / 128.0 * 1.5;
-    const double ld = (double) (BM + BN) * BK * per_sm / 32.0; /* load and store instructions, warp-wide */
-    const double stage = fma + ld > 1000.0 ? fma + ld : 1000.0;
-    const double cost = (double) waves * leaf_st * stage;
-    if (best == 0 || cost < best) {
+    const double cost = conv_cfg_cost (g, pl, c);
+    if (bi < 0 || cost < best) {
       best = cost;
       bi = c;
     }
@@ -233,6 +295,9 @@ conv_plan (const ConvGeom &g, int groups, int force_cfg, int force_split)
   if (!g.tr && (g.P < 0 || g.Lout <= 0 || (long) g.P + g.Lin >= (1L << 25)))
     return pl;
   if (g.tr && (g.K < g.stride || g.Lin <= 0 || (long) g.Cin * g.Cout * g.K >= (1L << 25)))
+    return pl;
+  /* the loaders' 32-bit offsets (cuda-conv-gemm.cuh): a row's input and the weights, with a tile's overrun */
+  if ((long) (g.Cin + 32) * (g.P + g.Lin) >= (1L << 31) || (long) (g.Cout + 256) * g.Cin * g.K >= (1L << 31))
     return pl;
   if (conv_cdiv (g.rows, 256) > 65535 || (long) g.M * g.Lcols > (1L << 40))
     return pl;
@@ -402,8 +467,8 @@ ppx_cuda_conv_plan_info (int transposed, int M, int Cin, int Cout, int K, int L,
   const ConvPlan pl = conv_plan (g, groups, force_cfg, force_split);
   *cfg = pl.cfg;
   *split = pl.cfg < 0 ? 1 : pl.split;
-  *tile_rows = pl.cfg < 0 ? 0 : conv_cfgs[pl.cfg].RG * conv_cfgs[pl.cfg].TM;
-  *tile_cols = pl.cfg < 0 ? 0 : conv_cfgs[pl.cfg].CG * conv_cfgs[pl.cfg].TN;
+  *tile_rows = pl.cfg < 0 ? 0 : conv_cfgs[pl.cfg].BM;
+  *tile_cols = pl.cfg < 0 ? 0 : conv_cfgs[pl.cfg].BN;
 }
 
 /* Fills n floats with a hash of the index in [-1, 1) (benchmark data). */

@@ -1,9 +1,11 @@
 /* CUDA backend: linear layers (y = x W^T) and embedding gathers for f32, bf16, int8 and int4 weights: the
- * entry points of cuda-kernels.h. Two kernel families, a file each (docs/cuda.md, "Linear layers"), like
+ * entry points of cuda-kernels.h. Three kernel families, a file each (docs/cuda.md, "Linear layers"), like
  * ggml-cuda's mmq/mmvq:
  *  - cuda-linear-mma.cu, tensor cores (bf16, int8, int4 with group 32, 64 or a multiple of 128): mma.sync
  *    m16n8k16 with x split into two bf16 parts, K split into leaves planned per shape and device;
- *  - cuda-linear-vec.cu, CUDA cores (f32 weights, int4 with other group sizes): one warp per weight row.
+ *  - cuda-linear-f32tc.cu, tensor cores for f32 weights (K a multiple of 4): W and x split into hi + lo
+ *    (tf32x3 or bf16x3, cuda-mma-f32.cuh);
+ *  - cuda-linear-vec.cu, CUDA cores (other f32 weights, int4 with other group sizes): one warp per weight row.
  * Which one runs depends on the weight only, and both compute every output element by the same sequence of
  * operations whatever M is and wherever its x row sits in the batch: a batched call reproduces one-row calls
  * bit for bit (tests/cuda-test-linear.c checks this). What they share is in cuda-linear.cuh. */
@@ -22,6 +24,8 @@ ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, s
   const int ck = ppx_linear_mma_eligible (w);
   if (ck)
     return ppx_linear_mma (w, ck, x, ldx, y, ldy, M, accumulate, NULL, 0.0f, 0, workspace, s);
+  if (ppx_linear_f32tc_eligible (w))
+    return ppx_linear_f32tc (w, x, ldx, y, ldy, M, accumulate, s);
   return ppx_linear_vec (w, x, ldx, y, ldy, M, accumulate, s);
 }
 

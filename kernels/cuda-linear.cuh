@@ -1,6 +1,7 @@
 /* CUDA backend, linear layers: what the two kernel families and the entry points share (docs/cuda.md,
  * "Linear layers"): cuda-linear-mma.cu (tensor cores: bf16, int8, int4 with groups of 32, 64 or a multiple
- * of 128), cuda-linear-vec.cu (CUDA cores: f32, other int4 groups) and cuda-linear.cu (the entry points of
+ * of 128), cuda-linear-f32tc.cu (f32 on the tensor cores, split into hi + lo), cuda-linear-vec.cu (CUDA
+ * cores: f32 weights that path does not take, other int4 groups) and cuda-linear.cu (the entry points of
  * cuda-kernels.h that choose between them, the fused rmsnorm/gate variants, the embedding gather). */
 #ifndef PPX_CUDA_LINEAR_CUH
 #define PPX_CUDA_LINEAR_CUH
@@ -18,6 +19,13 @@ int ppx_linear_mma_eligible (const PpxCudaWeight *w);
  * PPX_CUDA_GATE_LINEAR_MAX_M); workspace: ppx_cuda_linear_workspace_bytes of it. */
 int ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, float *y, size_t ldy, int M,
                     int accumulate, const float *alpha, float eps, int gate, void *workspace, cudaStream_t s);
+
+/* ---- f32 weights on the tensor cores (cuda-linear-f32tc.cu) ---- */
+/* Non-zero when that path takes this weight: f32, K a multiple of 4 below 2^30, rows on 16 bytes, and the
+ * f32 tensor-core kernels on (PPX_CUDA_F32_MMA, cuda-mma-f32.cuh). */
+int ppx_linear_f32tc_eligible (const PpxCudaWeight *w);
+int ppx_linear_f32tc (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, size_t ldy, int M,
+                      int accumulate, cudaStream_t s);
 
 /* ---- the CUDA-core path (cuda-linear-vec.cu) ---- */
 int ppx_linear_vec (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,

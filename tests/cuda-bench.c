@@ -306,8 +306,30 @@ time_conv_one (const MimiConv *c, int M, int cfg, int split)
   return us;
 }
 
-/* test-backend-cuda --bench-conv: every conv call of a Mimi frame (encoder, decoder) at M = 1, 8, 32, 64:
- * the direct kernels (old) against the planned path (new), GPU time per call; then the sums. */
+/* The rows of x (sessions) a benchmark runs: PPX_BENCH_MS="1,16,64,80,128" (increasing, at most 8), else
+ * the n_dflt of dflt. */
+static int
+bench_ms (int *Ms, const int *dflt, int n_dflt)
+{
+  int n = 0;
+  const char *ms_env = g_getenv ("PPX_BENCH_MS");
+  if (ms_env) {
+    g_auto (GStrv) parts = g_strsplit (ms_env, ",", 8);
+    for (int k = 0; parts[k] && n < 8; k++) {
+      const int v = (int) g_ascii_strtoll (parts[k], NULL, 10);
+      if (v >= 1 && v <= 4096)
+        Ms[n++] = v;
+    }
+  }
+  if (n == 0)
+    for (n = 0; n < n_dflt; n++)
+      Ms[n] = dflt[n];
+  return n;
+}
+
+/* test-backend-cuda --bench-conv: every conv call of a Mimi frame (encoder, decoder) at M = 1, 8, 32, 64 (or
+ * PPX_BENCH_MS): the direct kernels (old; PPX_BENCH_CONV_DIRECT=0 skips them) against the planned path (new),
+ * GPU time per call; then the sums. */
 int
 run_bench_conv (void)
 {
@@ -315,28 +337,41 @@ run_bench_conv (void)
           "over weight copies that exceed the L2); old = direct kernels, new = planned path "
           "[tile rows x cols / leaves]\n",
           ppx_backend_device_name (gpu));
-  const int Ms[] = {1, 8, 32, 64};
+  static const int dflt[] = {1, 8, 32, 64};
+  int Ms_v[8];
+  const int n_ms = bench_ms (Ms_v, dflt, G_N_ELEMENTS (dflt));
+  const char *direct_env = g_getenv ("PPX_BENCH_CONV_DIRECT");
+  const gboolean direct = !(direct_env && direct_env[0] == '0');
+  const int *Ms = Ms_v;
+  /* PPX_BENCH_CONV_ONLY=NAME: only the convs whose name starts so; PPX_BENCH_CONV_CFG / _SPLIT: that tile and
+   * leaf count instead of the planned ones (for profiling one kernel) */
+  const char *only = g_getenv ("PPX_BENCH_CONV_ONLY");
+  const int force_cfg = g_getenv ("PPX_BENCH_CONV_CFG") ? atoi (g_getenv ("PPX_BENCH_CONV_CFG")) : -1;
+  const int force_split = g_getenv ("PPX_BENCH_CONV_SPLIT") ? atoi (g_getenv ("PPX_BENCH_CONV_SPLIT")) : 0;
   MimiConv convs[64];
   for (int dec = 0; dec < 2; dec++) {
     const int n = mimi_convs (dec, convs, G_N_ELEMENTS (convs));
-    double sum_old[4] = {0}, sum_new[4] = {0};
+    double sum_old[8] = {0}, sum_new[8] = {0};
     printf ("\n%-64s", dec ? "decoder" : "encoder");
-    for (guint j = 0; j < G_N_ELEMENTS (Ms); j++) {
+    for (int j = 0; j < n_ms; j++) {
       char h[32];
       g_snprintf (h, sizeof h, "M=%d old/new [plan]", Ms[j]);
       printf ("  %-28s", h);
     }
     printf ("\n");
     for (int i = 0; i < n; i++) {
+      if (only && !g_str_has_prefix (convs[i].name, only))
+        continue;
       char desc[160];
       mc_describe (&convs[i], 0, desc, sizeof desc);
       printf ("%-64s", desc);
-      for (guint j = 0; j < G_N_ELEMENTS (Ms); j++) {
+      for (int j = 0; j < n_ms; j++) {
         const MimiConv *c = &convs[i];
         int pc, ps, tr, tc;
         ppx_backend_cuda_conv_plan (gpu, c->tr, Ms[j], c->Cin, c->Cout, c->K, c->L, c->stride, c->dil, c->groups,
-                                    c->streaming, -1, 0, &pc, &ps, &tr, &tc);
-        const double o = time_conv_one (c, Ms[j], -2, 0), nw = time_conv_one (c, Ms[j], -1, 0);
+                                    c->streaming, force_cfg, force_split, &pc, &ps, &tr, &tc);
+        const double o = direct ? time_conv_one (c, Ms[j], -2, 0) : NAN;
+        const double nw = time_conv_one (c, Ms[j], force_cfg, force_split);
         sum_old[j] += o;
         sum_new[j] += nw;
         g_autofree char *plan = pc < 0 ? g_strdup ("direct") : g_strdup_printf ("%dx%d/%d", tr, tc, ps);
@@ -346,7 +381,7 @@ run_bench_conv (void)
       fflush (stdout);
     }
     printf ("%-64s", dec ? "decoder sum (SEANet + upsample)" : "encoder sum (SEANet + downsample)");
-    for (guint j = 0; j < G_N_ELEMENTS (Ms); j++) {
+    for (int j = 0; j < n_ms; j++) {
       char r[32];
       g_snprintf (r, sizeof r, "%.1fx", sum_old[j] / sum_new[j]);
       printf ("  %8.1f %7.1f %-11s", sum_old[j], sum_new[j], r);
@@ -421,20 +456,9 @@ run_bench (const char *only, const char *shape)
   const Fmt f[] = {{PPX_WFMT_INT4, 64}, {PPX_WFMT_INT8, 0}, {PPX_WFMT_BF16, 0}, {PPX_WFMT_F32, 0}};
   const char *names[] = {"int4", "int8", "bf16", "f32"};
   static const int64_t shapes[][2] = {{12288, 4096}, {4096, 4096}, {22528, 4096}, {4096, 11264}, {32000, 4096}};
-  int Ms[8] = {1, 8, 32, 64}, n_ms = 4;
-  /* PPX_BENCH_MS="1,16,64,80,128": other rows of x (increasing, at most 8) */
-  const char *ms_env = g_getenv ("PPX_BENCH_MS");
-  if (ms_env) {
-    g_auto (GStrv) parts = g_strsplit (ms_env, ",", 8);
-    n_ms = 0;
-    for (int k = 0; parts[k] && n_ms < 8; k++) {
-      const int v = (int) g_ascii_strtoll (parts[k], NULL, 10);
-      if (v >= 1 && v <= 4096)
-        Ms[n_ms++] = v;
-    }
-    if (n_ms == 0)
-      Ms[n_ms++] = 1;
-  }
+  static const int dflt[] = {1, 8, 32, 64};
+  int Ms[8];
+  const int n_ms = bench_ms (Ms, dflt, G_N_ELEMENTS (dflt));
   for (guint i = 0; i < G_N_ELEMENTS (f); i++) {
     if (only ? strcmp (only, names[i]) != 0 : f[i].format == PPX_WFMT_F32)
       continue;

@@ -92,6 +92,12 @@ test_linear (void)
     check_linear (f, 30, 53, 1, 53, 7, FALSE, 11, 7);
     check_linear (f, 300, 1000, 9, 1000, 100, TRUE, 137, 100);
   }
+  /* f32 at Mimi's transformer shapes (cuda-linear-f32tc.cu): one session's 2 rows, 80 sessions' 160 */
+  const Fmt f32 = formats[0];
+  g_assert_cmpint (f32.format, ==, PPX_WFMT_F32);
+  check_linear (f32, 2048, 512, 2, 512, 2048, FALSE, 0, 0);
+  check_linear (f32, 512, 2048, 160, 2048, 512, TRUE, 0, 0);
+  check_linear (f32, 1536, 512, 160, 515, 1537, FALSE, 0, 0);
 }
 
 /* Row m of an M-row call is bit for bit the row computed alone (M = 1), for every m: the batched engine's
@@ -146,6 +152,7 @@ test_linear_batch (void)
     check_linear_rows_exact (formats[i], 600, 4128, 80, TRUE);    /* the 16-tile kernel, tiles past M skipped */
     check_linear_rows_exact (formats[i], 300, 1000, 131, FALSE);  /* a 128-row launch, then 3 rows */
   }
+  check_linear_rows_exact (formats[0], 512, 2048, 160, TRUE); /* f32, Mimi's FFN down projection, 80 sessions */
 }
 
 /* ppx_op_rmsnorm_linear: the fused kernel (M <= 4, tensor-core weights) gives the bits of rmsnorm then linear

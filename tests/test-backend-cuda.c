@@ -17,9 +17,11 @@
  * transformer's shapes at M = 1, 8, 32, 64 (CUDA graphs, GPU time) and prints weight bandwidth and TFLOP/s,
  * then (without a format) the attention benchmark; `--bench-attention` runs only that: T = 1 attention at cap = context = 3000 with 32 heads of 128 for
  * M = 1, 8, 32, 64 sessions per KV format, time per layer and GB/s of KV read. `--bench-conv` times every conv call
- * of a Mimi frame (the real encoder and decoder shapes) at M = 1, 8, 32, 64 with the direct kernels and the
- * planned implicit-GEMM path, and the SEANet sums; `--bench-conv-sweep [M ...]` times every tile configuration
- * and leaf count of the GEMM path on those shapes (planner tuning). */
+ * of a Mimi frame (the real encoder and decoder shapes) at M = 1, 8, 32, 64 (or PPX_BENCH_MS) with the direct
+ * kernels (PPX_BENCH_CONV_DIRECT=0 skips them) and the planned implicit-GEMM path (PPX_BENCH_CONV_ONLY=NAME,
+ * PPX_BENCH_CONV_CFG / _SPLIT: one conv, a forced tile and leaf count, for profiling), and the SEANet sums;
+ * `--bench-conv-sweep [M ...]` times every tile configuration and leaf count of the GEMM path on those shapes
+ * (planner tuning). */
 #include "cuda-test.h"
 
 int

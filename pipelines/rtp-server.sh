@@ -22,7 +22,7 @@
 set -eu
 . "$(dirname "$0")/common.sh"
 
-ppx_need_args "$0" 1 22 "$@"
+ppx_need_args "$0" 1 "$@"
 model=$1
 shift
 ppx_prepare "$model"

@@ -25,22 +25,19 @@ ppx_check_model () {
   fi
 }
 
-# ppx_need_args SCRIPT N "$@": with fewer than N arguments, prints SCRIPT's usage (the comment lines after
-# the #! line, up to the first other line, without the '# ') and exits 2.
-ppx_need_args () {
+# ppx_start SCRIPT N "$@": the start of a pipeline script taking MODEL_DIR and N - 1 more arguments. With
+# fewer than N arguments, prints SCRIPT's usage (the comment lines after the #! line, up to the first other
+# line, without the '# ') and exits 2. Then checks the model directory and, for a file-to-file script
+# (N >= 3: MODEL_DIR IN OUT), that its input is readable, and finds the plugin.
+ppx_start () {
   script=$1 n=$2
   shift 2
   if [ $# -lt "$n" ]; then
     sed -n '2,$ { /^#/!q; s/^# \{0,1\}//p; }' "$script"
     exit 2
   fi
-}
-
-# ppx_prepare MODEL_DIR [INPUT]: checks the model directory and, when given, that the input is readable,
-# then finds the plugin.
-ppx_prepare () {
   ppx_check_model "$1"
-  if [ $# -gt 1 ] && [ ! -r "$2" ]; then
+  if [ "$n" -ge 3 ] && [ ! -r "$2" ]; then
     echo "input '$2' not readable" >&2
     exit 1
   fi
@@ -54,10 +51,9 @@ ppx_prepare () {
 ppx_file_conversation () {
   script=$1 decode=$2 encode=$3
   shift 3
-  ppx_need_args "$script" 3 "$@"
+  ppx_start "$script" 3 "$@"
   model=$1 in=$2 out=$3
   shift 3
-  ppx_prepare "$model" "$in"
   # shellcheck disable=SC2086
   exec gst-launch-1.0 -e ${PPX_VERBOSE:+-m} \
     filesrc location="$in" ! $decode ! audioconvert ! audioresample ! \

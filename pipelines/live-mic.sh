@@ -24,10 +24,9 @@
 set -eu
 . "$(dirname "$0")/common.sh"
 
-ppx_need_args "$0" 1 24 "$@"
+ppx_start "$0" 1 "$@"
 model=$1
 shift
-ppx_prepare "$model"
 audio_src=${PPX_AUDIO_SRC:-autoaudiosrc}
 audio_sink=${PPX_AUDIO_SINK:-autoaudiosink}
 

@@ -22,10 +22,9 @@
 set -eu
 . "$(dirname "$0")/common.sh"
 
-ppx_need_args "$0" 1 22 "$@"
+ppx_start "$0" 1 "$@"
 model=$1
 shift
-ppx_prepare "$model"
 recv_port=${PPX_RTP_RECV_PORT:-5004}
 send_host=${PPX_RTP_SEND_HOST:-127.0.0.1}
 send_port=${PPX_RTP_SEND_PORT:-5006}

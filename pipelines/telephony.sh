@@ -21,15 +21,5 @@
 set -eu
 . "$(dirname "$0")/common.sh"
 
-ppx_need_args "$0" 3 21 "$@"
-model=$1 in=$2 out=$3
-shift 3
-ppx_prepare "$model" "$in"
-
-exec gst-launch-1.0 -e ${PPX_VERBOSE:+-m} \
-  filesrc location="$in" ! wavparse ! mulawdec ! audioconvert ! audioresample ! \
-  audio/x-raw,format=F32LE,rate=24000,channels=1 ! \
-  personaplexduplex name=pp model-dir="$model" "$@" ! \
-  audioconvert ! audioresample ! audio/x-raw,format=S16LE,rate=8000,channels=1 ! \
-  mulawenc ! wavenc ! filesink location="$out" \
-  pp.text_src ! queue ! fakesink
+ppx_file_conversation "$0" "wavparse ! mulawdec" \
+  "audioresample ! audio/x-raw,format=S16LE,rate=8000,channels=1 ! mulawenc ! wavenc" "$@"

@@ -11,8 +11,7 @@
  * a page of the packets within max-page-delay of its first: 20 ms gives 2 frames a page). */
 #define ENCODE_CHAIN "audioconvert ! opusenc frame-size=20 audio-type=voice ! oggmux max-page-delay=20000000 max-delay=20000000"
 
-struct _PpxChatAudio {
-  gint refcount;
+struct _PpxChatAudio { /* in a GLib atomic reference-counted box */
   float *samples;
   gsize n_samples;
   GPtrArray *pages;   /* GBytes: one Ogg page each */
@@ -105,8 +104,7 @@ ppx_chat_audio_new_from_samples (const float *samples, gsize n_samples, GError *
     g_set_error (error, audio_error_quark (), 0, "no audio samples");
     return NULL;
   }
-  PpxChatAudio *audio = g_new0 (PpxChatAudio, 1);
-  audio->refcount = 1;
+  PpxChatAudio *audio = g_atomic_rc_box_new0 (PpxChatAudio);
   audio->samples = g_memdup2 (samples, n_samples * sizeof (float));
   audio->n_samples = n_samples;
   audio->pages = g_ptr_array_new_with_free_func ((GDestroyNotify) g_bytes_unref);
@@ -164,19 +162,22 @@ ppx_chat_audio_new_from_file (const char *path, GError **error)
 PpxChatAudio *
 ppx_chat_audio_ref (PpxChatAudio *audio)
 {
-  g_atomic_int_inc (&audio->refcount);
-  return audio;
+  return g_atomic_rc_box_acquire (audio);
+}
+
+static void
+chat_audio_clear (PpxChatAudio *audio)
+{
+  g_free (audio->samples);
+  g_ptr_array_unref (audio->pages);
+  g_array_unref (audio->page_ends);
 }
 
 void
 ppx_chat_audio_unref (PpxChatAudio *audio)
 {
-  if (!audio || !g_atomic_int_dec_and_test (&audio->refcount))
-    return;
-  g_free (audio->samples);
-  g_ptr_array_unref (audio->pages);
-  g_array_unref (audio->page_ends);
-  g_free (audio);
+  if (audio)
+    g_atomic_rc_box_release_full (audio, (GDestroyNotify) chat_audio_clear);
 }
 
 gsize

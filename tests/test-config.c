@@ -41,6 +41,12 @@ test_defaults (void)
   g_assert_cmpint (m->channels, ==, 1);
   g_assert_cmpint (m->dimension, ==, 512);
   g_assert_cmpint (m->n_filters, ==, 64);
+  g_assert_cmpint (m->n_residual_layers, ==, 1);
+  g_assert_cmpint (m->compress, ==, 2);
+  g_assert_cmpint (m->dilation_base, ==, 2);
+  g_assert_cmpint (m->kernel_size, ==, 7);
+  g_assert_cmpint (m->residual_kernel_size, ==, 3);
+  g_assert_cmpint (m->last_kernel_size, ==, 3);
   g_assert_cmpint (m->n_ratios, ==, 4);
   static const int ratios[4] = {8, 6, 5, 4};
   for (int i = 0; i < 4; i++)
@@ -48,11 +54,14 @@ test_defaults (void)
   g_assert_cmpint (m->q_dimension, ==, 256);
   g_assert_cmpint (m->q_n_q, ==, 32);
   g_assert_cmpint (m->q_bins, ==, 2048);
+  g_assert_cmpint (m->q_input_dimension, ==, 512);
+  g_assert_cmpint (m->q_output_dimension, ==, 512);
   g_assert_cmpint (m->t_d_model, ==, 512);
   g_assert_cmpint (m->t_num_heads, ==, 8);
   g_assert_cmpint (m->t_num_layers, ==, 8);
   g_assert_cmpint (m->t_context, ==, 250);
   g_assert_cmpint (m->t_dim_feedforward, ==, 2048);
+  g_assert_cmpint (m->t_max_period, ==, 10000);
   g_assert_cmpint (m->num_codebooks, ==, 8);
   g_assert_cmpint (m->sample_rate, ==, 24000);
   g_assert_cmpint (m->hop, ==, 960);

@@ -59,6 +59,16 @@ frame_tokens () {
   sed -n 's/.*personaplex-frame.*tokens=(int)< \([-0-9, ]*\) >.*/\1/p' "$1"
 }
 
+# A script run without arguments exits 2 printing its header comment as usage, all of it and no code.
+check_usage () { # SCRIPT
+  status=0
+  sh "$pipelines/$1" >"$tmp/usage" 2>&1 || status=$?
+  [ "$status" -eq 2 ] || { cat "$tmp/usage"; fail "$1 without arguments exited $status, expected 2"; }
+  expected=$(sed -n '2,$ { /^#/!q; p; }' "$pipelines/$1" | wc -l)
+  [ "$(wc -l <"$tmp/usage")" -eq "$expected" ] || { cat "$tmp/usage"; fail "$1: usage is not its $expected header lines"; }
+  ! grep -q '^set -eu' "$tmp/usage" || { cat "$tmp/usage"; fail "$1: usage prints code"; }
+}
+
 # Runs a launch line (words in "$@") under a timeout; a hang is a failure, not a stuck test.
 launch () {
   status=0
@@ -80,12 +90,14 @@ golden_model () {
 
 case $what in
   offline)
+    check_usage offline.sh
     make_input
     sh "$pipelines/offline.sh" "$model" "$tmp/in.wav" "$tmp/out.wav" greedy=true >"$tmp/log" 2>&1 ||
       { cat "$tmp/log"; fail "offline.sh"; }
     check_answer "$tmp/out.wav" 3000000000
     ;;
   telephony)
+    check_usage telephony.sh
     gst-launch-1.0 -q audiotestsrc wave=sine freq=440 volume=0.3 num-buffers=30 samplesperbuffer=800 ! \
       audio/x-raw,rate=8000,channels=1 ! mulawenc ! wavenc ! filesink location="$tmp/in.wav" ||
       fail "make mu-law input"
@@ -96,6 +108,7 @@ case $what in
     check_answer "$tmp/out.wav" 3000000000 mulawdec
     ;;
   live)
+    check_usage live-mic.sh
     # the live script with test ends instead of a sound card: 3 s of live input, real-time sink
     PPX_VERBOSE=1 \
     PPX_AUDIO_SRC="audiotestsrc is-live=true wave=sine freq=300 samplesperbuffer=480 num-buffers=300" \
@@ -107,6 +120,7 @@ case $what in
     [ "${frames:-0}" -ge 35 ] || fail "live pipeline stepped ${frames:-no} frames (expected 3 s = 37)"
     ;;
   rtp)
+    check_usage rtp-server.sh
     port=$(( 20000 + $$ % 20000 ))
     PPX_RTP_RECV_PORT=$port PPX_RTP_SEND_PORT=$((port + 2)) \
       sh "$pipelines/rtp-server.sh" "$model" greedy=true >"$tmp/server.log" 2>&1 &

@@ -84,32 +84,25 @@ decode_frames (Codec *c, const int *codes, gsize n_frames)
   return pcm;
 }
 
+/* One command from a fresh codec: the configuration, the input (read before the weights load, so that a bad
+ * one fails fast), the codec, then the frames encoded to codes or decoded to audio, written to output. */
 static gboolean
-encode (const char *model_dir, const char *input, const char *output, GError **error)
+run (gboolean encode, const char *model_dir, const char *input, const char *output, GError **error)
 {
   Codec c = {0};
+  const PpxMimiConfig *m = &c.cfg.mimi;
   g_autofree float *pcm = NULL;
   g_autofree int *codes = NULL;
   gsize n = 0, n_frames = 0;
-  gboolean ok = load_config (model_dir, &c.cfg, error) &&
-                (pcm = ppx_audio_read (input, c.cfg.mimi.sample_rate, &n, error)) &&
-                codec_load (&c, model_dir, error) && (codes = encode_frames (&c, pcm, n, &n_frames)) &&
-                codes_json_write (output, codes, n_frames, c.cfg.mimi.num_codebooks, error);
-  codec_clear (&c);
-  return ok;
-}
-
-static gboolean
-decode (const char *model_dir, const char *input, const char *output, GError **error)
-{
-  Codec c = {0};
-  g_autofree int *codes = NULL;
-  g_autofree float *pcm = NULL;
-  gsize n_frames = 0;
-  gboolean ok = load_config (model_dir, &c.cfg, error) &&
-                (codes = codes_json_read (input, c.cfg.mimi.num_codebooks, c.cfg.mimi.q_bins, &n_frames, error)) &&
-                codec_load (&c, model_dir, error) && (pcm = decode_frames (&c, codes, n_frames)) &&
-                ppx_audio_write_f32 (output, pcm, n_frames * c.cfg.mimi.frame_size, c.cfg.mimi.sample_rate, error);
+  gboolean ok = load_config (model_dir, &c.cfg, error);
+  if (ok && encode)
+    ok = (pcm = ppx_audio_read (input, m->sample_rate, &n, error)) && codec_load (&c, model_dir, error) &&
+         (codes = encode_frames (&c, pcm, n, &n_frames)) &&
+         codes_json_write (output, codes, n_frames, m->num_codebooks, error);
+  else if (ok)
+    ok = (codes = codes_json_read (input, m->num_codebooks, m->q_bins, &n_frames, error)) &&
+         codec_load (&c, model_dir, error) && (pcm = decode_frames (&c, codes, n_frames)) &&
+         ppx_audio_write_f32 (output, pcm, n_frames * m->frame_size, m->sample_rate, error);
   codec_clear (&c);
   return ok;
 }
@@ -138,7 +131,7 @@ main (int argc, char **argv)
                                       : "the command must be exactly one of encode or decode (see --help)");
   if (!model_dir || !input || !output)
     return tool_fail (PROG, "--model-dir, --input and --output are required (see --help)");
-  gboolean ok = strcmp (argv[1], "encode") == 0 ? encode (model_dir, input, output, &error)
-                                                : decode (model_dir, input, output, &error);
-  return ok ? 0 : tool_fail (PROG, error->message);
+  if (!run (strcmp (argv[1], "encode") == 0, model_dir, input, output, &error))
+    return tool_fail (PROG, error->message);
+  return 0;
 }

@@ -2,59 +2,6 @@
 
 #include "json-strict.h"
 
-void
-ppx_config_default (PpxConfig *cfg)
-{
-  static const int delays[PPX_MAX_STREAMS] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1};
-  memset (cfg, 0, sizeof *cfg);
-  PpxLmConfig *lm = &cfg->lm;
-  lm->dim = 4096;
-  lm->num_heads = 32;
-  lm->num_layers = 32;
-  lm->hidden_scale = 4.125;
-  lm->context = 3000;
-  lm->text_card = 32000;
-  lm->card = 2048;
-  lm->n_q = 16;
-  lm->dep_q = 16;
-  lm->existing_text_padding_id = 3;
-  lm->max_period = 10000;
-  lm->depformer_dim = 1024;
-  lm->depformer_dim_feedforward = (int) (4.125 * 1024);
-  lm->depformer_num_heads = 16;
-  lm->depformer_num_layers = 6;
-  memcpy (lm->delays, delays, sizeof delays);
-
-  PpxMimiConfig *m = &cfg->mimi;
-  m->channels = 1;
-  m->dimension = 512;
-  m->n_filters = 64;
-  m->n_residual_layers = 1;
-  m->compress = 2;
-  m->dilation_base = 2;
-  m->kernel_size = 7;
-  m->residual_kernel_size = 3;
-  m->last_kernel_size = 3;
-  m->n_ratios = 4;
-  m->ratios[0] = 8;
-  m->ratios[1] = 6;
-  m->ratios[2] = 5;
-  m->ratios[3] = 4;
-  m->q_dimension = 256;
-  m->q_n_q = 32;
-  m->q_bins = 2048;
-  m->q_input_dimension = 512;
-  m->q_output_dimension = 512;
-  m->t_d_model = 512;
-  m->t_num_heads = 8;
-  m->t_num_layers = 8;
-  m->t_context = 250;
-  m->t_dim_feedforward = 2048;
-  m->t_max_period = 10000;
-  m->num_codebooks = 8;
-  m->sample_rate = 24000;
-}
-
 /* ---- JSON helpers ---- */
 
 static gboolean
@@ -119,38 +66,74 @@ get_int_array (JsonObject *o, const char *key, int *out, int max, int *count, co
 
 /* ---- the fields ---- */
 
-/* One number of the config: its JSON member and where it lives in PpxLmConfig or PpxMimiConfig. Each table is
- * read (ppx_config_apply_json) and written (ppx_config_to_json) in its order. */
+/* One number of the config: its JSON member, where it lives in PpxLmConfig or PpxMimiConfig, and its
+ * PersonaPlex-7B value (docs/personaplex-arch.md 1.1). Each table is read (ppx_config_apply_json), written
+ * (ppx_config_to_json) and defaulted (ppx_config_default) in its order. */
 typedef struct {
   const char *key;
   gsize offset;
   gboolean is_double; /* else an int */
+  double value;       /* the default */
 } Field;
 
-#define LM(k) {#k, G_STRUCT_OFFSET (PpxLmConfig, k), FALSE}
+#define LM(k, v) {#k, G_STRUCT_OFFSET (PpxLmConfig, k), FALSE, v}
 static const Field lm_fields[] = {
-  LM (dim), LM (num_heads), LM (num_layers), {"hidden_scale", G_STRUCT_OFFSET (PpxLmConfig, hidden_scale), TRUE},
-  LM (context), LM (text_card), LM (card), LM (n_q), LM (dep_q), LM (existing_text_padding_id), LM (max_period),
-  LM (depformer_dim), LM (depformer_dim_feedforward), LM (depformer_num_heads), LM (depformer_num_layers),
+  LM (dim, 4096), LM (num_heads, 32), LM (num_layers, 32),
+  {"hidden_scale", G_STRUCT_OFFSET (PpxLmConfig, hidden_scale), TRUE, 4.125}, LM (context, 3000),
+  LM (text_card, 32000), LM (card, 2048), LM (n_q, 16), LM (dep_q, 16), LM (existing_text_padding_id, 3),
+  LM (max_period, 10000), LM (depformer_dim, 1024), LM (depformer_dim_feedforward, (int) (4.125 * 1024)),
+  LM (depformer_num_heads, 16), LM (depformer_num_layers, 6),
 };
 #undef LM
 
-#define MIMI(k, field) {k, G_STRUCT_OFFSET (PpxMimiConfig, field), FALSE}
+#define MIMI(k, field, v) {k, G_STRUCT_OFFSET (PpxMimiConfig, field), FALSE, v}
 static const Field seanet_fields[] = {
-  MIMI ("channels", channels), MIMI ("dimension", dimension), MIMI ("n_filters", n_filters),
-  MIMI ("n_residual_layers", n_residual_layers), MIMI ("compress", compress),
-  MIMI ("dilation_base", dilation_base), MIMI ("kernel_size", kernel_size),
-  MIMI ("residual_kernel_size", residual_kernel_size), MIMI ("last_kernel_size", last_kernel_size),
+  MIMI ("channels", channels, 1), MIMI ("dimension", dimension, 512), MIMI ("n_filters", n_filters, 64),
+  MIMI ("n_residual_layers", n_residual_layers, 1), MIMI ("compress", compress, 2),
+  MIMI ("dilation_base", dilation_base, 2), MIMI ("kernel_size", kernel_size, 7),
+  MIMI ("residual_kernel_size", residual_kernel_size, 3), MIMI ("last_kernel_size", last_kernel_size, 3),
 };
 static const Field quantizer_fields[] = {
-  MIMI ("dimension", q_dimension), MIMI ("n_q", q_n_q), MIMI ("bins", q_bins),
-  MIMI ("input_dimension", q_input_dimension), MIMI ("output_dimension", q_output_dimension),
+  MIMI ("dimension", q_dimension, 256), MIMI ("n_q", q_n_q, 32), MIMI ("bins", q_bins, 2048),
+  MIMI ("input_dimension", q_input_dimension, 512), MIMI ("output_dimension", q_output_dimension, 512),
 };
 static const Field transformer_fields[] = {
-  MIMI ("d_model", t_d_model), MIMI ("num_heads", t_num_heads), MIMI ("num_layers", t_num_layers),
-  MIMI ("context", t_context), MIMI ("dim_feedforward", t_dim_feedforward), MIMI ("max_period", t_max_period),
+  MIMI ("d_model", t_d_model, 512), MIMI ("num_heads", t_num_heads, 8), MIMI ("num_layers", t_num_layers, 8),
+  MIMI ("context", t_context, 250), MIMI ("dim_feedforward", t_dim_feedforward, 2048),
+  MIMI ("max_period", t_max_period, 10000),
 };
 #undef MIMI
+
+/* Sets the n fields of the struct at base to their defaults. */
+static void
+set_defaults (const Field *fields, guint n, void *base)
+{
+  for (guint i = 0; i < n; i++) {
+    const Field *f = &fields[i];
+    if (f->is_double)
+      G_STRUCT_MEMBER (double, base, f->offset) = f->value;
+    else
+      G_STRUCT_MEMBER (int, base, f->offset) = (int) f->value;
+  }
+}
+
+void
+ppx_config_default (PpxConfig *cfg)
+{
+  static const int delays[PPX_MAX_STREAMS] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1};
+  static const int ratios[] = {8, 6, 5, 4};
+  memset (cfg, 0, sizeof *cfg);
+  set_defaults (lm_fields, G_N_ELEMENTS (lm_fields), &cfg->lm);
+  memcpy (cfg->lm.delays, delays, sizeof delays);
+  PpxMimiConfig *m = &cfg->mimi;
+  set_defaults (seanet_fields, G_N_ELEMENTS (seanet_fields), m);
+  set_defaults (quantizer_fields, G_N_ELEMENTS (quantizer_fields), m);
+  set_defaults (transformer_fields, G_N_ELEMENTS (transformer_fields), m);
+  m->n_ratios = G_N_ELEMENTS (ratios);
+  memcpy (m->ratios, ratios, sizeof ratios);
+  m->num_codebooks = 8;
+  m->sample_rate = 24000;
+}
 
 /* Reads the n fields present in o into the struct at base; FALSE at the first that is not a number of its kind. */
 static gboolean

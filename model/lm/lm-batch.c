@@ -15,10 +15,10 @@ struct PpxLmBatch {
   PpxTensorType kv; /* the temporal KV caches' storage */
   PpxTensor **k, **v;   /* temporal ring caches, per layer [n_slots, context, dim] */
   PpxTensor **dk, **dv; /* depformer caches, per layer [R, dep_q, depformer_dim], indexed by row */
-  PpxTensor *t_pos, *slot, *dep_pos, *dep_slot;
-  PpxTensor *x, *h, *qkv, *att, *ff, *u, *z, *text_logits;
-  PpxTensor *dx, *dh, *dqkv, *datt, *dff, *du, *dlogits;
-  PpxTensor *ids, *forced, *out, *prev, *params;
+  LmPass t;  /* the tick's temporal pass: ids, positions and slots of its rows, the activations */
+  LmActs dep; /* the depformer's activations */
+  PpxTensor *dep_pos, *dep_slot, *z, *text_logits, *dlogits;
+  PpxTensor *forced, *out, *prev, *params;
   PpxTensor **dlogit_step; /* views of dlogits, [dep_q][R, card] */
   PpxTensor **dep_pos_step; /* views of dep_pos, [dep_q][R] all = step */
 
@@ -43,7 +43,7 @@ struct PpxLmBatch {
 static void
 batch_plan (PpxLmBatch *b, const PpxLmConfig *c, PpxTensorPlan *p)
 {
-  const gsize R = b->R, d = c->dim, dd = c->depformer_dim, H = c->ffn_hidden, dH = c->depformer_ffn_hidden;
+  const gsize R = b->R;
   const int Ht = c->num_heads, Hd = c->depformer_num_heads;
   for (int l = 0; l < c->num_layers; l++) {
     b->k[l] = ppx_plan_kv_cache (p, b->kv, b->n_slots, c->context, Ht, c->dim / Ht);
@@ -53,26 +53,13 @@ batch_plan (PpxLmBatch *b, const PpxLmConfig *c, PpxTensorPlan *p)
     b->dk[l] = ppx_plan_kv_cache (p, PPX_TENSOR_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
     b->dv[l] = ppx_plan_kv_cache (p, PPX_TENSOR_F32, b->R, c->dep_q, Hd, c->depformer_dim / Hd);
   }
-  b->t_pos = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
-  b->slot = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
+  ppx_lm_plan_pass (&b->t, c, R, R, p);
+  ppx_lm_plan_acts (&b->dep, R, c->depformer_dim, c->depformer_ffn_hidden, p);
   b->dep_pos = ppx_plan_tensor (p, PPX_TENSOR_I32, (gsize) c->dep_q * R);
   b->dep_slot = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
-  b->x = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
-  b->h = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
-  b->qkv = ppx_plan_tensor (p, PPX_TENSOR_F32, R * 3 * d);
-  b->att = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
-  b->ff = ppx_plan_tensor (p, PPX_TENSOR_F32, R * 2 * H);
-  b->u = ppx_plan_tensor (p, PPX_TENSOR_F32, R * H);
-  b->z = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
+  b->z = ppx_plan_tensor (p, PPX_TENSOR_F32, R * c->dim);
   b->text_logits = ppx_plan_tensor (p, PPX_TENSOR_F32, R * c->text_card);
-  b->dx = ppx_plan_tensor (p, PPX_TENSOR_F32, R * dd);
-  b->dh = ppx_plan_tensor (p, PPX_TENSOR_F32, R * dd);
-  b->dqkv = ppx_plan_tensor (p, PPX_TENSOR_F32, R * 3 * dd);
-  b->datt = ppx_plan_tensor (p, PPX_TENSOR_F32, R * dd);
-  b->dff = ppx_plan_tensor (p, PPX_TENSOR_F32, R * 2 * dH);
-  b->du = ppx_plan_tensor (p, PPX_TENSOR_F32, R * dH);
   b->dlogits = ppx_plan_tensor (p, PPX_TENSOR_F32, (gsize) c->dep_q * R * c->card);
-  b->ids = ppx_plan_tensor (p, PPX_TENSOR_I32, R * W);
   b->forced = ppx_plan_tensor (p, PPX_TENSOR_I32, R * W);
   b->out = ppx_plan_tensor (p, PPX_TENSOR_I32, R * W);
   b->prev = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
@@ -180,9 +167,10 @@ ppx_lm_batch_free (PpxLmBatch *b)
   g_free (b->v);
   g_free (b->dk);
   g_free (b->dv);
-  PpxTensor *ts[] = {b->t_pos, b->slot, b->dep_pos, b->dep_slot, b->x,  b->h,   b->qkv,   b->att,
-                     b->ff,    b->u,    b->z,       b->text_logits, b->dx, b->dh, b->dqkv, b->datt,
-                     b->dff,   b->du,   b->dlogits, b->ids, b->forced, b->out, b->prev, b->params, b->gen_state};
+  ppx_lm_pass_free (&b->t);
+  ppx_lm_acts_free (&b->dep);
+  PpxTensor *ts[] = {b->dep_pos, b->dep_slot, b->z,    b->text_logits, b->dlogits,
+                     b->forced,  b->out,      b->prev, b->params,      b->gen_state};
   for (guint i = 0; i < G_N_ELEMENTS (ts); i++)
     ppx_tensor_free (ts[i]);
   g_free (b->gen_held);
@@ -200,11 +188,48 @@ ppx_lm_batch_free (PpxLmBatch *b)
 /* ---- temporal transformer ---- */
 
 void
+ppx_lm_plan_acts (LmActs *a, gsize rows, gsize d, gsize F, PpxTensorPlan *p)
+{
+  a->x = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * d);
+  a->h = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * d);
+  a->qkv = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * 3 * d);
+  a->att = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * d);
+  a->ff = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * 2 * F);
+  a->u = ppx_plan_tensor (p, PPX_TENSOR_F32, rows * F);
+}
+
+void
+ppx_lm_acts_free (LmActs *a)
+{
+  PpxTensor *ts[] = {a->x, a->h, a->qkv, a->att, a->ff, a->u};
+  for (guint i = 0; i < G_N_ELEMENTS (ts); i++)
+    ppx_tensor_free (ts[i]);
+}
+
+void
+ppx_lm_plan_pass (LmPass *pass, const PpxLmConfig *c, gsize rows, gsize slots, PpxTensorPlan *p)
+{
+  pass->ids = ppx_plan_tensor (p, PPX_TENSOR_I32, rows * W);
+  pass->pos = ppx_plan_tensor (p, PPX_TENSOR_I32, rows);
+  pass->slot = ppx_plan_tensor (p, PPX_TENSOR_I32, slots);
+  ppx_lm_plan_acts (&pass->a, rows, c->dim, c->ffn_hidden, p);
+}
+
+void
+ppx_lm_pass_free (LmPass *pass)
+{
+  ppx_tensor_free (pass->ids);
+  ppx_tensor_free (pass->pos);
+  ppx_tensor_free (pass->slot);
+  ppx_lm_acts_free (&pass->a);
+}
+
+void
 ppx_lm_embed_rows (PpxLm *lm, const LmPass *p, int rows)
 {
   for (int k = 0; k < lm->cfg.n_q; k++)
-    ppx_op_embed (lm->be, lm->emb[k], p->ids, 1 + k, W, p->x, rows, k > 0);
-  ppx_op_embed (lm->be, lm->text_emb, p->ids, 0, W, p->x, rows, TRUE);
+    ppx_op_embed (lm->be, lm->emb[k], p->ids, 1 + k, W, p->a.x, rows, k > 0);
+  ppx_op_embed (lm->be, lm->text_emb, p->ids, 0, W, p->a.x, rows, TRUE);
 }
 
 void
@@ -213,14 +238,15 @@ ppx_lm_temporal_layers (PpxLm *lm, const LmPass *p, PpxTensor *const *k, PpxTens
   PpxBackend *be = lm->be;
   const PpxLmConfig *c = &lm->cfg;
   const int d = c->dim, H = c->num_heads, Dh = d / H, F = c->ffn_hidden, rows = M * T;
+  const LmActs *a = &p->a;
   for (int l = 0; l < c->num_layers; l++) {
     const LmLayer *L = &lm->layers[l];
-    ppx_op_rmsnorm_linear (be, p->x, L->norm1, RMS_EPS, p->h, L->in_proj, p->qkv, 3 * d, rows, FALSE);
-    ppx_op_rope (be, p->qkv, p->pos, rows, H, Dh, (float) c->max_period);
-    ppx_op_attention (be, p->qkv, p->pos, p->slot, k[l], v[l], p->att, M, T, H, Dh, c->context, c->context);
-    ppx_op_linear (be, L->out_proj, p->att, d, p->x, d, rows, TRUE);
-    ppx_op_rmsnorm_linear (be, p->x, L->norm2, RMS_EPS, p->h, L->linear_in, p->ff, 2 * F, rows, FALSE);
-    ppx_op_silu_gate_linear (be, p->ff, p->u, L->linear_out, p->x, d, rows, TRUE);
+    ppx_op_rmsnorm_linear (be, a->x, L->norm1, RMS_EPS, a->h, L->in_proj, a->qkv, 3 * d, rows, FALSE);
+    ppx_op_rope (be, a->qkv, p->pos, rows, H, Dh, (float) c->max_period);
+    ppx_op_attention (be, a->qkv, p->pos, p->slot, k[l], v[l], a->att, M, T, H, Dh, c->context, c->context);
+    ppx_op_linear (be, L->out_proj, a->att, d, a->x, d, rows, TRUE);
+    ppx_op_rmsnorm_linear (be, a->x, L->norm2, RMS_EPS, a->h, L->linear_in, a->ff, 2 * F, rows, FALSE);
+    ppx_op_silu_gate_linear (be, a->ff, a->u, L->linear_out, a->x, d, rows, TRUE);
   }
 }
 
@@ -243,27 +269,12 @@ ppx_lm_batch_vcache (PpxLmBatch *b)
   return b->v;
 }
 
-/* The tick's pass: M sessions, one frame each, in the batch's row scratch. */
-static LmPass
-tick_pass (PpxLmBatch *b)
-{
-  return (LmPass){.ids = b->ids, .pos = b->t_pos, .slot = b->slot, .x = b->x, .h = b->h, .qkv = b->qkv,
-                  .att = b->att, .ff = b->ff, .u = b->u};
-}
-
-static void
-embed_rows (PpxLmBatch *b, int M)
-{
-  const LmPass p = tick_pass (b);
-  ppx_lm_embed_rows (b->lm, &p, M);
-}
-
+/* The tick's pass (b->t): M sessions, one frame each, in the batch's row scratch. */
 static void
 temporal_layers (PpxLmBatch *b, int M)
 {
-  const LmPass p = tick_pass (b);
-  ppx_lm_temporal_layers (b->lm, &p, b->k, b->v, M, 1);
-  ppx_op_rmsnorm (b->lm->be, b->x, b->lm->out_norm, b->z, M, b->lm->cfg.dim, RMS_EPS);
+  ppx_lm_temporal_layers (b->lm, &b->t, b->k, b->v, M, 1);
+  ppx_op_rmsnorm (b->lm->be, b->t.a.x, b->lm->out_norm, b->z, M, b->lm->cfg.dim, RMS_EPS);
 }
 
 /* ---- depformer ---- */
@@ -274,21 +285,22 @@ depformer_step (PpxLmBatch *b, int step, int M)
   PpxLm *lm = b->lm;
   PpxBackend *be = lm->be;
   const PpxLmConfig *c = &lm->cfg;
+  const LmActs *a = &b->dep;
   const int dd = c->depformer_dim, H = c->depformer_num_heads, Dh = dd / H, F = c->depformer_ffn_hidden;
-  ppx_op_linear (be, lm->dep_in[step], b->z, c->dim, b->dx, dd, M, FALSE);
-  ppx_op_embed (be, step == 0 ? lm->dep_text_emb : lm->dep_emb[step - 1], b->prev, 0, 1, b->dx, M, TRUE);
+  ppx_op_linear (be, lm->dep_in[step], b->z, c->dim, a->x, dd, M, FALSE);
+  ppx_op_embed (be, step == 0 ? lm->dep_text_emb : lm->dep_emb[step - 1], b->prev, 0, 1, a->x, M, TRUE);
   for (int l = 0; l < c->depformer_num_layers; l++) {
     const DepLayer *L = &lm->dep_layers[l];
-    ppx_op_rmsnorm_linear (be, b->dx, L->norm1, RMS_EPS, b->dh, L->in_proj[step], b->dqkv, 3 * dd, M, FALSE);
+    ppx_op_rmsnorm_linear (be, a->x, L->norm1, RMS_EPS, a->h, L->in_proj[step], a->qkv, 3 * dd, M, FALSE);
     /* no positional encoding; the ring of dep_q positions per row reproduces the reference's per-frame
      * cache (entries of the previous frame sit at positions > step and are never attended) */
-    ppx_op_attention (be, b->dqkv, b->dep_pos_step[step], b->dep_slot, b->dk[l], b->dv[l], b->datt, M, 1, H, Dh,
+    ppx_op_attention (be, a->qkv, b->dep_pos_step[step], b->dep_slot, b->dk[l], b->dv[l], a->att, M, 1, H, Dh,
                       c->dep_q, G_MAXINT);
-    ppx_op_linear (be, L->out_proj[step], b->datt, dd, b->dx, dd, M, TRUE);
-    ppx_op_rmsnorm_linear (be, b->dx, L->norm2, RMS_EPS, b->dh, L->linear_in[step], b->dff, 2 * F, M, FALSE);
-    ppx_op_silu_gate_linear (be, b->dff, b->du, L->linear_out[step], b->dx, dd, M, TRUE);
+    ppx_op_linear (be, L->out_proj[step], a->att, dd, a->x, dd, M, TRUE);
+    ppx_op_rmsnorm_linear (be, a->x, L->norm2, RMS_EPS, a->h, L->linear_in[step], a->ff, 2 * F, M, FALSE);
+    ppx_op_silu_gate_linear (be, a->ff, a->u, L->linear_out[step], a->x, dd, M, TRUE);
   }
-  ppx_op_linear (be, lm->linears[step], b->dx, dd, b->dlogit_step[step], c->card, M, FALSE);
+  ppx_op_linear (be, lm->linears[step], a->x, dd, b->dlogit_step[step], c->card, M, FALSE);
 }
 
 /* Text logits and sampling, then `n_steps` depformer steps with teacher forcing, for all M rows: b->forced
@@ -362,17 +374,17 @@ ppx_lm_batch_step (PpxLmBatch *b, PpxLmRow *rows, int M)
       n_steps = MAX (n_steps, CLAMP (r->n_steps, 0, c->dep_q));
     }
   }
-  ppx_tensor_upload (b->ids, 0, ids, (gsize) M * W);
-  ppx_tensor_upload (b->t_pos, 0, pos, M);
-  ppx_tensor_upload (b->slot, 0, slot, M);
+  ppx_tensor_upload (b->t.ids, 0, ids, (gsize) M * W);
+  ppx_tensor_upload (b->t.pos, 0, pos, M);
+  ppx_tensor_upload (b->t.slot, 0, slot, M);
   b->rows_known = 0; /* the slot rows, and the parameter rows when a row samples, are this step's now */
-  embed_rows (b, M);
+  ppx_lm_embed_rows (b->lm, &b->t, M);
   for (int m = 0; any_emb && m < M; m++)
     if (rows[m].emb)
-      ppx_tensor_upload (b->x, (gsize) m * c->dim, rows[m].emb, c->dim);
+      ppx_tensor_upload (b->t.a.x, (gsize) m * c->dim, rows[m].emb, c->dim);
   for (int m = 0; m < M; m++)
     if (rows[m].capture)
-      ppx_tensor_download (b->x, (gsize) m * c->dim, rows[m].capture, c->dim);
+      ppx_tensor_download (b->t.a.x, (gsize) m * c->dim, rows[m].capture, c->dim);
   temporal_layers (b, M);
   if (any_sample)
     sample_rows (b, rows, M, n_steps);
@@ -415,7 +427,7 @@ upload_tick_rows (PpxLmBatch *b, const PpxLmTickRow *rows, int M)
     }
   }
   if (lo < hi) {
-    ppx_tensor_upload (b->slot, lo, b->row_slot + lo, hi - lo);
+    ppx_tensor_upload (b->t.slot, lo, b->row_slot + lo, hi - lo);
     ppx_tensor_upload (b->params, (gsize) lo * PPX_SAMPLE_PARAMS, b->row_params + (gsize) lo * PPX_SAMPLE_PARAMS,
                        (gsize) (hi - lo) * PPX_SAMPLE_PARAMS);
   }
@@ -458,13 +470,13 @@ enqueue_tick (PpxLmBatch *b, const PpxLmTick *t, const PpxLmTickPlan *plan)
   PpxBackend *be = b->lm->be;
   const int M = plan->rows;
   t->stage.encode (t->stage.data, plan);
-  ppx_op_lmgen_prepare (be, &b->dims, b->gen_state, b->slot, t->codes, t->code_off, t->code_stride, b->ids,
-                        b->forced, b->t_pos, b->params, M);
-  embed_rows (b, M);
+  ppx_op_lmgen_prepare (be, &b->dims, b->gen_state, b->t.slot, t->codes, t->code_off, t->code_stride, b->t.ids,
+                        b->forced, b->t.pos, b->params, M);
+  ppx_lm_embed_rows (b->lm, &b->t, M);
   temporal_layers (b, M);
   if (plan->n_steps >= 0)
     sample_device (b, M, plan->n_steps);
-  ppx_op_lmgen_finish (be, &b->dims, b->gen_state, b->slot, b->out, t->out, PPX_LM_TICK_OUT, M);
+  ppx_op_lmgen_finish (be, &b->dims, b->gen_state, b->t.slot, b->out, t->out, PPX_LM_TICK_OUT, M);
   t->stage.decode (t->stage.data, plan);
 }
 

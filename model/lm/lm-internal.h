@@ -4,6 +4,7 @@
 #define PPX_LM_INTERNAL_H
 
 #include "lm.h"
+#include "tensor-plan.h"
 
 #define RMS_EPS 1e-8f
 
@@ -30,12 +31,28 @@ struct PpxLm {
   guint64 bytes;
 };
 
+/* The activations of a transformer's layers over `rows` rows (width d, feed-forward hidden F): x the residual
+ * stream [rows, d], h its norm [rows, d], qkv [rows, 3d], att [rows, d], ff the gated pair [rows, 2F] and u the
+ * gate's output [rows, F]. The temporal transformer and the depformer each run over one. */
+typedef struct {
+  PpxTensor *x, *h, *qkv, *att, *ff, *u;
+} LmActs;
+
+/* Plans (tensor-plan.h) a set of activations; ppx_lm_acts_free frees them. */
+void ppx_lm_plan_acts (LmActs *a, gsize rows, gsize d, gsize F, PpxTensorPlan *p);
+void ppx_lm_acts_free (LmActs *a);
+
 /* The device tensors of one temporal pass over `rows` = M sessions x T consecutive frames: input ids [rows,
- * PPX_MAX_STREAMS], positions [rows], KV slots [M], and the activations (x: the residual stream). */
+ * PPX_MAX_STREAMS], positions [rows], KV slots [M], and the activations (a.x: the residual stream). */
 typedef struct {
   PpxTensor *ids, *pos, *slot;
-  PpxTensor *x, *h, *qkv, *att, *ff, *u;
+  LmActs a;
 } LmPass;
+
+/* Plans a pass of at most `rows` rows and `slots` sessions (the tick's M rows, a prefill's 1);
+ * ppx_lm_pass_free frees it. */
+void ppx_lm_plan_pass (LmPass *pass, const PpxLmConfig *c, gsize rows, gsize slots, PpxTensorPlan *p);
+void ppx_lm_pass_free (LmPass *pass);
 
 /* x[r] = emb[0](c1) + ... + emb[15](c16) + text_emb(c0) of the pass's ids, in that order (spec pitfall 3). */
 void ppx_lm_embed_rows (PpxLm *lm, const LmPass *p, int rows);

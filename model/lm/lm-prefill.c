@@ -2,7 +2,6 @@
  * one temporal pass of T rows, in a scratch of its own (so a tick's rows, and its recorded graphs, are never
  * touched), over the session's slot of the batch's KV caches. */
 #include "lm-internal.h"
-#include "tensor-plan.h"
 
 #define W PPX_MAX_STREAMS /* row stride of the id tensor */
 
@@ -12,22 +11,6 @@ struct PpxLmPrefill {
   int max_rows;
   LmPass pass; /* [max_rows] rows, one slot */
 };
-
-/* Every device tensor of a prefill scratch (or only the count when p->be is NULL). */
-static void
-prefill_plan (LmPass *a, const PpxLmConfig *c, int R, PpxTensorPlan *p)
-{
-  const gsize d = c->dim, H = c->ffn_hidden;
-  a->ids = ppx_plan_tensor (p, PPX_TENSOR_I32, (gsize) R * W);
-  a->pos = ppx_plan_tensor (p, PPX_TENSOR_I32, R);
-  a->slot = ppx_plan_tensor (p, PPX_TENSOR_I32, 1);
-  a->x = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
-  a->h = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
-  a->qkv = ppx_plan_tensor (p, PPX_TENSOR_F32, R * 3 * d);
-  a->att = ppx_plan_tensor (p, PPX_TENSOR_F32, R * d);
-  a->ff = ppx_plan_tensor (p, PPX_TENSOR_F32, R * 2 * H);
-  a->u = ppx_plan_tensor (p, PPX_TENSOR_F32, R * H);
-}
 
 int
 ppx_lm_prefill_rows_for (const PpxLmConfig *c, int want)
@@ -40,7 +23,7 @@ ppx_lm_prefill_bytes (const PpxLmConfig *c, int max_rows)
 {
   LmPass a;
   PpxTensorPlan p = {0};
-  prefill_plan (&a, c, ppx_lm_prefill_rows_for (c, max_rows), &p);
+  ppx_lm_plan_pass (&a, c, ppx_lm_prefill_rows_for (c, max_rows), 1, &p); /* one session */
   return p.bytes;
 }
 
@@ -52,7 +35,7 @@ ppx_lm_prefill_new (PpxLm *lm, PpxLmBatch *b, int max_rows, GError **error)
   f->lm = lm;
   f->max_rows = ppx_lm_prefill_rows_for (&lm->cfg, max_rows);
   PpxTensorPlan p = {.be = lm->be, .error = error};
-  prefill_plan (&f->pass, &lm->cfg, f->max_rows, &p);
+  ppx_lm_plan_pass (&f->pass, &lm->cfg, f->max_rows, 1, &p);
   if (p.failed) {
     ppx_lm_prefill_free (f);
     return NULL;
@@ -65,10 +48,7 @@ ppx_lm_prefill_free (PpxLmPrefill *f)
 {
   if (!f)
     return;
-  PpxTensor *ts[] = {f->pass.ids, f->pass.pos, f->pass.slot, f->pass.x, f->pass.h,
-                     f->pass.qkv, f->pass.att, f->pass.ff,  f->pass.u};
-  for (guint i = 0; i < G_N_ELEMENTS (ts); i++)
-    ppx_tensor_free (ts[i]);
+  ppx_lm_pass_free (&f->pass);
   g_free (f);
 }
 
@@ -111,9 +91,9 @@ ppx_lm_prefill (PpxLmPrefill *f, int slot, const PpxLmRow *rows, int T)
   ppx_lm_embed_rows (lm, &f->pass, T);
   for (int t = 0; any_emb && t < T; t++)
     if (rows[t].emb)
-      ppx_tensor_upload (f->pass.x, (gsize) t * c->dim, rows[t].emb, c->dim);
+      ppx_tensor_upload (f->pass.a.x, (gsize) t * c->dim, rows[t].emb, c->dim);
   for (int t = 0; t < T; t++)
     if (rows[t].capture)
-      ppx_tensor_download (f->pass.x, (gsize) t * c->dim, rows[t].capture, c->dim);
+      ppx_tensor_download (f->pass.a.x, (gsize) t * c->dim, rows[t].capture, c->dim);
   ppx_lm_temporal_layers (lm, &f->pass, ppx_lm_batch_kcache (f->b), ppx_lm_batch_vcache (f->b), 1, T);
 }

@@ -36,42 +36,61 @@ append_float (GString *s, float value)
   g_string_append (s, buf);
 }
 
-static void
-append_key (GString *s, const char *key)
+/* An object member of the top-level object ("settings", "run"): its members one a line, 4 spaces in. */
+typedef struct {
+  GString *s;
+  guint n; /* members written */
+} Section;
+
+static Section
+section_begin (GString *s, const char *name)
 {
-  g_string_append_printf (s, ",\n    \"%s\": ", key);
+  g_string_append_printf (s, "  \"%s\": {", name);
+  return (Section){.s = s};
 }
 
-/* The members after an object's first, one a line: ,\n    "key": VALUE */
 static void
-member_string (GString *s, const char *key, const char *value)
+section_end (Section *o)
 {
-  append_key (s, key);
-  append_string (s, value);
+  g_string_append (o->s, "\n  },\n");
+}
+
+/* A member's key: ,\n    "key": (no comma before the first) */
+static void
+append_key (Section *o, const char *key)
+{
+  g_string_append_printf (o->s, "%s\n    \"%s\": ", o->n++ ? "," : "", key);
 }
 
 static void
-member_float (GString *s, const char *key, float value)
+member_string (Section *o, const char *key, const char *value)
 {
-  append_key (s, key);
-  append_float (s, value);
+  append_key (o, key);
+  append_string (o->s, value);
+}
+
+static void
+member_float (Section *o, const char *key, float value)
+{
+  append_key (o, key);
+  append_float (o->s, value);
 }
 
 static void G_GNUC_PRINTF (3, 4)
-member_printf (GString *s, const char *key, const char *format, ...)
+member_printf (Section *o, const char *key, const char *format, ...)
 {
   va_list ap;
-  append_key (s, key);
+  append_key (o, key);
   va_start (ap, format);
-  g_string_append_vprintf (s, format, ap);
+  g_string_append_vprintf (o->s, format, ap);
   va_end (ap);
 }
 
 static void
-append_settings (GString *s, const RunSettings *st)
+append_settings (GString *json, const RunSettings *st)
 {
-  g_string_append (s, "  \"settings\": {\n    \"model_dir\": ");
-  append_string (s, st->model_dir);
+  Section sec = section_begin (json, "settings"), *s = &sec;
+  member_string (s, "model_dir", st->model_dir);
   member_string (s, "input", st->input);
   member_string (s, "output", st->output);
   member_string (s, "output_json", st->output_json);
@@ -81,12 +100,12 @@ append_settings (GString *s, const RunSettings *st)
   member_string (s, "text_prompt", st->text_prompt);
   append_key (s, "text_prompt_tokens");
   if (st->n_text_prompt_tokens > 0) {
-    g_string_append_c (s, '[');
+    g_string_append_c (json, '[');
     for (int i = 0; i < st->n_text_prompt_tokens; i++)
-      g_string_append_printf (s, i ? ", %d" : "%d", st->text_prompt_tokens[i]);
-    g_string_append_c (s, ']');
+      g_string_append_printf (json, i ? ", %d" : "%d", st->text_prompt_tokens[i]);
+    g_string_append_c (json, ']');
   } else {
-    g_string_append (s, "null");
+    g_string_append (json, "null");
   }
   member_printf (s, "greedy", "%s", st->greedy ? "true" : "false");
   member_printf (s, "seed", "%" G_GUINT64_FORMAT, st->seed);
@@ -98,20 +117,20 @@ append_settings (GString *s, const RunSettings *st)
   member_string (s, "backend", ppx_backend_kind_name (st->backend));
   member_printf (s, "device", "%d", st->device);
   member_string (s, "kv_cache_format", ppx_kv_format_name (st->kv_cache_format));
-  g_string_append (s, "\n  },\n");
+  section_end (s);
 }
 
 static void
-append_run (GString *s, const RunOutput *out)
+append_run (GString *json, const RunOutput *out)
 {
-  g_string_append (s, "  \"run\": {\n    \"backend\": ");
-  append_string (s, out->backend);
+  Section sec = section_begin (json, "run"), *s = &sec;
+  member_string (s, "backend", out->backend);
   member_string (s, "quantization", out->quantization);
   member_string (s, "kv_cache_format", out->kv_cache_format);
   member_printf (s, "sample_rate", "%d", RUN_SAMPLE_RATE);
   member_printf (s, "samples", "%" G_GSIZE_FORMAT, out->n_samples);
   member_printf (s, "frames", "%" G_GSIZE_FORMAT, out->n_frames);
-  g_string_append (s, "\n  },\n");
+  section_end (s);
 }
 
 static void

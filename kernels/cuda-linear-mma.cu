@@ -322,38 +322,79 @@ tc_launch (TcArgs a, cudaStream_t s)
     if (dev >= 0 && dev < 64)
       __atomic_or_fetch (&attr_set, 1ull << dev, __ATOMIC_RELAXED);
   }
-  dim3 grid (ppx_cdiv ((size_t) a.rows, C::ROWS), (unsigned) a.S);
+  const size_t row_blocks = ppx_cdiv ((size_t) a.rows, C::ROWS);
+  if (row_blocks * (size_t) a.n_slices > TC_MAX_COUNTERS)
+    return (int) cudaErrorInvalidValue;
+  dim3 grid ((unsigned) (row_blocks * (size_t) a.n_slices), (unsigned) a.S);
   ppx_launch<true> (tc_linear_kernel<FMT, CK, NT>, grid, TC_THREADS, smem, s, a);
   return ppx_cuda_launched ();
 }
 
-/* x rows per launch for this format: TC_MMAX where the 16-tile configuration fits the device's shared
- * memory (sm_80, sm_90), else 64 (PPX_CUDA_LINEAR_MMAX=64 forces that, to measure). */
+/* Whether the 16-tile configuration fits this device's shared memory (sm_80, sm_90: yes); else a slice holds
+ * at most 8 n-tiles (PPX_CUDA_LINEAR_MMAX=64 forces that, to measure). */
 template <int FMT, int CK>
-static int
-tc_mmax (void)
+static bool
+tc_nt16_fits (void)
 {
   static const int forced = env_int ("PPX_CUDA_LINEAR_MMAX", 64, TC_MMAX, TC_MMAX);
-  return forced > 64 && tc_depth<FMT, CK, 16> () >= 2 ? TC_MMAX : 64;
+  return forced > 64 && tc_depth<FMT, CK, 16> () >= 2;
 }
 
-/* The configuration for a.M rows of x: the fewest n-tiles that hold them (1, 2, 4, 8, 16; from
- * PPX_CUDA_LINEAR_NT16_FROM rows on, 65 unless set, the 16-tile one). Only where the work runs depends on
- * it. */
+/* The configuration for a slice of a.slice_tiles n-tiles: the fewest n-tiles that hold them (1 for M <= 8,
+ * then 2, 4, 8, 16). Only where the work runs depends on it. */
 template <int FMT, int CK>
 static int
 tc_launch_nt (const TcArgs &a, cudaStream_t s)
 {
-  static const int nt16_from = env_int ("PPX_CUDA_LINEAR_NT16_FROM", 9, TC_MMAX, 65);
-  if (a.M > 64 || (a.M >= nt16_from && tc_mmax<FMT, CK> () > 64))
-    return tc_launch<FMT, CK, 16> (a, s);
   if (a.M <= 8)
     return tc_launch<FMT, CK, 1> (a, s);
-  if (a.M <= 16)
+  if (a.slice_tiles <= 2)
     return tc_launch<FMT, CK, 2> (a, s);
-  if (a.M <= 32)
+  if (a.slice_tiles <= 4)
     return tc_launch<FMT, CK, 4> (a, s);
-  return tc_launch<FMT, CK, 8> (a, s);
+  if (a.slice_tiles <= 8)
+    return tc_launch<FMT, CK, 8> (a, s);
+  return tc_launch<FMT, CK, 16> (a, s);
+}
+
+static int forced_slice_tiles; /* ppx_cuda_linear_force_slice: 0 = planned */
+
+extern "C" void
+ppx_cuda_linear_force_slice (int tiles)
+{
+  __atomic_store_n (&forced_slice_tiles, tiles < 0 ? 0 : tiles, __ATOMIC_RELAXED);
+}
+
+/* How a launch of M x rows (M <= TC_MMAX) is spread over blocks along x: slices of *slice_tiles n-tiles
+ * (8 rows each; the last slice may hold fewer), *n_slices of them per row block and leaf. Each slice reads
+ * the block's weights again (from the L2 when the slices run side by side), so fewer, larger slices cost
+ * less L2 traffic and dequantization, more of them give more blocks and more warps per SM. Nothing here
+ * changes a result: a row's sums are the same in any slice (docs/cuda.md, "Linear layers").
+ * max_tiles: 16, or 8 where the 16-tile configuration does not fit. Forced (the bench's sweep) by
+ * ppx_cuda_linear_force_slice or PPX_CUDA_LINEAR_SLICE (n-tiles a slice). */
+static void
+tc_slices (const PpxCudaWeight *w, int M, int max_tiles, int *slice_tiles, int *n_slices)
+{
+  const int tiles = (M + 7) / 8;
+  if (M <= 8) {
+    *slice_tiles = 1;
+    *n_slices = 1;
+    return;
+  }
+  static const int env = env_int ("PPX_CUDA_LINEAR_SLICE", 2, 16, 0);
+  int want = __atomic_load_n (&forced_slice_tiles, __ATOMIC_RELAXED);
+  if (want <= 0)
+    want = env;
+  if (want <= 0) {
+    (void) w;
+    want = 4;
+  }
+  want = want < 2 ? 2 : want > max_tiles ? max_tiles : want;
+  const int n = (tiles + want - 1) / want;
+  *n_slices = n;
+  *slice_tiles = (tiles + n - 1) / n; /* the slices as even as the tiles allow */
+  if (*slice_tiles < 2)
+    *slice_tiles = 2, *n_slices = (tiles + 1) / 2;
 }
 
 int
@@ -385,18 +426,20 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
   if (M > 8 && !workspace)
     return (int) cudaErrorInvalidValue;
   uint4 *xs = (uint4 *) ((char *) a.partials + (a.S > 1 ? (size_t) a.S * TC_MMAX * (size_t) w->rows * sizeof (float) : 0));
-  const int mmax = w->format == PPX_CUDA_W_BF16 ? tc_mmax<PPX_CUDA_W_BF16, 8> ()
-                   : w->format == PPX_CUDA_W_INT8 ? tc_mmax<PPX_CUDA_W_INT8, 8> ()
-                   : ck == 2                       ? tc_mmax<PPX_CUDA_W_INT4, 2> ()
-                   : ck == 4                       ? tc_mmax<PPX_CUDA_W_INT4, 4> ()
-                                                   : tc_mmax<PPX_CUDA_W_INT4, 8> ();
-  for (int m0 = 0; m0 < M; m0 += mmax) {
-    a.M = M - m0 < mmax ? M - m0 : mmax;
+  const bool nt16 = w->format == PPX_CUDA_W_BF16 ? tc_nt16_fits<PPX_CUDA_W_BF16, 8> ()
+                   : w->format == PPX_CUDA_W_INT8 ? tc_nt16_fits<PPX_CUDA_W_INT8, 8> ()
+                   : ck == 2                       ? tc_nt16_fits<PPX_CUDA_W_INT4, 2> ()
+                   : ck == 4                       ? tc_nt16_fits<PPX_CUDA_W_INT4, 4> ()
+                                                   : tc_nt16_fits<PPX_CUDA_W_INT4, 8> ();
+  for (int m0 = 0; m0 < M; m0 += TC_MMAX) {
+    a.M = M - m0 < TC_MMAX ? M - m0 : TC_MMAX;
     a.x = x + (size_t) m0 * ldx;
     a.y = y + (size_t) m0 * ldy;
     a.xs = NULL;
+    tc_slices (w, a.M, nt16 ? 16 : 8, &a.slice_tiles, &a.n_slices);
     if (a.M > 8) {
       const int tiles = (a.M + 7) / 8;
+      a.xs_tiles = tiles;
       const size_t n = (size_t) a.n_stages * tiles * 256;
       const dim3 grid = ppx_grid_for (n, 256);
       if (w->format == PPX_CUDA_W_BF16)

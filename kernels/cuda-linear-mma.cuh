@@ -65,16 +65,19 @@ struct TcArgs {
   size_t ldx;
   float *y;
   size_t ldy;
-  int M, accumulate;
+  int M, accumulate;   /* M: x rows of the launch (at most TC_MMAX) */
   int n_stages, leaf_stages, S;
+  int n_slices;        /* blocks along x rows per row block and leaf (blockIdx.x = row block * n_slices + slice) */
+  int slice_tiles;     /* n-tiles of x a slice holds (the last slice may hold fewer) */
   int vec_x;
-  float *partials;     /* [S][TC_MMAX][rows] when S > 1 */
+  float *partials;     /* [S][TC_MMAX][rows] when S > 1 (x rows of the launch, whatever the slice) */
   const float *alpha;  /* non-NULL (NT = 1 only): x is RMS-normalized first, rmsnorm_kernel's arithmetic */
   float eps;
   int gate;            /* (NT = 1 only, no alpha): x rows hold [g | v] (v at x + K): the input is silu(g) * v */
-  unsigned *counters;  /* one per row block, zero between launches */
+  unsigned *counters;  /* one per (row block, slice), zero between launches */
   int depth;           /* D, the shared-memory ring's slots (tc_depth) */
   const uint4 *xs;     /* NT > 1: x already split into hi/lo records in slot order, [stage][tiles][8][32] */
+  int xs_tiles;        /* the n-tiles of the launch (xs's stride between stages, in 256 records) */
 };
 
 __device__ __forceinline__ uint32_t

@@ -634,6 +634,10 @@ template <int FMT, int CK, int NT> struct TcBlock {
           }
         }
       }
+      if (a.vec_y && nr == 4) {
+        tc_store_y4<FMT> (a, m, r, v);
+        continue;
+      }
       tc_store_y<FMT> (a, m, r, v.x);
       if (nr > 1)
         tc_store_y<FMT> (a, m, r + 1, v.y);

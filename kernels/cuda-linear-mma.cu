@@ -205,6 +205,11 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
   const int nst = (int) ((w->cols + TC_STAGE - 1) / TC_STAGE);
   const int64_t row_blocks = (w->rows + TC_SPLIT_ROWS - 1) / TC_SPLIT_ROWS;
   const int64_t sms = ppx_sm_count (), slots = sms * plan_blocks_per_sm ();
+  static int more_on_tie = -1; /* PPX_CUDA_LINEAR_PLAN_TIE=1: the larger S on a tie (measuring only) */
+  if (more_on_tie < 0) {
+    const char *e = getenv ("PPX_CUDA_LINEAR_PLAN_TIE");
+    more_on_tie = e && atoi (e) == 1;
+  }
   int best_leaf = nst;
   int64_t best_cost = -1;
   for (int s = 1; s <= nst && s <= 64; s++) {
@@ -213,7 +218,7 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
     if (s > 1 && blocks > slots)
       break;
     const int64_t cost = (blocks + sms - 1) / sms * leaf;
-    if (best_cost < 0 || cost < best_cost) {
+    if (best_cost < 0 || cost < best_cost || (more_on_tie && cost == best_cost)) {
       best_cost = cost;
       best_leaf = leaf;
     }
@@ -283,19 +288,24 @@ tc_smem_limits (int *per_block, int *per_sm)
   *per_sm = cached[dev][1];
 }
 
-/* The ring depth D of a configuration on this device: as many slots as fit one block's opt-in limit and
- * MINB blocks per SM (1 KB reserved per block, and the kernel's static shared memory), at most
- * TC_DEPTH_MAX (PPX_CUDA_LINEAR_DEPTH=2..6 to measure others). Below 2 the configuration cannot run here. */
+/* The ring depth D of a configuration on this device for a grid of `blocks` blocks: as many slots as fit
+ * one block's opt-in limit and the blocks an SM will hold at once (MINB, or fewer when the grid has fewer
+ * than MINB blocks per SM: a block alone on its SM then keeps more stages in flight; 1 KB reserved per
+ * block, and the kernel's static shared memory), at most TC_DEPTH_MAX (PPX_CUDA_LINEAR_DEPTH=2..8 to
+ * measure others; blocks 0: MINB a SM). Below 2 the configuration cannot run here. */
 template <int FMT, int CK, int NT>
 static int
-tc_depth (void)
+tc_depth (int64_t blocks)
 {
   using C = TcCfg<FMT, CK, NT>;
-  static const int dmax = env_int ("PPX_CUDA_LINEAR_DEPTH", 2, 6, TC_DEPTH_MAX);
+  static const int dmax = env_int ("PPX_CUDA_LINEAR_DEPTH", 2, TC_DEPTH_MAX, TC_DEPTH_MAX);
   const int slot = C::SLOT * (int) sizeof (uint4), static_bytes = 256;
   int per_block, per_sm;
   tc_smem_limits (&per_block, &per_sm);
-  const int d0 = (per_block - static_bytes) / slot, d1 = (per_sm / C::MINB - 1024 - static_bytes) / slot;
+  const int64_t sms = ppx_sm_count ();
+  const int64_t per = blocks > 0 ? (blocks + sms - 1) / sms : C::MINB;
+  const int resident = per < C::MINB ? (int) per : C::MINB;
+  const int d0 = (per_block - static_bytes) / slot, d1 = (per_sm / resident - 1024 - static_bytes) / slot;
   const int d = d0 < d1 ? d0 : d1;
   return d < dmax ? d : dmax;
 }
@@ -305,26 +315,32 @@ static int
 tc_launch (TcArgs a, cudaStream_t s)
 {
   using C = TcCfg<FMT, CK, NT>;
-  a.depth = tc_depth<FMT, CK, NT> ();
+  const size_t row_blocks = ppx_cdiv ((size_t) a.rows, C::ROWS);
+  if (row_blocks * (size_t) a.n_slices > TC_MAX_COUNTERS)
+    return (int) cudaErrorInvalidValue;
+  a.depth = tc_depth<FMT, CK, NT> ((int64_t) (row_blocks * (size_t) a.n_slices) * a.S);
   if (a.depth < 2)
     return (int) cudaErrorInvalidConfiguration;
   const size_t smem = (size_t) a.depth * C::SLOT * sizeof (uint4);
-  /* set once per instantiation and device (the depth is fixed for both): static shared memory counts too,
-   * so dynamic sizes just under 48 KB also need it. Setting it twice is harmless. */
+  /* set once per instantiation and device, to the most a block may use (the depth varies with the grid):
+   * static shared memory counts too, so dynamic sizes just under 48 KB also need it. Setting it twice is
+   * harmless. */
   static unsigned long long attr_set; /* bit d: done on device d */
   int dev = 0;
   cudaGetDevice (&dev);
   if (dev < 0 || dev >= 64 || !(attr_set >> dev & 1)) {
+    int per_block, per_sm;
+    tc_smem_limits (&per_block, &per_sm);
+    const int most = TC_DEPTH_MAX * C::SLOT * (int) sizeof (uint4) < per_block - 256
+                         ? TC_DEPTH_MAX * C::SLOT * (int) sizeof (uint4)
+                         : per_block - 256;
     cudaError_t e = cudaFuncSetAttribute (tc_linear_kernel<FMT, CK, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int) smem);
+                                          most > (int) smem ? most : (int) smem);
     if (e != cudaSuccess)
       return (int) e;
     if (dev >= 0 && dev < 64)
       __atomic_or_fetch (&attr_set, 1ull << dev, __ATOMIC_RELAXED);
   }
-  const size_t row_blocks = ppx_cdiv ((size_t) a.rows, C::ROWS);
-  if (row_blocks * (size_t) a.n_slices > TC_MAX_COUNTERS)
-    return (int) cudaErrorInvalidValue;
   dim3 grid ((unsigned) (row_blocks * (size_t) a.n_slices), (unsigned) a.S);
   ppx_launch<true> (tc_linear_kernel<FMT, CK, NT>, grid, TC_THREADS, smem, s, a);
   return ppx_cuda_launched ();
@@ -337,7 +353,7 @@ static bool
 tc_nt16_fits (void)
 {
   static const int forced = env_int ("PPX_CUDA_LINEAR_MMAX", 64, TC_MMAX, TC_MMAX);
-  return forced > 64 && tc_depth<FMT, CK, 16> () >= 2;
+  return forced > 64 && tc_depth<FMT, CK, 16> (0) >= 2;
 }
 
 /* The configuration for a slice of a.slice_tiles n-tiles: the fewest n-tiles that hold them (1 for M <= 8,
@@ -367,13 +383,17 @@ ppx_cuda_linear_force_slice (int tiles)
 
 /* How a launch of M x rows (M <= TC_MMAX) is spread over blocks along x: slices of *slice_tiles n-tiles
  * (8 rows each; the last slice may hold fewer), *n_slices of them per row block and leaf. Each slice reads
- * the block's weights again (from the L2 when the slices run side by side), so fewer, larger slices cost
- * less L2 traffic and dequantization, more of them give more blocks and more warps per SM. Nothing here
+ * the block's weights again (from the L2 when the slices run side by side) and dequantizes them again, so
+ * fewer, larger slices cost less; more of them give more blocks and more warps per SM. Nothing here
  * changes a result: a row's sums are the same in any slice (docs/cuda.md, "Linear layers").
+ * Measured on an H100 (docs/cuda.md): slices of 2 n-tiles (the 16-row configuration, 2 blocks an SM) up
+ * to 32 rows, and at any M for leaves of 1 or 2 stages (the depformer's 1024-column shapes: few blocks,
+ * latency-bound); else one slice (the 64- or 128-row configuration, whose warps reuse each dequantized
+ * weight fragment over more n-tiles).
  * max_tiles: 16, or 8 where the 16-tile configuration does not fit. Forced (the bench's sweep) by
  * ppx_cuda_linear_force_slice or PPX_CUDA_LINEAR_SLICE (n-tiles a slice). */
 static void
-tc_slices (const PpxCudaWeight *w, int M, int max_tiles, int *slice_tiles, int *n_slices)
+tc_slices (int M, int leaf_stages, int max_tiles, int *slice_tiles, int *n_slices)
 {
   const int tiles = (M + 7) / 8;
   if (M <= 8) {
@@ -385,10 +405,8 @@ tc_slices (const PpxCudaWeight *w, int M, int max_tiles, int *slice_tiles, int *
   int want = __atomic_load_n (&forced_slice_tiles, __ATOMIC_RELAXED);
   if (want <= 0)
     want = env;
-  if (want <= 0) {
-    (void) w;
-    want = 4;
-  }
+  if (want <= 0)
+    want = M <= 32 || leaf_stages <= 2 ? 2 : 16;
   want = want < 2 ? 2 : want > max_tiles ? max_tiles : want;
   const int n = (tiles + want - 1) / want;
   *n_slices = n;
@@ -419,6 +437,7 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
   a.ldy = ldy;
   tc_plan (w, &a.n_stages, &a.leaf_stages, &a.S);
   a.vec_x = (ldx % 4) == 0 && ((uintptr_t) x & 15) == 0;
+  a.vec_y = (ldy % 4) == 0 && ((uintptr_t) y & 15) == 0;
   a.counters = (unsigned *) workspace;
   a.partials = (float *) ((char *) workspace + TC_MAX_COUNTERS * sizeof (unsigned));
   if (a.S > 1 && (!workspace || (w->rows + 63) / 64 > TC_MAX_COUNTERS))
@@ -436,7 +455,7 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     a.x = x + (size_t) m0 * ldx;
     a.y = y + (size_t) m0 * ldy;
     a.xs = NULL;
-    tc_slices (w, a.M, nt16 ? 16 : 8, &a.slice_tiles, &a.n_slices);
+    tc_slices (a.M, a.leaf_stages, nt16 ? 16 : 8, &a.slice_tiles, &a.n_slices);
     if (a.M > 8) {
       const int tiles = (a.M + 7) / 8;
       a.xs_tiles = tiles;

@@ -5,6 +5,11 @@
 #   tests    the linear tests (CPU tolerances, batched rows bit for bit against M = 1, with every forced slice)
 #   slices   the linear benchmark of the new binary at each M with each forced slice (PPX_BENCH_SLICES)
 #   base     the same shapes and M with the base binary
+#   new      the linear benchmark of the new binary at each M, planned slices (int4 and int8 shapes)
+#   tie      the same for the 4096-row int4 shapes with PPX_CUDA_LINEAR_PLAN_TIE=1 (the larger K split on a tie)
+#   depth4   M = 1 and 8 with the ring depth capped at 4 (PPX_CUDA_LINEAR_DEPTH=4), new and base
+#   prof     Nsight Compute stall samples per SASS instruction (device-gemm-prof.sh) of one launch at
+#            PROF ("M:ROWSxCOLS ...", default 1:4096x11264 80:22528x4096)
 #   cublas   cublaslt-bench on the temporal shapes (library from the toolkit or the nvidia-cublas package)
 #   full     the whole op test (every op, golden)
 # Usage: [STEPS="tests slices"] [MS=1,8,16,...] [SLICES=0,2,4] sh device-gemm-slices.sh PACK_DIR
@@ -42,6 +47,34 @@ if has base; then
     done > "$log/base-$f.log" 2>&1
   done
   grep -hE '^int' "$log"/base-int*.log | awk '{printf "base %s %s%s%s %s %s\n", $1, $2, $3, $4, $7, $8}'
+fi
+if has new; then
+  for f in int4 int8; do
+    [ $f = int4 ] && shapes=$int4_shapes || shapes=$int8_shapes
+    PPX_BENCH_MS=$ms timeout ${T_NEW:-40} "$dir/bin/test-backend-cuda" --bench $f "$shapes" > "$log/new-$f.log" 2>&1
+    echo "new $f exit $?"
+  done
+  grep -hE '^int' "$log"/new-int*.log | awk '{printf "new %s %s%s%s %s %s\n", $1, $2, $3, $4, $7, $8}'
+fi
+if has tie; then
+  PPX_CUDA_LINEAR_PLAN_TIE=1 PPX_BENCH_MS=$ms timeout 30 "$dir/bin/test-backend-cuda" --bench int4 4096x11264,4096x4096 \
+    > "$log/tie.log" 2>&1
+  grep -hE '^int' "$log"/tie.log | awk '{printf "tie %s %s%s%s %s %s\n", $1, $2, $3, $4, $7, $8}'
+fi
+if has depth4; then
+  for b in test-backend-cuda test-backend-cuda-base; do
+    PPX_CUDA_LINEAR_DEPTH=4 PPX_BENCH_MS=1,8 timeout 30 "$dir/bin/$b" --bench int4 "$int4_shapes" > "$log/depth4-$b.log" 2>&1
+    grep -hE '^int' "$log/depth4-$b.log" | awk -v b=$b '{printf "depth4 %s %s %s%s%s %s %s\n", b, $1, $2, $3, $4, $7, $8}'
+  done
+fi
+if has prof && command -v ncu > /dev/null; then
+  for p in ${PROF:-1:4096x11264 80:22528x4096}; do
+    m=${p%%:*} shape=${p#*:}
+    PPX_BENCH_MS=$m timeout ${T_PROF:-40} ncu --clock-control none -k regex:tc_linear_kernel --launch-skip 2 --launch-count 1 \
+      --section WarpStateStats --section SourceCounters --section SpeedOfLight --section Occupancy --page source \
+      --print-source sass --csv "$dir/bin/test-backend-cuda" --bench int4 $shape > "$log/src-M$m-$shape.csv" 2> "$log/src-M$m-$shape.err"
+    echo "prof M=$m $shape exit $? $(wc -l < "$log/src-M$m-$shape.csv") lines"
+  done
 fi
 if has cublas && [ -x "$dir/bin/cublaslt-bench" ]; then
   lib=$(python3 -c "import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + '/lib')" 2>/dev/null)

@@ -40,15 +40,15 @@ template <int FMT, int CK, int NT> struct TcBlock {
   __device__ __forceinline__ static int tile_of (int wm_, int nt) { return nt * C::WM + wm_; }
 
   /* Set up once per block: the thread's place in the warp layout, the block's weight rows and slice of x
-   * rows (blockIdx.x = row block * n_slices + slice: the slices of one row block and leaf run side by side
-   * and read the same weights, mostly from the L2), and the source of each of its copies.
+   * rows (blockIdx.x the slice, blockIdx.y the row block: the slices of one row block and leaf run side by
+   * side and read the same weights, mostly from the L2), and the source of each of its copies.
    * x (NT = 1): k-step `warp` of every n-tile (x row m0 + 8 nt + g; rows past M zero-filled). */
   __device__ __forceinline__ TcBlock (const TcArgs &args) : a (args)
   {
     tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     wm = warp % C::WM, wr = warp / C::WM;
-    const int rb = NT == 1 ? (int) blockIdx.x : (int) (blockIdx.x / (unsigned) a.n_slices);
-    m0 = NT == 1 ? 0 : ((int) blockIdx.x - rb * a.n_slices) * a.slice_tiles * 8; /* M <= 8: one slice */
+    const int rb = (int) blockIdx.y;
+    m0 = NT == 1 ? 0 : (int) blockIdx.x * a.slice_tiles * 8; /* M <= 8: one slice */
     mb = NT == 1 ? a.M : min (a.M - m0, a.slice_tiles * 8);
     block_row = (int64_t) rb * C::ROWS;
     row_in_block = wr * RTW * 16;
@@ -72,7 +72,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
   {
     TcSrc cs;
     const int warp_ = id >> 5, g_ = (id & 31) >> 2, t_ = id & 3;
-    const int64_t brow = block_row;
+    const int64_t brow = (int64_t) blockIdx.y * C::ROWS; /* not block_row: NT >= 8 recomputes this each stage */
     const int64_t wrow0 = brow + warp_ / (2 * WV) * 16 + g_ + 8 * ((warp_ / WV) & 1);
     cs.wp0 = a.w + (wrow0 < a.rows ? wrow0 : 0) * a.row_bytes + 64 * (warp_ % WV) + 16 * t_;
     cs.wstep = (int64_t) (64 / WV) * a.row_bytes;
@@ -114,7 +114,8 @@ template <int FMT, int CK, int NT> struct TcBlock {
        * order: on sm_90 thread 0 copies them all at once (bulk copy completing on the slot's mbarrier),
        * before that each thread copies record tid of each n-tile */
       const int n = tiles;
-      const uint4 *src0 = xs0 + (size_t) st * a.xs_tiles * 256;
+      /* NT >= 8: from the block index again each stage (held across the loop, the pointer was spilled) */
+      const uint4 *src0 = (NT >= 8 ? a.xs + (size_t) blockIdx.x * a.slice_tiles * 256 : xs0) + (size_t) st * a.xs_tiles * 256;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (copy_tid () == 0)
         bulk_copy (slot, src0, (unsigned) n * 256 * sizeof (uint4), bar);
@@ -569,9 +570,12 @@ template <int FMT, int CK, int NT> struct TcBlock {
           if (a.S == 1)
             tc_store_y<FMT> (a, m0 + m, r, acc[rt][nt][i]);
           else
-            a.partials[((size_t) blockIdx.y * TC_MMAX + m0 + m) * a.rows + r] = acc[rt][nt][i];
+            a.partials[((size_t) blockIdx.z * TC_MMAX + m0 + m) * a.rows + r] = acc[rt][nt][i];
         }
   }
+
+  /* The counter of the block's row block and slice */
+  __device__ __forceinline__ static unsigned counter_index () { return blockIdx.y * gridDim.x + blockIdx.x; }
 
   /* Whether this block is the last of its row block's S leaves to finish (an atomic ticket after its
    * partial sums are visible); that one adds the leaves. */
@@ -580,7 +584,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
     __threadfence ();
     __syncthreads ();
     if (tid == 0) {
-      *ticket = atomicAdd (a.counters + blockIdx.x, 1u);
+      *ticket = atomicAdd (a.counters + counter_index (), 1u);
       __threadfence ();
     }
     __syncthreads ();
@@ -647,7 +651,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
         tc_store_y<FMT> (a, m, r + 3, v.w);
     }
     if (tid == 0)
-      a.counters[blockIdx.x] = 0u;
+      a.counters[counter_index ()] = 0u;
   }
 };
 

@@ -33,7 +33,8 @@
 
 #include <stdlib.h>
 
-/* y (+)= x W^T for one row block (C::ROWS weight rows) and one leaf of K (blockIdx.y), M <= NT * 8 rows of x.
+/* y (+)= x W^T for one slice of x rows (blockIdx.x), one row block (C::ROWS weight rows, blockIdx.y) and one
+ * leaf of K (blockIdx.z), M <= NT * 8 rows of x in the slice.
  * The prologue puts the first D - 1 stages in flight: the weights and scales (constant while graphs run)
  * are asked for before ppx_pdl_wait, so they stream in while the kernel before this one finishes
  * (programmatic dependent launch), x only after it; the first commit group holds the weights of all D - 1
@@ -56,7 +57,7 @@ tc_linear_kernel (TcArgs a)
   __shared__ uint64_t xbar[8]; /* NT > 1 on sm_90: slot d's x records have landed (bulk copy) */
   const TcBlock<FMT, CK, NT> b (a);
   const int D = a.depth;
-  const int st0 = blockIdx.y * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
+  const int st0 = blockIdx.z * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
   if (NT > 1 && threadIdx.x < D)
     mbar_init (&xbar[threadIdx.x]);
 
@@ -290,9 +291,12 @@ tc_smem_limits (int *per_block, int *per_sm)
 
 /* The ring depth D of a configuration on this device for a grid of `blocks` blocks: as many slots as fit
  * one block's opt-in limit and the blocks an SM will hold at once (MINB, or fewer when the grid has fewer
- * than MINB blocks per SM: a block alone on its SM then keeps more stages in flight; 1 KB reserved per
- * block, and the kernel's static shared memory), at most TC_DEPTH_MAX (PPX_CUDA_LINEAR_DEPTH=2..8 to
- * measure others; blocks 0: MINB a SM). Below 2 the configuration cannot run here. */
+ * than MINB blocks per SM; 1 KB reserved per block, and the kernel's static shared memory); at most 4 where
+ * several blocks share an SM, at most TC_DEPTH_MAX for a block alone on its SM (PPX_CUDA_LINEAR_DEPTH=2..8
+ * caps it, to measure; blocks 0: MINB an SM). Measured on an H100 (docs/cuda.md): a block alone streams
+ * faster with 8 slots than 4 (int4 4096 x 11264 at M = 1: 43.4 -> 36.7 us), while 5-6 slots for 2-3 blocks an
+ * SM were slower than 4 (22528 x 4096: M = 1 38.8 -> 43.5 us, M = 16 62.7 -> 68.1). Below 2 the
+ * configuration cannot run here. */
 template <int FMT, int CK, int NT>
 static int
 tc_depth (int64_t blocks)
@@ -306,8 +310,8 @@ tc_depth (int64_t blocks)
   const int64_t per = blocks > 0 ? (blocks + sms - 1) / sms : C::MINB;
   const int resident = per < C::MINB ? (int) per : C::MINB;
   const int d0 = (per_block - static_bytes) / slot, d1 = (per_sm / resident - 1024 - static_bytes) / slot;
-  const int d = d0 < d1 ? d0 : d1;
-  return d < dmax ? d : dmax;
+  const int d = d0 < d1 ? d0 : d1, cap = resident > 1 && dmax > 4 ? 4 : dmax;
+  return d < cap ? d : cap;
 }
 
 template <int FMT, int CK, int NT>
@@ -316,7 +320,7 @@ tc_launch (TcArgs a, cudaStream_t s)
 {
   using C = TcCfg<FMT, CK, NT>;
   const size_t row_blocks = ppx_cdiv ((size_t) a.rows, C::ROWS);
-  if (row_blocks * (size_t) a.n_slices > TC_MAX_COUNTERS)
+  if (row_blocks * (size_t) a.n_slices > TC_MAX_COUNTERS || row_blocks > 65535)
     return (int) cudaErrorInvalidValue;
   a.depth = tc_depth<FMT, CK, NT> ((int64_t) (row_blocks * (size_t) a.n_slices) * a.S);
   if (a.depth < 2)
@@ -341,7 +345,8 @@ tc_launch (TcArgs a, cudaStream_t s)
     if (dev >= 0 && dev < 64)
       __atomic_or_fetch (&attr_set, 1ull << dev, __ATOMIC_RELAXED);
   }
-  dim3 grid ((unsigned) (row_blocks * (size_t) a.n_slices), (unsigned) a.S);
+  /* slices fastest, so that the slices of a row block and leaf run side by side (their weights from the L2) */
+  dim3 grid ((unsigned) a.n_slices, (unsigned) row_blocks, (unsigned) a.S);
   ppx_launch<true> (tc_linear_kernel<FMT, CK, NT>, grid, TC_THREADS, smem, s, a);
   return ppx_cuda_launched ();
 }

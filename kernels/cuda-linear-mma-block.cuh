@@ -357,14 +357,18 @@ template <int FMT, int CK, int NT> struct TcBlock {
   }
 
   /* One stage's multiplications for the warp's first N n-tiles (those that hold x rows; N is a template
-   * argument so that the stage is straight-line code), in groups of at most G n-tiles (G x RTW <= 8
-   * accumulator tiles, so that the chunk sums of a group and the running sums fit in registers without
-   * spilling; the weights are dequantized again for each group). */
+   * argument so that the stage is straight-line code), in at most two groups of n-tiles (at most 8 / RTW
+   * tiles a group, so that the chunk sums of a group and the running sums fit in registers without
+   * spilling; the weights are dequantized again for each group). Two groups are as even as N allows (5 =
+   * 3 + 2, not 4 + 1: the 80-row launch's warps have 5 tiles, and a group of one tile left two 8-deep mma
+   * chains to wait on each other); grouping only changes the order in which independent accumulators are
+   * worked on, never an accumulator's own sequence. */
   template <int N>
   __device__ __forceinline__ void mma_stage (float (&acc)[RTW][NTW][4], uint32_t (&rw)[RTW][2][WORDS],
                                              const uint4 *slot, int kvalid, bool full) const
   {
-    constexpr int G = 8 / RTW < N ? 8 / RTW : N;
+    static_assert (N <= 2 * (8 / RTW), "at most two groups");
+    constexpr int G = 8 / RTW < N ? (N + 1) / 2 : N;
     mma_group<0, G> (acc, rw, slot, kvalid);
     if (N > G) {
       /* the weights again from the slot, behind a compiler barrier: otherwise the compiler keeps the first

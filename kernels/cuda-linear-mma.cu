@@ -395,10 +395,11 @@ ppx_cuda_linear_force_slice (int tiles)
  * to 32 rows, and at any M for leaves of 1 or 2 stages (the depformer's 1024-column shapes: few blocks,
  * latency-bound); else one slice (the 64- or 128-row configuration, whose warps reuse each dequantized
  * weight fragment over more n-tiles).
- * max_tiles: 16, or 8 where the 16-tile configuration does not fit. Forced (the bench's sweep) by
+ * max_tiles: 16, or 8 where the 16-tile configuration does not fit; max_slices: as many as the counters allow
+ * for the row blocks (very tall weights: fewer, larger slices). Forced (the bench's sweep) by
  * ppx_cuda_linear_force_slice or PPX_CUDA_LINEAR_SLICE (n-tiles a slice). */
 static void
-tc_slices (int M, int leaf_stages, int max_tiles, int *slice_tiles, int *n_slices)
+tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, int *slice_tiles, int *n_slices)
 {
   const int tiles = (M + 7) / 8;
   if (M <= 8) {
@@ -412,6 +413,8 @@ tc_slices (int M, int leaf_stages, int max_tiles, int *slice_tiles, int *n_slice
     want = env;
   if (want <= 0)
     want = M <= 32 || leaf_stages <= 2 ? 2 : 16;
+  if (max_slices >= 1 && (tiles + want - 1) / want > max_slices)
+    want = (tiles + max_slices - 1) / max_slices; /* one counter per row block and slice */
   want = want < 2 ? 2 : want > max_tiles ? max_tiles : want;
   const int n = (tiles + want - 1) / want;
   *n_slices = n;
@@ -460,7 +463,8 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     a.x = x + (size_t) m0 * ldx;
     a.y = y + (size_t) m0 * ldy;
     a.xs = NULL;
-    tc_slices (a.M, a.leaf_stages, nt16 ? 16 : 8, &a.slice_tiles, &a.n_slices);
+    tc_slices (a.M, a.leaf_stages, nt16 ? 16 : 8, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), &a.slice_tiles,
+               &a.n_slices);
     if (a.M > 8) {
       const int tiles = (a.M + 7) / 8;
       a.xs_tiles = tiles;

@@ -27,6 +27,11 @@ ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const 
 }
 
 void
+ppx_backend_cuda_linear_force_slice (int tiles)
+{
+}
+
+void
 ppx_backend_cuda_conv_force (int cfg, int split)
 {
 }

@@ -33,6 +33,12 @@ ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const 
 }
 
 void
+ppx_backend_cuda_linear_force_slice (int tiles)
+{
+  ppx_cuda_linear_force_slice (tiles);
+}
+
+void
 ppx_backend_cuda_conv_force (int cfg, int split)
 {
   ppx_cuda_conv_set_plan (cfg, split);

@@ -15,6 +15,11 @@ G_BEGIN_DECLS
 gboolean ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int n, const PpxTensor *x, PpxTensor *y,
                                        int M, int calls, int reps, double *us, GError **error);
 
+/* Tensor-core linear layers, for tests and benchmarks (process-wide; call with no linear in flight): the rows
+ * of x one block takes, in n-tiles of 8 rows (2..16), 0 = planned. It changes where the work runs, never a
+ * result (tests check batched rows bit for bit against single rows with it forced). */
+void ppx_backend_cuda_linear_force_slice (int tiles);
+
 /* Convolution paths, for tests and benchmarks (process-wide, not thread-safe; call with no conv in flight):
  * cfg -2 runs the direct kernels, -1 the planned implicit-GEMM path (the default), 0 .. n_configs - 1 forces
  * that tile configuration where the GEMM path applies; split 0 = the planned leaves, > 0 forces that many. */

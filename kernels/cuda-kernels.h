@@ -97,6 +97,9 @@ int ppx_cuda_linear_gate (const PpxCudaWeight *w, const float *h, float *y, size
  * its own. workspace as for ppx_cuda_linear. *step names the stage that failed. */
 int ppx_cuda_linear_time (const PpxCudaWeight *w, int n, const float *x, float *y, int M, void *workspace, int calls,
                           int reps, double *us, const char **step);
+/* Tests and benchmarks: the n-tiles of x (8 rows each) one block of a tensor-core launch takes (2..16, capped
+ * where the device cannot hold 16), 0 = planned. Changes only where the work runs, never a result. */
+void ppx_cuda_linear_force_slice (int tiles);
 /* TRUE when int4 weights of this group size are repacked at load for the tensor-core kernels. */
 int ppx_cuda_int4_repacked (int group_size);
 /* Repacks int4 weights (quant.h layout, already on the device) in place: a permutation inside each full

@@ -21,7 +21,9 @@ template <int FMT, int CK, int NT> struct TcBlock {
 
   const TcArgs &a;
   int tid, lane, warp, g, t, wm, wr, row_in_block, tiles, KS;
+  int m0, mb; /* the block's slice of x rows: rows m0 .. m0 + mb - 1 of the launch */
   int64_t block_row, row_base;
+  const uint4 *xs0;   /* NT > 1: the split x records of the block's first n-tile in stage 0 */
   const float *xrow0; /* x: this thread's row of n-tile 0, the stride between n-tiles, its column offset */
   size_t xstride;
   int x_tiles, xoff;
@@ -37,20 +39,26 @@ template <int FMT, int CK, int NT> struct TcBlock {
    * tiles are past M every warp along x loses about as many. */
   __device__ __forceinline__ static int tile_of (int wm_, int nt) { return nt * C::WM + wm_; }
 
-  /* Set up once per block: the thread's place in the warp layout and the source of each of its copies.
-   * x (NT = 1): k-step `warp` of every n-tile (x row 8 nt + g; rows past M zero-filled). */
+  /* Set up once per block: the thread's place in the warp layout, the block's weight rows and slice of x
+   * rows (blockIdx.x the slice, blockIdx.y the row block: the slices of one row block and leaf run side by
+   * side and read the same weights, mostly from the L2), and the source of each of its copies.
+   * x (NT = 1): k-step `warp` of every n-tile (x row m0 + 8 nt + g; rows past M zero-filled). */
   __device__ __forceinline__ TcBlock (const TcArgs &args) : a (args)
   {
     tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     wm = warp % C::WM, wr = warp / C::WM;
-    block_row = (int64_t) blockIdx.x * C::ROWS;
+    const int rb = (int) blockIdx.y;
+    m0 = NT == 1 ? 0 : (int) blockIdx.x * a.slice_tiles * 8; /* M <= 8: one slice */
+    mb = NT == 1 ? a.M : min (a.M - m0, a.slice_tiles * 8);
+    block_row = (int64_t) rb * C::ROWS;
     row_in_block = wr * RTW * 16;
     row_base = block_row + row_in_block;
-    tiles = (a.M + 7) >> 3;
+    tiles = (mb + 7) >> 3;
     KS = (a.K + 15) >> 4;
-    xrow0 = a.x + (size_t) g * a.ldx;
+    xrow0 = a.x + (size_t) (m0 + g) * a.ldx;
     xstride = (size_t) 8 * a.ldx;
-    x_tiles = (a.M - g + 7) / 8;
+    x_tiles = (mb - g + 7) / 8;
+    xs0 = NT > 1 ? a.xs + (size_t) (m0 >> 3) * 256 : nullptr;
     xoff = tc_col<FMT> (0, true, warp, t);
     if (NT < 8)
       src0 = copy_src (tid);
@@ -64,7 +72,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
   {
     TcSrc cs;
     const int warp_ = id >> 5, g_ = (id & 31) >> 2, t_ = id & 3;
-    const int64_t brow = (int64_t) blockIdx.x * C::ROWS;
+    const int64_t brow = (int64_t) blockIdx.y * C::ROWS; /* not block_row: NT >= 8 recomputes this each stage */
     const int64_t wrow0 = brow + warp_ / (2 * WV) * 16 + g_ + 8 * ((warp_ / WV) & 1);
     cs.wp0 = a.w + (wrow0 < a.rows ? wrow0 : 0) * a.row_bytes + 64 * (warp_ % WV) + 16 * t_;
     cs.wstep = (int64_t) (64 / WV) * a.row_bytes;
@@ -105,13 +113,15 @@ template <int FMT, int CK, int NT> struct TcBlock {
       /* x split beforehand (tc_xsplit_kernel): the stage's records of all n-tiles are contiguous, in slot
        * order: on sm_90 thread 0 copies them all at once (bulk copy completing on the slot's mbarrier),
        * before that each thread copies record tid of each n-tile */
-      const int n = (a.M + 7) >> 3;
+      const int n = tiles;
+      /* NT >= 8: from the block index again each stage (held across the loop, the pointer was spilled) */
+      const uint4 *src0 = (NT >= 8 ? a.xs + (size_t) blockIdx.x * a.slice_tiles * 256 : xs0) + (size_t) st * a.xs_tiles * 256;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (copy_tid () == 0)
-        bulk_copy (slot, a.xs + (size_t) st * n * 256, (unsigned) n * 256 * sizeof (uint4), bar);
+        bulk_copy (slot, src0, (unsigned) n * 256 * sizeof (uint4), bar);
 #else
       const int id = copy_tid ();
-      const uint4 *src = a.xs + (size_t) st * n * 256 + id;
+      const uint4 *src = src0 + id;
 #pragma unroll
       for (int nt = 0; nt < NT; nt++) {
         if (nt >= n)
@@ -215,12 +225,12 @@ template <int FMT, int CK, int NT> struct TcBlock {
       for (int i = 0; i < 4; i++)
         v[i] = c + i < a.K ? __ldg (a.alpha + c + i) : 0.0f;
     } else {
-      const float *vp = a.x + (size_t) g * a.ldx + a.K + c;
-      if (g < a.M && c + 3 < a.K && a.vec_x)
+      const float *vp = xrow0 + a.K + c;
+      if (g < mb && c + 3 < a.K && a.vec_x)
         return __ldcg (reinterpret_cast<const float4 *> (vp));
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        v[i] = g < a.M && c + i < a.K ? __ldcg (vp + i) : 0.0f;
+        v[i] = g < mb && c + i < a.K ? __ldcg (vp + i) : 0.0f;
     }
     return make_float4 (v[0], v[1], v[2], v[3]);
   }
@@ -347,14 +357,18 @@ template <int FMT, int CK, int NT> struct TcBlock {
   }
 
   /* One stage's multiplications for the warp's first N n-tiles (those that hold x rows; N is a template
-   * argument so that the stage is straight-line code), in groups of at most G n-tiles (G x RTW <= 8
-   * accumulator tiles, so that the chunk sums of a group and the running sums fit in registers without
-   * spilling; the weights are dequantized again for each group). */
+   * argument so that the stage is straight-line code), in at most two groups of n-tiles (at most 8 / RTW
+   * tiles a group, so that the chunk sums of a group and the running sums fit in registers without
+   * spilling; the weights are dequantized again for each group). Two groups are as even as N allows (5 =
+   * 3 + 2, not 4 + 1: the 80-row launch's warps have 5 tiles, and a group of one tile left two 8-deep mma
+   * chains to wait on each other); grouping only changes the order in which independent accumulators are
+   * worked on, never an accumulator's own sequence. */
   template <int N>
   __device__ __forceinline__ void mma_stage (float (&acc)[RTW][NTW][4], uint32_t (&rw)[RTW][2][WORDS],
                                              const uint4 *slot, int kvalid, bool full) const
   {
-    constexpr int G = 8 / RTW < N ? 8 / RTW : N;
+    static_assert (N <= 2 * (8 / RTW), "at most two groups");
+    constexpr int G = 8 / RTW < N ? (N + 1) / 2 : N;
     mma_group<0, G> (acc, rw, slot, kvalid);
     if (N > G) {
       /* the weights again from the slot, behind a compiler barrier: otherwise the compiler keeps the first
@@ -499,9 +513,10 @@ template <int FMT, int CK, int NT> struct TcBlock {
   __device__ __forceinline__ void row_rms (float *row_inv, float (&red2)[2][TC_WARPS]) const
   {
     static_assert (TC_THREADS == 256, "rmsnorm_kernel's 256 threads a row");
-    if (tid >= a.M && tid < 8)
+    const float *x0 = a.x + (size_t) m0 * a.ldx;
+    if (tid >= mb && tid < 8)
       row_inv[tid] = 0.0f;
-    for (int m0 = 0; m0 < a.M; m0 += 2) {
+    for (int mr = 0; mr < mb; mr += 2) {
       float ss[2] = {0.0f, 0.0f};
       for (int c4 = 4 * tid; c4 < a.K; c4 += 16 * TC_THREADS) {
         float4 v[2][4];
@@ -510,8 +525,8 @@ template <int FMT, int CK, int NT> struct TcBlock {
 #pragma unroll
           for (int j = 0; j < 4; j++) {
             const int c = c4 + j * 4 * TC_THREADS;
-            v[r][j] = m0 + r < a.M && c < a.K ? *reinterpret_cast<const float4 *> (a.x + (size_t) (m0 + r) * a.ldx + c)
-                                              : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+            v[r][j] = mr + r < mb && c < a.K ? *reinterpret_cast<const float4 *> (x0 + (size_t) (mr + r) * a.ldx + c)
+                                             : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
           }
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -534,8 +549,8 @@ template <int FMT, int CK, int NT> struct TcBlock {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
           const float v = ppx_warp_sum (lane < TC_WARPS ? red2[r][lane] : 0.0f);
-          if (lane == 0 && m0 + r < a.M)
-            row_inv[m0 + r] = 1.0f / sqrtf (a.eps + v / (float) a.K);
+          if (lane == 0 && mr + r < mb)
+            row_inv[mr + r] = 1.0f / sqrtf (a.eps + v / (float) a.K);
         }
       }
       __syncthreads ();
@@ -543,7 +558,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
   }
 
   /* The block's sums: y when K is one leaf, else the leaf's partial sums for the last leaf to add.
-   * acc[rt][nt][i] is weight row row_base + 16 rt + g + 8 (i >> 1), x row 8 tile_of (wm, nt) + 2 t + (i & 1). */
+   * acc[rt][nt][i] is weight row row_base + 16 rt + g + 8 (i >> 1), x row m0 + 8 tile_of (wm, nt) + 2 t + (i & 1). */
   __device__ __forceinline__ void store_leaf (const float (&acc)[RTW][NTW][4]) const
   {
 #pragma unroll
@@ -554,14 +569,17 @@ template <int FMT, int CK, int NT> struct TcBlock {
         for (int i = 0; i < 4; i++) {
           const int64_t r = row_base + 16 * rt + g + 8 * (i >> 1);
           const int m = 8 * tile_of (wm, nt) + 2 * t + (i & 1);
-          if (r >= a.rows || m >= a.M)
+          if (r >= a.rows || m >= mb)
             continue;
           if (a.S == 1)
-            tc_store_y<FMT> (a, m, r, acc[rt][nt][i]);
+            tc_store_y<FMT> (a, m0 + m, r, acc[rt][nt][i]);
           else
-            a.partials[((size_t) blockIdx.y * TC_MMAX + m) * a.rows + r] = acc[rt][nt][i];
+            a.partials[((size_t) blockIdx.z * TC_MMAX + m0 + m) * a.rows + r] = acc[rt][nt][i];
         }
   }
+
+  /* The counter of the block's row block and slice */
+  __device__ __forceinline__ static unsigned counter_index () { return blockIdx.y * gridDim.x + blockIdx.x; }
 
   /* Whether this block is the last of its row block's S leaves to finish (an atomic ticket after its
    * partial sums are visible); that one adds the leaves. */
@@ -570,51 +588,74 @@ template <int FMT, int CK, int NT> struct TcBlock {
     __threadfence ();
     __syncthreads ();
     if (tid == 0) {
-      *ticket = atomicAdd (a.counters + blockIdx.x, 1u);
+      *ticket = atomicAdd (a.counters + counter_index (), 1u);
       __threadfence ();
     }
     __syncthreads ();
     return *ticket == (unsigned) a.S - 1;
   }
 
-  /* y = leaf 0 + leaf 1 + ... in leaf order, int8 scales applied; the row block's counter back to zero for
-   * the next launch. Four outputs a thread at a time, so that their loads of each leaf are in flight
-   * together (the loop over 8 predicated leaves this replaces issued ~170 instructions an output and took
-   * a quarter of a 128-row launch's instructions). */
+  /* Four of leaf s's partial sums at p (rows r .. r + nr - 1 of one x row; zeros past nr): one 16-byte load
+   * when rows is a multiple of 4 (then p is on 16 bytes), else scalar loads. */
+  __device__ __forceinline__ static float4 leaf4 (const float *p, int nr, bool vec)
+  {
+    if (vec && nr == 4)
+      return __ldcg (reinterpret_cast<const float4 *> (p));
+    return make_float4 (nr > 0 ? __ldcg (p) : 0.0f, nr > 1 ? __ldcg (p + 1) : 0.0f, nr > 2 ? __ldcg (p + 2) : 0.0f,
+                        nr > 3 ? __ldcg (p + 3) : 0.0f);
+  }
+
+  /* y = leaf 0 + leaf 1 + ... in leaf order, int8 scales applied, for the block's rows and slice; the
+   * counter back to zero for the next launch. A thread takes four consecutive weight rows of one x row at a
+   * time and loads L leaves at once before adding them: the loop it replaces issued one leaf's load
+   * after another's add, a chain of S L2 round trips per output (a few us of every split launch, M = 1
+   * included). */
   __device__ __forceinline__ void combine_leaves () const
   {
     const size_t leaf_stride = (size_t) TC_MMAX * a.rows;
-    const int n = a.M * C::ROWS;
-    for (int idx0 = tid; idx0 < n; idx0 += 4 * TC_THREADS) {
-      float v[4];
-      const float *pp[4];
-      bool ok[4];
+    const bool vec = (a.rows & 3) == 0;
+    constexpr int Q = C::ROWS / 4;              /* groups of 4 rows in the block */
+    constexpr int L = C::MINB >= 2 ? 4 : 8;     /* leaves loaded at once (registers allowing) */
+    const int n = mb * Q;
+    for (int idx = tid; idx < n; idx += TC_THREADS) {
+      const int m = m0 + idx / Q;
+      const int64_t r = block_row + 4 * (idx % Q);
+      if (r >= a.rows)
+        continue;
+      const int nr = (int) min ((int64_t) 4, a.rows - r);
+      const float *pp = a.partials + (size_t) m * a.rows + r;
+      float4 v = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+      for (int s0 = 0; s0 < a.S; s0 += L) {
+        float4 p[L];
 #pragma unroll
-      for (int u = 0; u < 4; u++) {
-        const int idx = idx0 + u * TC_THREADS;
-        const int64_t r = block_row + idx % C::ROWS;
-        ok[u] = idx < n && r < a.rows;
-        pp[u] = a.partials + (size_t) (idx / C::ROWS) * a.rows + (ok[u] ? r : 0);
-        v[u] = ok[u] ? __ldcg (pp[u]) : 0.0f;
-      }
-      for (int s = 1; s < a.S; s++) {
-        float p[4];
+        for (int k = 0; k < L; k++)
+          p[k] = s0 + k < a.S ? leaf4 (pp + (size_t) (s0 + k) * leaf_stride, nr, vec) : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-        for (int u = 0; u < 4; u++)
-          p[u] = ok[u] ? __ldcg (pp[u] + (size_t) s * leaf_stride) : 0.0f;
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-          v[u] += p[u];
-      }
-#pragma unroll
-      for (int u = 0; u < 4; u++)
-        if (ok[u]) {
-          const int idx = idx0 + u * TC_THREADS;
-          tc_store_y<FMT> (a, idx / C::ROWS, block_row + idx % C::ROWS, v[u]);
+        for (int k = 0; k < L; k++) {
+          if (s0 + k == 0) {
+            v = p[k];
+          } else if (s0 + k < a.S) {
+            v.x += p[k].x;
+            v.y += p[k].y;
+            v.z += p[k].z;
+            v.w += p[k].w;
+          }
         }
+      }
+      if (a.vec_y && nr == 4) {
+        tc_store_y4<FMT> (a, m, r, v);
+        continue;
+      }
+      tc_store_y<FMT> (a, m, r, v.x);
+      if (nr > 1)
+        tc_store_y<FMT> (a, m, r + 1, v.y);
+      if (nr > 2)
+        tc_store_y<FMT> (a, m, r + 2, v.z);
+      if (nr > 3)
+        tc_store_y<FMT> (a, m, r + 3, v.w);
     }
     if (tid == 0)
-      a.counters[blockIdx.x] = 0u;
+      a.counters[counter_index ()] = 0u;
   }
 };
 

@@ -33,7 +33,8 @@
 
 #include <stdlib.h>
 
-/* y (+)= x W^T for one row block (C::ROWS weight rows) and one leaf of K (blockIdx.y), M <= NT * 8 rows of x.
+/* y (+)= x W^T for one slice of x rows (blockIdx.x), one row block (C::ROWS weight rows, blockIdx.y) and one
+ * leaf of K (blockIdx.z), M <= NT * 8 rows of x in the slice.
  * The prologue puts the first D - 1 stages in flight: the weights and scales (constant while graphs run)
  * are asked for before ppx_pdl_wait, so they stream in while the kernel before this one finishes
  * (programmatic dependent launch), x only after it; the first commit group holds the weights of all D - 1
@@ -56,7 +57,7 @@ tc_linear_kernel (TcArgs a)
   __shared__ uint64_t xbar[8]; /* NT > 1 on sm_90: slot d's x records have landed (bulk copy) */
   const TcBlock<FMT, CK, NT> b (a);
   const int D = a.depth;
-  const int st0 = blockIdx.y * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
+  const int st0 = blockIdx.z * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
   if (NT > 1 && threadIdx.x < D)
     mbar_init (&xbar[threadIdx.x]);
 
@@ -205,6 +206,11 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
   const int nst = (int) ((w->cols + TC_STAGE - 1) / TC_STAGE);
   const int64_t row_blocks = (w->rows + TC_SPLIT_ROWS - 1) / TC_SPLIT_ROWS;
   const int64_t sms = ppx_sm_count (), slots = sms * plan_blocks_per_sm ();
+  static int more_on_tie = -1; /* PPX_CUDA_LINEAR_PLAN_TIE=1: the larger S on a tie (measuring only) */
+  if (more_on_tie < 0) {
+    const char *e = getenv ("PPX_CUDA_LINEAR_PLAN_TIE");
+    more_on_tie = e && atoi (e) == 1;
+  }
   int best_leaf = nst;
   int64_t best_cost = -1;
   for (int s = 1; s <= nst && s <= 64; s++) {
@@ -213,7 +219,7 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
     if (s > 1 && blocks > slots)
       break;
     const int64_t cost = (blocks + sms - 1) / sms * leaf;
-    if (best_cost < 0 || cost < best_cost) {
+    if (best_cost < 0 || cost < best_cost || (more_on_tie && cost == best_cost)) {
       best_cost = cost;
       best_leaf = leaf;
     }
@@ -283,21 +289,29 @@ tc_smem_limits (int *per_block, int *per_sm)
   *per_sm = cached[dev][1];
 }
 
-/* The ring depth D of a configuration on this device: as many slots as fit one block's opt-in limit and
- * MINB blocks per SM (1 KB reserved per block, and the kernel's static shared memory), at most
- * TC_DEPTH_MAX (PPX_CUDA_LINEAR_DEPTH=2..6 to measure others). Below 2 the configuration cannot run here. */
+/* The ring depth D of a configuration on this device for a grid of `blocks` blocks: as many slots as fit
+ * one block's opt-in limit and the blocks an SM will hold at once (MINB, or fewer when the grid has fewer
+ * than MINB blocks per SM; 1 KB reserved per block, and the kernel's static shared memory); at most 4 where
+ * several blocks share an SM, at most TC_DEPTH_MAX for a block alone on its SM (PPX_CUDA_LINEAR_DEPTH=2..8
+ * caps it, to measure; blocks 0: MINB an SM). Measured on an H100 (docs/cuda.md): a block alone streams
+ * faster with 8 slots than 4 (int4 4096 x 11264 at M = 1: 43.4 -> 36.7 us), while 5-6 slots for 2-3 blocks an
+ * SM were slower than 4 (22528 x 4096: M = 1 38.8 -> 43.5 us, M = 16 62.7 -> 68.1). Below 2 the
+ * configuration cannot run here. */
 template <int FMT, int CK, int NT>
 static int
-tc_depth (void)
+tc_depth (int64_t blocks)
 {
   using C = TcCfg<FMT, CK, NT>;
-  static const int dmax = env_int ("PPX_CUDA_LINEAR_DEPTH", 2, 6, TC_DEPTH_MAX);
+  static const int dmax = env_int ("PPX_CUDA_LINEAR_DEPTH", 2, TC_DEPTH_MAX, TC_DEPTH_MAX);
   const int slot = C::SLOT * (int) sizeof (uint4), static_bytes = 256;
   int per_block, per_sm;
   tc_smem_limits (&per_block, &per_sm);
-  const int d0 = (per_block - static_bytes) / slot, d1 = (per_sm / C::MINB - 1024 - static_bytes) / slot;
-  const int d = d0 < d1 ? d0 : d1;
-  return d < dmax ? d : dmax;
+  const int64_t sms = ppx_sm_count ();
+  const int64_t per = blocks > 0 ? (blocks + sms - 1) / sms : C::MINB;
+  const int resident = per < C::MINB ? (int) per : C::MINB;
+  const int d0 = (per_block - static_bytes) / slot, d1 = (per_sm / resident - 1024 - static_bytes) / slot;
+  const int d = d0 < d1 ? d0 : d1, cap = resident > 1 && dmax > 4 ? 4 : dmax;
+  return d < cap ? d : cap;
 }
 
 template <int FMT, int CK, int NT>
@@ -305,55 +319,108 @@ static int
 tc_launch (TcArgs a, cudaStream_t s)
 {
   using C = TcCfg<FMT, CK, NT>;
-  a.depth = tc_depth<FMT, CK, NT> ();
+  const size_t row_blocks = ppx_cdiv ((size_t) a.rows, C::ROWS);
+  if (row_blocks * (size_t) a.n_slices > TC_MAX_COUNTERS || row_blocks > 65535)
+    return (int) cudaErrorInvalidValue;
+  a.depth = tc_depth<FMT, CK, NT> ((int64_t) (row_blocks * (size_t) a.n_slices) * a.S);
   if (a.depth < 2)
     return (int) cudaErrorInvalidConfiguration;
   const size_t smem = (size_t) a.depth * C::SLOT * sizeof (uint4);
-  /* set once per instantiation and device (the depth is fixed for both): static shared memory counts too,
-   * so dynamic sizes just under 48 KB also need it. Setting it twice is harmless. */
+  /* set once per instantiation and device, to the most a block may use (the depth varies with the grid):
+   * static shared memory counts too, so dynamic sizes just under 48 KB also need it. Setting it twice is
+   * harmless. */
   static unsigned long long attr_set; /* bit d: done on device d */
   int dev = 0;
   cudaGetDevice (&dev);
   if (dev < 0 || dev >= 64 || !(attr_set >> dev & 1)) {
+    int per_block, per_sm;
+    tc_smem_limits (&per_block, &per_sm);
+    const int most = TC_DEPTH_MAX * C::SLOT * (int) sizeof (uint4) < per_block - 256
+                         ? TC_DEPTH_MAX * C::SLOT * (int) sizeof (uint4)
+                         : per_block - 256;
     cudaError_t e = cudaFuncSetAttribute (tc_linear_kernel<FMT, CK, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int) smem);
+                                          most > (int) smem ? most : (int) smem);
     if (e != cudaSuccess)
       return (int) e;
     if (dev >= 0 && dev < 64)
       __atomic_or_fetch (&attr_set, 1ull << dev, __ATOMIC_RELAXED);
   }
-  dim3 grid (ppx_cdiv ((size_t) a.rows, C::ROWS), (unsigned) a.S);
+  /* slices fastest, so that the slices of a row block and leaf run side by side (their weights from the L2) */
+  dim3 grid ((unsigned) a.n_slices, (unsigned) row_blocks, (unsigned) a.S);
   ppx_launch<true> (tc_linear_kernel<FMT, CK, NT>, grid, TC_THREADS, smem, s, a);
   return ppx_cuda_launched ();
 }
 
-/* x rows per launch for this format: TC_MMAX where the 16-tile configuration fits the device's shared
- * memory (sm_80, sm_90), else 64 (PPX_CUDA_LINEAR_MMAX=64 forces that, to measure). */
+/* Whether the 16-tile configuration fits this device's shared memory (sm_80, sm_90: yes); else a slice holds
+ * at most 8 n-tiles (PPX_CUDA_LINEAR_MMAX=64 forces that, to measure). */
 template <int FMT, int CK>
-static int
-tc_mmax (void)
+static bool
+tc_nt16_fits (void)
 {
   static const int forced = env_int ("PPX_CUDA_LINEAR_MMAX", 64, TC_MMAX, TC_MMAX);
-  return forced > 64 && tc_depth<FMT, CK, 16> () >= 2 ? TC_MMAX : 64;
+  return forced > 64 && tc_depth<FMT, CK, 16> (0) >= 2;
 }
 
-/* The configuration for a.M rows of x: the fewest n-tiles that hold them (1, 2, 4, 8, 16; from
- * PPX_CUDA_LINEAR_NT16_FROM rows on, 65 unless set, the 16-tile one). Only where the work runs depends on
- * it. */
+/* The configuration for a slice of a.slice_tiles n-tiles: the fewest n-tiles that hold them (1 for M <= 8,
+ * then 2, 4, 8, 16). Only where the work runs depends on it. */
 template <int FMT, int CK>
 static int
 tc_launch_nt (const TcArgs &a, cudaStream_t s)
 {
-  static const int nt16_from = env_int ("PPX_CUDA_LINEAR_NT16_FROM", 9, TC_MMAX, 65);
-  if (a.M > 64 || (a.M >= nt16_from && tc_mmax<FMT, CK> () > 64))
-    return tc_launch<FMT, CK, 16> (a, s);
   if (a.M <= 8)
     return tc_launch<FMT, CK, 1> (a, s);
-  if (a.M <= 16)
+  if (a.slice_tiles <= 2)
     return tc_launch<FMT, CK, 2> (a, s);
-  if (a.M <= 32)
+  if (a.slice_tiles <= 4)
     return tc_launch<FMT, CK, 4> (a, s);
-  return tc_launch<FMT, CK, 8> (a, s);
+  if (a.slice_tiles <= 8)
+    return tc_launch<FMT, CK, 8> (a, s);
+  return tc_launch<FMT, CK, 16> (a, s);
+}
+
+static int forced_slice_tiles; /* ppx_cuda_linear_force_slice: 0 = planned */
+
+extern "C" void
+ppx_cuda_linear_force_slice (int tiles)
+{
+  __atomic_store_n (&forced_slice_tiles, tiles < 0 ? 0 : tiles, __ATOMIC_RELAXED);
+}
+
+/* How a launch of M x rows (M <= TC_MMAX) is spread over blocks along x: slices of *slice_tiles n-tiles
+ * (8 rows each; the last slice may hold fewer), *n_slices of them per row block and leaf. Each slice reads
+ * the block's weights again (from the L2 when the slices run side by side) and dequantizes them again, so
+ * fewer, larger slices cost less; more of them give more blocks and more warps per SM. Nothing here
+ * changes a result: a row's sums are the same in any slice (docs/cuda.md, "Linear layers").
+ * Measured on an H100 (docs/cuda.md): slices of 2 n-tiles (the 16-row configuration, 2 blocks an SM) up
+ * to 32 rows, and at any M for leaves of 1 or 2 stages (the depformer's 1024-column shapes: few blocks,
+ * latency-bound); else one slice (the 64- or 128-row configuration, whose warps reuse each dequantized
+ * weight fragment over more n-tiles).
+ * max_tiles: 16, or 8 where the 16-tile configuration does not fit; max_slices: as many as the counters allow
+ * for the row blocks (very tall weights: fewer, larger slices). Forced (the bench's sweep) by
+ * ppx_cuda_linear_force_slice or PPX_CUDA_LINEAR_SLICE (n-tiles a slice). */
+static void
+tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, int *slice_tiles, int *n_slices)
+{
+  const int tiles = (M + 7) / 8;
+  if (M <= 8) {
+    *slice_tiles = 1;
+    *n_slices = 1;
+    return;
+  }
+  static const int env = env_int ("PPX_CUDA_LINEAR_SLICE", 2, 16, 0);
+  int want = __atomic_load_n (&forced_slice_tiles, __ATOMIC_RELAXED);
+  if (want <= 0)
+    want = env;
+  if (want <= 0)
+    want = M <= 32 || leaf_stages <= 2 ? 2 : 16;
+  if (max_slices >= 1 && (tiles + want - 1) / want > max_slices)
+    want = (tiles + max_slices - 1) / max_slices; /* one counter per row block and slice */
+  want = want < 2 ? 2 : want > max_tiles ? max_tiles : want;
+  const int n = (tiles + want - 1) / want;
+  *n_slices = n;
+  *slice_tiles = (tiles + n - 1) / n; /* the slices as even as the tiles allow */
+  if (*slice_tiles < 2)
+    *slice_tiles = 2, *n_slices = (tiles + 1) / 2;
 }
 
 int
@@ -378,6 +445,7 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
   a.ldy = ldy;
   tc_plan (w, &a.n_stages, &a.leaf_stages, &a.S);
   a.vec_x = (ldx % 4) == 0 && ((uintptr_t) x & 15) == 0;
+  a.vec_y = (ldy % 4) == 0 && ((uintptr_t) y & 15) == 0;
   a.counters = (unsigned *) workspace;
   a.partials = (float *) ((char *) workspace + TC_MAX_COUNTERS * sizeof (unsigned));
   if (a.S > 1 && (!workspace || (w->rows + 63) / 64 > TC_MAX_COUNTERS))
@@ -385,18 +453,21 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
   if (M > 8 && !workspace)
     return (int) cudaErrorInvalidValue;
   uint4 *xs = (uint4 *) ((char *) a.partials + (a.S > 1 ? (size_t) a.S * TC_MMAX * (size_t) w->rows * sizeof (float) : 0));
-  const int mmax = w->format == PPX_CUDA_W_BF16 ? tc_mmax<PPX_CUDA_W_BF16, 8> ()
-                   : w->format == PPX_CUDA_W_INT8 ? tc_mmax<PPX_CUDA_W_INT8, 8> ()
-                   : ck == 2                       ? tc_mmax<PPX_CUDA_W_INT4, 2> ()
-                   : ck == 4                       ? tc_mmax<PPX_CUDA_W_INT4, 4> ()
-                                                   : tc_mmax<PPX_CUDA_W_INT4, 8> ();
-  for (int m0 = 0; m0 < M; m0 += mmax) {
-    a.M = M - m0 < mmax ? M - m0 : mmax;
+  const bool nt16 = w->format == PPX_CUDA_W_BF16 ? tc_nt16_fits<PPX_CUDA_W_BF16, 8> ()
+                   : w->format == PPX_CUDA_W_INT8 ? tc_nt16_fits<PPX_CUDA_W_INT8, 8> ()
+                   : ck == 2                       ? tc_nt16_fits<PPX_CUDA_W_INT4, 2> ()
+                   : ck == 4                       ? tc_nt16_fits<PPX_CUDA_W_INT4, 4> ()
+                                                   : tc_nt16_fits<PPX_CUDA_W_INT4, 8> ();
+  for (int m0 = 0; m0 < M; m0 += TC_MMAX) {
+    a.M = M - m0 < TC_MMAX ? M - m0 : TC_MMAX;
     a.x = x + (size_t) m0 * ldx;
     a.y = y + (size_t) m0 * ldy;
     a.xs = NULL;
+    tc_slices (a.M, a.leaf_stages, nt16 ? 16 : 8, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), &a.slice_tiles,
+               &a.n_slices);
     if (a.M > 8) {
       const int tiles = (a.M + 7) / 8;
+      a.xs_tiles = tiles;
       const size_t n = (size_t) a.n_stages * tiles * 256;
       const dim3 grid = ppx_grid_for (n, 256);
       if (w->format == PPX_CUDA_W_BF16)

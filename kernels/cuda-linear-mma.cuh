@@ -13,7 +13,7 @@
 #define TC_MMAX 128           /* x rows per launch at most (16 n-tiles of 8) */
 #define TC_SPLIT_ROWS 128     /* the row-block size the leaf count is planned with */
 #define TC_PLAN_BLOCKS_PER_SM 3 /* resident blocks per SM the K split plans for (the M <= 8 kernel's occupancy) */
-#define TC_DEPTH_MAX 4        /* shared-memory ring slots per block at most */
+#define TC_DEPTH_MAX 8        /* shared-memory ring slots per block at most (mbarriers, cp_async_wait_n) */
 #define TC_MAX_COUNTERS (PPX_CUDA_LINEAR_COUNTER_BYTES / 4)
 
 /* 32-bit words of one weight row per thread per stage (16 bytes cover 2, 4 or 8 k-steps). */
@@ -65,16 +65,20 @@ struct TcArgs {
   size_t ldx;
   float *y;
   size_t ldy;
-  int M, accumulate;
+  int M, accumulate;   /* M: x rows of the launch (at most TC_MMAX) */
   int n_stages, leaf_stages, S;
+  int n_slices;        /* blocks along x rows per row block and leaf (blockIdx.x = row block * n_slices + slice) */
+  int slice_tiles;     /* n-tiles of x a slice holds (the last slice may hold fewer) */
   int vec_x;
-  float *partials;     /* [S][TC_MMAX][rows] when S > 1 */
+  int vec_y;           /* y rows on 16 bytes (ldy % 4 == 0, y on 16 bytes): the leaf combine stores 16 bytes at once */
+  float *partials;     /* [S][TC_MMAX][rows] when S > 1 (x rows of the launch, whatever the slice) */
   const float *alpha;  /* non-NULL (NT = 1 only): x is RMS-normalized first, rmsnorm_kernel's arithmetic */
   float eps;
   int gate;            /* (NT = 1 only, no alpha): x rows hold [g | v] (v at x + K): the input is silu(g) * v */
-  unsigned *counters;  /* one per row block, zero between launches */
+  unsigned *counters;  /* one per (row block, slice), zero between launches */
   int depth;           /* D, the shared-memory ring's slots (tc_depth) */
   const uint4 *xs;     /* NT > 1: x already split into hi/lo records in slot order, [stage][tiles][8][32] */
+  int xs_tiles;        /* the n-tiles of the launch (xs's stride between stages, in 256 records) */
 };
 
 __device__ __forceinline__ uint32_t
@@ -153,16 +157,21 @@ cp_async_wait (void)
   asm volatile ("cp.async.wait_group %0;" ::"n"(N));
 }
 
-/* cp.async.wait_group n for a run-time n (the ring depth D - 2): at most n of this thread's groups pending */
+/* cp.async.wait_group n for a run-time n (the ring depth D - 2, D <= TC_DEPTH_MAX): at most n of this
+ * thread's groups pending. Predicated waits, one per n, not a switch: the switch compiled to a jump table
+ * (a constant load, an indirect branch) that cost ~5 % of an M = 1 launch's stall samples on an H100. */
 __device__ __forceinline__ void
 cp_async_wait_n (int n)
 {
-  switch (n) {
-    case 0: cp_async_wait<0> (); break;
-    case 1: cp_async_wait<1> (); break;
-    case 2: cp_async_wait<2> (); break;
-    default: cp_async_wait<3> (); break;
-  }
+  asm volatile ("{\n\t.reg .pred p;\n\t"
+                "setp.le.s32 p, %0, 0;\n\t@p cp.async.wait_group 0;\n\t"
+                "setp.eq.s32 p, %0, 1;\n\t@p cp.async.wait_group 1;\n\t"
+                "setp.eq.s32 p, %0, 2;\n\t@p cp.async.wait_group 2;\n\t"
+                "setp.eq.s32 p, %0, 3;\n\t@p cp.async.wait_group 3;\n\t"
+                "setp.eq.s32 p, %0, 4;\n\t@p cp.async.wait_group 4;\n\t"
+                "setp.eq.s32 p, %0, 5;\n\t@p cp.async.wait_group 5;\n\t"
+                "setp.ge.s32 p, %0, 6;\n\t@p cp.async.wait_group 6;\n\t}" ::"r"(n)
+                : "memory");
 }
 
 /* Bulk copies of the split x records (sm_90: one thread copies a stage's records of all n-tiles, a
@@ -250,6 +259,25 @@ tc_split_record (float4 v)
   const __nv_bfloat162 l01 = __floats2bfloat162_rn (v.x - f01.x, v.y - f01.y);
   const __nv_bfloat162 l23 = __floats2bfloat162_rn (v.z - f23.x, v.w - f23.y);
   return make_uint4 (bf16x2_bits (h01), bf16x2_bits (h23), bf16x2_bits (l01), bf16x2_bits (l23));
+}
+
+/* y[m, r .. r + 3] (+)= v as tc_store_y does it, one 16-byte store (a.vec_y, r a multiple of 4). */
+template <int FMT>
+__device__ __forceinline__ void
+tc_store_y4 (const TcArgs &a, int m, int64_t r, float4 v)
+{
+  if (FMT == PPX_CUDA_W_INT8) {
+    v.x *= __ldg (a.scales + r);
+    v.y *= __ldg (a.scales + r + 1);
+    v.z *= __ldg (a.scales + r + 2);
+    v.w *= __ldg (a.scales + r + 3);
+  }
+  float4 *yp = reinterpret_cast<float4 *> (a.y + (size_t) m * a.ldy + r);
+  if (a.accumulate) {
+    const float4 o = *yp;
+    v = make_float4 (o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+  }
+  *yp = v;
 }
 
 /* y[m, r] (+)= v, int8's row scale applied (the sum's last step, as the CPU backend's). */

@@ -21,7 +21,7 @@ fast_random (float *v, gsize n, guint64 seed)
  * graph; the GPU time per call and, from it, the weight bytes per second and the multiply-adds per second
  * at each M. */
 static void
-bench_linear (Fmt f, int64_t rows, int64_t cols, const int *Ms, int n_ms)
+bench_linear (Fmt f, int64_t rows, int64_t cols, const int *Ms, int n_ms, const int *slices, int n_slices)
 {
   const gsize n = (gsize) rows * cols;
   g_autofree float *w = g_new (float, n);
@@ -70,22 +70,32 @@ bench_linear (Fmt f, int64_t rows, int64_t cols, const int *Ms, int n_ms)
   fast_random (xv, (gsize) Mmax * cols, 7);
   ppx_tensor_upload (x, 0, xv, (gsize) Mmax * cols);
   double us1 = 0;
-  for (int i = 0; i < n_ms; i++) {
-    double us = 0;
-    const int calls = copies * MAX (1, 120 / copies);
-    if (!ppx_backend_cuda_time_linear (gpu, ws, copies, x, y, Ms[i], calls, 9, &us, &err)) {
-      printf ("%-8s %6" G_GINT64_FORMAT " x %-6" G_GINT64_FORMAT " M=%d: %s\n", fmt_name (f), rows, cols, Ms[i],
-              err->message);
-      g_clear_error (&err);
-      continue;
+  for (int i = 0; i < n_ms; i++)
+    for (int j = 0; j < n_slices; j++) {
+      if (j > 0 && Ms[i] <= 8)
+        break; /* one slice at M <= 8 */
+      double us = 0;
+      const int calls = copies * MAX (1, 120 / copies);
+      ppx_backend_cuda_linear_force_slice (slices[j]);
+      const gboolean ok = ppx_backend_cuda_time_linear (gpu, ws, copies, x, y, Ms[i], calls, 9, &us, &err);
+      ppx_backend_cuda_linear_force_slice (0);
+      if (!ok) {
+        printf ("%-8s %6" G_GINT64_FORMAT " x %-6" G_GINT64_FORMAT " M=%d: %s\n", fmt_name (f), rows, cols, Ms[i],
+                err->message);
+        g_clear_error (&err);
+        continue;
+      }
+      if (i == 0 && j == 0)
+        us1 = us;
+      char sl[24] = "";
+      if (n_slices > 1 || slices[0] != 0)
+        g_snprintf (sl, sizeof sl, "  slice=%d", slices[j]);
+      printf ("%-8s %6" G_GINT64_FORMAT " x %-6" G_GINT64_FORMAT " %7.1f MB  M=%-2d %8.2f us %6.0f GB/s %7.1f TFLOP/s  "
+              "%5.2fx M=%d%s\n",
+              fmt_name (f), rows, cols, bytes / 1e6, Ms[i], us, bytes / us / 1e3, 2.0 * Ms[i] * n / us / 1e6, us / us1,
+              Ms[0], sl);
+      fflush (stdout);
     }
-    if (i == 0)
-      us1 = us;
-    printf ("%-8s %6" G_GINT64_FORMAT " x %-6" G_GINT64_FORMAT " %7.1f MB  M=%-2d %8.2f us %6.0f GB/s %7.1f TFLOP/s  "
-            "%5.2fx M=%d\n",
-            fmt_name (f), rows, cols, bytes / 1e6, Ms[i], us, bytes / us / 1e3, 2.0 * Ms[i] * n / us / 1e6, us / us1, Ms[0]);
-  }
-  fflush (stdout);
   for (int i = 0; i < copies; i++)
     ppx_weight_free (ws[i]);
   g_free (ws);
@@ -236,9 +246,9 @@ bench_attention (PpxKvFormat fmt, int M, int T)
   ppx_tensor_free (out);
 }
 
-/* A comma-separated list of integers from the environment (at most max), or the default. */
+/* A comma-separated list of integers >= lo from the environment (at most max), or the default. */
 static int
-env_ints (const char *name, const int *dflt, int n_dflt, int *out, int max)
+env_ints (const char *name, int lo, const int *dflt, int n_dflt, int *out, int max)
 {
   const char *env = g_getenv (name);
   if (!env || !*env) {
@@ -248,7 +258,7 @@ env_ints (const char *name, const int *dflt, int n_dflt, int *out, int max)
   g_auto (GStrv) parts = g_strsplit (env, ",", -1);
   int n = 0;
   for (int i = 0; parts[i] && n < max; i++)
-    if (atoi (parts[i]) > 0)
+    if (atoi (parts[i]) >= lo)
       out[n++] = atoi (parts[i]);
   return n;
 }
@@ -265,8 +275,8 @@ run_bench_attention (void)
           ppx_backend_device_name (gpu));
   static const int dflt_m[] = {1, 2, 4, 8, 16, 32, 64, 80, 96}, dflt_t[] = {16, 64};
   int Ms[16], Ts[8];
-  const int n_m = env_ints ("PPX_BENCH_ATTENTION_M", dflt_m, G_N_ELEMENTS (dflt_m), Ms, 16);
-  const int n_t = env_ints ("PPX_BENCH_ATTENTION_T", dflt_t, G_N_ELEMENTS (dflt_t), Ts, 8);
+  const int n_m = env_ints ("PPX_BENCH_ATTENTION_M", 1, dflt_m, G_N_ELEMENTS (dflt_m), Ms, 16);
+  const int n_t = env_ints ("PPX_BENCH_ATTENTION_T", 1, dflt_t, G_N_ELEMENTS (dflt_t), Ts, 8);
   const char *kv = g_getenv ("PPX_BENCH_ATTENTION_KV");
   for (guint f = 0; f < G_N_ELEMENTS (kv_formats); f++) {
     if (kv && *kv && !strstr (kv, ppx_kv_format_name (kv_formats[f])))
@@ -439,16 +449,25 @@ run_bench_conv_sweep (int argc, char **argv)
   return 0;
 }
 
-/* test-backend-cuda --bench [FORMAT [ROWSxCOLS]]: the temporal transformer's shapes (rows x cols: QKV, O,
- * gate+up, down, text head) at M = 1, 8, 32, 64; FORMAT (bf16, int8, int4, f32) limits it to one format,
- * ROWSxCOLS to one shape. */
+/* test-backend-cuda --bench [FORMAT [ROWSxCOLS[,ROWSxCOLS...]]]: the temporal transformer's shapes (rows x
+ * cols: QKV, O, gate+up, down, text head) and, for int8, the depformer's (QKV, O, gate+up, down, its input
+ * projection, a 2048-row one) at M = 1, 8, 32, 64; FORMAT (bf16, int8, int4, f32) limits it to one format,
+ * the shape list to those shapes. PPX_BENCH_MS: other M (a comma list, at most 8); PPX_BENCH_SLICES: a comma
+ * list of forced slices (n-tiles of x a block takes, 0 = planned; ppx_backend_cuda_linear_force_slice) timed
+ * at each M > 8. */
 int
 run_bench (const char *only, const char *shape)
 {
-  int64_t only_rows = 0, only_cols = 0;
-  if (shape && sscanf (shape, "%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT, &only_rows, &only_cols) != 2) {
-    g_printerr ("--bench: shape '%s' is not ROWSxCOLS\n", shape);
-    return 2;
+  int64_t only_shapes[16][2];
+  int n_only = 0;
+  if (shape) {
+    g_auto (GStrv) parts = g_strsplit (shape, ",", 16);
+    for (int k = 0; parts[k] && n_only < 16; k++, n_only++)
+      if (sscanf (parts[k], "%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT, &only_shapes[n_only][0], &only_shapes[n_only][1]) != 2 ||
+          only_shapes[n_only][0] < 1 || only_shapes[n_only][1] < 1) {
+        g_printerr ("--bench: shape '%s' is not ROWSxCOLS\n", parts[k]);
+        return 2;
+      }
   }
   printf ("linear layers on %s: GPU time per call (median of 9 replays of a CUDA graph of >= 120 calls cycling over\n"
           "copies of the matrix that do not fit in L2); GB/s = weight bytes (data + scales) / time\n",
@@ -459,16 +478,24 @@ run_bench (const char *only, const char *shape)
   static const int dflt[] = {1, 8, 32, 64};
   int Ms[8];
   const int n_ms = bench_ms (Ms, dflt, G_N_ELEMENTS (dflt));
+  static const int64_t dep_shapes[][2] = {{3072, 1024}, {1024, 1024}, {5632, 1024}, {1024, 2816}, {1024, 4096}, {2048, 1024}};
+  static const int dflt_slices[] = {0};
+  int slices[8];
+  const int n_slices = env_ints ("PPX_BENCH_SLICES", 0, dflt_slices, 1, slices, 8);
   for (guint i = 0; i < G_N_ELEMENTS (f); i++) {
     if (only ? strcmp (only, names[i]) != 0 : f[i].format == PPX_WFMT_F32)
       continue;
     if (shape) {
-      bench_linear (f[i], only_rows, only_cols, Ms, n_ms);
+      for (int j = 0; j < n_only; j++)
+        bench_linear (f[i], only_shapes[j][0], only_shapes[j][1], Ms, n_ms, slices, n_slices);
       continue;
     }
     for (guint j = 0; j < G_N_ELEMENTS (shapes); j++)
       if (f[i].format != PPX_WFMT_F32 || j == 1)
-        bench_linear (f[i], shapes[j][0], shapes[j][1], Ms, n_ms);
+        bench_linear (f[i], shapes[j][0], shapes[j][1], Ms, n_ms, slices, n_slices);
+    if (f[i].format == PPX_WFMT_INT8)
+      for (guint j = 0; j < G_N_ELEMENTS (dep_shapes); j++)
+        bench_linear (f[i], dep_shapes[j][0], dep_shapes[j][1], Ms, n_ms, slices, n_slices);
   }
   return only ? 0 : run_bench_attention ();
 }

@@ -155,6 +155,26 @@ test_linear_batch (void)
   check_linear_rows_exact (formats[0], 512, 2048, 160, TRUE); /* f32, Mimi's FFN down projection, 80 sessions */
 }
 
+/* The same with the x rows of each launch spread over blocks in every way the tensor-core kernel can
+ * (ppx_backend_cuda_linear_force_slice: 2, 3, 5, 8, 16 n-tiles a block; 3 and 5 leave tiles of a block's
+ * configuration empty, 131 rows end in a 3-row launch): the slicing changes where rows are computed, never
+ * their bits. */
+void
+test_linear_batch_slices (void)
+{
+  static const int slices[] = {2, 3, 5, 8, 16};
+  for (guint k = 0; k < G_N_ELEMENTS (slices); k++) {
+    ppx_backend_cuda_linear_force_slice (slices[k]);
+    for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
+      if (formats[i].format == PPX_WFMT_F32 || (formats[i].format == PPX_WFMT_INT4 && (formats[i].group_size == 8 || formats[i].group_size == 48)))
+        continue; /* the CUDA-core kernels: no slices */
+      check_linear_rows_exact (formats[i], 600, 4128, 80, TRUE);    /* K split into leaves, a K tail */
+      check_linear_rows_exact (formats[i], 129, 1000, 131, FALSE);  /* a partial row block, 128 + 3 rows */
+    }
+  }
+  ppx_backend_cuda_linear_force_slice (0);
+}
+
 /* ppx_op_rmsnorm_linear: the fused kernel (M <= 4, tensor-core weights) gives the bits of rmsnorm then linear
  * on the GPU, for every format (f32 and int4 g8/g48 take the two-op path), K tails and leaf splits, with and
  * without accumulation; and the CPU's result within TOL. */

@@ -42,6 +42,8 @@ struct _PpxPacer {
   gint64 lateness[HISTORY];   /* each page's offset beyond the earliest of the BASE_PAGES before it */
   guint n_offsets, n_lateness, next_lateness, since_update;
   gint64 base_us, delay_us;   /* the earliest offset; the delay beyond it that covers QUANTILE of the lateness */
+  gboolean stalled;           /* a page came later than any delay covers; until one comes in time again */
+  guint64 stalls;             /* how many times */
   void (*drained) (gpointer user_data);
   gboolean dispatching, freed;
 };
@@ -193,6 +195,7 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
     p->n_offsets = p->n_lateness = p->next_lateness = p->since_update = 0;
     p->prev_slot_us = 0;
     p->delay_us = 0;
+    p->stalled = FALSE;
   }
   p->last_arrival_us = now;
   gint64 offset = now - p->clock_us - p->pos_us;
@@ -200,12 +203,27 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
   p->base_us = G_MAXINT64;
   for (guint i = 0; i < MIN (p->n_offsets, BASE_PAGES); i++)
     p->base_us = MIN (p->base_us, p->offsets[i]);
-  p->lateness[p->next_lateness] = offset - p->base_us;
-  p->next_lateness = (p->next_lateness + 1) % HISTORY;
-  p->n_lateness = MIN (p->n_lateness + 1, HISTORY);
-  if (++p->since_update >= UPDATE_PAGES || p->n_lateness < HISTORY) {
-    measure_delay (p, duration_us);
-    p->since_update = 0;
+  gint64 lateness = offset - p->base_us;
+  /* A stall (the engine, the server, the host): a page later than the largest delay the pacer may hold is no jitter
+   * a delay could cover, and the pages of the catch-up after it come late together, each a little less. Taken as
+   * jitter they made the delay its bound for the next 10 s (every call's latency 80 ms higher, and for good where a
+   * stall came every few seconds): they are left out of the lateness until a page comes in time again. */
+  if (!p->stalled && lateness > p->max_delay_us + duration_us) {
+    p->stalled = TRUE;
+    p->stalls++;
+    GST_DEBUG ("call %u: stall %" G_GUINT64_FORMAT ": a page %.2f ms late (beyond any delay): not jitter", p->call_id,
+               p->stalls, lateness / 1000.0);
+  } else if (p->stalled && p->clock_us + p->base_us + p->pos_us + p->delay_us >= now) {
+    p->stalled = FALSE;
+  }
+  if (!p->stalled) {
+    p->lateness[p->next_lateness] = lateness;
+    p->next_lateness = (p->next_lateness + 1) % HISTORY;
+    p->n_lateness = MIN (p->n_lateness + 1, HISTORY);
+    if (++p->since_update >= UPDATE_PAGES || p->n_lateness < HISTORY) {
+      measure_delay (p, duration_us);
+      p->since_update = 0;
+    }
   }
   gint64 slot = p->clock_us + p->base_us + p->pos_us + p->delay_us;
   if (slot < now) {

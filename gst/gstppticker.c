@@ -24,6 +24,12 @@
 #define LOAD_RING 16
 #define LOADED_ABOVE 0.75
 #define UNLOADED_BELOW 0.25
+/* Catch-up ticks (gstppticker.h, "Behind"): a member is behind from half a
+ * period on; a catch-up tick waits this long after the last tick ended for
+ * the other members behind, and may end at most CATCH_UP_LATE periods after
+ * the next tick is due. */
+#define CATCH_UP_GRACE_US 3000
+#define CATCH_UP_LATE 0.5
 
 GST_DEBUG_CATEGORY_STATIC (pp_ticker_debug);
 #define GST_CAT_DEFAULT pp_ticker_debug
@@ -48,6 +54,8 @@ struct _GstPpTickerMember
   gfloat *out;
   PpxFrameResult *res;
   gint64 handed_in;             /* monotonic us */
+  gint64 behind;                /* how far its last frame was behind its
+                                 * stream's real time (us, gst_pp_ticker_step) */
   /* result of the tick that stepped it */
   gboolean ok;
   GError *error;
@@ -71,6 +79,11 @@ struct _GstPpTicker
   gint64 ring_start[LOAD_RING], ring_end[LOAD_RING];  /* the last ticks */
   guint ring_next;
   gboolean loaded;              /* under load: batches wait for the due tick */
+  gint64 last_full_us;          /* the last tick that was not a catch-up: its run time */
+  gboolean caught_up;           /* a catch-up tick ran since the last tick on the grid */
+  gint64 hold_until;            /* after a catch-up tick: the next tick waits for its
+                                 * members until then, whatever its deadline */
+  guint64 catch_ups;            /* catch-up ticks run */
   gint64 emulate_fixed_us, emulate_row_us;    /* PPX_TICK_EMULATE */
   gboolean running;
   /* the live ticks (gst_pp_ticker_history): a ring */
@@ -295,9 +308,11 @@ emulate_device (GstPpTicker * t, gint64 start, guint n)
 }
 
 /* Steps every pending frame as one batch. Called by the leader with the
- * lock held and no tick running; drops the lock while the engine steps. */
+ * lock held and no tick running; drops the lock while the engine steps. A
+ * catch-up tick (@catch_up) steps members that are behind between the ticks
+ * due on the grid: the others have not missed it, and the grid stays. */
 static void
-run_tick_locked (GstPpTicker * t)
+run_tick_locked (GstPpTicker * t, gboolean catch_up)
 {
   GError *err = NULL;
   guint n = 0, i, missed = 0, waited = t->n_waited;
@@ -318,7 +333,7 @@ run_tick_locked (GstPpTicker * t)
       memset (&t->res[n], 0, sizeof (PpxFrameResult));
       oldest = MIN (oldest, m->handed_in);
       n++;
-    } else if (m->waited && m->state != MEMBER_RUNNING) {
+    } else if (!catch_up && m->waited && m->state != MEMBER_RUNNING) {
       /* missed this tick: not waited for until it hands in again */
       m->waited = FALSE;
       t->n_waited--;
@@ -334,21 +349,27 @@ run_tick_locked (GstPpTicker * t)
    * one due later, or the calls that were on time would each wait that
    * much longer from then on; one that starts early (every frame was in)
    * moves the grid to it. More than a period late (a stall): a new grid. */
-  if (!t->loaded)
+  if (catch_up) {
+    t->caught_up = TRUE;
+    t->catch_ups++;
+  } else if (!t->loaded)
     t->nominal = 0;
   else if (t->nominal == 0 || start < t->nominal + t->period
       || start - (t->nominal + t->period) > t->period)
     t->nominal = start;
   else
     t->nominal += t->period;
+  if (!catch_up)
+    t->caught_up = FALSE;
   g_mutex_unlock (&t->lock);
 
   ok = ppx_engine_step (t->engine, t->sessions, (int) n, t->ins, t->outs,
       t->res, &err);
   end = emulate_device (t, start, n);
-  GST_DEBUG ("tick of %u rows (%u waited for, %u missed it; %u members): "
+  GST_DEBUG ("%s of %u rows (%u waited for, %u missed it; %u members): "
       "%.1f ms after the last one ended, its oldest frame waited %.1f ms, "
-      "ran %.1f ms", n, waited, missed, t->members->len,
+      "ran %.1f ms", catch_up ? "catch-up tick" : "tick", n, waited, missed,
+      t->members->len,
       t->last_end ? (start - t->last_end) / 1000.0 : -1.0,
       (start - oldest) / 1000.0, (end - start) / 1000.0);
 
@@ -368,6 +389,12 @@ run_tick_locked (GstPpTicker * t)
   }
   t->running = FALSE;
   t->last_end = end;
+  if (!catch_up)
+    t->last_full_us = end - start;
+  /* its members, still behind, hand their next frames in at once: the tick
+   * that is due (overdue, maybe) takes them along rather than leaving them
+   * out of the wait set */
+  t->hold_until = catch_up ? end + CATCH_UP_GRACE_US : 0;
   if (n > 0) {
     guint h = (guint) (t->hist_total % GST_PP_TICK_HISTORY);
 
@@ -381,14 +408,63 @@ run_tick_locked (GstPpTicker * t)
   g_cond_broadcast (&t->cond);
 }
 
+/* How long a tick of @rows lasts (us, lock held): the shortest recent tick
+ * of at least that many rows (a tick's time grows with its rows), else the
+ * last full one. */
+static gint64
+estimate_tick_locked (GstPpTicker * t, guint rows)
+{
+  guint n = (guint) MIN (t->hist_total, (guint64) GST_PP_TICK_HISTORY), i;
+  gdouble ms = -1;
+
+  for (i = 0; i < n; i++)
+    if (t->hist_rows[i] >= rows && (ms < 0 || t->hist_ms[i] < ms))
+      ms = t->hist_ms[i];
+  return ms < 0 ? t->last_full_us : (gint64) (ms * 1000);
+}
+
+/* Whether a catch-up tick may run now (lock held, no tick running): under
+ * load, every frame pending is behind, the members that were behind at their
+ * last hand-in are back (or CATCH_UP_GRACE_US passed since the last tick
+ * ended), none ran since the last tick on the grid, and it would end within
+ * CATCH_UP_LATE periods after the next tick is due. *@wake: when to look
+ * again (the grace's end), or G_MAXINT64. */
+static gboolean
+catch_up_ready_locked (GstPpTicker * t, gint64 now, gint64 * wake)
+{
+  const gint64 behind = t->period / 2;
+  gboolean waiting_for_one = FALSE;
+  guint i;
+
+  *wake = G_MAXINT64;
+  if (!t->loaded || t->nominal == 0 || t->caught_up || t->n_pending == 0
+      || t->n_pending >= t->n_waited
+      || now + estimate_tick_locked (t, t->n_pending) > t->nominal
+      + t->period + (gint64) (CATCH_UP_LATE * t->period))
+    return FALSE;
+  for (i = 0; i < t->members->len; i++) {
+    GstPpTickerMember *o = g_ptr_array_index (t->members, i);
+
+    if (o->state == MEMBER_PENDING && o->behind < behind)
+      return FALSE;
+    if (o->state != MEMBER_PENDING && o->waited && o->behind >= behind)
+      waiting_for_one = TRUE;
+  }
+  if (waiting_for_one && now < t->last_end + CATCH_UP_GRACE_US) {
+    *wake = t->last_end + CATCH_UP_GRACE_US;
+    return FALSE;
+  }
+  return TRUE;
+}
+
 GstPpTickResult
 gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
-    PpxFrameResult * res, GstClockTime batch_deadline, GstPpTickInfo * info,
-    GError ** error)
+    PpxFrameResult * res, GstClockTime batch_deadline, gint64 behind_us,
+    GstPpTickInfo * info, GError ** error)
 {
   GstPpTicker *t;
   GstPpTickResult ret;
-  gint64 now, wait_us, due;
+  gint64 now, wait_us, due, wake;
 
   g_return_val_if_fail (m != NULL, GST_PP_TICK_ERROR);
   t = m->ticker;
@@ -401,6 +477,7 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   m->out = out;
   m->res = res;
   m->state = MEMBER_PENDING;
+  m->behind = behind_us;
   if (!m->waited) {
     m->waited = TRUE;
     t->n_waited++;
@@ -420,18 +497,24 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
     t->deadline = due + wait_us;
   if (t->n_pending >= t->n_waited)
     g_cond_broadcast (&t->cond);
-  GST_LOG ("member %p handed in %.1f ms after the last tick ended%s: %u of %u waited pending",
+  GST_LOG ("member %p handed in %.1f ms after the last tick ended%s, %.1f ms behind: %u of %u waited pending",
       m, t->last_end ? (now - t->last_end) / 1000.0 : -1.0, t->running ? " (a tick runs)" : "",
-      t->n_pending, t->n_waited);
+      behind_us / 1000.0, t->n_pending, t->n_waited);
 
   while (m->state == MEMBER_PENDING || m->state == MEMBER_RUNNING) {
     if (m->state == MEMBER_PENDING && !t->running) {
+      now = g_get_monotonic_time ();
       if (t->n_pending >= t->n_waited
-          || g_get_monotonic_time () >= t->deadline) {
-        run_tick_locked (t);
+          || (now >= t->deadline && now >= t->hold_until)) {
+        run_tick_locked (t, FALSE);
         continue;
       }
-      g_cond_wait_until (&t->cond, &t->lock, t->deadline);
+      if (catch_up_ready_locked (t, now, &wake)) {
+        run_tick_locked (t, TRUE);
+        continue;
+      }
+      g_cond_wait_until (&t->cond, &t->lock,
+          MIN (MAX (t->deadline, t->hold_until), wake));
     } else {
       g_cond_wait (&t->cond, &t->lock);
     }

@@ -223,6 +223,125 @@ test_server_stall (void)
   check_stall (TRUE);
 }
 
+/* ---- some calls behind ---- */
+
+#define BEHIND_CALLS 2       /* on a thread of their own, which stops for BEHIND_MS */
+#define BEHIND_MS 400
+#define BEHIND_AT_S 6.0
+
+typedef struct {
+  FixtureServer *s;
+  PpxChatAudio *audio;
+  PpxChatCall *calls[BEHIND_CALLS];
+  gint64 t0;        /* the main thread's first handshake: the stall comes BEHIND_AT_S after it */
+  gint64 stall_us;  /* when the thread stopped */
+  gboolean ok;
+} Behind;
+
+static gpointer
+behind_thread (gpointer data)
+{
+  Behind *b = data;
+  GMainContext *ctx = g_main_context_new ();
+  g_main_context_push_thread_default (ctx);
+  for (guint i = 0; i < BEHIND_CALLS; i++) {
+    PpxChatOptions o = {.url = b->s->ws_url, .audio = b->audio, .pacing = PPX_CHAT_PACE_REALTIME,
+                        .end_of_stream = TRUE};
+    b->calls[i] = ppx_chat_call_new (&o, &(PpxChatCallbacks) {0}, NULL);
+    ppx_chat_call_start (b->calls[i]);
+  }
+  gint64 at = b->t0 + (gint64) (BEHIND_AT_S * G_USEC_PER_SEC);
+  while (g_get_monotonic_time () < at)
+    g_main_context_iteration (ctx, FALSE) || (g_usleep (1000), TRUE);
+  /* the calls of this thread send nothing for a while (a client, or its network, that stalled), then what is due */
+  b->stall_us = g_get_monotonic_time ();
+  g_usleep (BEHIND_MS * 1000);
+  b->ok = ppx_chat_calls_wait (b->calls, BEHIND_CALLS, ctx, (guint) (SECONDS * 1000) + 60000);
+  g_main_context_pop_thread_default (ctx);
+  g_main_context_unref (ctx);
+  return NULL;
+}
+
+/* The p50 latency of a call's frames sent in [from, to) s after t0. */
+static double
+call_window_p50 (PpxChatCall *call, gint64 t0, double from, double to)
+{
+  g_autoptr (GArray) series = frame_series (ppx_chat_call_get_record (call), t0);
+  return window_p50 (series, from, to);
+}
+
+/* Under load (the ticks on their grid), the calls whose audio came late by BEHIND_MS (their client stalled) while
+ * the others' came in time: the growth of the late calls' latency (3-7 s after the stall against the 3 s before),
+ * and of the others'. */
+static void
+run_behind (double *late_growth, double *others_growth, double *pressure)
+{
+  gint64 p_t0 = g_get_monotonic_time ();
+  double p0 = cpu_pressure_us ();
+  /* 4 calls on a tick of 20 ms + 11 ms a row: 64 ms, the engine busy 80 % of the time (loaded); a tick of the 2 late
+   * calls alone lasts 42 ms (on a GPU too a tick of fewer rows is shorter) */
+  const char *env[] = {"PPX_TICK_EMULATE=20,11", NULL};
+  FixtureServer *s = fixture_server_start_with (NULL, env, 0);
+  g_autoptr (PpxChatAudio) audio = fixture_speech (0.0, SECONDS);
+  PpxChatCall *calls[CALLS];
+  for (guint i = 0; i < CALLS; i++)
+    calls[i] = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, TRUE);
+  for (guint i = 0; i < CALLS; i++)
+    g_assert_true (fixture_call_until_handshake (calls[i], 60000));
+  Behind b = {.s = s, .audio = audio, .t0 = ppx_chat_call_get_record (calls[0])->handshake_us};
+  GThread *thread = g_thread_new ("behind", behind_thread, &b);
+  g_assert_true (ppx_chat_calls_wait (calls, CALLS, NULL, (guint) (SECONDS * 1000) + 60000));
+  g_thread_join (thread);
+  g_assert_true (b.ok);
+  double ts = (b.stall_us - b.t0) / 1e6;
+  *late_growth = *others_growth = -INFINITY;
+  for (guint i = 0; i < CALLS + BEHIND_CALLS; i++) {
+    PpxChatCall *call = i < CALLS ? calls[i] : b.calls[i - CALLS];
+    g_assert_cmpint (ppx_chat_call_get_record (call)->close_code, ==, 1000);
+    double before = call_window_p50 (call, b.t0, ts - 3.0, ts - 0.3);
+    double after = call_window_p50 (call, b.t0, ts + 3.0, ts + 7.0);
+    g_printerr ("%s call %u: latency p50 %.1f ms before the stall, %.1f ms 3-7 s after\n",
+                i < CALLS ? "in-time" : "late", i, before, after);
+    g_assert_false (isnan (before) || isnan (after));
+    double *growth = i < CALLS ? others_growth : late_growth;
+    *growth = MAX (*growth, after - before);
+  }
+  for (guint i = 0; i < CALLS; i++)
+    ppx_chat_call_free (calls[i]);
+  for (guint i = 0; i < BEHIND_CALLS; i++)
+    ppx_chat_call_free (b.calls[i]);
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  if (g_getenv ("PPX_TEST_SERVER_LOG"))
+    g_printerr ("stall at %.3f s after t0 (monotonic %.3f ms)\n%s", ts, b.stall_us / 1000.0, fixture_server_log (s));
+  fixture_server_free (s);
+  *pressure = 100 * (cpu_pressure_us () - p0) / (double) (g_get_monotonic_time () - p_t0);
+  g_printerr ("some calls behind: the late calls' latency grew by %.1f ms at most, the others' by %.1f ms; CPU "
+              "pressure %.0f %%\n", *late_growth, *others_growth, *pressure);
+}
+
+static void
+test_some_behind (void)
+{
+  for (int attempt = 1;; attempt++) {
+    double late, others, pressure;
+    run_behind (&late, &others, &pressure);
+    g_assert_cmpfloat (late, <=, 200); /* before the catch-up ticks: the whole stall, for good */
+    g_assert_cmpfloat (others, <=, 150);
+    if (late <= 60 && others <= 60)
+      break;
+    if (pressure > 40 && attempt < 3) {
+      g_printerr ("NOTE: run %d missed the 60 ms bound at CPU pressure %.0f %%: taken again\n", attempt, pressure);
+      continue;
+    }
+    if (pressure > 40) {
+      g_printerr ("NOTE: every run was that loaded: judged by the looser bounds alone\n");
+      break;
+    }
+    g_assert_cmpfloat (late, <=, 60);
+    g_assert_cmpfloat (others, <=, 60);
+  }
+}
+
 /* ---- level-step ---- */
 
 typedef struct {
@@ -336,5 +455,6 @@ main (int argc, char **argv)
   g_test_add_func ("/server-catchup/engine-stall", test_engine_stall);
   g_test_add_func ("/server-catchup/server-stall", test_server_stall);
   g_test_add_func ("/server-catchup/level-step", test_level_step);
+  g_test_add_func ("/server-catchup/some-calls-behind", test_some_behind);
   return g_test_run ();
 }

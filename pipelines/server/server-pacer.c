@@ -176,15 +176,16 @@ compare_gint64 (gconstpointer a, gconstpointer b)
   return x < y ? -1 : x > y;
 }
 
-/* The delay that covers QUANTILE of the lateness judged (and, before any is, of the pages waiting to be judged, each
- * against the earliest offset before it alone: the call's first second), bounded. */
+/* The delay that covers QUANTILE of the lateness judged, bounded. In a call's first two seconds, the pages waiting
+ * to be judged count too, each against the earliest offset before it alone (as much as it can be judged, or more):
+ * the delay grows as the pages come, never by what is judged a second later (a sudden larger delay is a gap). */
 static void
 measure_delay (PpxPacer *p, gint64 duration_us)
 {
-  gint64 late[MAX (HISTORY, LEVEL_PAGES)];
+  gint64 late[HISTORY + LEVEL_PAGES];
   guint n = p->n_lateness;
   memcpy (late, p->lateness, n * sizeof *late);
-  if (n == 0)
+  if (p->n_lateness < LEVEL_PAGES)
     for (guint i = 0; i < p->n_pending; i++)
       late[n++] = p->pending[i].offset - p->pending[i].base;
   if (n == 0)

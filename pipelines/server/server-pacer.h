@@ -13,7 +13,7 @@
  *   - a stall (a page later than max_delay plus one page: no delay covers it) and the pages that come late after it
  *     (the catch-up) are no jitter: their lateness is not counted, until a page comes in time again;
  *   - the delay is the p99.5 of the lateness of the last 250 pages judged (10 s), measured again every 25 pages (in a
- *     call's first second: of the pages so far against the earliest before them), at most max_delay plus one page;
+ *     call's first 2 s: with the pages not judged yet, against the earliest before them), at most max_delay plus one page;
  *     a page's slot is the earliest offset plus its stream position plus the delay;
  *   - a page that comes after its slot goes at once, with whatever still waits before it (after a stall of the
  *     engine the pages it catches up with go as they come, as before the pacer: the lag does not stay in the call's

@@ -15,9 +15,14 @@
  *     the tick grows): the time pages wait in the pacer (/metrics, personaplex_answer_page_stage_seconds{stage=
  *     "pace"}) 3-8 s after the step must be within 25 ms of the 4 s before it; a pacer that took the step for jitter
  *     held pages as much longer, for 10 s (the step counted twice in the latency).
+ *   - some-calls-behind: 4 calls on a loaded tick (64 ms of 80), the client of 2 of them (on a thread of its own)
+ *     stops 400 ms and then sends what is due: the late calls' latency 3-7 s after must be within 60 ms of before,
+ *     and the others' too. Under load one tick a period steps one frame of every call: without the catch-up ticks
+ *     (gstppticker.h, "Behind") the late calls kept the 400 ms for good.
  * A shared 2-core machine stalls the server and the test for a while now and then: a run that misses the tight
  * bound while the CPU pressure (/proc/pressure/cpu) was over 40 % is taken again, 3 runs at most; looser bounds
- * (latency 150 ms, pacer 45 ms) hold in every run, and fail the old behaviour all the same. */
+ * (latency 150 ms, pacer 45 ms, late calls 200 ms) hold in every run, and fail the old behaviour all the same.
+ * PPX_TEST_SERVER_LOG=1 prints some-calls-behind's server log (with GST_DEBUG=personaplexticker:6: every tick). */
 #include <gst/gst.h>
 #include <math.h>
 #include <signal.h>
@@ -163,9 +168,9 @@ run_stall (gboolean server)
         worst = &g_array_index (series, Point, k);
     double ts = worst->t_s;
     g_assert_cmpfloat (worst->value, >, STALL_MS / 2); /* it came */
-    g_assert_cmpfloat (ts, >, 3.5);                    /* with time to measure before and after it */
+    g_assert_cmpfloat (ts, >, 2.5);                    /* with time to measure before and after it */
     g_assert_cmpfloat (ts, <, SECONDS - 8);
-    double before = window_p50 (series, ts - 3.0, ts - 0.3), after = window_p50 (series, ts + 3.0, ts + 7.0);
+    double before = window_p50 (series, MAX (ts - 3.0, 0.5), ts - 0.3), after = window_p50 (series, ts + 3.0, ts + 7.0);
     LoadgenCall lc = {.index = i, .record = r};
     LoadgenPlayout po;
     g_assert_true (loadgen_call_playout (&lc, t0, NULL, &po));

@@ -26,10 +26,8 @@
 #define UNLOADED_BELOW 0.25
 /* Catch-up ticks (gstppticker.h, "Behind"): a member is behind from half a
  * period on; a catch-up tick waits this long after the last tick ended for
- * the other members behind, and may end at most CATCH_UP_LATE periods after
- * the next tick is due. */
+ * the other members behind. */
 #define CATCH_UP_GRACE_US 3000
-#define CATCH_UP_LATE 0.5
 
 GST_DEBUG_CATEGORY_STATIC (pp_ticker_debug);
 #define GST_CAT_DEFAULT pp_ticker_debug
@@ -309,8 +307,9 @@ emulate_device (GstPpTicker * t, gint64 start, guint n)
 
 /* Steps every pending frame as one batch. Called by the leader with the
  * lock held and no tick running; drops the lock while the engine steps. A
- * catch-up tick (@catch_up) steps members that are behind between the ticks
- * due on the grid: the others have not missed it, and the grid stays. */
+ * catch-up tick (@catch_up) steps the pending members that are behind
+ * between the ticks due on the grid: the others' frames wait for the next
+ * tick, none of them has missed it, and the grid stays. */
 static void
 run_tick_locked (GstPpTicker * t, gboolean catch_up)
 {
@@ -324,7 +323,8 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
   for (i = 0; i < t->members->len; i++) {
     GstPpTickerMember *m = g_ptr_array_index (t->members, i);
 
-    if (m->state == MEMBER_PENDING) {
+    if (m->state == MEMBER_PENDING && (!catch_up
+            || m->behind >= t->period / 2)) {
       m->state = MEMBER_RUNNING;
       t->batch[n] = m;
       t->sessions[n] = m->session;
@@ -340,7 +340,7 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
       missed++;
     }
   }
-  t->n_pending = 0;
+  t->n_pending -= n;
   t->running = TRUE;
   start = g_get_monotonic_time ();
   t->last_tick = start;
@@ -408,48 +408,73 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
   g_cond_broadcast (&t->cond);
 }
 
-/* How long a tick of @rows lasts (us, lock held): the shortest recent tick
- * of at least that many rows (a tick's time grows with its rows), else the
- * last full one. */
+/* How long a tick of @rows lasts (us, lock held), from the recent ticks: the
+ * shortest tick of the fewest rows at or above @rows, less the cost of the
+ * rows between, at the rate between it and the next larger count seen (a
+ * tick's time is about a fixed part and a part a row; where it grows slower
+ * than linearly this over-estimates); the last full tick when nothing
+ * recent is that large. */
 static gint64
 estimate_tick_locked (GstPpTicker * t, guint rows)
 {
   guint n = (guint) MIN (t->hist_total, (guint64) GST_PP_TICK_HISTORY), i;
-  gdouble ms = -1;
+  guint a = 0, b = 0;
+  gdouble ms_a = -1, ms_b = -1, est;
 
   for (i = 0; i < n; i++)
-    if (t->hist_rows[i] >= rows && (ms < 0 || t->hist_ms[i] < ms))
-      ms = t->hist_ms[i];
-  return ms < 0 ? t->last_full_us : (gint64) (ms * 1000);
+    if (t->hist_rows[i] >= rows && (a == 0 || t->hist_rows[i] <= a)) {
+      if (t->hist_rows[i] < a || a == 0)
+        ms_a = t->hist_ms[i];
+      a = t->hist_rows[i];
+      ms_a = MIN (ms_a, t->hist_ms[i]);
+    }
+  if (a == 0)
+    return t->last_full_us;
+  for (i = 0; i < n; i++)
+    if (t->hist_rows[i] > a && (b == 0 || t->hist_rows[i] <= b)) {
+      if (t->hist_rows[i] < b || b == 0)
+        ms_b = t->hist_ms[i];
+      b = t->hist_rows[i];
+      ms_b = MIN (ms_b, t->hist_ms[i]);
+    }
+  est = ms_a;
+  if (b > 0 && ms_b > ms_a)
+    est -= (ms_b - ms_a) / (b - a) * (a - rows);
+  return (gint64) (CLAMP (est, 0, ms_a) * 1000);
 }
 
 /* Whether a catch-up tick may run now (lock held, no tick running): under
- * load, every frame pending is behind, the members that were behind at their
+ * load, some frames pending are behind, the members that were behind at their
  * last hand-in are back (or CATCH_UP_GRACE_US passed since the last tick
- * ended), none ran since the last tick on the grid, and it would end within
- * CATCH_UP_LATE periods after the next tick is due. *@wake: when to look
- * again (the grace's end), or G_MAXINT64. */
+ * ended), none ran since the last tick on the grid, and the tick due next,
+ * started when the catch-up ends (late, maybe), still ends by the time the
+ * one after it is due: the grid is back one tick later, and no tick after it
+ * runs overdue without the members that come in time (a catch-up allowed to
+ * make the next tick half a period late did that, and the split ticks cost
+ * more than it caught up: 16 calls joining on 64 ms ticks fell 0.5-1 s
+ * behind). *@wake: when to look again (the grace's end), or G_MAXINT64. */
 static gboolean
 catch_up_ready_locked (GstPpTicker * t, gint64 now, gint64 * wake)
 {
   const gint64 behind = t->period / 2;
   gboolean waiting_for_one = FALSE;
-  guint i;
+  guint i, rows = 0;
 
   *wake = G_MAXINT64;
   if (!t->loaded || t->nominal == 0 || t->caught_up || t->n_pending == 0
-      || t->n_pending >= t->n_waited
-      || now + estimate_tick_locked (t, t->n_pending) > t->nominal
-      + t->period + (gint64) (CATCH_UP_LATE * t->period))
+      || t->n_pending >= t->n_waited)
     return FALSE;
   for (i = 0; i < t->members->len; i++) {
     GstPpTickerMember *o = g_ptr_array_index (t->members, i);
 
-    if (o->state == MEMBER_PENDING && o->behind < behind)
-      return FALSE;
+    if (o->state == MEMBER_PENDING && o->behind >= behind)
+      rows++;
     if (o->state != MEMBER_PENDING && o->waited && o->behind >= behind)
       waiting_for_one = TRUE;
   }
+  if (rows == 0 || now + estimate_tick_locked (t, rows) + t->last_full_us
+      > t->nominal + 2 * t->period)
+    return FALSE;
   if (waiting_for_one && now < t->last_end + CATCH_UP_GRACE_US) {
     *wake = t->last_end + CATCH_UP_GRACE_US;
     return FALSE;

@@ -31,12 +31,14 @@
  * that far behind for good (its latency that much higher) unless every
  * member was. A member says how far behind each frame is (the stream's
  * lateness beyond the least of its last 4 s, when it handed the frame in at
- * once: gstppstream.c), and from half a period behind it is behind: when
- * every frame pending is behind, a catch-up tick steps them at once between
- * the ticks on the grid, at most one per period, when a tick as long as the
- * last full one ends at most half a period after the next tick is due (which
- * then starts that much later, once; the grid does not move). A backlog of n
- * frames is stepped away in n periods where the engine has the time.
+ * once: gstppstream.c), and from half a period behind it is behind: a
+ * catch-up tick steps the frames pending that are behind at once, between
+ * the ticks on the grid (the others' frames wait for the next one), at most
+ * one per period, when the tick due next,
+ * started as the catch-up ends, still ends by the time the one after it is
+ * due (it starts that much later, once; the grid does not move). A backlog
+ * of n frames is stepped away in n periods or more where the engine has the
+ * time: a catch-up and two full ticks fit in two periods.
  *
  * Internal to the plugin. */
 #ifndef __GST_PP_TICKER_H__

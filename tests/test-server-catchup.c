@@ -15,7 +15,7 @@
  *     the tick grows): the time pages wait in the pacer (/metrics, personaplex_answer_page_stage_seconds{stage=
  *     "pace"}) 3-8 s after the step must be within 25 ms of the 4 s before it; a pacer that took the step for jitter
  *     held pages as much longer, for 10 s (the step counted twice in the latency).
- *   - some-calls-behind: 4 calls on a loaded tick (64 ms of 80), the client of 2 of them (on a thread of its own)
+ *   - some-calls-behind: 6 calls on a loaded tick (64 ms of 80), the client of 2 of them (on a thread of its own)
  *     stops 400 ms and then sends what is due: the late calls' latency 3-7 s after must be within 60 ms of before,
  *     and the others' too. Under load one tick a period steps one frame of every call: without the catch-up ticks
  *     (gstppticker.h, "Behind") the late calls kept the 400 ms for good.
@@ -231,6 +231,7 @@ test_server_stall (void)
 /* ---- some calls behind ---- */
 
 #define BEHIND_CALLS 2       /* on a thread of their own, which stops for BEHIND_MS */
+#define IN_TIME_CALLS 4
 #define BEHIND_MS 400
 #define BEHIND_AT_S 6.0
 
@@ -283,35 +284,36 @@ run_behind (double *late_growth, double *others_growth, double *pressure)
 {
   gint64 p_t0 = g_get_monotonic_time ();
   double p0 = cpu_pressure_us ();
-  /* 4 calls on a tick of 20 ms + 11 ms a row: 64 ms, the engine busy 80 % of the time (loaded); a tick of the 2 late
-   * calls alone lasts 42 ms (on a GPU too a tick of fewer rows is shorter) */
-  const char *env[] = {"PPX_TICK_EMULATE=20,11", NULL};
+  /* 6 calls on a tick of 4 ms + 10 ms a row: 64 ms, the engine busy 80 % of the time (loaded); a tick of the 2 late
+   * calls alone lasts 24 ms (on a GPU too a tick of fewer rows is shorter): a catch-up and two full ticks fit in
+   * two periods */
+  const char *env[] = {"PPX_TICK_EMULATE=4,10", NULL};
   FixtureServer *s = fixture_server_start_with (NULL, env, 0);
   g_autoptr (PpxChatAudio) audio = fixture_speech (0.0, SECONDS);
-  PpxChatCall *calls[CALLS];
-  for (guint i = 0; i < CALLS; i++)
+  PpxChatCall *calls[IN_TIME_CALLS];
+  for (guint i = 0; i < IN_TIME_CALLS; i++)
     calls[i] = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, TRUE);
-  for (guint i = 0; i < CALLS; i++)
+  for (guint i = 0; i < IN_TIME_CALLS; i++)
     g_assert_true (fixture_call_until_handshake (calls[i], 60000));
   Behind b = {.s = s, .audio = audio, .t0 = ppx_chat_call_get_record (calls[0])->handshake_us};
   GThread *thread = g_thread_new ("behind", behind_thread, &b);
-  g_assert_true (ppx_chat_calls_wait (calls, CALLS, NULL, (guint) (SECONDS * 1000) + 60000));
+  g_assert_true (ppx_chat_calls_wait (calls, IN_TIME_CALLS, NULL, (guint) (SECONDS * 1000) + 60000));
   g_thread_join (thread);
   g_assert_true (b.ok);
   double ts = (b.stall_us - b.t0) / 1e6;
   *late_growth = *others_growth = -INFINITY;
-  for (guint i = 0; i < CALLS + BEHIND_CALLS; i++) {
-    PpxChatCall *call = i < CALLS ? calls[i] : b.calls[i - CALLS];
+  for (guint i = 0; i < IN_TIME_CALLS + BEHIND_CALLS; i++) {
+    PpxChatCall *call = i < IN_TIME_CALLS ? calls[i] : b.calls[i - IN_TIME_CALLS];
     g_assert_cmpint (ppx_chat_call_get_record (call)->close_code, ==, 1000);
     double before = call_window_p50 (call, b.t0, ts - 3.0, ts - 0.3);
     double after = call_window_p50 (call, b.t0, ts + 3.0, ts + 7.0);
     g_printerr ("%s call %u: latency p50 %.1f ms before the stall, %.1f ms 3-7 s after\n",
-                i < CALLS ? "in-time" : "late", i, before, after);
+                i < IN_TIME_CALLS ? "in-time" : "late", i, before, after);
     g_assert_false (isnan (before) || isnan (after));
-    double *growth = i < CALLS ? others_growth : late_growth;
+    double *growth = i < IN_TIME_CALLS ? others_growth : late_growth;
     *growth = MAX (*growth, after - before);
   }
-  for (guint i = 0; i < CALLS; i++)
+  for (guint i = 0; i < IN_TIME_CALLS; i++)
     ppx_chat_call_free (calls[i]);
   for (guint i = 0; i < BEHIND_CALLS; i++)
     ppx_chat_call_free (b.calls[i]);

@@ -28,6 +28,9 @@
  * period on; a catch-up tick waits this long after the last tick ended for
  * the other members behind. */
 #define CATCH_UP_GRACE_US 3000
+/* ... and behind only after that many frames in a row were: one late tick
+ * makes the frames it held look behind once, a backlog stays */
+#define BEHIND_FRAMES 3
 
 GST_DEBUG_CATEGORY_STATIC (pp_ticker_debug);
 #define GST_CAT_DEFAULT pp_ticker_debug
@@ -53,7 +56,9 @@ struct _GstPpTickerMember
   PpxFrameResult *res;
   gint64 handed_in;             /* monotonic us */
   gint64 behind;                /* how far its last frame was behind its
-                                 * stream's real time (us, gst_pp_ticker_step) */
+                                 * stream's real time (us, gst_pp_ticker_step),
+                                 * 0 until BEHIND_FRAMES in a row were */
+  guint behind_frames;          /* frames in a row handed in behind */
   /* result of the tick that stepped it */
   gboolean ok;
   GError *error;
@@ -502,7 +507,8 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   m->out = out;
   m->res = res;
   m->state = MEMBER_PENDING;
-  m->behind = behind_us;
+  m->behind_frames = behind_us >= t->period / 2 ? m->behind_frames + 1 : 0;
+  m->behind = m->behind_frames >= BEHIND_FRAMES ? behind_us : 0;
   if (!m->waited) {
     m->waited = TRUE;
     t->n_waited++;

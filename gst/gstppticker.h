@@ -31,7 +31,8 @@
  * that far behind for good (its latency that much higher) unless every
  * member was. A member says how far behind each frame is (the stream's
  * lateness beyond the least of its last 4 s, when it handed the frame in at
- * once: gstppstream.c), and from half a period behind it is behind: a
+ * once: gstppstream.c), and from half a period behind, 3 frames in a row
+ * (not one late tick), it is behind: a
  * catch-up tick steps the frames pending that are behind at once, between
  * the ticks on the grid (the others' frames wait for the next one), at most
  * one per period, when the tick due next,

@@ -109,6 +109,7 @@ reset_timeline (GstPpStream * st)
   st->samples_since_resync = 0;
   st->lead_samples = 0;
   st->next_is_discont = TRUE;
+  st->n_lag = st->next_lag = 0;
 }
 
 /* Starts a new conversation with the same prompts. */
@@ -151,6 +152,7 @@ gst_pp_stream_start (GstPpStream * st, GstPpModelHandle * model,
   gst_segment_init (&st->segment, GST_FORMAT_TIME);
   gst_flow_combiner_reset (st->flow_combiner);
   reset_timeline (st);
+  st->last_step_end = 0;
   st->conversation_frame = 0;
   st->frames_since_stats = 0;
   st->last_seek_seqnum = GST_SEQNUM_INVALID;
@@ -255,6 +257,35 @@ push_text (GstPpStream * st, const gchar * text,
   return gst_pp_text_pad_last_flow (&st->text);
 }
 
+/* How far the frame about to be handed in (its last real sample the
+ * timeline's @n_samples-th from here) is behind its stream's real time
+ * (us): its lateness (the hand-in minus the audio's duration since the
+ * resync) beyond the least of the last GST_PP_LAG_FRAMES frames, when the
+ * frame was complete as soon as the step before it returned (its input
+ * waited); 0 otherwise. A stream that comes in real time hands its frames in
+ * as they complete, at about the same lateness each; one whose audio came
+ * late in a burst, or that missed ticks, hands them in at once, that much
+ * later (gstppticker.h, "Behind"). */
+#define AT_ONCE_US 5000
+static gint64
+frame_behind (GstPpStream * st, guint n_samples)
+{
+  gint64 now = g_get_monotonic_time (), lag, least;
+  gboolean at_once = st->last_step_end > 0
+      && now - st->last_step_end < AT_ONCE_US;
+  guint i;
+
+  lag = now - (gint64) gst_util_uint64_scale_int (st->samples_since_resync
+      + n_samples, G_USEC_PER_SEC, RATE);
+  least = lag;
+  for (i = 0; i < st->n_lag; i++)
+    least = MIN (least, st->lag_us[i]);
+  st->lag_us[st->next_lag] = lag;
+  st->next_lag = (st->next_lag + 1) % GST_PP_LAG_FRAMES;
+  st->n_lag = MIN (st->n_lag + 1, GST_PP_LAG_FRAMES);
+  return at_once ? lag - least : 0;
+}
+
 /* Steps the frame in st->in_frame (frame_size samples: @lead samples of
  * silence, then @n_samples of real input, then silence) and pushes the
  * answer to the real input: @n_samples from @lead on. */
@@ -274,7 +305,7 @@ step_and_push (GstPpStream * st, guint lead, guint n_samples)
   batch_deadline = st->settings->batch_deadline;
   GST_OBJECT_UNLOCK (st->element);
   switch (gst_pp_ticker_step (st->member, st->in_frame, st->out_frame,
-          &res, batch_deadline, &tick, &err)) {
+          &res, batch_deadline, frame_behind (st, n_samples), &tick, &err)) {
     case GST_PP_TICK_OK:
       break;
     case GST_PP_TICK_FLUSHING:
@@ -318,6 +349,7 @@ step_and_push (GstPpStream * st, guint lead, guint n_samples)
     gst_element_post_message (st->element, text_msg);
   if (stats_msg)
     gst_element_post_message (st->element, stats_msg);
+  st->last_step_end = g_get_monotonic_time ();
   return ret;
 }
 
@@ -478,6 +510,7 @@ handle_timeline (GstPpStream * st, GstBuffer * buffer,
   else
     st->resync_pts = 0;
   st->samples_since_resync = 0;
+  st->n_lag = st->next_lag = 0;
   st->next_is_discont = TRUE;
   st->lead_samples = alignment_lead (st, n_samples);
   GST_DEBUG_OBJECT (st->element, "timeline starts at %" GST_TIME_FORMAT

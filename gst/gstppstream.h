@@ -20,6 +20,10 @@
 #include "gstpptextpad.h"
 #include "gstppticker.h"
 
+/* The frames over which a stream's lateness is judged (4 s): see
+ * gstppticker.h, "Behind". */
+#define GST_PP_LAG_FRAMES 50
+
 G_BEGIN_DECLS
 
 typedef struct
@@ -49,6 +53,11 @@ typedef struct
   GstClockTime resync_pts;      /* PTS of the first sample since a resync */
   guint64 samples_since_resync; /* samples already stepped since then */
   guint lead_samples;           /* silence before the timeline's first frame (frame alignment) */
+  /* how late the frames are (gst_pp_stream_behind): each frame's hand-in
+   * minus its audio's duration since the resync, the last ones (a ring) */
+  gint64 lag_us[GST_PP_LAG_FRAMES];
+  guint n_lag, next_lag;
+  gint64 last_step_end;         /* when the last step returned (monotonic us) */
   gboolean next_is_discont;
   guint64 conversation_frame;   /* frames since the prompts (reset on flush) */
   guint frames_since_stats;

@@ -24,6 +24,13 @@
 #define LOAD_RING 16
 #define LOADED_ABOVE 0.75
 #define UNLOADED_BELOW 0.25
+/* Catch-up ticks (gstppticker.h, "Behind"): a member is behind from half a
+ * period on; a catch-up tick waits this long after the last tick ended for
+ * the other members behind. */
+#define CATCH_UP_GRACE_US 3000
+/* ... and behind only after that many frames in a row were: one late tick
+ * makes the frames it held look behind once, a backlog stays */
+#define BEHIND_FRAMES 3
 
 GST_DEBUG_CATEGORY_STATIC (pp_ticker_debug);
 #define GST_CAT_DEFAULT pp_ticker_debug
@@ -48,6 +55,10 @@ struct _GstPpTickerMember
   gfloat *out;
   PpxFrameResult *res;
   gint64 handed_in;             /* monotonic us */
+  gint64 behind;                /* how far its last frame was behind its
+                                 * stream's real time (us, gst_pp_ticker_step),
+                                 * 0 until BEHIND_FRAMES in a row were */
+  guint behind_frames;          /* frames in a row handed in behind */
   /* result of the tick that stepped it */
   gboolean ok;
   GError *error;
@@ -71,6 +82,11 @@ struct _GstPpTicker
   gint64 ring_start[LOAD_RING], ring_end[LOAD_RING];  /* the last ticks */
   guint ring_next;
   gboolean loaded;              /* under load: batches wait for the due tick */
+  gint64 last_full_us;          /* the last tick that was not a catch-up: its run time */
+  gboolean caught_up;           /* a catch-up tick ran since the last tick on the grid */
+  gint64 hold_until;            /* after a catch-up tick: the next tick waits for its
+                                 * members until then, whatever its deadline */
+  guint64 catch_ups;            /* catch-up ticks run */
   gint64 emulate_fixed_us, emulate_row_us;    /* PPX_TICK_EMULATE */
   gboolean running;
   /* the live ticks (gst_pp_ticker_history): a ring */
@@ -295,9 +311,12 @@ emulate_device (GstPpTicker * t, gint64 start, guint n)
 }
 
 /* Steps every pending frame as one batch. Called by the leader with the
- * lock held and no tick running; drops the lock while the engine steps. */
+ * lock held and no tick running; drops the lock while the engine steps. A
+ * catch-up tick (@catch_up) steps the pending members that are behind
+ * between the ticks due on the grid: the others' frames wait for the next
+ * tick, none of them has missed it, and the grid stays. */
 static void
-run_tick_locked (GstPpTicker * t)
+run_tick_locked (GstPpTicker * t, gboolean catch_up)
 {
   GError *err = NULL;
   guint n = 0, i, missed = 0, waited = t->n_waited;
@@ -309,7 +328,8 @@ run_tick_locked (GstPpTicker * t)
   for (i = 0; i < t->members->len; i++) {
     GstPpTickerMember *m = g_ptr_array_index (t->members, i);
 
-    if (m->state == MEMBER_PENDING) {
+    if (m->state == MEMBER_PENDING && (!catch_up
+            || m->behind >= t->period / 2)) {
       m->state = MEMBER_RUNNING;
       t->batch[n] = m;
       t->sessions[n] = m->session;
@@ -318,14 +338,14 @@ run_tick_locked (GstPpTicker * t)
       memset (&t->res[n], 0, sizeof (PpxFrameResult));
       oldest = MIN (oldest, m->handed_in);
       n++;
-    } else if (m->waited && m->state != MEMBER_RUNNING) {
+    } else if (!catch_up && m->waited && m->state != MEMBER_RUNNING) {
       /* missed this tick: not waited for until it hands in again */
       m->waited = FALSE;
       t->n_waited--;
       missed++;
     }
   }
-  t->n_pending = 0;
+  t->n_pending -= n;
   t->running = TRUE;
   start = g_get_monotonic_time ();
   t->last_tick = start;
@@ -334,21 +354,27 @@ run_tick_locked (GstPpTicker * t)
    * one due later, or the calls that were on time would each wait that
    * much longer from then on; one that starts early (every frame was in)
    * moves the grid to it. More than a period late (a stall): a new grid. */
-  if (!t->loaded)
+  if (catch_up) {
+    t->caught_up = TRUE;
+    t->catch_ups++;
+  } else if (!t->loaded)
     t->nominal = 0;
   else if (t->nominal == 0 || start < t->nominal + t->period
       || start - (t->nominal + t->period) > t->period)
     t->nominal = start;
   else
     t->nominal += t->period;
+  if (!catch_up)
+    t->caught_up = FALSE;
   g_mutex_unlock (&t->lock);
 
   ok = ppx_engine_step (t->engine, t->sessions, (int) n, t->ins, t->outs,
       t->res, &err);
   end = emulate_device (t, start, n);
-  GST_DEBUG ("tick of %u rows (%u waited for, %u missed it; %u members): "
+  GST_DEBUG ("%s of %u rows (%u waited for, %u missed it; %u members): "
       "%.1f ms after the last one ended, its oldest frame waited %.1f ms, "
-      "ran %.1f ms", n, waited, missed, t->members->len,
+      "ran %.1f ms", catch_up ? "catch-up tick" : "tick", n, waited, missed,
+      t->members->len,
       t->last_end ? (start - t->last_end) / 1000.0 : -1.0,
       (start - oldest) / 1000.0, (end - start) / 1000.0);
 
@@ -368,6 +394,12 @@ run_tick_locked (GstPpTicker * t)
   }
   t->running = FALSE;
   t->last_end = end;
+  if (!catch_up)
+    t->last_full_us = end - start;
+  /* its members, still behind, hand their next frames in at once: the tick
+   * that is due (overdue, maybe) takes them along rather than leaving them
+   * out of the wait set */
+  t->hold_until = catch_up ? end + CATCH_UP_GRACE_US : 0;
   if (n > 0) {
     guint h = (guint) (t->hist_total % GST_PP_TICK_HISTORY);
 
@@ -381,14 +413,88 @@ run_tick_locked (GstPpTicker * t)
   g_cond_broadcast (&t->cond);
 }
 
+/* How long a tick of @rows lasts (us, lock held), from the recent ticks: the
+ * shortest tick of the fewest rows at or above @rows, less the cost of the
+ * rows between, at the rate between it and the next larger count seen (a
+ * tick's time is about a fixed part and a part a row; where it grows slower
+ * than linearly this over-estimates); the last full tick when nothing
+ * recent is that large. */
+static gint64
+estimate_tick_locked (GstPpTicker * t, guint rows)
+{
+  guint n = (guint) MIN (t->hist_total, (guint64) GST_PP_TICK_HISTORY), i;
+  guint a = 0, b = 0;
+  gdouble ms_a = -1, ms_b = -1, est;
+
+  for (i = 0; i < n; i++)
+    if (t->hist_rows[i] >= rows && (a == 0 || t->hist_rows[i] <= a)) {
+      if (t->hist_rows[i] < a || a == 0)
+        ms_a = t->hist_ms[i];
+      a = t->hist_rows[i];
+      ms_a = MIN (ms_a, t->hist_ms[i]);
+    }
+  if (a == 0)
+    return t->last_full_us;
+  for (i = 0; i < n; i++)
+    if (t->hist_rows[i] > a && (b == 0 || t->hist_rows[i] <= b)) {
+      if (t->hist_rows[i] < b || b == 0)
+        ms_b = t->hist_ms[i];
+      b = t->hist_rows[i];
+      ms_b = MIN (ms_b, t->hist_ms[i]);
+    }
+  est = ms_a;
+  if (b > 0 && ms_b > ms_a)
+    est -= (ms_b - ms_a) / (b - a) * (a - rows);
+  return (gint64) (CLAMP (est, 0, ms_a) * 1000);
+}
+
+/* Whether a catch-up tick may run now (lock held, no tick running): under
+ * load, some frames pending are behind, the members that were behind at their
+ * last hand-in are back (or CATCH_UP_GRACE_US passed since the last tick
+ * ended), none ran since the last tick on the grid, and the tick due next,
+ * started when the catch-up ends (late, maybe), still ends by the time the
+ * one after it is due: the grid is back one tick later, and no tick after it
+ * runs overdue without the members that come in time (a catch-up allowed to
+ * make the next tick half a period late did that, and the split ticks cost
+ * more than it caught up: 16 calls joining on 64 ms ticks fell 0.5-1 s
+ * behind). *@wake: when to look again (the grace's end), or G_MAXINT64. */
+static gboolean
+catch_up_ready_locked (GstPpTicker * t, gint64 now, gint64 * wake)
+{
+  const gint64 behind = t->period / 2;
+  gboolean waiting_for_one = FALSE;
+  guint i, rows = 0;
+
+  *wake = G_MAXINT64;
+  if (!t->loaded || t->nominal == 0 || t->caught_up || t->n_pending == 0
+      || t->n_pending >= t->n_waited)
+    return FALSE;
+  for (i = 0; i < t->members->len; i++) {
+    GstPpTickerMember *o = g_ptr_array_index (t->members, i);
+
+    if (o->state == MEMBER_PENDING && o->behind >= behind)
+      rows++;
+    if (o->state != MEMBER_PENDING && o->waited && o->behind >= behind)
+      waiting_for_one = TRUE;
+  }
+  if (rows == 0 || now + estimate_tick_locked (t, rows) + t->last_full_us
+      > t->nominal + 2 * t->period)
+    return FALSE;
+  if (waiting_for_one && now < t->last_end + CATCH_UP_GRACE_US) {
+    *wake = t->last_end + CATCH_UP_GRACE_US;
+    return FALSE;
+  }
+  return TRUE;
+}
+
 GstPpTickResult
 gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
-    PpxFrameResult * res, GstClockTime batch_deadline, GstPpTickInfo * info,
-    GError ** error)
+    PpxFrameResult * res, GstClockTime batch_deadline, gint64 behind_us,
+    GstPpTickInfo * info, GError ** error)
 {
   GstPpTicker *t;
   GstPpTickResult ret;
-  gint64 now, wait_us, due;
+  gint64 now, wait_us, due, wake;
 
   g_return_val_if_fail (m != NULL, GST_PP_TICK_ERROR);
   t = m->ticker;
@@ -401,6 +507,8 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   m->out = out;
   m->res = res;
   m->state = MEMBER_PENDING;
+  m->behind_frames = behind_us >= t->period / 2 ? m->behind_frames + 1 : 0;
+  m->behind = m->behind_frames >= BEHIND_FRAMES ? behind_us : 0;
   if (!m->waited) {
     m->waited = TRUE;
     t->n_waited++;
@@ -420,18 +528,24 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
     t->deadline = due + wait_us;
   if (t->n_pending >= t->n_waited)
     g_cond_broadcast (&t->cond);
-  GST_LOG ("member %p handed in %.1f ms after the last tick ended%s: %u of %u waited pending",
+  GST_LOG ("member %p handed in %.1f ms after the last tick ended%s, %.1f ms behind: %u of %u waited pending",
       m, t->last_end ? (now - t->last_end) / 1000.0 : -1.0, t->running ? " (a tick runs)" : "",
-      t->n_pending, t->n_waited);
+      behind_us / 1000.0, t->n_pending, t->n_waited);
 
   while (m->state == MEMBER_PENDING || m->state == MEMBER_RUNNING) {
     if (m->state == MEMBER_PENDING && !t->running) {
+      now = g_get_monotonic_time ();
       if (t->n_pending >= t->n_waited
-          || g_get_monotonic_time () >= t->deadline) {
-        run_tick_locked (t);
+          || (now >= t->deadline && now >= t->hold_until)) {
+        run_tick_locked (t, FALSE);
         continue;
       }
-      g_cond_wait_until (&t->cond, &t->lock, t->deadline);
+      if (catch_up_ready_locked (t, now, &wake)) {
+        run_tick_locked (t, TRUE);
+        continue;
+      }
+      g_cond_wait_until (&t->cond, &t->lock,
+          MIN (MAX (t->deadline, t->hold_until), wake));
     } else {
       g_cond_wait (&t->cond, &t->lock);
     }

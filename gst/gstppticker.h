@@ -24,6 +24,23 @@
  * (under load, counted from the due tick); afterwards they tick without
  * waiting for it until it hands in again.
  *
+ * Behind: a member whose input waits (its audio came late in a burst, or
+ * it missed ticks) hands in each frame as soon as it has stepped the one
+ * before, behind its stream's real time by up to the backlog. Under load one
+ * tick a period steps one frame of every member, so such a member stayed
+ * that far behind for good (its latency that much higher) unless every
+ * member was. A member says how far behind each frame is (the stream's
+ * lateness beyond the least of its last 4 s, when it handed the frame in at
+ * once: gstppstream.c), and from half a period behind, 3 frames in a row
+ * (not one late tick), it is behind: a
+ * catch-up tick steps the frames pending that are behind at once, between
+ * the ticks on the grid (the others' frames wait for the next one), at most
+ * one per period, when the tick due next,
+ * started as the catch-up ends, still ends by the time the one after it is
+ * due (it starts that much later, once; the grid does not move). A backlog
+ * of n frames is stepped away in n periods or more where the engine has the
+ * time: a catch-up and two full ticks fit in two periods.
+ *
  * Internal to the plugin. */
 #ifndef __GST_PP_TICKER_H__
 #define __GST_PP_TICKER_H__
@@ -78,10 +95,13 @@ void gst_pp_ticker_set_flushing (GstPpTickerMember * member,
 /* Hands in one frame (@in, @out: frame_size samples each, @res: the
  * session's tokens and text) and waits until a tick stepped it.
  * @batch_deadline: how long this frame may wait for the others (ns).
+ * @behind_us: how far the frame is behind its stream's real time, beyond
+ * the least the stream was lately (0: not behind; "Behind", above).
  * Call from the member's streaming thread only. */
 GstPpTickResult gst_pp_ticker_step (GstPpTickerMember * member,
     const gfloat * in, gfloat * out, PpxFrameResult * res,
-    GstClockTime batch_deadline, GstPpTickInfo * info, GError ** error);
+    GstClockTime batch_deadline, gint64 behind_us, GstPpTickInfo * info,
+    GError ** error);
 
 /* Frame alignment (docs/element.md "Frame alignment"): how much earlier
  * (us, 0 <= lead < @period) a member starting a new stream should begin its

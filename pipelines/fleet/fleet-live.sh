@@ -103,9 +103,10 @@ tick_p99 () {
 # The engine's ticks, from a server's log (the ticker's debug lines, GST_DEBUG=personaplexticker:5, one a tick):
 # how many a second, rows a tick, ticks that ran without a member (it missed it), the wait of each tick's oldest
 # frame for the others and the tick's own time; over the ticks with at least half the most rows seen (the calls'
-# middle, not their ramps).
+# middle, not their ramps); the catch-up ticks (calls behind real time stepped between the grid's ticks,
+# docs/element.md "Behind") are counted apart.
 tick_summary () {
-  awk '/ tick of [0-9]+ rows / {
+  awk '/ tick of [0-9]+ rows / && !/catch-up tick of/ {
          for (k = 1; k <= NF; k++) if ($k == "tick" && $(k + 1) == "of") break
          split($1, hms, ":"); t = hms[1] * 3600 + hms[2] * 60 + hms[3]
          print t, $(k + 2), $(k + 7), $(NF - 4), $(NF - 1) }' "$1" > "$1.ticks"
@@ -116,8 +117,9 @@ tick_summary () {
   awk -v most="$most" '{ n++; rows += $2; missed += ($3 > 0); if (NR == 1) t0 = $1; t1 = $1 }
        END { printf "%d ticks of %d to %d rows (the calls%s middle), %.2f a second, %.1f rows a tick, %d missed a member",
              n, int((most + 1) / 2), most, "\047", (t1 > t0 ? (n - 1) / (t1 - t0) : 0), rows / n, missed }' "$1.busy"
-  printf "; oldest frame waited p50 %s p99 %s ms; ran p50 %s p99 %s ms\n" "$(cut -d" " -f4 "$1.busy" | pct 0.5)" \
-    "$(cut -d" " -f4 "$1.busy" | pct 0.99)" "$(cut -d" " -f5 "$1.busy" | pct 0.5)" "$(cut -d" " -f5 "$1.busy" | pct 0.99)"
+  printf "; oldest frame waited p50 %s p99 %s ms; ran p50 %s p99 %s ms; %s catch-up ticks\n" \
+    "$(cut -d" " -f4 "$1.busy" | pct 0.5)" "$(cut -d" " -f4 "$1.busy" | pct 0.99)" \
+    "$(cut -d" " -f5 "$1.busy" | pct 0.5)" "$(cut -d" " -f5 "$1.busy" | pct 0.99)" "$(grep -c 'catch-up tick of' "$1")"
 }
 
 main () {

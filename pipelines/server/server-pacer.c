@@ -11,11 +11,18 @@ GST_DEBUG_CATEGORY_STATIC (pacing_debug);
 #define HISTORY 250                     /* pages (10 s) the delay is measured over */
 #define BASE_PAGES 50                   /* pages (2 s) the earliest offset is taken over */
 #define QUANTILE 0.995                  /* of their lateness, covered */
+#define LEVEL_PAGES 25                  /* a lateness that lasts twice this (2 s) is a new level, not jitter */
 #define UPDATE_PAGES 25                 /* the delay is measured again every second */
 #define MAX_STEP_US 4000                /* earlier than one page duration after the previous slot at most */
 #define RESTART_US G_USEC_PER_SEC       /* a gap this long starts the clock again */
 #define EARLY_US 500                    /* a slot this close is due now */
 #define MAX_QUEUED_US (2 * G_USEC_PER_SEC) /* audio held at most: beyond it (a client faster than real time) at once */
+
+/* A page whose lateness is not judged yet: it waits for the LEVEL_PAGES after it. */
+typedef struct {
+  gint64 offset, base; /* its offset; the earliest offset of the BASE_PAGES up to it */
+  gint64 later;        /* the earliest offset of the pages after it so far (its own at first) */
+} Pending;
 
 typedef struct {
   GBytes *page;
@@ -39,9 +46,13 @@ struct _PpxPacer {
   gint64 clock_us, last_arrival_us, pos_us; /* pos: the stream position of the next page */
   gint64 prev_slot_us, prev_duration_us;
   gint64 offsets[BASE_PAGES]; /* arrival - stream position of the latest pages */
-  gint64 lateness[HISTORY];   /* each page's offset beyond the earliest of the BASE_PAGES before it */
+  gint64 lateness[HISTORY];   /* each page's offset beyond its level (next_slot) */
   guint n_offsets, n_lateness, next_lateness, since_update;
+  Pending pending[LEVEL_PAGES]; /* the latest pages, a ring, not judged yet */
+  guint n_pending, next_pending;
   gint64 base_us, delay_us;   /* the earliest offset; the delay beyond it that covers QUANTILE of the lateness */
+  gboolean stalled;           /* a page came later than any delay covers; until one comes in time again */
+  guint64 stalls;             /* how many times */
   void (*drained) (gpointer user_data);
   gboolean dispatching, freed;
 };
@@ -165,19 +176,56 @@ compare_gint64 (gconstpointer a, gconstpointer b)
   return x < y ? -1 : x > y;
 }
 
-/* The delay that covers QUANTILE of the history's lateness (offset - base), bounded. */
+/* The delay that covers QUANTILE of the lateness judged, bounded. In a call's first two seconds, the pages waiting
+ * to be judged count too, each against the earliest offset before it alone (as much as it can be judged, or more):
+ * the delay grows as the pages come, never by what is judged a second later (a sudden larger delay is a gap). */
 static void
 measure_delay (PpxPacer *p, gint64 duration_us)
 {
-  gint64 late[HISTORY];
-  memcpy (late, p->lateness, p->n_lateness * sizeof *late);
-  qsort (late, p->n_lateness, sizeof *late, compare_gint64);
-  gint64 delay = late[(guint) (QUANTILE * (p->n_lateness - 1) + 0.5)];
+  gint64 late[HISTORY + LEVEL_PAGES];
+  guint n = p->n_lateness;
+  memcpy (late, p->lateness, n * sizeof *late);
+  if (p->n_lateness < LEVEL_PAGES)
+    for (guint i = 0; i < p->n_pending; i++)
+      late[n++] = p->pending[i].offset - p->pending[i].base;
+  if (n == 0)
+    return;
+  qsort (late, n, sizeof *late, compare_gint64);
+  gint64 delay = late[(guint) (QUANTILE * (n - 1) + 0.5)];
   delay = MIN (delay, p->max_delay_us + duration_us);
   if (ABS (delay - p->delay_us) >= 1000)
-    GST_DEBUG ("call %u: delay %.2f ms (lateness p%.0f of the last %u pages; the latest %.2f ms)", p->call_id,
-               delay / 1000.0, QUANTILE * 100, p->n_lateness, late[p->n_lateness - 1] / 1000.0);
+    GST_DEBUG ("call %u: delay %.2f ms (lateness p%.1f of %u pages; the largest %.2f ms)", p->call_id,
+               delay / 1000.0, QUANTILE * 100, n, late[n - 1] / 1000.0);
   p->delay_us = delay;
+}
+
+/* The page's lateness, judged once the LEVEL_PAGES after it came: its offset beyond the earliest of the BASE_PAGES
+ * up to it, or beyond the earliest of the pages after it when that is later. Jitter (a late tick, a burst of them)
+ * is late against both; a new level (the latency stepped up as calls joined and the tick grew, or the ticks moved)
+ * is not late against the pages after it. Taken as jitter, each step of the latency made the delay as much larger
+ * for the next 10 s, on top of the step itself (a join ramp of 8 calls on the emulated tick: the delay went to its
+ * bound, +70 ms). */
+static void
+judge_page (PpxPacer *p, const Pending *pg)
+{
+  p->lateness[p->next_lateness] = pg->offset - MAX (pg->base, pg->later);
+  p->next_lateness = (p->next_lateness + 1) % HISTORY;
+  p->n_lateness = MIN (p->n_lateness + 1, HISTORY);
+}
+
+/* A page's offset: the pages waiting to be judged see it; `judged` FALSE: the page itself is not judged (a stall). */
+static void
+note_offset (PpxPacer *p, gint64 offset, gboolean judged)
+{
+  for (guint i = 0; i < p->n_pending; i++)
+    p->pending[i].later = MIN (p->pending[i].later, offset);
+  if (!judged)
+    return;
+  if (p->n_pending == LEVEL_PAGES)
+    judge_page (p, &p->pending[p->next_pending]);
+  p->pending[p->next_pending] = (Pending) {offset, p->base_us, offset};
+  p->next_pending = (p->next_pending + 1) % LEVEL_PAGES;
+  p->n_pending = MIN (p->n_pending + 1, LEVEL_PAGES);
 }
 
 /* The slot of an audio page arriving at `now` (the clock described in server-pacer.h). */
@@ -191,8 +239,10 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
     p->clock_us = now;
     p->pos_us = 0;
     p->n_offsets = p->n_lateness = p->next_lateness = p->since_update = 0;
+    p->n_pending = p->next_pending = 0;
     p->prev_slot_us = 0;
     p->delay_us = 0;
+    p->stalled = FALSE;
   }
   p->last_arrival_us = now;
   gint64 offset = now - p->clock_us - p->pos_us;
@@ -200,10 +250,21 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
   p->base_us = G_MAXINT64;
   for (guint i = 0; i < MIN (p->n_offsets, BASE_PAGES); i++)
     p->base_us = MIN (p->base_us, p->offsets[i]);
-  p->lateness[p->next_lateness] = offset - p->base_us;
-  p->next_lateness = (p->next_lateness + 1) % HISTORY;
-  p->n_lateness = MIN (p->n_lateness + 1, HISTORY);
-  if (++p->since_update >= UPDATE_PAGES || p->n_lateness < HISTORY) {
+  gint64 lateness = offset - p->base_us;
+  /* A stall (the engine, the server, the host): a page later than the largest delay the pacer may hold is no jitter
+   * a delay could cover, and the pages of the catch-up after it come late together, each a little less. Taken as
+   * jitter they made the delay its bound for the next 10 s (every call's latency 80 ms higher, and for good where a
+   * stall came every few seconds): they are left out of the lateness until a page comes in time again. */
+  if (!p->stalled && lateness > p->max_delay_us + duration_us) {
+    p->stalled = TRUE;
+    p->stalls++;
+    GST_DEBUG ("call %u: stall %" G_GUINT64_FORMAT ": a page %.2f ms late (beyond any delay): not jitter", p->call_id,
+               p->stalls, lateness / 1000.0);
+  } else if (p->stalled && p->clock_us + p->base_us + p->pos_us + p->delay_us >= now) {
+    p->stalled = FALSE;
+  }
+  note_offset (p, offset, !p->stalled);
+  if (!p->stalled && (++p->since_update >= UPDATE_PAGES || p->n_lateness < HISTORY)) {
     measure_delay (p, duration_us);
     p->since_update = 0;
   }

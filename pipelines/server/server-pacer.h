@@ -7,9 +7,14 @@
  *
  * The playout delay is measured, bounded:
  *   - each page's offset is its arrival minus its stream position (the durations of the pages before it) on the
- *     call's clock; its lateness is that offset beyond the earliest offset of the 50 pages (2 s) before it;
- *   - the delay is the p99.5 of the lateness of the last 250 pages (10 s), measured again every 25 pages, at most
- *     max_delay plus one page; a page's slot is the earliest offset plus its stream position plus the delay;
+ *     call's clock; its lateness is that offset beyond the earliest offset of the 50 pages (2 s) up to it, or beyond
+ *     the earliest offset of the 25 pages after it when that is later (judged a second late): jitter is late
+ *     against both, a new level of the latency (it stepped up for good) is not late against the pages after it;
+ *   - a stall (a page later than max_delay plus one page: no delay covers it) and the pages that come late after it
+ *     (the catch-up) are no jitter: their lateness is not counted, until a page comes in time again;
+ *   - the delay is the p99.5 of the lateness of the last 250 pages judged (10 s), measured again every 25 pages (in a
+ *     call's first 2 s: with the pages not judged yet, against the earliest before them), at most max_delay plus one page;
+ *     a page's slot is the earliest offset plus its stream position plus the delay;
  *   - a page that comes after its slot goes at once, with whatever still waits before it (after a stall of the
  *     engine the pages it catches up with go as they come, as before the pacer: the lag does not stay in the call's
  *     latency);

@@ -40,6 +40,20 @@ struct ConvMmaShape {
   static_assert (NT % BN == 0 && (!TR || NT % BM == 0), "the loaders' thread layout");
 };
 
+/* fn (mi, ni, i) for every float of a warp's MT x NTL tiles of m16n8 accumulators (4 a thread each), unrolled. */
+template <int MT, int NTL, class F>
+__device__ __forceinline__ void
+frag_each (F fn)
+{
+#pragma unroll
+  for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+    for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        fn (mi, ni, i);
+}
+
 /* One stage into the warp's sums: p = the stage's products by mma from zero, then acc += p. */
 template <class S>
 __device__ __forceinline__ void
@@ -48,13 +62,7 @@ conv_mma_stage (const float *A, const float *B, int wm, int wn, int lane, float 
   constexpr int MT = S::MT, NTL = S::NTL, BNP = S::BNP;
   const int g = lane >> 2, t = lane & 3;
   float p[MT][NTL][4];
-#pragma unroll
-  for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-    for (int ni = 0; ni < NTL; ni++)
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-        p[mi][ni][i] = 0.0f;
+  frag_each<MT, NTL> ([&] (int mi, int ni, int i) { p[mi][ni][i] = 0.0f; });
   if constexpr (S::TF) {
 #pragma unroll
     for (int ks = 0; ks < CONV_BK / 8; ks++) {
@@ -110,13 +118,7 @@ conv_mma_stage (const float *A, const float *B, int wm, int wn, int lane, float 
       }
     }
   }
-#pragma unroll
-  for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-    for (int ni = 0; ni < NTL; ni++)
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-        acc[mi][ni][i] += p[mi][ni][i];
+  frag_each<MT, NTL> ([&] (int mi, int ni, int i) { acc[mi][ni][i] += p[mi][ni][i]; });
 }
 
 template <bool TR, int WM, int WN, int MT, int NTL, int MODE>
@@ -131,13 +133,7 @@ conv_mma_kernel (const ConvArgs a)
   const ConvThread g = conv_thread<S> (a, threadIdx.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wm = warp % WM, wn = warp / WM;
   float acc[MT][NTL][4];
-#pragma unroll
-  for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-    for (int ni = 0; ni < NTL; ni++)
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-        acc[mi][ni][i] = 0.0f;
+  frag_each<MT, NTL> ([&] (int mi, int ni, int i) { acc[mi][ni][i] = 0.0f; });
   conv_stages_async<S> (a, g, As, Bs,
                         [&] (const float *Ab, const float *Bb) { conv_mma_stage<S> (Ab, Bb, wm, wn, lane, acc); });
   /* accumulator i of tile (mi, ni): row g + 8 (i / 2), col 2t + i % 2; each col's (m, c) found once */

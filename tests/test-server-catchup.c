@@ -48,25 +48,6 @@ compare_doubles (gconstpointer a, gconstpointer b)
   return x < y ? -1 : x > y;
 }
 
-static double
-cpu_pressure_us (void)
-{
-  g_autofree char *text = NULL;
-  if (!g_file_get_contents ("/proc/pressure/cpu", &text, NULL, NULL))
-    return 0;
-  const char *total = strstr (text, "total=");
-  return total ? g_ascii_strtod (total + 6, NULL) : 0;
-}
-
-/* A counter of /metrics (the line starting with `series`); NAN when absent. */
-static double
-metric (const char *text, const char *series)
-{
-  g_autofree char *needle = g_strdup_printf ("\n%s ", series);
-  const char *at = strstr (text, needle);
-  return at ? g_ascii_strtod (at + strlen (needle), NULL) : NAN;
-}
-
 typedef struct {
   double t_s, value; /* seconds after the first handshake */
 } Point;
@@ -132,11 +113,10 @@ run_stall (gboolean server)
 {
   StallRun run = {0};
   gint64 p_t0 = g_get_monotonic_time ();
-  double p0 = cpu_pressure_us ();
+  double p0 = fixture_cpu_pressure_us ();
   g_autofree char *delay = g_strdup_printf ("%d:%d,%d:0", STALL_TICK, STALL_MS, STALL_TICK + 1);
-  const char *env[] = {server ? NULL : "PPX_DEBUG_TICK_DELAY=", NULL, NULL};
   g_autofree char *delay_env = g_strconcat ("PPX_DEBUG_TICK_DELAY=", delay, NULL);
-  env[0] = server ? NULL : delay_env;
+  const char *env[] = {server ? NULL : delay_env, NULL};
   FixtureServer *s = fixture_server_start_with ((const char *const[]){"--pacing-max-delay", MAX_DELAY, NULL}, env, 0);
   g_autoptr (PpxChatAudio) audio = fixture_speech (0.0, SECONDS);
   PpxChatCall *calls[CALLS];
@@ -186,7 +166,7 @@ run_stall (gboolean server)
     ppx_chat_call_free (calls[i]);
   g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
   fixture_server_free (s);
-  run.pressure = 100 * (cpu_pressure_us () - p0) / (double) (g_get_monotonic_time () - p_t0);
+  run.pressure = 100 * (fixture_cpu_pressure_us () - p0) / (double) (g_get_monotonic_time () - p_t0);
   g_printerr ("%s stall: latency growth %.1f ms at most, missed %.1f ms, dropped beyond missed %.1f ms; CPU pressure "
               "%.0f %%\n", server ? "server" : "engine", run.growth_ms, run.missed_ms, run.excess_ms, run.pressure);
   return run;
@@ -283,7 +263,7 @@ static void
 run_behind (double *late_growth, double *others_growth, double *pressure)
 {
   gint64 p_t0 = g_get_monotonic_time ();
-  double p0 = cpu_pressure_us ();
+  double p0 = fixture_cpu_pressure_us ();
   /* 6 calls on a tick of 4 ms + 10 ms a row: 64 ms, the engine busy 80 % of the time (loaded); a tick of the 2 late
    * calls alone lasts 24 ms (on a GPU too a tick of fewer rows is shorter): a catch-up and two full ticks fit in
    * two periods */
@@ -321,7 +301,7 @@ run_behind (double *late_growth, double *others_growth, double *pressure)
   if (g_getenv ("PPX_TEST_SERVER_LOG"))
     g_printerr ("stall at %.3f s after t0 (monotonic %.3f ms)\n%s", ts, b.stall_us / 1000.0, fixture_server_log (s));
   fixture_server_free (s);
-  *pressure = 100 * (cpu_pressure_us () - p0) / (double) (g_get_monotonic_time () - p_t0);
+  *pressure = 100 * (fixture_cpu_pressure_us () - p0) / (double) (g_get_monotonic_time () - p_t0);
   g_printerr ("some calls behind: the late calls' latency grew by %.1f ms at most, the others' by %.1f ms; CPU "
               "pressure %.0f %%\n", *late_growth, *others_growth, *pressure);
 }
@@ -378,8 +358,8 @@ poll_pace (FixtureServer *s, gint64 t0, GArray *samples)
   if (fixture_http (s, NULL, "/metrics", NULL, &text, NULL) != 200)
     return;
   PaceSample p = {(g_get_monotonic_time () - t0) / 1e6,
-                  metric (text, "personaplex_answer_page_stage_seconds_sum{protocol=\"chat\",stage=\"pace\"}"),
-                  metric (text, "personaplex_answer_page_stage_seconds_count{protocol=\"chat\",stage=\"pace\"}")};
+                  fixture_metric (text, "personaplex_answer_page_stage_seconds_sum{protocol=\"chat\",stage=\"pace\"}", NAN),
+                  fixture_metric (text, "personaplex_answer_page_stage_seconds_count{protocol=\"chat\",stage=\"pace\"}", NAN)};
   if (!isnan (p.sum_s) && !isnan (p.count))
     g_array_append_val (samples, p);
 }
@@ -389,7 +369,7 @@ static double
 run_step (double *pressure)
 {
   gint64 p_t0 = g_get_monotonic_time ();
-  double p0 = cpu_pressure_us ();
+  double p0 = fixture_cpu_pressure_us ();
   g_autofree char *delay_env = g_strdup_printf ("PPX_DEBUG_TICK_DELAY=%d:%d", STEP_TICK, STEP_MS);
   const char *env[] = {delay_env, "PPX_TICK_EMULATE=5,0", NULL};
   FixtureServer *s = fixture_server_start_with ((const char *const[]){"--pacing-max-delay", MAX_DELAY, NULL}, env, 0);
@@ -421,7 +401,7 @@ run_step (double *pressure)
   double lat_before = window_p50 (series, ts - 4.0, ts - 0.3), lat_after = window_p50 (series, ts + 3.0, ts + 8.0);
   g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
   fixture_server_free (s);
-  *pressure = 100 * (cpu_pressure_us () - p0) / (double) (g_get_monotonic_time () - p_t0);
+  *pressure = 100 * (fixture_cpu_pressure_us () - p0) / (double) (g_get_monotonic_time () - p_t0);
   g_printerr ("level step at %.2f s: pages held %.1f ms before, %.1f ms 3-8 s after (mean); latency p50 %.1f ms "
               "before, %.1f ms after; CPU pressure %.0f %%\n", ts, before, after, lat_before, lat_after, *pressure);
   g_assert_false (isnan (before) || isnan (after));

@@ -34,25 +34,6 @@ quantile (GArray *sorted, double q)
   return g_array_index (sorted, double, i);
 }
 
-static double
-cpu_pressure_us (void)
-{
-  g_autofree char *text = NULL;
-  if (!g_file_get_contents ("/proc/pressure/cpu", &text, NULL, NULL))
-    return 0;
-  const char *total = strstr (text, "total=");
-  return total ? g_ascii_strtod (total + 6, NULL) : 0;
-}
-
-/* A counter or bucket of /metrics (the first line starting with `series`); -1 when absent. */
-static double
-metric (const char *text, const char *series)
-{
-  g_autofree char *needle = g_strdup_printf ("\n%s ", series);
-  const char *at = strstr (text, needle);
-  return at ? g_ascii_strtod (at + strlen (needle), NULL) : -1;
-}
-
 typedef struct {
   double p1, p50, p99;
   guint n;
@@ -66,7 +47,7 @@ run_call (const char *const *args)
 {
   Run run = {0};
   gint64 t0 = g_get_monotonic_time ();
-  double p0 = cpu_pressure_us ();
+  double p0 = fixture_cpu_pressure_us ();
   FixtureServer *s = fixture_server_start (args);
   g_autoptr (PpxChatAudio) audio = fixture_speech (0.0, SECONDS);
   g_autoptr (PpxChatCall) call = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, TRUE);
@@ -99,13 +80,13 @@ run_call (const char *const *args)
   g_autofree char *low = g_strdup_printf ("%s_bucket{protocol=\"chat\",le=\"0.035\"}", prefix);
   g_autofree char *high = g_strdup_printf ("%s_bucket{protocol=\"chat\",le=\"0.045\"}", prefix);
   g_autofree char *count = g_strdup_printf ("%s_count{protocol=\"chat\"}", prefix);
-  double n = metric (text, count);
+  double n = fixture_metric (text, count, -1);
   g_assert_cmpfloat (n, >=, run.n);
-  run.in_band = (metric (text, high) - metric (text, low)) / n;
+  run.in_band = (fixture_metric (text, high, -1) - fixture_metric (text, low, -1)) / n;
   g_assert_nonnull (strstr (text, "personaplex_answer_page_stage_seconds_count{protocol=\"chat\",stage=\"encode\"}"));
   g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
   fixture_server_free (s);
-  run.pressure = 100 * (cpu_pressure_us () - p0) / (double) (g_get_monotonic_time () - t0);
+  run.pressure = 100 * (fixture_cpu_pressure_us () - p0) / (double) (g_get_monotonic_time () - t0);
   g_printerr ("%s: %u intervals at the client: p1 %.1f ms, p50 %.1f ms, p99 %.1f ms; /metrics: %.1f %% within "
               "35-45 ms; CPU pressure %.0f %%\n", args[0] ? args[0] : "paced", run.n, run.p1, run.p50, run.p99,
               100 * run.in_band, run.pressure);

@@ -745,3 +745,21 @@ raw_ws_call (FixtureServer *s, const char *path, PpxChatAudio *audio, guint32 *s
   }
   return ws;
 }
+
+double
+fixture_cpu_pressure_us (void)
+{
+  g_autofree char *text = NULL;
+  if (!g_file_get_contents ("/proc/pressure/cpu", &text, NULL, NULL))
+    return 0;
+  const char *total = strstr (text, "total=");
+  return total ? g_ascii_strtod (total + 6, NULL) : 0;
+}
+
+double
+fixture_metric (const char *text, const char *series, double missing)
+{
+  g_autofree char *needle = g_strdup_printf ("\n%s ", series);
+  const char *at = strstr (text, needle);
+  return at ? g_ascii_strtod (at + strlen (needle), NULL) : missing;
+}

@@ -86,6 +86,11 @@ gboolean fixture_server_wait_idle (FixtureServer *s, guint timeout_ms);
 guint fixture_http (FixtureServer *s, const char *method, const char *path, const char *const *headers, char **body,
                     double *ms);
 
+/* The machine's CPU pressure so far (/proc/pressure/cpu, "some" total, microseconds); 0 where it is not kept. */
+double fixture_cpu_pressure_us (void);
+/* A counter or bucket of a /metrics text (the first line starting with `series`); `missing` when absent. */
+double fixture_metric (const char *text, const char *series, double missing);
+
 /* ---- a raw WebSocket client (RFC 6455 by hand, on a blocking socket) ---- */
 typedef struct {
   GSocketConnection *conn;

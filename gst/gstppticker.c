@@ -413,6 +413,29 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
   g_cond_broadcast (&t->cond);
 }
 
+/* The fewest rows of a recent tick that are at least @from (0: none), and in
+ * *@ms the shortest of the ticks of that many rows (lock held). */
+static guint
+least_rows_from_locked (GstPpTicker * t, guint from, gdouble * ms)
+{
+  guint n = (guint) MIN (t->hist_total, (guint64) GST_PP_TICK_HISTORY), i;
+  guint best = 0;
+
+  for (i = 0; i < n; i++) {
+    guint r = t->hist_rows[i];
+
+    if (r < from)
+      continue;
+    if (best == 0 || r < best) {
+      best = r;
+      *ms = t->hist_ms[i];
+    } else if (r == best) {
+      *ms = MIN (*ms, t->hist_ms[i]);
+    }
+  }
+  return best;
+}
+
 /* How long a tick of @rows lasts (us, lock held), from the recent ticks: the
  * shortest tick of the fewest rows at or above @rows, less the cost of the
  * rows between, at the rate between it and the next larger count seen (a
@@ -422,26 +445,12 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
 static gint64
 estimate_tick_locked (GstPpTicker * t, guint rows)
 {
-  guint n = (guint) MIN (t->hist_total, (guint64) GST_PP_TICK_HISTORY), i;
-  guint a = 0, b = 0;
   gdouble ms_a = -1, ms_b = -1, est;
+  guint a = least_rows_from_locked (t, rows, &ms_a), b;
 
-  for (i = 0; i < n; i++)
-    if (t->hist_rows[i] >= rows && (a == 0 || t->hist_rows[i] <= a)) {
-      if (t->hist_rows[i] < a || a == 0)
-        ms_a = t->hist_ms[i];
-      a = t->hist_rows[i];
-      ms_a = MIN (ms_a, t->hist_ms[i]);
-    }
   if (a == 0)
     return t->last_full_us;
-  for (i = 0; i < n; i++)
-    if (t->hist_rows[i] > a && (b == 0 || t->hist_rows[i] <= b)) {
-      if (t->hist_rows[i] < b || b == 0)
-        ms_b = t->hist_ms[i];
-      b = t->hist_rows[i];
-      ms_b = MIN (ms_b, t->hist_ms[i]);
-    }
+  b = least_rows_from_locked (t, a + 1, &ms_b);
   est = ms_a;
   if (b > 0 && ms_b > ms_a)
     est -= (ms_b - ms_a) / (b - a) * (a - rows);

@@ -268,7 +268,10 @@ make_random (const Options *o, const PpxConfig *cfg, gboolean need_lm, gboolean 
   for (int i = 0; need_lm && i < 3; i++)
     if (lm_formats[i])
       need += random_model_lm_bytes (&cfg->lm, formats[i]);
-  guint64 state = need_lm && !o->measure_load
+  /* The sessions' KV caches live in host memory only on the CPU backend; on a GPU they are the device's to
+   * hold (the engine says so when they do not fit), and counting them here refused batches the GPU holds. */
+  const gboolean host_state = g_strcmp0 (r->backend, "cpu") == 0;
+  guint64 state = need_lm && !o->measure_load && host_state
                       ? ppx_lm_batch_bytes (&cfg->lm, o->batch, o->batch, ppx_kv_storage ((PpxKvFormat) o->kv_id))
                       : 0;
   g_autofree char *what = g_strdup_printf ("the random %s model", o->random_size);

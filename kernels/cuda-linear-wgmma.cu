@@ -89,16 +89,21 @@ tcw_add_chunk (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], cons
 }
 
 /* One stage's multiplications for N = 8 n x-rows: the A fragments of all 8 k-steps dequantized first, then
- * chunk after chunk its 2 CK wgmma (k-step by k-step, hi then lo) into a chunk sum from zero, waited for and
- * added to acc before the next chunk starts (one chunk sum in flight: with two, the compiler serialized the
- * wgmma anyway, C7514, and the largest N spilled). Every wgmma is waited for before the stage ends (the slot
- * is then free for the copies of the stage D - 1 ahead). */
+ * the chunks PB at a time: each chunk's 2 CK wgmma (k-step by k-step, hi then lo) into its own chunk sum from
+ * zero, one commit and one wait for the PB chunks, then the chunk sums added to acc in chunk order. PB chunk
+ * sums of 4 n registers each are live at once (as many as fit beside acc: all the stage's chunks for few
+ * n-tiles, one at N = 128); no accumulator of a wgmma in flight is read (a read between the wgmma and its
+ * wait made ptxas serialize them, C7514). Every wgmma is waited for before the stage ends (the slot is then
+ * free for the copies of the stage D - 1 ahead). */
 template <int FMT, int CK, int NT, int n>
 __device__ __forceinline__ void
 tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st)
 {
   using B = TcBlock<FMT, CK, NT, true>;
   constexpr int NCHUNK = B::NCHUNK, L = 4 * n;
+  constexpr int PB0 = (NT <= 4 ? 12 : 24) / n, PB1 = PB0 < NCHUNK ? PB0 : NCHUNK; /* NCHUNK: 1, 2 or 4 */
+  constexpr int PB = PB1 >= 4 ? 4 : PB1 >= 2 ? 2 : 1;
+  static_assert (NCHUNK % PB == 0, "chunk groups");
   uint32_t rw[1][2][B::WORDS];
   const bool full = (st + 1) * TC_STAGE <= b.a.K;
   if (full)
@@ -112,28 +117,38 @@ tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const ui
 #pragma unroll
   for (int q = 0; q < 8; q++)
     B::dequant (rw, q, af[q]);
-  float p[L];
+  float p[PB][L];
 #pragma unroll
-  for (int ch = 0; ch < NCHUNK; ch++) {
-    if (ch * CK >= kvalid)
+  for (int c0 = 0; c0 < NCHUNK; c0 += PB) {
+    if (c0 * CK >= kvalid)
       break;
 #pragma unroll
-    for (int i = 0; i < L; i++)
-      p[i] = 0.0f;
-    fence_regs (p);
+    for (int c = 0; c < PB; c++)
+#pragma unroll
+      for (int i = 0; i < L; i++)
+        p[c][i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < PB; c++)
+      fence_regs (p[c]);
     wgmma_fence ();
 #pragma unroll
-    for (int i = 0; i < CK; i++) {
-      const int q = ch * CK + i;
-      if (q >= kvalid)
-        break;
-      wgmma_bf16_rs<8 * n> (p, af[q][0], tcw_desc (xaddr + q * 512));       /* hi */
-      wgmma_bf16_rs<8 * n> (p, af[q][0], tcw_desc (xaddr + q * 512 + 256)); /* lo */
-    }
+    for (int c = 0; c < PB; c++)
+#pragma unroll
+      for (int i = 0; i < CK; i++) {
+        const int q = (c0 + c) * CK + i;
+        if (q < kvalid) {
+          wgmma_bf16_rs<8 * n> (p[c], af[q][0], tcw_desc (xaddr + q * 512));       /* hi */
+          wgmma_bf16_rs<8 * n> (p[c], af[q][0], tcw_desc (xaddr + q * 512 + 256)); /* lo */
+        }
+      }
     wgmma_commit ();
     wgmma_wait<0> ();
-    fence_regs (p);
-    tcw_add_chunk<FMT, CK, NT, n> (b, acc, p, ssc, ch);
+#pragma unroll
+    for (int c = 0; c < PB; c++) {
+      fence_regs (p[c]);
+      if ((c0 + c) * CK < kvalid)
+        tcw_add_chunk<FMT, CK, NT, n> (b, acc, p[c], ssc, c0 + c);
+    }
   }
 }
 

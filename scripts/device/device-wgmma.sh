@@ -7,7 +7,8 @@
 #   tests1:  /cuda/linear-batch and -slices with wgmma at every M (PPX_CUDA_LINEAR_WGMMA=1)
 #   bench:   --bench int4 on the four temporal shapes for base, new and new with wgmma off
 #            (PPX_CUDA_LINEAR_WGMMA=0), PPX_BENCH_MS (default 1,16,32,64,80,88,128,160)
-# Logs go to $OUT. Usage: sh device-wgmma.sh DIR [tests|tests1|bench]...
+#   bench-small: new with wgmma at M = 16, 32 in one slice, and at M = 1, 8
+# Logs go to $OUT. Usage: sh device-wgmma.sh DIR [tests|tests1|bench|bench-small]...
 set -u
 dir=$(cd "$1" && pwd)
 shift
@@ -55,4 +56,12 @@ if has bench; then
   run base "$dir/bin/test-backend-cuda-base"
   run new "$new"
   [ -n "${BENCH_OFF:-}" ] && run new-off PPX_CUDA_LINEAR_WGMMA=0 "$new"
+fi
+if has bench-small; then
+  # wgmma at M = 16, 32 in one slice (PPX_CUDA_LINEAR_SLICE=16) and at M = 1, 8 (PPX_CUDA_LINEAR_WGMMA=1)
+  shapes=${BENCH_SHAPES:-22528x4096,12288x4096,4096x11264,4096x4096}
+  PPX_BENCH_MS=16,32 PPX_CUDA_LINEAR_SLICE=16 "$new" --bench int4 "$shapes" > "$log/bench-slice16.log" 2>&1
+  echo "== new, one slice"; grep -E '^int4' "$log/bench-slice16.log" | awk '{printf "%s %s %s | ", $2"x"$4, $7, $8} END {print ""}' | fold -w 220
+  PPX_BENCH_MS=1,8 PPX_CUDA_LINEAR_WGMMA=1 "$new" --bench int4 "$shapes" > "$log/bench-wg1.log" 2>&1
+  echo "== new, wgmma at M = 1, 8"; grep -E '^int4' "$log/bench-wg1.log" | awk '{printf "%s %s %s | ", $2"x"$4, $7, $8} END {print ""}' | fold -w 220
 fi

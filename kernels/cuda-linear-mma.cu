@@ -149,12 +149,13 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
 
 /* Whether a launch of m rows (m <= TC_MMAX) on w takes the wgmma configuration (cuda-linear-wgmma.cu): int4
  * weights, a device of compute capability 9.0 and a build with sm_90a, m at least PPX_CUDA_LINEAR_WGMMA (read
- * once; default 9, the launches that split x beforehand; 0: never). A row's bits are the same either way
- * (docs/cuda.md, "wgmma (sm_90a)"). */
+ * once; default 17: measured faster from 17 rows on every temporal shape, mixed at 9..16 and slower for the
+ * large shapes at M <= 8; 0: never). A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"),
+ * so the switch may depend on M. */
 static bool
 tc_wgmma (const PpxCudaWeight *w, int m)
 {
-  static const int min_m = env_int ("PPX_CUDA_LINEAR_WGMMA", 0, TC_MMAX + 1, 9);
+  static const int min_m = env_int ("PPX_CUDA_LINEAR_WGMMA", 0, TC_MMAX + 1, 17);
   return min_m > 0 && m >= min_m && w->format == PPX_CUDA_W_INT4 && ppx_linear_wgmma_available ();
 }
 
@@ -237,7 +238,7 @@ ppx_cuda_linear_force_slice (int tiles)
  * for the row blocks (very tall weights: fewer, larger slices). Forced (the bench's sweep) by
  * ppx_cuda_linear_force_slice or PPX_CUDA_LINEAR_SLICE (n-tiles a slice). */
 static void
-tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, int *slice_tiles, int *n_slices)
+tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, int *slice_tiles, int *n_slices)
 {
   const int tiles = (M + 7) / 8;
   if (M <= 8) {
@@ -250,7 +251,7 @@ tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, int *slice_til
   if (want <= 0)
     want = env;
   if (want <= 0)
-    want = M <= 32 || leaf_stages <= 2 ? 2 : 16;
+    want = (M <= 32 && !wg) || leaf_stages <= 2 ? 2 : 16; /* wgmma: one slice also at 17..32 rows (measured) */
   if (max_slices >= 1 && (tiles + want - 1) / want > max_slices)
     want = (tiles + max_slices - 1) / max_slices; /* one counter per row block and slice */
   want = want < 2 ? 2 : want > max_tiles ? max_tiles : want;
@@ -301,10 +302,10 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     a.x = x + (size_t) m0 * ldx;
     a.y = y + (size_t) m0 * ldy;
     a.xs = NULL;
-    tc_slices (a.M, a.leaf_stages, nt16 ? 16 : 8, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), &a.slice_tiles,
-               &a.n_slices);
     /* the wgmma configuration splits x itself, in its layout (not for the fused RMSNorm / gate: M <= 8) */
     const bool wg = !alpha && !gate && tc_wgmma (w, a.M);
+    tc_slices (a.M, a.leaf_stages, nt16 ? 16 : 8, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), wg, &a.slice_tiles,
+               &a.n_slices);
     if (a.M > 8 && !wg) {
       const int tiles = (a.M + 7) / 8;
       a.xs_tiles = tiles;

@@ -11,8 +11,9 @@
 
 #include "cuda-linear-mma.cuh"
 
-template <int FMT, int CK, int NT> struct TcBlock {
-  using C = TcCfg<FMT, CK, NT>;
+template <int FMT, int CK, int NT, bool WG = false> struct TcBlock {
+  using C = TcCfg<FMT, CK, NT, WG>;
+  static constexpr bool XS = C::XS;
   static constexpr int WORDS = C::WORDS, WV = C::WV, CPS = C::CPS, CPS1 = CPS > 0 ? CPS : 1;
   static constexpr int RTW = C::RTW, NTW = C::NTW, NCH = C::NCH, NCHUNK = C::NCHUNK;
   static constexpr int WE = C::SW / TC_THREADS;                            /* weight copies per thread */
@@ -58,7 +59,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
     xrow0 = a.x + (size_t) (m0 + g) * a.ldx;
     xstride = (size_t) 8 * a.ldx;
     x_tiles = (mb - g + 7) / 8;
-    xs0 = NT > 1 ? a.xs + (size_t) (m0 >> 3) * 256 : nullptr;
+    xs0 = XS ? a.xs + (size_t) (m0 >> 3) * 256 : nullptr;
     xoff = tc_col<FMT> (0, true, warp, t);
     if (NT < 8)
       src0 = copy_src (tid);
@@ -109,7 +110,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
   __device__ __forceinline__ void issue_x (uint4 *slot, int st, uint64_t *bar) const
   {
     const int col0 = st * TC_STAGE;
-    if (NT > 1) {
+    if (XS) {
       /* x split beforehand (tc_xsplit_kernel): the stage's records of all n-tiles are contiguous, in slot
        * order: on sm_90 thread 0 copies them all at once (bulk copy completing on the slot's mbarrier),
        * before that each thread copies record tid of each n-tile */
@@ -241,7 +242,7 @@ template <int FMT, int CK, int NT> struct TcBlock {
    * was split beforehand by tc_xsplit_kernel, with the same tc_split_record). */
   __device__ __forceinline__ void convert_x (uint4 *slot, float4 al, const float *row_inv) const
   {
-    if (NT > 1)
+    if (XS)
       return; /* split beforehand */
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {

@@ -29,91 +29,9 @@
  * a permutation inside each full 128-column block of a row; rows stay whole, so row slices and the
  * weight's byte count are unchanged). A tail of K % 128 columns keeps the quant.h layout and is read with
  * scalar loads. */
-#include "cuda-linear-mma-block.cuh"
+#include "cuda-linear-mma-kernel.cuh"
 
 #include <stdlib.h>
-
-/* y (+)= x W^T for one slice of x rows (blockIdx.x), one row block (C::ROWS weight rows, blockIdx.y) and one
- * leaf of K (blockIdx.z), M <= NT * 8 rows of x in the slice.
- * The prologue puts the first D - 1 stages in flight: the weights and scales (constant while graphs run)
- * are asked for before ppx_pdl_wait, so they stream in while the kernel before this one finishes
- * (programmatic dependent launch), x only after it; the first commit group holds the weights of all D - 1
- * stages, which the wait for stage 0 then covers. Each step of the main loop waits for its stage's copies,
- * converts x, passes one barrier (everyone's copies visible, the slot of the previous stage free), issues
- * the stage D - 1 ahead into that slot and multiplies. The kernels after this one are let in
- * (ppx_pdl_trigger) only once the main loop is done: launched earlier, a following linear layer's blocks
- * would take SM slots this one's plan counts on (measured: 4.2 -> 4.8 us a call for back-to-back 1024 x
- * 1024 int8 layers on an H100). */
-template <int FMT, int CK, int NT>
-__global__ void __launch_bounds__ (TC_THREADS, (TcCfg<FMT, CK, NT>::MINB))
-tc_linear_kernel (TcArgs a)
-{
-  ppx_pdl_enter ();
-  using C = TcCfg<FMT, CK, NT>;
-  extern __shared__ uint4 smem[];
-  __shared__ unsigned ticket;
-  __shared__ float row_inv[8];
-  __shared__ float red2[2][TC_WARPS];
-  __shared__ uint64_t xbar[8]; /* NT > 1 on sm_90: slot d's x records have landed (bulk copy) */
-  const TcBlock<FMT, CK, NT> b (a);
-  const int D = a.depth;
-  const int st0 = blockIdx.z * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
-  if (NT > 1 && threadIdx.x < D)
-    mbar_init (&xbar[threadIdx.x]);
-
-  for (int d = 0; d < D - 1; d++)
-    if (d < nstg)
-      b.issue_weights (smem + d * C::SLOT, st0 + d);
-  ppx_pdl_wait ();
-  if (NT > 1)
-    __syncthreads (); /* the mbarriers are initialized */
-  for (int d = 0; d < D - 1; d++) {
-    if (d < nstg)
-      b.issue_x (smem + d * C::SLOT, st0 + d, &xbar[d]);
-    cp_async_commit ();
-  }
-  if (NT == 1 && a.alpha)
-    b.row_rms (row_inv, red2);
-
-  float acc[C::RTW][C::NTW][4];
-#pragma unroll
-  for (int rt = 0; rt < C::RTW; rt++)
-#pragma unroll
-    for (int nt = 0; nt < C::NTW; nt++)
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-        acc[rt][nt][i] = 0.0f;
-  int rd = 0, wr_slot = D - 1; /* the slots read and written this step */
-  const bool aux = NT == 1 && (a.alpha || a.gate);
-  float4 al_next = aux && nstg > 0 ? b.aux_at (st0) : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
-  for (int jj = 0; jj < nstg; jj++) {
-    uint4 *slot = smem + rd * C::SLOT;
-    const float4 al = al_next;
-    if (aux && jj + 1 < nstg)
-      al_next = b.aux_at (st0 + jj + 1); /* a stage ahead: its latency hides behind this stage */
-    cp_async_wait_n (D - 2); /* this thread's copies of stage jj are done */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (NT > 1)
-      mbar_wait (&xbar[rd], (unsigned) (jj / D) & 1u); /* and the block's x records */
-#endif
-    b.convert_x (slot, al, row_inv);
-    __syncthreads (); /* everyone's copies of stage jj are visible; slot wr_slot (stage jj - 1) is read */
-    if (jj + D - 1 < nstg) {
-      b.issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1, &xbar[wr_slot]);
-      b.issue_weights (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
-    }
-    cp_async_commit ();
-    b.compute (acc, slot, st0 + jj);
-    rd = rd + 1 == D ? 0 : rd + 1;
-    wr_slot = wr_slot + 1 == D ? 0 : wr_slot + 1;
-  }
-  cp_async_wait<0> ();
-  ppx_pdl_trigger ();
-
-  b.store_leaf (acc);
-  if (a.S > 1 && b.last_leaf (&ticket))
-    b.combine_leaves ();
-}
 
 /* x [M][K] (row stride ldx) split into hi/lo records in slot order for the launches with NT > 1, once per
  * launch instead of once per block and stage: out[(st * tiles + tile) * 256 + q * 32 + lane] holds row
@@ -229,13 +147,31 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
   *S = (nst + best_leaf - 1) / best_leaf;
 }
 
+/* Whether a launch of m rows (m <= TC_MMAX) on w takes the wgmma configuration (cuda-linear-wgmma.cu): int4
+ * weights, a device of compute capability 9.0 and a build with sm_90a, m at least PPX_CUDA_LINEAR_WGMMA (read
+ * once; default 17: measured faster from 17 rows on every temporal shape, mixed at 9..16 and slower for the
+ * large shapes at M <= 8; 0: never). A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"),
+ * so the switch may depend on M. */
+static bool
+tc_wgmma (const PpxCudaWeight *w, int m)
+{
+  static const int min_m = env_int ("PPX_CUDA_LINEAR_WGMMA", 0, TC_MMAX + 1, 17);
+  return min_m > 0 && m >= min_m && w->format == PPX_CUDA_W_INT4 && ppx_linear_wgmma_available ();
+}
+
+int
+ppx_linear_mma_wgmma_at (const PpxCudaWeight *w, int M)
+{
+  return tc_wgmma (w, M < TC_MMAX ? M : TC_MMAX);
+}
+
 /* Bytes of the split x records of one launch of up to min (M, TC_MMAX) rows (0 for M <= 8: NT = 1 splits x
  * itself). */
 static size_t
 tc_xs_bytes (const PpxCudaWeight *w, int M)
 {
   const int m = M < TC_MMAX ? M : TC_MMAX;
-  if (m <= 8)
+  if (m <= 8 && !tc_wgmma (w, m))
     return 0;
   return (size_t) ((w->cols + TC_STAGE - 1) / TC_STAGE) * (size_t) ((m + 7) / 8) * 256 * sizeof (uint4);
 }
@@ -252,103 +188,6 @@ ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M)
   const size_t partials = S > 1 ? (size_t) S * TC_MMAX * (size_t) w->rows * sizeof (float) : 0;
   const size_t xs = tc_xs_bytes (w, M);
   return partials || xs ? TC_MAX_COUNTERS * sizeof (unsigned) + partials + xs : 0;
-}
-
-/* An integer from the environment (read once by each caller's static), dflt when unset or outside lo..hi:
- * the measuring knobs below, none of which changes any result. */
-static int
-env_int (const char *name, int lo, int hi, int dflt)
-{
-  const char *e = getenv (name);
-  const int v = e ? atoi (e) : dflt;
-  return v >= lo && v <= hi ? v : dflt;
-}
-
-/* The device's shared memory: the most a block may opt in to, and an SM's total (read once per device). */
-static void
-tc_smem_limits (int *per_block, int *per_sm)
-{
-  static int cached[64][2];
-  int dev = 0;
-  if (cudaGetDevice (&dev) != cudaSuccess || dev < 0 || dev >= 64) {
-    cudaGetLastError ();
-    *per_block = *per_sm = 99 * 1024;
-    return;
-  }
-  if (!cached[dev][0]) {
-    int b = 0, m = 0;
-    if (cudaDeviceGetAttribute (&b, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute (&m, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess) {
-      cudaGetLastError ();
-      b = m = 99 * 1024;
-    }
-    cached[dev][1] = m;
-    __atomic_store_n (&cached[dev][0], b, __ATOMIC_RELEASE);
-  }
-  *per_block = cached[dev][0];
-  *per_sm = cached[dev][1];
-}
-
-/* The ring depth D of a configuration on this device for a grid of `blocks` blocks: as many slots as fit
- * one block's opt-in limit and the blocks an SM will hold at once (MINB, or fewer when the grid has fewer
- * than MINB blocks per SM; 1 KB reserved per block, and the kernel's static shared memory); at most 4 where
- * several blocks share an SM, at most TC_DEPTH_MAX for a block alone on its SM (PPX_CUDA_LINEAR_DEPTH=2..8
- * caps it, to measure; blocks 0: MINB an SM). Measured on an H100 (docs/cuda.md): a block alone streams
- * faster with 8 slots than 4 (int4 4096 x 11264 at M = 1: 43.4 -> 36.7 us), while 5-6 slots for 2-3 blocks an
- * SM were slower than 4 (22528 x 4096: M = 1 38.8 -> 43.5 us, M = 16 62.7 -> 68.1). Below 2 the
- * configuration cannot run here. */
-template <int FMT, int CK, int NT>
-static int
-tc_depth (int64_t blocks)
-{
-  using C = TcCfg<FMT, CK, NT>;
-  static const int dmax = env_int ("PPX_CUDA_LINEAR_DEPTH", 2, TC_DEPTH_MAX, TC_DEPTH_MAX);
-  const int slot = C::SLOT * (int) sizeof (uint4), static_bytes = 256;
-  int per_block, per_sm;
-  tc_smem_limits (&per_block, &per_sm);
-  const int64_t sms = ppx_sm_count ();
-  const int64_t per = blocks > 0 ? (blocks + sms - 1) / sms : C::MINB;
-  const int resident = per < C::MINB ? (int) per : C::MINB;
-  const int d0 = (per_block - static_bytes) / slot, d1 = (per_sm / resident - 1024 - static_bytes) / slot;
-  const int d = d0 < d1 ? d0 : d1, cap = resident > 1 && dmax > 4 ? 4 : dmax;
-  return d < cap ? d : cap;
-}
-
-template <int FMT, int CK, int NT>
-static int
-tc_launch (TcArgs a, cudaStream_t s)
-{
-  using C = TcCfg<FMT, CK, NT>;
-  const size_t row_blocks = ppx_cdiv ((size_t) a.rows, C::ROWS);
-  if (row_blocks * (size_t) a.n_slices > TC_MAX_COUNTERS || row_blocks > 65535)
-    return (int) cudaErrorInvalidValue;
-  a.depth = tc_depth<FMT, CK, NT> ((int64_t) (row_blocks * (size_t) a.n_slices) * a.S);
-  if (a.depth < 2)
-    return (int) cudaErrorInvalidConfiguration;
-  const size_t smem = (size_t) a.depth * C::SLOT * sizeof (uint4);
-  /* set once per instantiation and device, to the most a block may use (the depth varies with the grid):
-   * static shared memory counts too, so dynamic sizes just under 48 KB also need it. Setting it twice is
-   * harmless. */
-  static unsigned long long attr_set; /* bit d: done on device d */
-  int dev = 0;
-  cudaGetDevice (&dev);
-  if (dev < 0 || dev >= 64 || !(attr_set >> dev & 1)) {
-    int per_block, per_sm;
-    tc_smem_limits (&per_block, &per_sm);
-    const int most = TC_DEPTH_MAX * C::SLOT * (int) sizeof (uint4) < per_block - 256
-                         ? TC_DEPTH_MAX * C::SLOT * (int) sizeof (uint4)
-                         : per_block - 256;
-    cudaError_t e = cudaFuncSetAttribute (tc_linear_kernel<FMT, CK, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          most > (int) smem ? most : (int) smem);
-    if (e != cudaSuccess)
-      return (int) e;
-    if (dev >= 0 && dev < 64)
-      __atomic_or_fetch (&attr_set, 1ull << dev, __ATOMIC_RELAXED);
-  }
-  /* slices fastest, so that the slices of a row block and leaf run side by side (their weights from the L2) */
-  dim3 grid ((unsigned) a.n_slices, (unsigned) row_blocks, (unsigned) a.S);
-  ppx_launch<true> (tc_linear_kernel<FMT, CK, NT>, grid, TC_THREADS, smem, s, a);
-  return ppx_cuda_launched ();
 }
 
 /* Whether the 16-tile configuration fits this device's shared memory (sm_80, sm_90: yes); else a slice holds
@@ -399,7 +238,7 @@ ppx_cuda_linear_force_slice (int tiles)
  * for the row blocks (very tall weights: fewer, larger slices). Forced (the bench's sweep) by
  * ppx_cuda_linear_force_slice or PPX_CUDA_LINEAR_SLICE (n-tiles a slice). */
 static void
-tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, int *slice_tiles, int *n_slices)
+tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, int *slice_tiles, int *n_slices)
 {
   const int tiles = (M + 7) / 8;
   if (M <= 8) {
@@ -412,7 +251,7 @@ tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, int *slice_til
   if (want <= 0)
     want = env;
   if (want <= 0)
-    want = M <= 32 || leaf_stages <= 2 ? 2 : 16;
+    want = (M <= 32 && !wg) || leaf_stages <= 2 ? 2 : 16; /* wgmma: one slice also at 17..32 rows (measured) */
   if (max_slices >= 1 && (tiles + want - 1) / want > max_slices)
     want = (tiles + max_slices - 1) / max_slices; /* one counter per row block and slice */
   want = want < 2 ? 2 : want > max_tiles ? max_tiles : want;
@@ -450,7 +289,7 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
   a.partials = (float *) ((char *) workspace + TC_MAX_COUNTERS * sizeof (unsigned));
   if (a.S > 1 && (!workspace || (w->rows + 63) / 64 > TC_MAX_COUNTERS))
     return (int) cudaErrorInvalidValue;
-  if (M > 8 && !workspace)
+  if ((M > 8 || tc_wgmma (w, M)) && !workspace)
     return (int) cudaErrorInvalidValue;
   uint4 *xs = (uint4 *) ((char *) a.partials + (a.S > 1 ? (size_t) a.S * TC_MMAX * (size_t) w->rows * sizeof (float) : 0));
   const bool nt16 = w->format == PPX_CUDA_W_BF16 ? tc_nt16_fits<PPX_CUDA_W_BF16, 8> ()
@@ -463,9 +302,11 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     a.x = x + (size_t) m0 * ldx;
     a.y = y + (size_t) m0 * ldy;
     a.xs = NULL;
-    tc_slices (a.M, a.leaf_stages, nt16 ? 16 : 8, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), &a.slice_tiles,
+    /* the wgmma configuration splits x itself, in its layout (not for the fused RMSNorm / gate: M <= 8) */
+    const bool wg = !alpha && !gate && tc_wgmma (w, a.M);
+    tc_slices (a.M, a.leaf_stages, nt16 ? 16 : 8, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), wg, &a.slice_tiles,
                &a.n_slices);
-    if (a.M > 8) {
+    if (a.M > 8 && !wg) {
       const int tiles = (a.M + 7) / 8;
       a.xs_tiles = tiles;
       const size_t n = (size_t) a.n_stages * tiles * 256;
@@ -481,6 +322,11 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
       a.xs = xs;
     }
     int e;
+    if (wg) {
+      if ((e = ppx_linear_wgmma (a, ck, xs, s)))
+        return e;
+      continue;
+    }
     switch (w->format) {
       case PPX_CUDA_W_BF16:
         e = tc_launch_nt<PPX_CUDA_W_BF16, 8> (a, s);

@@ -35,11 +35,14 @@ template <> struct TcWords<PPX_CUDA_W_INT4> { static constexpr int N = 4; };
  * shared memory allows for MINB blocks per SM, at most TC_DEPTH_MAX; it does not change any result.
  * NCH independent partial sums let the chunks of one stage run as separate mma chains when a warp has
  * few (RTW x NTW) accumulator tiles; each chunk still starts from zero and is added to the running sum in
- * chunk order, so the arithmetic is the same for every NT. */
-template <int FMT, int CK, int NT> struct TcCfg {
-  static constexpr int WM = NT >= 4 ? 2 : 1;
+ * chunk order, so the arithmetic is the same for every NT.
+ * WG (sm_90a, cuda-linear-wgmma.cu): the wgmma configuration: each warp owns 16 weight rows (RTW = 1), every
+ * warp takes all the slice's n-tiles (WM = 1), so a warpgroup's 4 warps hold the A operand of one
+ * m64nNk16 wgmma (N = 8 x the slice's n-tiles) and x is read from the slot by the tensor cores. */
+template <int FMT, int CK, int NT, bool WG = false> struct TcCfg {
+  static constexpr int WM = !WG && NT >= 4 ? 2 : 1;
   static constexpr int NTW = NT / WM;
-  static constexpr int RTW = (NT >= 4 && FMT != PPX_CUDA_W_BF16) ? 2 : 1;
+  static constexpr int RTW = (!WG && NT >= 4 && FMT != PPX_CUDA_W_BF16) ? 2 : 1;
   static constexpr int WR = TC_WARPS / WM;
   static constexpr int ROWS = WR * RTW * 16;
   static constexpr int WORDS = TcWords<FMT>::N;
@@ -50,6 +53,7 @@ template <int FMT, int CK, int NT> struct TcCfg {
   static constexpr int SS = (ROWS * CPS + 3) / 4;
   static constexpr int SLOT = SX + SW + SS;
   static constexpr int MINB = NT == 1 ? 3 : NT <= 4 ? 2 : 1; /* blocks per SM (registers, shared memory) */
+  static constexpr bool XS = NT > 1 || WG;                     /* x split beforehand (tc_xsplit_kernel) */
   static constexpr int NCHUNK = 8 / CK;
   static constexpr int NCH0 = 2 / (RTW * NTW) > 0 ? 2 / (RTW * NTW) : 1;
   static constexpr int NCH = NCH0 < NCHUNK ? NCH0 : NCHUNK;
@@ -80,6 +84,11 @@ struct TcArgs {
   const uint4 *xs;     /* NT > 1: x already split into hi/lo records in slot order, [stage][tiles][8][32] */
   int xs_tiles;        /* the n-tiles of the launch (xs's stride between stages, in 256 records) */
 };
+
+/* The wgmma configuration (cuda-linear-wgmma.cu, sm_90a): whether this device runs it (compute capability 9.0
+ * and a build with 90a), and a launch of it (x split into xs in its layout, then the kernel). */
+int ppx_linear_wgmma_available (void);
+int ppx_linear_wgmma (TcArgs a, int ck, uint4 *xs, cudaStream_t s);
 
 __device__ __forceinline__ uint32_t
 bf16x2_bits (__nv_bfloat162 v)

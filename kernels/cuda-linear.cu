@@ -32,8 +32,8 @@ ppx_cuda_linear (const PpxCudaWeight *w, const float *x, size_t ldx, float *y, s
 extern "C" int
 ppx_cuda_linear_rmsnorm_fuses (const PpxCudaWeight *w, const float *x, size_t ldx, const float *alpha, int M)
 {
-  return M >= 1 && M <= PPX_CUDA_RMSNORM_LINEAR_MAX_M && ppx_linear_mma_eligible (w) && ldx == (size_t) w->cols && ((uintptr_t) alpha & 15) == 0 &&
-         ((uintptr_t) x & 15) == 0;
+  return M >= 1 && M <= PPX_CUDA_RMSNORM_LINEAR_MAX_M && ppx_linear_mma_eligible (w) && !ppx_linear_mma_wgmma_at (w, M) &&
+         ldx == (size_t) w->cols && ((uintptr_t) alpha & 15) == 0 && ((uintptr_t) x & 15) == 0;
 }
 
 extern "C" int
@@ -75,8 +75,8 @@ gate_fusion_on (void)
 extern "C" int
 ppx_cuda_linear_gate_fuses (const PpxCudaWeight *w, const float *h, int M)
 {
-  return gate_fusion_on () && M >= 1 && M <= PPX_CUDA_GATE_LINEAR_MAX_M && ppx_linear_mma_eligible (w) && w->cols % 4 == 0 &&
-         ((uintptr_t) h & 15) == 0;
+  return gate_fusion_on () && M >= 1 && M <= PPX_CUDA_GATE_LINEAR_MAX_M && ppx_linear_mma_eligible (w) &&
+         !ppx_linear_mma_wgmma_at (w, M) && w->cols % 4 == 0 && ((uintptr_t) h & 15) == 0;
 }
 
 extern "C" int

@@ -20,6 +20,10 @@ int ppx_linear_mma_eligible (const PpxCudaWeight *w);
 int ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, float *y, size_t ldy, int M,
                     int accumulate, const float *alpha, float eps, int gate, void *workspace, cudaStream_t s);
 
+/* Whether a call of M rows on w takes the wgmma configuration (sm_90a, int4; docs/cuda.md, "wgmma (sm_90a)"):
+ * the fused RMSNorm / gate kernels (mma.sync, M <= 8) are then not used at that M. */
+int ppx_linear_mma_wgmma_at (const PpxCudaWeight *w, int M);
+
 /* ---- f32 weights on the tensor cores (cuda-linear-f32tc.cu) ---- */
 /* Non-zero when that path takes this weight: f32, K a multiple of 4 below 2^30, rows on 16 bytes, and the
  * f32 tensor-core kernels on (PPX_CUDA_F32_MMA, cuda-mma-f32.cuh). */

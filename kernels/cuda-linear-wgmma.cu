@@ -1,0 +1,284 @@
+/* CUDA backend: the int4 linear layers on Hopper's wgmma (sm_90a; docs/cuda.md, "wgmma (sm_90a)").
+ *
+ * The same kernel as cuda-linear-mma.cu (tc_linear_kernel: the ring of shared-memory slots, the copies, the
+ * K split into leaves and their combine, the int4 weights dequantized in registers), in its wgmma
+ * configuration (TcCfg WG): a warpgroup (4 warps) owns 64 weight rows, each warp's 16 rows dequantized into
+ * the A-fragment registers exactly as for mma.m16n8k16 (wgmma's register A has that per-warp layout), and
+ * x is the B operand, read by the tensor cores from the slot, where tcw_xsplit_kernel's records land in
+ * wgmma's K-major layout without swizzle (one bulk copy a stage, as before). One wgmma m64nNk16 covers all
+ * the slice's N = 8 x n-tiles rows of x. The arithmetic of every output element is the mma.sync kernel's:
+ * per k-step the hi product then the lo product into a chunk sum that starts from zero, the chunk added to
+ * the f32 running sum times the int4 group scale, chunks in order, leaves in order.
+ *
+ * Built only for sm_90a (meson's -Dcuda-arch with 90a: this file alone gets -gencode
+ * arch=compute_90a,code=sm_90a); without it (PPX_CUDA_NO_WGMMA) only the entry points, saying "not
+ * available", are compiled. */
+#include "cuda-linear-mma-kernel.cuh"
+#include "cuda-wgmma-ops.cuh"
+
+#ifndef PPX_CUDA_NO_WGMMA
+
+__device__ __forceinline__ void
+wgmma_fence (void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile ("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void
+wgmma_commit (void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile ("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void
+wgmma_wait (void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile ("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* Ties the registers of v to this point (the compiler may not move their reads or writes across it): around
+ * the asynchronous wgmma, whose operands the compiler does not see being read or written later. */
+template <int L>
+__device__ __forceinline__ void
+fence_regs (float (&v)[L])
+{
+#pragma unroll
+  for (int i = 0; i < L; i++)
+    asm volatile ("" : "+f"(v[i])::"memory");
+}
+
+/* The shared-memory descriptor of one k-step's B operand (hi or lo): K-major, no swizzle; core matrices of 8
+ * x rows x 16 bytes (8 bf16 of k), the second half of k (8 .. 15) 128 bytes on (leading byte offset), the next
+ * 8 x rows (n-tile) 4096 bytes on (stride byte offset). */
+__device__ __forceinline__ uint64_t
+tcw_desc (uint32_t saddr)
+{
+  return (uint64_t) ((saddr & 0x3FFFF) >> 4) | (uint64_t) (128 >> 4) << 16 | (uint64_t) (4096 >> 4) << 32;
+}
+
+/* acc += chunk ch's sums (p, n n-tiles), times the rows' int4 scales of that chunk: TcBlock::add_chunk's
+ * operations (one fmaf each). */
+template <int FMT, int CK, int NT, int n>
+__device__ __forceinline__ void
+tcw_add_chunk (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const float (&p)[4 * n], const float *ssc,
+               int ch)
+{
+  constexpr int CPS1 = TcBlock<FMT, CK, NT, true>::CPS1;
+  float s0 = 1.0f, s1 = 1.0f;
+  if (FMT == PPX_CUDA_W_INT4) {
+    const int lr = b.row_in_block + b.g;
+    s0 = ssc[lr * CPS1 + ch];
+    s1 = ssc[(lr + 8) * CPS1 + ch];
+  }
+#pragma unroll
+  for (int nt = 0; nt < n; nt++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      if (FMT == PPX_CUDA_W_INT4)
+        acc[0][nt][i] = fmaf (i < 2 ? s0 : s1, p[4 * nt + i], acc[0][nt][i]);
+      else
+        acc[0][nt][i] += p[4 * nt + i];
+    }
+}
+
+/* One stage's multiplications for N = 8 n x-rows: the A fragments of all 8 k-steps dequantized first, then
+ * the chunks PB at a time: each chunk's 2 CK wgmma (k-step by k-step, hi then lo) into its own chunk sum from
+ * zero, one commit and one wait for the PB chunks, then the chunk sums added to acc in chunk order. PB chunk
+ * sums of 4 n registers each are live at once (as many as fit beside acc: all the stage's chunks for few
+ * n-tiles, one at N = 128); no accumulator of a wgmma in flight is read (a read between the wgmma and its
+ * wait made ptxas serialize them, C7514). Every wgmma is waited for before the stage ends (the slot is then
+ * free for the copies of the stage D - 1 ahead). */
+template <int FMT, int CK, int NT, int n>
+__device__ __forceinline__ void
+tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st)
+{
+  using B = TcBlock<FMT, CK, NT, true>;
+  constexpr int NCHUNK = B::NCHUNK, L = 4 * n;
+  constexpr int PB0 = (NT <= 4 ? 12 : 24) / n, PB1 = PB0 < NCHUNK ? PB0 : NCHUNK; /* NCHUNK: 1, 2 or 4 */
+  constexpr int PB = PB1 >= 4 ? 4 : PB1 >= 2 ? 2 : 1;
+  static_assert (NCHUNK % PB == 0, "chunk groups");
+  uint32_t rw[1][2][B::WORDS];
+  const bool full = (st + 1) * TC_STAGE <= b.a.K;
+  if (full)
+    b.load_weights (slot, rw);
+  else
+    b.gather_tail (rw, st);
+  const int kvalid = full ? 8 : b.KS - st * 8;
+  const float *ssc = reinterpret_cast<const float *> (slot + B::C::SX + B::C::SW);
+  const uint32_t xaddr = (uint32_t) __cvta_generic_to_shared (slot);
+  uint32_t af[8][1][4];
+#pragma unroll
+  for (int q = 0; q < 8; q++)
+    B::dequant (rw, q, af[q]);
+  float p[PB][L];
+#pragma unroll
+  for (int c0 = 0; c0 < NCHUNK; c0 += PB) {
+    if (c0 * CK >= kvalid)
+      break;
+#pragma unroll
+    for (int c = 0; c < PB; c++)
+#pragma unroll
+      for (int i = 0; i < L; i++)
+        p[c][i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < PB; c++)
+      fence_regs (p[c]);
+    wgmma_fence ();
+#pragma unroll
+    for (int c = 0; c < PB; c++)
+#pragma unroll
+      for (int i = 0; i < CK; i++) {
+        const int q = (c0 + c) * CK + i;
+        if (q < kvalid) {
+          wgmma_bf16_rs<8 * n> (p[c], af[q][0], tcw_desc (xaddr + q * 512));       /* hi */
+          wgmma_bf16_rs<8 * n> (p[c], af[q][0], tcw_desc (xaddr + q * 512 + 256)); /* lo */
+        }
+      }
+    wgmma_commit ();
+    wgmma_wait<0> ();
+#pragma unroll
+    for (int c = 0; c < PB; c++) {
+      fence_regs (p[c]);
+      if ((c0 + c) * CK < kvalid)
+        tcw_add_chunk<FMT, CK, NT, n> (b, acc, p[c], ssc, c0 + c);
+    }
+  }
+}
+
+/* Stage st's multiplications for the block's n-tiles that hold x rows (the same count in every warp: each
+ * warp takes them all), as straight-line code for that count. */
+template <int FMT, int CK, int NT>
+__device__ void
+tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st)
+{
+  const int n = b.tiles;
+#define TCW_CASE(k)                                                                                                  \
+  if (NT >= k && n == k) {                                                                                           \
+    tcw_stage<FMT, CK, NT, (NT >= k ? k : 1)> (b, acc, slot, st);                                                    \
+    return;                                                                                                          \
+  }
+  TCW_CASE (1) TCW_CASE (2) TCW_CASE (3) TCW_CASE (4) TCW_CASE (5) TCW_CASE (6) TCW_CASE (7) TCW_CASE (8)
+  TCW_CASE (9) TCW_CASE (10) TCW_CASE (11) TCW_CASE (12) TCW_CASE (13) TCW_CASE (14) TCW_CASE (15) TCW_CASE (16)
+#undef TCW_CASE
+}
+
+/* x [M][K] split into hi/lo bf16 (tc_split_record, the mma.sync kernel's split) and laid out as the wgmma B
+ * operand: per stage and n-tile 4096 bytes, [k-step q][hi, lo][k half][row g][8 bf16], where k-step q's k
+ * index 2t + e (e = 0, 1) is column 16 q + 4 t + e and 2t + 8 + e is column 16 q + 4 t + 2 + e (t = 0..3): the
+ * columns the int4 A fragments hold (the repacked layout), as in the mma.sync kernel's B fragments. Zeros
+ * past M and K. */
+__global__ void
+tcw_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int tiles, int vec_x, uint32_t *out)
+{
+  ppx_pdl_enter ();
+  const int64_t n = (int64_t) n_stages * tiles * 256;
+  for (int64_t i = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
+    const int rec = (int) (i % 256);
+    const int64_t tile_rec = i / 256; /* st * tiles + tile */
+    const int tile = (int) (tile_rec % tiles), st = (int) (tile_rec / tiles);
+    const int q = rec >> 5, g = (rec & 31) >> 2, t = rec & 3, m = 8 * tile + g;
+    const int c = st * TC_STAGE + 16 * q + 4 * t;
+    float4 v = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+    if (m < M) {
+      const float *xp = x + (size_t) m * ldx + c;
+      if (vec_x && c + 3 < K) {
+        v = *reinterpret_cast<const float4 *> (xp);
+      } else {
+        v.x = c < K ? xp[0] : 0.0f;
+        v.y = c + 1 < K ? xp[1] : 0.0f;
+        v.z = c + 2 < K ? xp[2] : 0.0f;
+        v.w = c + 3 < K ? xp[3] : 0.0f;
+      }
+    }
+    const uint4 r = tc_split_record (v); /* hi01, hi23, lo01, lo23 */
+    uint32_t *o = out + tile_rec * 1024 + q * 128 + g * 4 + t;
+    o[0] = r.x;
+    o[32] = r.y;
+    o[64] = r.z;
+    o[96] = r.w;
+  }
+}
+
+/* The configuration for a slice of a.slice_tiles n-tiles (2, 4, 8 or 16: no 1-tile configuration, a slice of
+ * one tile takes the 2-tile one). */
+template <int CK>
+static int
+tcw_launch_nt (const TcArgs &a, cudaStream_t s)
+{
+  if (a.slice_tiles <= 2)
+    return tc_launch<PPX_CUDA_W_INT4, CK, 2, true> (a, s);
+  if (a.slice_tiles <= 4)
+    return tc_launch<PPX_CUDA_W_INT4, CK, 4, true> (a, s);
+  if (a.slice_tiles <= 8)
+    return tc_launch<PPX_CUDA_W_INT4, CK, 8, true> (a, s);
+  return tc_launch<PPX_CUDA_W_INT4, CK, 16, true> (a, s);
+}
+
+/* Whether the current device runs the sm_90a code (compute capability 9.0 exactly), read once per device. */
+static bool
+tcw_device_ok (void)
+{
+  static int cached[64]; /* 0 unknown, 1 yes, 2 no */
+  int dev = 0;
+  if (cudaGetDevice (&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    cudaGetLastError ();
+    return false;
+  }
+  int v = __atomic_load_n (&cached[dev], __ATOMIC_ACQUIRE);
+  if (!v) {
+    int major = 0, minor = 0;
+    cudaFuncAttributes fa;
+    const bool ok = cudaDeviceGetAttribute (&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute (&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+                    major == 9 && minor == 0 &&
+                    cudaFuncGetAttributes (&fa, tc_linear_kernel<PPX_CUDA_W_INT4, 4, 16, true>) == cudaSuccess;
+    cudaGetLastError ();
+    v = ok ? 1 : 2;
+    __atomic_store_n (&cached[dev], v, __ATOMIC_RELEASE);
+  }
+  return v == 1;
+}
+
+int
+ppx_linear_wgmma_available (void)
+{
+  return tcw_device_ok ();
+}
+
+int
+ppx_linear_wgmma (TcArgs a, int ck, uint4 *xs, cudaStream_t s)
+{
+  const int tiles = (a.M + 7) / 8;
+  a.xs_tiles = tiles;
+  const size_t n = (size_t) a.n_stages * tiles * 256;
+  ppx_launch (tcw_xsplit_kernel, ppx_grid_for (n, 256), 256, 0, s, a.x, a.ldx, a.M, a.K, a.n_stages, tiles, a.vec_x,
+              (uint32_t *) xs);
+  if (int e = ppx_cuda_launched ())
+    return e;
+  a.xs = xs;
+  return ck == 2 ? tcw_launch_nt<2> (a, s) : ck == 4 ? tcw_launch_nt<4> (a, s) : tcw_launch_nt<8> (a, s);
+}
+
+#else /* built without sm_90a */
+
+int
+ppx_linear_wgmma_available (void)
+{
+  return 0;
+}
+
+int
+ppx_linear_wgmma (TcArgs a, int ck, uint4 *xs, cudaStream_t s)
+{
+  (void) a, (void) ck, (void) xs, (void) s;
+  return (int) cudaErrorInvalidDeviceFunction;
+}
+
+#endif

@@ -8,7 +8,7 @@
 #
 #   pipelines/fleet/fleet-pack.sh [--allow-no-cuda] [--no-check] BUILD_DIR OUT_DIR
 #
-# BUILD_DIR: a build with CUDA (meson setup BUILD -Dcuda=enabled -Dcuda-arch=90: one architecture keeps the pack
+# BUILD_DIR: a build with CUDA (meson setup BUILD -Dcuda=enabled -Dcuda-arch=90,90a: one architecture keeps the pack
 # small) holding pipelines/server/personaplex-server and tools/personaplex-loadgen; --allow-no-cuda packs a
 # CPU-only build (the tests do). OUT_DIR, e.g. build-devpack-fleet (ignored by git, as build-*/ is). After
 # packing, unless --no-check: the pack's check.sh, then HAProxy, the server and the loadgen start from the pack

@@ -242,10 +242,8 @@ template <int FMT, int CK, int NT, bool WG = false> struct TcBlock {
    * was split beforehand by tc_xsplit_kernel, with the same tc_split_record). */
   __device__ __forceinline__ void convert_x (uint4 *slot, float4 al, const float *row_inv) const
   {
-    if (XS)
-      return; /* split beforehand */
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
+    for (int nt = 0; nt < (XS ? 0 : NT); nt++) { /* XS: split beforehand, nothing to do */
       if (NT > 1 && nt >= tiles)
         break;
       uint4 *p = slot + (nt * 8 + warp) * 32 + lane;

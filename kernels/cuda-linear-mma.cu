@@ -47,18 +47,7 @@ tc_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int ti
     const int rec = (int) (i % 256), tile = (int) ((i / 256) % tiles), st = (int) (i / 256 / tiles);
     const int q = rec >> 5, g = (rec & 31) >> 2, t = rec & 3, m = 8 * tile + g, col0 = st * TC_STAGE;
     const int c = tc_col<FMT> (col0, col0 + TC_STAGE <= K, q, t);
-    float4 v = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
-    if (m < M) {
-      const float *xp = x + (size_t) m * ldx + c;
-      if (vec_x && c + 3 < K) {
-        v = *reinterpret_cast<const float4 *> (xp);
-      } else {
-        v.x = c < K ? xp[0] : 0.0f;
-        v.y = c + 1 < K ? xp[1] : 0.0f;
-        v.z = c + 2 < K ? xp[2] : 0.0f;
-        v.w = c + 3 < K ? xp[3] : 0.0f;
-      }
-    }
+    const float4 v = tc_load_x4 (x, ldx, M, K, m, c, vec_x);
     out[i] = tc_split_record (v);
   }
 }

@@ -270,6 +270,26 @@ tc_split_record (float4 v)
   return make_uint4 (bf16x2_bits (h01), bf16x2_bits (h23), bf16x2_bits (l01), bf16x2_bits (l23));
 }
 
+/* Columns c .. c + 3 of x row m for the split launches (zeros past M and past K): one 16-byte load where x
+ * allows (vec_x), else one load a column; the same values either way. */
+__device__ __forceinline__ float4
+tc_load_x4 (const float *x, size_t ldx, int M, int K, int m, int c, int vec_x)
+{
+  float4 v = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
+  if (m < M) {
+    const float *xp = x + (size_t) m * ldx + c;
+    if (vec_x && c + 3 < K) {
+      v = *reinterpret_cast<const float4 *> (xp);
+    } else {
+      v.x = c < K ? xp[0] : 0.0f;
+      v.y = c + 1 < K ? xp[1] : 0.0f;
+      v.z = c + 2 < K ? xp[2] : 0.0f;
+      v.w = c + 3 < K ? xp[3] : 0.0f;
+    }
+  }
+  return v;
+}
+
 /* y[m, r .. r + 3] (+)= v as tc_store_y does it, one 16-byte store (a.vec_y, r a multiple of 4). */
 template <int FMT>
 __device__ __forceinline__ void

@@ -185,18 +185,7 @@ tcw_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int t
     const int tile = (int) (tile_rec % tiles), st = (int) (tile_rec / tiles);
     const int q = rec >> 5, g = (rec & 31) >> 2, t = rec & 3, m = 8 * tile + g;
     const int c = st * TC_STAGE + 16 * q + 4 * t;
-    float4 v = make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
-    if (m < M) {
-      const float *xp = x + (size_t) m * ldx + c;
-      if (vec_x && c + 3 < K) {
-        v = *reinterpret_cast<const float4 *> (xp);
-      } else {
-        v.x = c < K ? xp[0] : 0.0f;
-        v.y = c + 1 < K ? xp[1] : 0.0f;
-        v.z = c + 2 < K ? xp[2] : 0.0f;
-        v.w = c + 3 < K ? xp[3] : 0.0f;
-      }
-    }
+    const float4 v = tc_load_x4 (x, ldx, M, K, m, c, vec_x);
     const uint4 r = tc_split_record (v); /* hi01, hi23, lo01, lo23 */
     uint32_t *o = out + tile_rec * 1024 + q * 128 + g * 4 + t;
     o[0] = r.x;

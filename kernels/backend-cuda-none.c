@@ -31,6 +31,18 @@ ppx_backend_cuda_linear_force_slice (int tiles)
 {
 }
 
+gboolean
+ppx_backend_cuda_linear_wgmma_at (PpxBackend *be, PpxWeight *w, int M)
+{
+  return FALSE;
+}
+
+int
+ppx_backend_cuda_compute_capability (PpxBackend *be)
+{
+  return 0;
+}
+
 void
 ppx_backend_cuda_conv_force (int cfg, int split)
 {

@@ -38,6 +38,25 @@ ppx_backend_cuda_linear_force_slice (int tiles)
   ppx_cuda_linear_force_slice (tiles);
 }
 
+gboolean
+ppx_backend_cuda_linear_wgmma_at (PpxBackend *be, PpxWeight *w, int M)
+{
+  if (!cuda_is_backend (be))
+    return FALSE;
+  cuda_enter (be);
+  const PpxCudaWeight cw = cuda_device_weight (w);
+  return ppx_cuda_linear_wgmma_at (&cw, M) != 0;
+}
+
+int
+ppx_backend_cuda_compute_capability (PpxBackend *be)
+{
+  if (!cuda_is_backend (be))
+    return 0;
+  cuda_enter (be);
+  return ppx_cuda_compute_capability ();
+}
+
 void
 ppx_backend_cuda_conv_force (int cfg, int split)
 {

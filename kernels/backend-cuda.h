@@ -19,6 +19,12 @@ gboolean ppx_backend_cuda_time_linear (PpxBackend *be, PpxWeight *const *w, int 
  * of x one block takes, in n-tiles of 8 rows (2..16), 0 = planned. It changes where the work runs, never a
  * result (tests check batched rows bit for bit against single rows with it forced). */
 void ppx_backend_cuda_linear_force_slice (int tiles);
+/* Whether a ppx_op_linear of M rows on w takes the wgmma configuration (int4 weights on a compute capability
+ * 9.0 GPU in a build with 90a, from M = 17 or PPX_CUDA_LINEAR_WGMMA; docs/cuda.md, "wgmma (sm_90a)"), so a test
+ * can tell that path from a silent fall-back; FALSE for other backends. */
+gboolean ppx_backend_cuda_linear_wgmma_at (PpxBackend *be, PpxWeight *w, int M);
+/* The backend's GPU's compute capability as major x 10 + minor (90: H100, H200); 0 for other backends. */
+int ppx_backend_cuda_compute_capability (PpxBackend *be);
 
 /* Convolution paths, for tests and benchmarks (process-wide, not thread-safe; call with no conv in flight):
  * cfg -2 runs the direct kernels, -1 the planned implicit-GEMM path (the default), 0 .. n_configs - 1 forces

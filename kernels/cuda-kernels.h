@@ -100,6 +100,12 @@ int ppx_cuda_linear_time (const PpxCudaWeight *w, int n, const float *x, float *
 /* Tests and benchmarks: the n-tiles of x (8 rows each) one block of a tensor-core launch takes (2..16, capped
  * where the device cannot hold 16), 0 = planned. Changes only where the work runs, never a result. */
 void ppx_cuda_linear_force_slice (int tiles);
+/* Tests: whether a call of M rows on w takes the wgmma configuration of the tensor-core kernel (docs/cuda.md,
+ * "wgmma (sm_90a)"; an int4 weight, M at least PPX_CUDA_LINEAR_WGMMA, a compute capability 9.0 GPU and a build
+ * with 90a). */
+int ppx_cuda_linear_wgmma_at (const PpxCudaWeight *w, int M);
+/* The compute capability of the current device as major x 10 + minor (90 for an H100), 0 on failure. */
+int ppx_cuda_compute_capability (void);
 /* TRUE when int4 weights of this group size are repacked at load for the tensor-core kernels. */
 int ppx_cuda_int4_repacked (int group_size);
 /* Repacks int4 weights (quant.h layout, already on the device) in place: a permutation inside each full

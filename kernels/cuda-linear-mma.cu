@@ -154,6 +154,12 @@ ppx_linear_mma_wgmma_at (const PpxCudaWeight *w, int M)
   return tc_wgmma (w, M < TC_MMAX ? M : TC_MMAX);
 }
 
+extern "C" int
+ppx_cuda_linear_wgmma_at (const PpxCudaWeight *w, int M)
+{
+  return ppx_linear_mma_eligible (w) && ppx_linear_mma_wgmma_at (w, M);
+}
+
 /* Bytes of the split x records of one launch of up to min (M, TC_MMAX) rows (0 for M <= 8: NT = 1 splits x
  * itself). */
 static size_t

@@ -37,6 +37,18 @@ ppx_cuda_device_name (int device, char *name, size_t len, size_t *total_mem)
 }
 
 extern "C" int
+ppx_cuda_compute_capability (void)
+{
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice (&dev) != cudaSuccess || cudaDeviceGetAttribute (&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute (&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    cudaGetLastError ();
+    return 0;
+  }
+  return 10 * major + minor;
+}
+
+extern "C" int
 ppx_cuda_mem_free (size_t *free_bytes)
 {
   size_t total = 0;

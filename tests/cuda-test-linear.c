@@ -175,6 +175,44 @@ test_linear_batch_slices (void)
   ppx_backend_cuda_linear_force_slice (0);
 }
 
+/* The int4 linears take the wgmma configuration where the build and the GPU have it (a build with 90a in
+ * -Dcuda-arch, a compute capability 9.0 GPU: H100, H200) from M = 17 rows, and nowhere else: without this a
+ * build whose sm_90a code the driver did not load would fall back to mma.sync silently (the same bits, the
+ * batch tests cannot tell) and the tick would lose ~2 ms at 80 sessions (docs/cuda.md, "wgmma (sm_90a)").
+ * PPX_CUDA_LINEAR_WGMMA moves the switch; the test expects the default. */
+void
+test_linear_wgmma_path (void)
+{
+#ifdef PPX_TEST_CUDA_90A
+  const gboolean built = TRUE;
+#else
+  const gboolean built = FALSE;
+#endif
+  if (g_getenv ("PPX_CUDA_LINEAR_WGMMA")) {
+    g_test_skip ("PPX_CUDA_LINEAR_WGMMA is set: the switch is not the default");
+    return;
+  }
+  const int cc = ppx_backend_cuda_compute_capability (gpu);
+  const gboolean expect = built && cc == 90;
+  g_test_message ("compute capability %d.%d, built with 90a: %s: wgmma expected %s", cc / 10, cc % 10,
+                  built ? "yes" : "no", expect ? "from 17 rows" : "nowhere");
+  g_assert_cmpint (cc, >=, 80);
+  for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
+    const gboolean tc_int4 = formats[i].format == PPX_WFMT_INT4 && formats[i].group_size != 8 &&
+                             formats[i].group_size != 48; /* g8, g48: the CUDA-core kernels */
+    WPair w = wpair_random (formats[i], 256, 1024);
+    static const int ms[] = {1, 8, 16, 17, 32, 80, 128, 160};
+    for (guint k = 0; k < G_N_ELEMENTS (ms); k++) {
+      const gboolean want = expect && tc_int4 && ms[k] >= 17;
+      if (ppx_backend_cuda_linear_wgmma_at (gpu, w.g, ms[k]) != want)
+        g_error ("linear %s M=%d: wgmma %s, expected %s", fmt_name (formats[i]), ms[k], want ? "not taken" : "taken",
+                 want ? "taken" : "not taken");
+    }
+    g_assert_false (ppx_backend_cuda_linear_wgmma_at (cpu, w.c, 80));
+    wpair_free (&w);
+  }
+}
+
 /* ppx_op_rmsnorm_linear: the fused kernel (M <= 4, tensor-core weights) gives the bits of rmsnorm then linear
  * on the GPU, for every format (f32 and int4 g8/g48 take the two-op path), K tails and leaf splits, with and
  * without accumulation; and the CPU's result within TOL. */

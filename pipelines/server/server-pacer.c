@@ -17,6 +17,7 @@ GST_DEBUG_CATEGORY_STATIC (pacing_debug);
 #define RESTART_US G_USEC_PER_SEC       /* a gap this long starts the clock again */
 #define EARLY_US 500                    /* a slot this close is due now */
 #define MAX_QUEUED_US (2 * G_USEC_PER_SEC) /* audio held at most: beyond it (a client faster than real time) at once */
+#define PRIOR_PAGES LEVEL_PAGES     /* a call whose pacer judged this many pages (2 s in) gives new calls their prior */
 
 /* A page whose lateness is not judged yet: it waits for the LEVEL_PAGES after it. */
 typedef struct {
@@ -51,11 +52,17 @@ struct _PpxPacer {
   Pending pending[LEVEL_PAGES]; /* the latest pages, a ring, not judged yet */
   guint n_pending, next_pending;
   gint64 base_us, delay_us;   /* the earliest offset; the delay beyond it that covers QUANTILE of the lateness */
+  gint64 level_us;            /* the schedule: a page's slot is clock + level + its stream position; it follows
+                               * base + delay up, never down (a player would drop what comes earlier) */
+  gint64 jitter_us;           /* the delay beyond one page duration (the pacing itself), for the prior */
   gboolean stalled;           /* a page came later than any delay covers; until one comes in time again */
   guint64 stalls;             /* how many times */
   void (*drained) (gpointer user_data);
   gboolean dispatching, freed;
 };
+
+/* The pacers of the calls in progress (main thread only): a new call's delay starts from theirs (next_slot). */
+static GList *live_pacers;
 
 static void
 page_free (gpointer data)
@@ -166,6 +173,8 @@ ppx_pacer_new (PpxProto proto, guint call_id, gboolean enabled, guint max_delay_
   g_source_set_name (p->source, "personaplex answer pacer");
   g_source_set_ready_time (p->source, -1);
   g_source_attach (p->source, NULL);
+  if (enabled)
+    live_pacers = g_list_prepend (live_pacers, p);
   return p;
 }
 
@@ -197,6 +206,23 @@ measure_delay (PpxPacer *p, gint64 duration_us)
     GST_DEBUG ("call %u: delay %.2f ms (lateness p%.1f of %u pages; the largest %.2f ms)", p->call_id,
                delay / 1000.0, QUANTILE * 100, n, late[n - 1] / 1000.0);
   p->delay_us = delay;
+  p->jitter_us = MAX (delay - duration_us, 0);
+}
+
+/* The prior of a new call's delay: the largest jitter (the delay beyond one page) measured by the pacers of the
+ * calls that have run 2 s or more. A new call's own history is empty: starting from 0, its delay grew over its first
+ * seconds (as its pages came later than its first ones: the tick's jitter, and its own first frames, stepped in
+ * ticks of their own before it joined the others' grid), and every step later was audio its player missed. */
+static gint64
+prior_jitter (const PpxPacer *self)
+{
+  gint64 prior = 0;
+  for (GList *l = live_pacers; l; l = l->next) {
+    const PpxPacer *o = l->data;
+    if (o != self && o->clock_us && o->n_lateness >= PRIOR_PAGES)
+      prior = MAX (prior, o->jitter_us);
+  }
+  return MIN (prior, self->max_delay_us);
 }
 
 /* The page's lateness, judged once the LEVEL_PAGES after it came: its offset beyond the earliest of the BASE_PAGES
@@ -241,8 +267,12 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
     p->n_offsets = p->n_lateness = p->next_lateness = p->since_update = 0;
     p->n_pending = p->next_pending = 0;
     p->prev_slot_us = 0;
-    p->delay_us = 0;
+    p->delay_us = p->jitter_us = 0;
     p->stalled = FALSE;
+    /* the first page's offset is 0 (the base): the schedule starts the prior beyond it */
+    p->level_us = prior_jitter (p);
+    GST_DEBUG ("call %u: the schedule starts %.2f ms beyond the first page (the other calls' jitter)", p->call_id,
+               p->level_us / 1000.0);
   }
   p->last_arrival_us = now;
   gint64 offset = now - p->clock_us - p->pos_us;
@@ -260,7 +290,7 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
     p->stalls++;
     GST_DEBUG ("call %u: stall %" G_GUINT64_FORMAT ": a page %.2f ms late (beyond any delay): not jitter", p->call_id,
                p->stalls, lateness / 1000.0);
-  } else if (p->stalled && p->clock_us + p->base_us + p->pos_us + p->delay_us >= now) {
+  } else if (p->stalled && p->clock_us + p->level_us + p->pos_us >= now) {
     p->stalled = FALSE;
   }
   note_offset (p, offset, !p->stalled);
@@ -268,7 +298,20 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
     measure_delay (p, duration_us);
     p->since_update = 0;
   }
-  gint64 slot = p->clock_us + p->base_us + p->pos_us + p->delay_us;
+  /* The schedule follows base + delay up (the latency stepped up, or the jitter grew), never down: the player has
+   * set its buffer by the pages it got, and a page earlier than those it has is audio it drops (the reference
+   * client's holds 100 ms: about 10 ms beyond what paced pages keep in it). Calls that left (the ticks shorter, the
+   * last frame of a period earlier), a delay that fell as a late tick left its window, a backlog worked off long
+   * after it formed: each moved the clock earlier, 4 ms a page, and each ms of it was dropped. A stall's pages
+   * count in no delay (they are no jitter, and the catch-up after them goes as it comes), but a lag that lasts
+   * (the earliest offset of 2 s higher) is a new level, stall or not. */
+  if (p->base_us + p->delay_us > p->level_us) {
+    if (p->base_us + p->delay_us - p->level_us >= 1000)
+      GST_DEBUG ("call %u: the schedule moves %.2f ms later (base %.2f ms, delay %.2f ms)", p->call_id,
+                 (p->base_us + p->delay_us - p->level_us) / 1000.0, p->base_us / 1000.0, p->delay_us / 1000.0);
+    p->level_us = p->base_us + p->delay_us;
+  }
+  gint64 slot = p->clock_us + p->level_us + p->pos_us;
   if (slot < now) {
     /* late (the tick, or the engine catching up after a stall): at once, as before the pacer, so that a lag does
      * not stay in the call's latency */
@@ -349,6 +392,7 @@ ppx_pacer_free (PpxPacer *p)
 {
   if (!p)
     return;
+  live_pacers = g_list_remove (live_pacers, p);
   p->stopped = TRUE;
   p->drained = NULL;
   if (p->dispatching) {

@@ -1,6 +1,8 @@
 /* personaplex-server: a call's answer pages on a steady clock (server-pacer.h). */
 #include "server-pacer.h"
 
+#include "server-player.h"
+
 #include <gst/gst.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,8 @@ GST_DEBUG_CATEGORY_STATIC (pacing_debug);
 #define EARLY_US 500                    /* a slot this close is due now */
 #define MAX_QUEUED_US (2 * G_USEC_PER_SEC) /* audio held at most: beyond it (a client faster than real time) at once */
 #define PRIOR_PAGES LEVEL_PAGES     /* a call whose pacer judged this many pages (2 s in) gives new calls their prior */
+#define PLAYER_MARGIN_US 5000       /* room kept in the player's buffer (server-player.h) */
+#define OPUS_FRAME_US 20000         /* the player plays the first page's pre-skip: whole frames */
 
 /* A page whose lateness is not judged yet: it waits for the LEVEL_PAGES after it. */
 typedef struct {
@@ -28,6 +32,7 @@ typedef struct {
 typedef struct {
   GBytes *page;
   gint64 duration_us, slot_us, arrival_us;
+  gint64 player_pos_us, player_duration_us; /* as the player counts them */
   PpxPageTrace trace;
 } Page;
 
@@ -52,9 +57,10 @@ struct _PpxPacer {
   Pending pending[LEVEL_PAGES]; /* the latest pages, a ring, not judged yet */
   guint n_pending, next_pending;
   gint64 base_us, delay_us;   /* the earliest offset; the delay beyond it that covers QUANTILE of the lateness */
-  gint64 level_us;            /* the schedule: a page's slot is clock + level + its stream position; it follows
-                               * base + delay up, never down (a player would drop what comes earlier) */
   gint64 jitter_us;           /* the delay beyond one page duration (the pacing itself), for the prior */
+  gint64 prior_us;            /* the other calls' jitter when the clock started: the least delay of its first 2 s */
+  PpxPlayerModel player;      /* what the caller's player holds (server-player.h) */
+  gint64 player_pos_us;       /* the stream position of the next page, as the player counts it */
   gboolean stalled;           /* a page came later than any delay covers; until one comes in time again */
   guint64 stalls;             /* how many times */
   void (*drained) (gpointer user_data);
@@ -113,6 +119,8 @@ send_page (PpxPacer *p, Page *pg, gint64 now)
     t->dispatched_us ? (double) (now - t->dispatched_us) / G_USEC_PER_SEC : -1,
   };
   ppx_metrics_answer_page (p->proto, interval_s, stages);
+  if (pg->duration_us > 0)
+    ppx_player_model_push (&p->player, now, pg->player_pos_us, pg->player_duration_us);
   if (!p->send (pg->page, p->user_data))
     ppx_pacer_stop (p);
 }
@@ -167,6 +175,7 @@ ppx_pacer_new (PpxProto proto, guint call_id, gboolean enabled, guint max_delay_
   p->send = send;
   p->user_data = user_data;
   g_queue_init (&p->queue);
+  ppx_player_model_init (&p->player);
   p->source = g_source_new (&pacer_funcs, sizeof (GSource));
   g_source_set_callback (p->source, NULL, p, NULL); /* dispatch reads user_data */
   g_source_set_priority (p->source, G_PRIORITY_HIGH);
@@ -256,7 +265,7 @@ note_offset (PpxPacer *p, gint64 offset, gboolean judged)
 
 /* The slot of an audio page arriving at `now` (the clock described in server-pacer.h). */
 static gint64
-next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
+next_slot (PpxPacer *p, gint64 now, gint64 duration_us, gint64 player_duration)
 {
   if (!p->enabled)
     return now;
@@ -269,10 +278,9 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
     p->prev_slot_us = 0;
     p->delay_us = p->jitter_us = 0;
     p->stalled = FALSE;
-    /* the first page's offset is 0 (the base): the schedule starts the prior beyond it */
-    p->level_us = prior_jitter (p);
-    GST_DEBUG ("call %u: the schedule starts %.2f ms beyond the first page (the other calls' jitter)", p->call_id,
-               p->level_us / 1000.0);
+    p->prior_us = prior_jitter (p);
+    GST_DEBUG ("call %u: the first pages wait %.2f ms at least (the other calls' jitter)", p->call_id,
+               p->prior_us / 1000.0);
   }
   p->last_arrival_us = now;
   gint64 offset = now - p->clock_us - p->pos_us;
@@ -290,7 +298,7 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
     p->stalls++;
     GST_DEBUG ("call %u: stall %" G_GUINT64_FORMAT ": a page %.2f ms late (beyond any delay): not jitter", p->call_id,
                p->stalls, lateness / 1000.0);
-  } else if (p->stalled && p->clock_us + p->level_us + p->pos_us >= now) {
+  } else if (p->stalled && p->clock_us + p->base_us + p->pos_us + p->delay_us >= now) {
     p->stalled = FALSE;
   }
   note_offset (p, offset, !p->stalled);
@@ -298,20 +306,12 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
     measure_delay (p, duration_us);
     p->since_update = 0;
   }
-  /* The schedule follows base + delay up (the latency stepped up, or the jitter grew), never down: the player has
-   * set its buffer by the pages it got, and a page earlier than those it has is audio it drops (the reference
-   * client's holds 100 ms: about 10 ms beyond what paced pages keep in it). Calls that left (the ticks shorter, the
-   * last frame of a period earlier), a delay that fell as a late tick left its window, a backlog worked off long
-   * after it formed: each moved the clock earlier, 4 ms a page, and each ms of it was dropped. A stall's pages
-   * count in no delay (they are no jitter, and the catch-up after them goes as it comes), but a lag that lasts
-   * (the earliest offset of 2 s higher) is a new level, stall or not. */
-  if (p->base_us + p->delay_us > p->level_us) {
-    if (p->base_us + p->delay_us - p->level_us >= 1000)
-      GST_DEBUG ("call %u: the schedule moves %.2f ms later (base %.2f ms, delay %.2f ms)", p->call_id,
-                 (p->base_us + p->delay_us - p->level_us) / 1000.0, p->base_us / 1000.0, p->delay_us / 1000.0);
-    p->level_us = p->base_us + p->delay_us;
-  }
-  gint64 slot = p->clock_us + p->level_us + p->pos_us;
+  /* A new call's own history is empty: in its first 2 s (before its first pages are judged) its delay is the other
+   * calls' jitter at least (the first page's offset is 0) */
+  gint64 level = p->base_us + p->delay_us;
+  if (p->n_lateness < LEVEL_PAGES)
+    level = MAX (level, p->prior_us);
+  gint64 slot = p->clock_us + level + p->pos_us;
   if (slot < now) {
     /* late (the tick, or the engine catching up after a stall): at once, as before the pacer, so that a lag does
      * not stay in the call's latency */
@@ -323,6 +323,18 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
      * pacer does not keep the lag (one page every 20 ms: still never two at once) */
     gint64 step = p->queued_us > p->delay_us + 2 * duration_us ? p->prev_duration_us / 2 : MAX_STEP_US;
     slot = MAX (slot, p->prev_slot_us + p->prev_duration_us - step);
+  }
+  /* Never earlier than the caller's player has room for (server-player.h): it has set its buffer by the pages it
+   * got, and a page that comes earlier than those is audio it drops. The latency comes down (calls left and the
+   * ticks got shorter, a late tick left the delay's window, the last frame of a period came earlier) only as far as
+   * the player holds less than at its start: before, the clock moved earlier by 4 ms a page however far, and every
+   * ms beyond the player's 10 ms of room was dropped. A stall's catch-up goes as it comes (After a stall). */
+  if (!p->stalled) {
+    gint64 earliest = ppx_player_model_earliest (&p->player, p->player_pos_us, player_duration, PLAYER_MARGIN_US);
+    if (earliest > slot) {
+      GST_LOG ("call %u: page held %.2f ms more for the player's room", p->call_id, (earliest - slot) / 1000.0);
+      slot = earliest;
+    }
   }
   p->prev_slot_us = slot;
   p->prev_duration_us = duration_us;
@@ -345,7 +357,13 @@ ppx_pacer_push (PpxPacer *p, GBytes *page, gint64 duration_us, const PpxPageTrac
   if (trace)
     pg->trace = *trace;
   if (duration_us > 0) {
-    pg->slot_us = next_slot (p, now, duration_us);
+    /* the player plays the first page's pre-skip too (the decoder's output), whole 20 ms frames */
+    gint64 player_duration = p->player_pos_us ? duration_us
+                                              : (duration_us + OPUS_FRAME_US - 1) / OPUS_FRAME_US * OPUS_FRAME_US;
+    pg->player_pos_us = p->player_pos_us;
+    pg->player_duration_us = player_duration;
+    pg->slot_us = next_slot (p, now, duration_us, player_duration);
+    p->player_pos_us += player_duration;
     if (pg->slot_us <= now) /* late: what waits before it (earlier in the stream) is late too, and goes with it */
       for (GList *l = p->queue.head; l; l = l->next)
         ((Page *) l->data)->slot_us = MIN (((Page *) l->data)->slot_us, now);

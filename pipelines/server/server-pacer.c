@@ -329,13 +329,13 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us, gint64 player_duration)
    * ticks got shorter, a late tick left the delay's window, the last frame of a period came earlier) only as far as
    * the player holds less than at its start: before, the clock moved earlier by 4 ms a page however far, and every
    * ms beyond the player's 10 ms of room was dropped. A stall's catch-up goes as it comes (After a stall). And
-   * the hold is bounded as the delay is, max_delay plus a page beyond the earliest offset: bursts of late ticks
-   * short of a stall take the delay up for 10 s and the player re-buffers at that latency, and held for good each
-   * such burst added to the call's latency (on a busy 2-core machine +150-200 ms in 20 s); beyond that bound the
-   * clock comes down as before, and the player drops what it cannot hold. */
+   * the hold beyond what the measured delay asks is bounded by max_delay: bursts of late ticks short of a stall
+   * take the delay up for 10 s and the player re-buffers at that latency, and held for good each such burst added
+   * to the call's latency (on a busy 2-core machine +150-200 ms in 20 s); beyond the bound the clock comes down as
+   * before, and the player drops what it cannot hold. */
   if (!p->stalled) {
     gint64 earliest = ppx_player_model_earliest (&p->player, p->player_pos_us, player_duration, PLAYER_MARGIN_US);
-    earliest = MIN (earliest, p->clock_us + p->base_us + p->pos_us + p->max_delay_us + duration_us);
+    earliest = MIN (earliest, p->clock_us + level + p->pos_us + p->max_delay_us);
     if (earliest > slot) {
       GST_LOG ("call %u: page held %.2f ms more for the player's room", p->call_id, (earliest - slot) / 1000.0);
       slot = earliest;

@@ -1,6 +1,8 @@
 /* personaplex-server: a call's answer pages on a steady clock (server-pacer.h). */
 #include "server-pacer.h"
 
+#include "server-player.h"
+
 #include <gst/gst.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,9 @@ GST_DEBUG_CATEGORY_STATIC (pacing_debug);
 #define RESTART_US G_USEC_PER_SEC       /* a gap this long starts the clock again */
 #define EARLY_US 500                    /* a slot this close is due now */
 #define MAX_QUEUED_US (2 * G_USEC_PER_SEC) /* audio held at most: beyond it (a client faster than real time) at once */
+#define PRIOR_PAGES LEVEL_PAGES     /* a call whose pacer judged this many pages (2 s in) gives new calls their prior */
+#define PLAYER_MARGIN_US 5000       /* room kept in the player's buffer (server-player.h) */
+#define OPUS_FRAME_US 20000         /* the player plays the first page's pre-skip: whole frames */
 
 /* A page whose lateness is not judged yet: it waits for the LEVEL_PAGES after it. */
 typedef struct {
@@ -27,6 +32,7 @@ typedef struct {
 typedef struct {
   GBytes *page;
   gint64 duration_us, slot_us, arrival_us;
+  gint64 player_pos_us, player_duration_us; /* as the player counts them */
   PpxPageTrace trace;
 } Page;
 
@@ -51,11 +57,18 @@ struct _PpxPacer {
   Pending pending[LEVEL_PAGES]; /* the latest pages, a ring, not judged yet */
   guint n_pending, next_pending;
   gint64 base_us, delay_us;   /* the earliest offset; the delay beyond it that covers QUANTILE of the lateness */
+  gint64 jitter_us;           /* the delay beyond one page duration (the pacing itself), for the prior */
+  gint64 prior_us;            /* the other calls' jitter when the clock started: the least delay of its first 2 s */
+  PpxPlayerModel player;      /* what the caller's player holds (server-player.h) */
+  gint64 player_pos_us;       /* the stream position of the next page, as the player counts it */
   gboolean stalled;           /* a page came later than any delay covers; until one comes in time again */
   guint64 stalls;             /* how many times */
   void (*drained) (gpointer user_data);
   gboolean dispatching, freed;
 };
+
+/* The pacers of the calls in progress (main thread only): a new call's delay starts from theirs (next_slot). */
+static GList *live_pacers;
 
 static void
 page_free (gpointer data)
@@ -106,6 +119,8 @@ send_page (PpxPacer *p, Page *pg, gint64 now)
     t->dispatched_us ? (double) (now - t->dispatched_us) / G_USEC_PER_SEC : -1,
   };
   ppx_metrics_answer_page (p->proto, interval_s, stages);
+  if (pg->duration_us > 0)
+    ppx_player_model_push (&p->player, now, pg->player_pos_us, pg->player_duration_us);
   if (!p->send (pg->page, p->user_data))
     ppx_pacer_stop (p);
 }
@@ -160,12 +175,15 @@ ppx_pacer_new (PpxProto proto, guint call_id, gboolean enabled, guint max_delay_
   p->send = send;
   p->user_data = user_data;
   g_queue_init (&p->queue);
+  ppx_player_model_init (&p->player);
   p->source = g_source_new (&pacer_funcs, sizeof (GSource));
   g_source_set_callback (p->source, NULL, p, NULL); /* dispatch reads user_data */
   g_source_set_priority (p->source, G_PRIORITY_HIGH);
   g_source_set_name (p->source, "personaplex answer pacer");
   g_source_set_ready_time (p->source, -1);
   g_source_attach (p->source, NULL);
+  if (enabled)
+    live_pacers = g_list_prepend (live_pacers, p);
   return p;
 }
 
@@ -197,6 +215,23 @@ measure_delay (PpxPacer *p, gint64 duration_us)
     GST_DEBUG ("call %u: delay %.2f ms (lateness p%.1f of %u pages; the largest %.2f ms)", p->call_id,
                delay / 1000.0, QUANTILE * 100, n, late[n - 1] / 1000.0);
   p->delay_us = delay;
+  p->jitter_us = MAX (delay - duration_us, 0);
+}
+
+/* The prior of a new call's delay: the largest jitter (the delay beyond one page) measured by the pacers of the
+ * calls that have run 2 s or more. A new call's own history is empty: starting from 0, its delay grew over its first
+ * seconds (as its pages came later than its first ones: the tick's jitter, and its own first frames, stepped in
+ * ticks of their own before it joined the others' grid), and every step later was audio its player missed. */
+static gint64
+prior_jitter (const PpxPacer *self)
+{
+  gint64 prior = 0;
+  for (GList *l = live_pacers; l; l = l->next) {
+    const PpxPacer *o = l->data;
+    if (o != self && o->clock_us && o->n_lateness >= PRIOR_PAGES)
+      prior = MAX (prior, o->jitter_us);
+  }
+  return MIN (prior, self->max_delay_us);
 }
 
 /* The page's lateness, judged once the LEVEL_PAGES after it came: its offset beyond the earliest of the BASE_PAGES
@@ -230,7 +265,7 @@ note_offset (PpxPacer *p, gint64 offset, gboolean judged)
 
 /* The slot of an audio page arriving at `now` (the clock described in server-pacer.h). */
 static gint64
-next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
+next_slot (PpxPacer *p, gint64 now, gint64 duration_us, gint64 player_duration)
 {
   if (!p->enabled)
     return now;
@@ -241,8 +276,11 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
     p->n_offsets = p->n_lateness = p->next_lateness = p->since_update = 0;
     p->n_pending = p->next_pending = 0;
     p->prev_slot_us = 0;
-    p->delay_us = 0;
+    p->delay_us = p->jitter_us = 0;
     p->stalled = FALSE;
+    p->prior_us = prior_jitter (p);
+    GST_DEBUG ("call %u: the first pages wait %.2f ms at least (the other calls' jitter)", p->call_id,
+               p->prior_us / 1000.0);
   }
   p->last_arrival_us = now;
   gint64 offset = now - p->clock_us - p->pos_us;
@@ -268,7 +306,12 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
     measure_delay (p, duration_us);
     p->since_update = 0;
   }
-  gint64 slot = p->clock_us + p->base_us + p->pos_us + p->delay_us;
+  /* A new call's own history is empty: in its first 2 s (before its first pages are judged) its delay is the other
+   * calls' jitter at least (the first page's offset is 0) */
+  gint64 level = p->base_us + p->delay_us;
+  if (p->n_lateness < LEVEL_PAGES)
+    level = MAX (level, p->prior_us);
+  gint64 slot = p->clock_us + level + p->pos_us;
   if (slot < now) {
     /* late (the tick, or the engine catching up after a stall): at once, as before the pacer, so that a lag does
      * not stay in the call's latency */
@@ -280,6 +323,23 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us)
      * pacer does not keep the lag (one page every 20 ms: still never two at once) */
     gint64 step = p->queued_us > p->delay_us + 2 * duration_us ? p->prev_duration_us / 2 : MAX_STEP_US;
     slot = MAX (slot, p->prev_slot_us + p->prev_duration_us - step);
+  }
+  /* Never earlier than the caller's player has room for (server-player.h): it has set its buffer by the pages it
+   * got, and a page that comes earlier than those is audio it drops. The latency comes down (calls left and the
+   * ticks got shorter, a late tick left the delay's window, the last frame of a period came earlier) only as far as
+   * the player holds less than at its start: before, the clock moved earlier by 4 ms a page however far, and every
+   * ms beyond the player's 10 ms of room was dropped. A stall's catch-up goes as it comes (After a stall). And
+   * the hold beyond what the measured delay asks is bounded by max_delay: bursts of late ticks short of a stall
+   * take the delay up for 10 s and the player re-buffers at that latency, and held for good each such burst added
+   * to the call's latency (on a busy 2-core machine +150-200 ms in 20 s); beyond the bound the clock comes down as
+   * before, and the player drops what it cannot hold. */
+  if (!p->stalled) {
+    gint64 earliest = ppx_player_model_earliest (&p->player, p->player_pos_us, player_duration, PLAYER_MARGIN_US);
+    earliest = MIN (earliest, p->clock_us + level + p->pos_us + p->max_delay_us);
+    if (earliest > slot) {
+      GST_LOG ("call %u: page held %.2f ms more for the player's room", p->call_id, (earliest - slot) / 1000.0);
+      slot = earliest;
+    }
   }
   p->prev_slot_us = slot;
   p->prev_duration_us = duration_us;
@@ -302,7 +362,13 @@ ppx_pacer_push (PpxPacer *p, GBytes *page, gint64 duration_us, const PpxPageTrac
   if (trace)
     pg->trace = *trace;
   if (duration_us > 0) {
-    pg->slot_us = next_slot (p, now, duration_us);
+    /* the player plays the first page's pre-skip too (the decoder's output), whole 20 ms frames */
+    gint64 player_duration = p->player_pos_us ? duration_us
+                                              : (duration_us + OPUS_FRAME_US - 1) / OPUS_FRAME_US * OPUS_FRAME_US;
+    pg->player_pos_us = p->player_pos_us;
+    pg->player_duration_us = player_duration;
+    pg->slot_us = next_slot (p, now, duration_us, player_duration);
+    p->player_pos_us += player_duration;
     if (pg->slot_us <= now) /* late: what waits before it (earlier in the stream) is late too, and goes with it */
       for (GList *l = p->queue.head; l; l = l->next)
         ((Page *) l->data)->slot_us = MIN (((Page *) l->data)->slot_us, now);
@@ -349,6 +415,7 @@ ppx_pacer_free (PpxPacer *p)
 {
   if (!p)
     return;
+  live_pacers = g_list_remove (live_pacers, p);
   p->stopped = TRUE;
   p->drained = NULL;
   if (p->dispatching) {

@@ -22,6 +22,14 @@
  *     the clock moves earlier by at most 4 ms a page: no interval under 36 ms; but by half a page when more than
  *     the delay and two pages wait: the engine catching up, faster than real time); a main loop that wakes late
  *     sends what is due then (after a stall of the server a burst rather than a lag kept);
+ *   - and, but in a stall, no earlier than the caller's player has room for (server-player.h: the reference web
+ *     client's player, modelled from the send times): the latency comes down (calls left, the ticks got shorter,
+ *     a late tick left the delay's window) only as far as the player holds less than at its start, for a page
+ *     earlier than that is audio it drops; held so at most max_delay beyond what the delay asks (bursts of late
+ *     ticks would otherwise add up in the latency for good);
+ *   - a new call's first pages (its first 2 s, before its own lateness is judged) wait at least the largest jitter
+ *     (the delay beyond one page) of the calls that have run 2 s or more: from a delay of 0, its delay grew as its
+ *     pages came later than its first ones, and each step later was audio its player missed;
  *   - a gap of a second or more (no audio) starts the clock again.
  * As the two pages of a frame come together, the second one's offset is one page duration less: the delay counts
  * from it, so one page duration of the delay is the pacing itself and the rest covers the tick's jitter.

@@ -179,9 +179,15 @@ const double *ppx_engine_tick_bucket_bounds_ms (void);
 gboolean ppx_engine_measure_tick (PpxEngine *engine, int rows, int ticks, double *ms, int *padded_rows,
                                   GError **error);
 /* The rows a tick of n sessions runs when every session that ticks is in it (a ready session that has not
- * ticked yet holds no Mimi row and does not count): n, or on a bucketed engine (CUDA) the next power of two,
- * at most max_sessions and at most n + the slots free now (docs/engine.md, "Batch-size buckets and padding"). */
+ * ticked yet holds no Mimi row and does not count): n, or on a bucketed engine (CUDA) its bucket
+ * (ppx_engine_bucket_rows) at most n + the slots free now (docs/engine.md, "Batch-size buckets and padding"). */
 int ppx_engine_tick_rows (const PpxEngine *engine, int n);
+/* The batch-size bucket of a full tick of n rows on a bucketed engine of max_rows slots: the next power of two
+ * up to PPX_ENGINE_BUCKET_POW2_MAX rows, then the next multiple of PPX_ENGINE_BUCKET_STEP (a tick of 65 rows runs
+ * 72, not 128), at most max_rows. One CUDA graph is recorded per bucket used. */
+#define PPX_ENGINE_BUCKET_POW2_MAX 32
+#define PPX_ENGINE_BUCKET_STEP 8
+int ppx_engine_bucket_rows (int n, int max_rows);
 
 /* How the ticks ran (docs/engine.md, "The GPU tick"). */
 typedef struct {

@@ -1,5 +1,5 @@
 /* The engine's batch-size buckets (docs/engine.md, "The GPU tick") on the CPU: a tick of every active
- * session padded to the next power of two (extra rows on free slots and free Mimi rows, results discarded,
+ * session padded to its bucket (ppx_engine_bucket_rows; extra rows on free slots and free Mimi rows, results discarded,
  * a fixed number of depformer steps) must give every session exactly the tokens and PCM of the unpadded
  * tick (on the CPU a row's arithmetic does not depend on the batch), while sessions miss ticks, join (onto
  * the slot and row padding used before) and leave; and a session's prompts running while others tick
@@ -88,6 +88,40 @@ test_churn (void)
   PpxSched sched[6] = {{0, -1, 5, 0}, {0, 19, 0, 0}, {0, -1, 0, 0}, {6, -1, 0, 0}, {9, 25, 7, 0}, {14, -1, 0, 0}};
   check (6, 8, sched, 34); /* joins on slots and rows that padding used; rows move as sessions leave */
   check (5, 6, sched, 30);
+}
+
+/* The bucket rule (ppx_engine_bucket_rows): powers of two to PPX_ENGINE_BUCKET_POW2_MAX rows, then multiples of
+ * PPX_ENGINE_BUCKET_STEP, at most the slots; never fewer rows than the tick has, never more than a step of
+ * padding past the powers of two (a tick of 65 rows ran 128 before: 63 rows of padding on the GPU); and the
+ * engine's ticks take it (ppx_engine_tick_rows, as many free slots as the bucket needs). */
+static void
+test_rule (void)
+{
+  static const int want[][3] = {{1, 154, 1},   {2, 154, 2},   {3, 154, 4},   {17, 154, 32}, {32, 154, 32},
+                                {33, 154, 40}, {64, 154, 64}, {65, 154, 72}, {80, 89, 80},  {81, 89, 88},
+                                {88, 89, 88},  {89, 89, 89},  {129, 154, 136}, {153, 154, 154}, {5, 3, 3}};
+  for (guint i = 0; i < G_N_ELEMENTS (want); i++)
+    g_assert_cmpint (ppx_engine_bucket_rows (want[i][0], want[i][1]), ==, want[i][2]);
+  for (int slots = 1; slots <= 200; slots += 7)
+    for (int n = 1; n <= slots; n++) {
+      const int b = ppx_engine_bucket_rows (n, slots);
+      g_assert_cmpint (b, >=, n);
+      g_assert_cmpint (b, <=, slots);
+      g_assert_cmpint (b, >=, ppx_engine_bucket_rows (n - 1 > 0 ? n - 1 : 1, slots)); /* grows with n */
+      if (n > PPX_ENGINE_BUCKET_POW2_MAX)
+        g_assert_cmpint (b - n, <, PPX_ENGINE_BUCKET_STEP);
+    }
+  g_autoptr (GError) err = NULL;
+  PpxEngineParams ep;
+  ppx_engine_params_init (&ep);
+  ep.max_sessions = 48;
+  PpxEngine *e = ppx_engine_new (model, &ep, &err);
+  g_assert_no_error (err);
+  ppx_engine_force_buckets (e, TRUE);
+  g_assert_cmpint (ppx_engine_tick_rows (e, 33), ==, 40);
+  g_assert_cmpint (ppx_engine_tick_rows (e, 41), ==, 48);
+  g_assert_cmpint (ppx_engine_tick_rows (e, 20), ==, 32);
+  ppx_engine_unref (e);
 }
 
 /* ---- a ready session that does not tick (a server's model keeper) ---- */
@@ -201,6 +235,7 @@ main (int argc, char **argv)
   const PpxStTensor *u = ppx_st_find (G.golden, "user_pcm");
   user_pcm = (const float *) u->data;
   user_n = (gsize) u->shape[0];
+  g_test_add_func ("/engine-buckets/rule", test_rule);
   g_test_add_func ("/engine-buckets/steady", test_steady);
   g_test_add_func ("/engine-buckets/churn", test_churn);
   g_test_add_func ("/engine-buckets/idle-ready", test_idle_ready);

@@ -116,19 +116,25 @@ test_live_expiry (void)
   ppx_tick_model_free (m);
 }
 
-/* An engine that pads its ticks to buckets (CUDA graphs): a tick of 65 calls runs 128 rows and costs that. */
+/* An engine that pads its ticks to buckets (CUDA graphs; the engine's rule, ppx_engine_bucket_rows: powers of two
+ * to 32 rows, then multiples of 8): a tick of 65 calls runs 72 rows and costs that. */
 static void
 test_buckets (void)
 {
   PpxTickModel *m = ppx_tick_model_new (154, TRUE);
-  g_assert_cmpuint (ppx_tick_model_rows (m, 65), ==, 128);
-  g_assert_cmpuint (ppx_tick_model_rows (m, 129), ==, 154);
+  g_assert_cmpuint (ppx_tick_model_rows (m, 3), ==, 4);
+  g_assert_cmpuint (ppx_tick_model_rows (m, 20), ==, 32);
+  g_assert_cmpuint (ppx_tick_model_rows (m, 33), ==, 40);
   g_assert_cmpuint (ppx_tick_model_rows (m, 64), ==, 64);
+  g_assert_cmpuint (ppx_tick_model_rows (m, 65), ==, 72);
+  g_assert_cmpuint (ppx_tick_model_rows (m, 129), ==, 136);
+  g_assert_cmpuint (ppx_tick_model_rows (m, 150), ==, 152);
+  g_assert_cmpuint (ppx_tick_model_rows (m, 153), ==, 154); /* at most every slot */
   ppx_tick_model_add_measured (m, 64, 50);
   ppx_tick_model_add_measured (m, 128, 80);
   ppx_tick_model_add_measured (m, 154, 90);
-  g_assert_true (CLOSE (ppx_tick_model_predict (m, 65), 80));
-  g_assert_cmpuint (ppx_tick_model_calls_within (m, 70, 153), ==, 64);
+  g_assert_true (CLOSE (ppx_tick_model_predict (m, 65), 53.75)); /* 72 rows: on the line between 64 and 128 */
+  g_assert_cmpuint (ppx_tick_model_calls_within (m, 70, 153), ==, 104); /* 104 rows: 68.75 ms; 105 runs 112: 72.5 */
   ppx_tick_model_set_bucketed (m, FALSE); /* unpadded: the line between 64 and 128 */
   g_assert_cmpuint (ppx_tick_model_calls_within (m, 70, 153), ==, 106);
   ppx_tick_model_free (m);

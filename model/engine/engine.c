@@ -314,14 +314,24 @@ ppx_engine_lm_call (PpxEngine *e, PpxSession *s, const int *user, const int *age
 
 /* ---- the tick ---- */
 
-/* The bucket of a full tick of n rows: the next power of two, at most max_sessions. */
+int
+ppx_engine_bucket_rows (int n, int max_rows)
+{
+  if (n <= 0)
+    return n;
+  int B = 1;
+  while (B < n && B < PPX_ENGINE_BUCKET_POW2_MAX)
+    B *= 2;
+  if (B < n)
+    B = (n + PPX_ENGINE_BUCKET_STEP - 1) / PPX_ENGINE_BUCKET_STEP * PPX_ENGINE_BUCKET_STEP;
+  return MIN (B, max_rows);
+}
+
+/* The bucket of a full tick of n rows on this engine. */
 static int
 bucket_rows (const PpxEngine *e, int n)
 {
-  int B = 1;
-  while (B < n)
-    B *= 2;
-  return MIN (B, e->max_sessions);
+  return ppx_engine_bucket_rows (n, e->max_sessions);
 }
 
 static gboolean

@@ -1,6 +1,8 @@
 /* personaplex-server: the learnt tick cost (server-tick-model.h). */
 #include "server-tick-model.h"
 
+#include "personaplex.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,10 +91,7 @@ ppx_tick_model_rows (const PpxTickModel *m, guint n)
 {
   if (!m->bucketed || n == 0)
     return n;
-  guint b = 1;
-  while (b < n && b < m->max_rows)
-    b *= 2;
-  return MIN (b, m->max_rows);
+  return (guint) ppx_engine_bucket_rows ((int) MIN (n, (guint) G_MAXINT / 2), (int) m->max_rows);
 }
 
 static RowCost *

@@ -27,8 +27,8 @@ G_BEGIN_DECLS
 
 typedef struct _PpxTickModel PpxTickModel;
 
-/* An engine of `max_rows` rows (its slots); `bucketed`: its ticks are padded to the next power of two rows, at
- * most max_rows. */
+/* An engine of `max_rows` rows (its slots); `bucketed`: its ticks are padded to the engine's batch-size bucket
+ * (ppx_engine_bucket_rows: the next power of two to 32 rows, then the next multiple of 8), at most max_rows. */
 PpxTickModel *ppx_tick_model_new (guint max_rows, gboolean bucketed);
 void ppx_tick_model_free (PpxTickModel *m);
 void ppx_tick_model_set_bucketed (PpxTickModel *m, gboolean bucketed);

@@ -5,8 +5,8 @@
 #   (a) one server, 2 calls joining over 1 s, 10 s each, straight to it: both ok, the summary has the loadgen's
 #       table and verdict (with the latency growth), the CPU of the server, the loadgen and HAProxy, the server's
 #       /health, the tick p99 of its /metrics histogram, its dropped audio (none) and its ticks, and the 8 files
-#       (every call's playout at the reference player in loadgen.json; report.html well-formed, fetching nothing,
-#       with the server's tick p99 from /health);
+#       and ticks-s1.txt (every tick, one line each; every call's playout at the reference player in loadgen.json;
+#       report.html well-formed, fetching nothing, with the server's tick p99 from /health);
 #   (b) 2 servers behind HAProxy, 2 calls of 8 s (one each, 1 s apart), kill -9 of s2 after 4 s: the summary says it was
 #       killed and marked DOWN, one call ok and one connection-lost.
 # Environment (tests/meson.build): PPX_SOURCE_ROOT, PPX_BUILD_ROOT. Exit 77 (skip) without haproxy, python3 or
@@ -58,9 +58,13 @@ expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
   '^== 1 server\(s\): .* --batch-deadline 20 --admission memory$' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat' \
   '^latency growth: last quarter - first \(ms\) +2 ' '^== s1 /metrics audio dropped, the model behind \(s\): chat 0\.000' \
   '^== s1 ticks: [0-9]+ ticks of [0-9]+ to [12] rows .*, [0-9.]+ a second, '
-for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log report.html; do
+for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log report.html ticks-s1.txt; do
   [ -s "$tmp/a/$f" ] || fail "(a) $f was not written"
 done
+# every tick of the run, one line each: as many as the summary's tick lines count, all well formed
+grep -Evq '^(#.*|[0-9]+\.[0-9]{3} (tick|catch-up) [0-9]+ [0-9]+ [0-9.]+ [0-9.]+)$' "$tmp/a/ticks-s1.txt" &&
+  fail "(a) ticks-s1.txt has a malformed line: $(grep -Ev '^(#.*|[0-9]+\.[0-9]{3} (tick|catch-up) [0-9]+ [0-9]+ [0-9.]+ [0-9.]+)$' "$tmp/a/ticks-s1.txt" | head -1)"
+[ "$(grep -c ' tick ' "$tmp/a/ticks-s1.txt")" -ge 60 ] || fail "(a) ticks-s1.txt holds $(grep -c ' tick ' "$tmp/a/ticks-s1.txt") ticks"
 expect a '^missed audio at the reference player \(ms\) +2 '
 python3 - "$tmp/a/loadgen.json" "$tmp/a/report.html" <<'EOF' || fail "(a) the per-call playout or report.html"
 import json, re, sys, xml.etree.ElementTree as ET

@@ -20,7 +20,7 @@
 #   --server-option O another option for every server, split at spaces (e.g. "--batch-deadline 5"); repeatable
 #   --check           first the pack's check.sh
 #   after --          e.g. --input speech.wav, --text-prompt "...", --voice-prompt NATF2.pt
-# Writes to OUT (default $OUT, else out/fleet-live), 8 files:
+# Writes to OUT (default $OUT, else out/fleet-live), 8 files and one a server:
 #   summary.txt   the loadgen's table (join time, frame latency and its growth over a call, audio missed and
 #                 dropped at the reference web client's player, underruns, text, CPU of the loadgen and of each
 #                 server and HAProxy), each server's tick p50/p99 and overruns (/health),
@@ -33,11 +33,12 @@
 #                 missed and dropped at the reference player, calls joined and open, each server's tick p99
 #   gpu.csv       nvidia-smi every 5 s;  health.log  each server's /health every 10 s
 #   metrics.txt   each server's /metrics at the end;  servers.log  the servers' and HAProxy's logs (tails)
+#   ticks-NAME.txt  every tick of server NAME over the run (time, tick or catch-up, rows, missed, waits, run)
 # Exit status: 0 when the run happened (the figures say how it went), 1 when a step failed, 2 for bad options.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-me='fleet-live.sh' usage_lines=36 rest='loadgen options'
+me='fleet-live.sh' usage_lines=37 rest='loadgen options'
 # shellcheck source=pipelines/live-run.sh
 . "$root/pipelines/live-run.sh"
 servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
@@ -120,6 +121,18 @@ tick_summary () {
   printf "; oldest frame waited p50 %s p99 %s ms; ran p50 %s p99 %s ms; %s catch-up ticks\n" \
     "$(cut -d" " -f4 "$1.busy" | pct 0.5)" "$(cut -d" " -f4 "$1.busy" | pct 0.99)" \
     "$(cut -d" " -f5 "$1.busy" | pct 0.5)" "$(cut -d" " -f5 "$1.busy" | pct 0.99)" "$(grep -c 'catch-up tick of' "$1")"
+}
+
+# Every tick of a server, one line each (the whole run: servers.log keeps only the logs' tails, and a second that
+# cost every call some audio needs the ticks around it): its time in seconds since the server's GStreamer start
+# (the debug lines' clock; the first line of the file says when that was), tick or catch-up, rows, members that
+# missed it, how long its oldest frame waited and how long it ran (ms).
+tick_lines () {
+  echo "# seconds kind rows missed oldest-waited-ms ran-ms (seconds since the server's GStreamer start)"
+  awk '/ tick of [0-9]+ rows / {
+         for (k = 1; k <= NF; k++) if ($k == "tick" && $(k + 1) == "of") break
+         split($1, hms, ":"); kind = ($(k - 1) ~ /catch-up/) ? "catch-up" : "tick"
+         printf "%.3f %s %s %s %s %s\n", hms[1] * 3600 + hms[2] * 60 + hms[3], kind, $(k + 2), $(k + 7), $(NF - 4), $(NF - 1) }' "$1"
 }
 
 main () {
@@ -210,6 +223,7 @@ main () {
     say "== $name /metrics audio dropped, the model behind (s): $(awk '/^personaplex_input_dropped_seconds_total\{/ {
       sub(/.*protocol="/, "", $1); sub(/".*/, "", $1); printf "%s%s %s", sep, $1, $2; sep = ", " }' "$tmp/metrics-$name.txt")"
     say "== $name ticks: $(tick_summary "$fleet/$name.log")"
+    tick_lines "$fleet/$name.log" > "$out/ticks-$name.txt"
     # admission (server.md, "Admission"): the tick measured at start-up, the capacity then and at its last change,
     # the refusals
     grep -m1 ' at full context (ms, by calls)' "$fleet/$name.log" | sed "s/^personaplex-server: /== $name /" | tee -a "$summary"

@@ -142,7 +142,11 @@ async function testSignalling(url, server) {
   check(bigClose.type === 'close' && [1006, 1009].includes(bigClose.code),
     `a 200 kB message closes the connection (code ${bigClose.code})`);
 
-  // A page that keeps sending garbage is cut off.
+  // A page that keeps sending garbage is cut off. The three calls above each hold a slot of --max-sessions 3
+  // until their teardown (on a worker) is over: on a loaded machine the flood's call was refused 503 while they
+  // were still going (a fresh-clone CI run), so wait until they are gone.
+  await waitFor('the calls above to be torn down', async () =>
+    (await (await fetch(url + 'health')).json()).sessions === 0, 15000);
   const flood = await WsClient.connect(wsUrl);
   for (let i = 0; i < 30; i++) flood.sendText('garbage ' + i);
   const floodClose = await flood.until(() => false, 10000);

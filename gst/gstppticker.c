@@ -32,6 +32,13 @@
  * makes the frames it held look behind once, a backlog stays */
 #define BEHIND_FRAMES 3
 
+static gboolean
+ppx_join_old (void)
+{
+  const gchar *e = g_getenv ("PPX_JOIN_OLD");
+  return e != NULL && *e != '\0';
+}
+
 GST_DEBUG_CATEGORY_STATIC (pp_ticker_debug);
 #define GST_CAT_DEFAULT pp_ticker_debug
 
@@ -530,9 +537,13 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   /* Under load the others' frames are due a period after the last tick
    * started: a frame handed in before that (while a tick runs, or early in
    * the period) waits for them until then plus its batch deadline. */
-  due = t->loaded && t->last_tick > 0
-      ? MAX (now, (t->nominal > 0 ? t->nominal : t->last_tick) + t->period)
-      : now;
+  if (t->loaded && t->last_tick > 0)
+    due = MAX (now, (t->nominal > 0 ? t->nominal : t->last_tick) + t->period);
+  else if (t->last_tick > 0 && now - t->last_tick >= t->period / 4
+      && now < t->last_tick + t->period && !ppx_join_old ())
+    due = t->last_tick + t->period;
+  else
+    due = now;
   if (++t->n_pending == 1 || due + wait_us < t->deadline)
     t->deadline = due + wait_us;
   if (t->n_pending >= t->n_waited)

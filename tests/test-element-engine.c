@@ -810,10 +810,14 @@ fraction_ticked_together (GstElement * first, gboolean align, guint samples)
 
 /* Two live calls whose frames complete about 40 ms apart (half a frame):
  * with align-frames the second's first frame is led so that every tick
- * steps both; without it (and the default 20 ms batch-deadline) neither
- * frame waits long enough for the other and every tick steps one. Real
- * time on a shared machine: a pair of readings spoilt by the test waking
- * late is taken again, up to three pairs. */
+ * steps both, its frames waiting at most a buffer for the first's. Without
+ * it they tick together too, now (the ticker holds a frame handed in a
+ * quarter period or more after the last tick started for the next tick's:
+ * test_unloaded_merges_ticks), one of them waiting about 40 ms a frame;
+ * before that rule (the default 20 ms batch-deadline) neither frame waited
+ * long enough for the other and every tick stepped one. Real time on a
+ * shared machine: a pair of readings spoilt by the test waking late is taken
+ * again, up to three pairs. */
 GST_START_TEST (test_align_live_calls)
 {
   gchar *desc = g_strdup_printf ("audiotestsrc is-live=true wave=sine "
@@ -821,7 +825,7 @@ GST_START_TEST (test_align_live_calls)
       "personaplexduplex model-dir=\"%s\" greedy=true "
       "model-instance-id=align-live ! fakesink", model_dir);
   GstElement *first = gst_parse_launch (desc, NULL);
-  double aligned = 0, unaligned = 1;
+  double aligned = 0, unaligned = 0;
   guint attempt;
 
   fail_unless (first != NULL);
@@ -834,12 +838,12 @@ GST_START_TEST (test_align_live_calls)
     unaligned = fraction_ticked_together (first, FALSE, 10);
     GST_INFO ("attempt %u: ticks with both calls: %.0f %% aligned, %.0f %% "
         "not aligned", attempt, 100 * aligned, 100 * unaligned);
-    if (aligned >= 0.9 && unaligned <= 0.5)
+    if (aligned >= 0.9 && unaligned >= 0.8)
       break;
   }
   fail_unless (aligned >= 0.9, "aligned calls ticked together in %.0f %% "
       "of the readings", 100 * aligned);
-  fail_unless (unaligned <= 0.5, "calls half a frame apart ticked together "
+  fail_unless (unaligned >= 0.8, "calls half a frame apart ticked together "
       "in %.0f %% of the readings without alignment", 100 * unaligned);
   assert_no_bus_error (first);
   gst_element_set_state (first, GST_STATE_NULL);

@@ -32,13 +32,6 @@
  * makes the frames it held look behind once, a backlog stays */
 #define BEHIND_FRAMES 3
 
-static gboolean
-ppx_join_old (void)
-{
-  const gchar *e = g_getenv ("PPX_JOIN_OLD");
-  return e != NULL && *e != '\0';
-}
-
 GST_DEBUG_CATEGORY_STATIC (pp_ticker_debug);
 #define GST_CAT_DEFAULT pp_ticker_debug
 
@@ -544,7 +537,7 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   if (t->loaded && t->last_tick > 0)
     due = MAX (now, (t->nominal > 0 ? t->nominal : t->last_tick) + t->period);
   else if (t->last_tick > 0 && now - t->last_tick >= t->period / 4
-      && now < t->last_tick + t->period && !ppx_join_old ())
+      && now < t->last_tick + t->period)
     due = t->last_tick + t->period;
   else
     due = now;

@@ -529,18 +529,10 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
       (guint64) MAX_BATCH_DEADLINE_US) : MAX_BATCH_DEADLINE_US;
   /* Under load the others' frames are due a period after the last tick
    * started: a frame handed in before that (while a tick runs, or early in
-   * the period) waits for them until then plus its batch deadline. Not
-   * under load, so does a frame handed in a quarter period or more after
-   * the last tick started (early for the next tick, not late for that one):
-   * members out of step merge into one tick a period rather than each
-   * waiting its deadline and ticking alone (gstppticker.h). */
-  if (t->loaded && t->last_tick > 0)
-    due = MAX (now, (t->nominal > 0 ? t->nominal : t->last_tick) + t->period);
-  else if (t->last_tick > 0 && now - t->last_tick >= t->period / 4
-      && now < t->last_tick + t->period)
-    due = t->last_tick + t->period;
-  else
-    due = now;
+   * the period) waits for them until then plus its batch deadline. */
+  due = t->loaded && t->last_tick > 0
+      ? MAX (now, (t->nominal > 0 ? t->nominal : t->last_tick) + t->period)
+      : now;
   if (++t->n_pending == 1 || due + wait_us < t->deadline)
     t->deadline = due + wait_us;
   if (t->n_pending >= t->n_waited)

@@ -12,13 +12,7 @@
  * tick a period steps every member, and members behind real time merge
  * into full ticks instead of alternating in ticks of their own. Those due
  * times keep to a grid of periods: a tick that started late (it waited for
- * a frame past its due time) does not make the next one due later. Not
- * under load, a frame handed in a quarter period or more after the last
- * tick started (early for the next one, not late for that one) counts its
- * deadline from the next tick's due time (a period after the last tick
- * started) too: members out of step (a joiner whose frames complete before
- * the others') merge into one tick a period from their first frames instead
- * of ticking alone until the engine is loaded. The tick
+ * a frame past its due time) does not make the next one due later. The tick
  * runs on the thread of one of the waiting members (the leader: whichever
  * finds the set complete or the deadline passed first); there is no
  * thread of the ticker's own. See docs/element.md ("The tick").

@@ -5,9 +5,8 @@
  * for a tick), a paused pipeline that does not hold the others back, and
  * sessions joining and leaving while the others run, whose answers stay
  * those of their solo runs, and two live calls out of step merged into one
- * tick a period on a loaded engine, and on one that is not. On a tiny random
- * model; the join/leave test compares answers on the golden tiny model when
- * there is one. */
+ * tick a period on a loaded engine. On a tiny random model; the join/leave test
+ * compares answers on the golden tiny model when there is one. */
 #include "element-harness.h"
 
 #include <gst/app/app.h>
@@ -810,14 +809,10 @@ fraction_ticked_together (GstElement * first, gboolean align, guint samples)
 
 /* Two live calls whose frames complete about 40 ms apart (half a frame):
  * with align-frames the second's first frame is led so that every tick
- * steps both, its frames waiting at most a buffer for the first's. Without
- * it they tick together too, now (the ticker holds a frame handed in a
- * quarter period or more after the last tick started for the next tick's:
- * test_unloaded_merges_ticks), one of them waiting about 40 ms a frame;
- * before that rule (the default 20 ms batch-deadline) neither frame waited
- * long enough for the other and every tick stepped one. Real time on a
- * shared machine: a pair of readings spoilt by the test waking late is taken
- * again, up to three pairs. */
+ * steps both; without it (and the default 20 ms batch-deadline) neither
+ * frame waits long enough for the other and every tick steps one. Real
+ * time on a shared machine: a pair of readings spoilt by the test waking
+ * late is taken again, up to three pairs. */
 GST_START_TEST (test_align_live_calls)
 {
   gchar *desc = g_strdup_printf ("audiotestsrc is-live=true wave=sine "
@@ -825,7 +820,7 @@ GST_START_TEST (test_align_live_calls)
       "personaplexduplex model-dir=\"%s\" greedy=true "
       "model-instance-id=align-live ! fakesink", model_dir);
   GstElement *first = gst_parse_launch (desc, NULL);
-  double aligned = 0, unaligned = 0;
+  double aligned = 0, unaligned = 1;
   guint attempt;
 
   fail_unless (first != NULL);
@@ -838,12 +833,12 @@ GST_START_TEST (test_align_live_calls)
     unaligned = fraction_ticked_together (first, FALSE, 10);
     GST_INFO ("attempt %u: ticks with both calls: %.0f %% aligned, %.0f %% "
         "not aligned", attempt, 100 * aligned, 100 * unaligned);
-    if (aligned >= 0.9 && unaligned >= 0.8)
+    if (aligned >= 0.9 && unaligned <= 0.5)
       break;
   }
   fail_unless (aligned >= 0.9, "aligned calls ticked together in %.0f %% "
       "of the readings", 100 * aligned);
-  fail_unless (unaligned >= 0.8, "calls half a frame apart ticked together "
+  fail_unless (unaligned <= 0.5, "calls half a frame apart ticked together "
       "in %.0f %% of the readings without alignment", 100 * unaligned);
   assert_no_bus_error (first);
   gst_element_set_state (first, GST_STATE_NULL);
@@ -911,67 +906,6 @@ GST_START_TEST (test_load_merges_ticks)
 
 GST_END_TEST;
 
-/* Out of step on an engine that is not loaded (docs/element.md, "The tick"):
- * two live calls, not aligned, the second's frames complete 50 ms after the
- * first's (30 ms before its next), every tick 10 ms (PPX_TICK_EMULATE): a
- * frame handed in a quarter of a period or more after the last tick started
- * waits for the next tick's frames rather than its own batch deadline, so
- * both are stepped in one tick a period, as the stats say in (nearly) every
- * reading from a second on. Before, the second's frame waited its 20 ms and
- * ticked alone, and so did the first's: ticks of one each for good (a joining
- * call whose frames were out of step ticked so until the engine was loaded,
- * then moved to the others' tick: its latency went up under its player). */
-GST_START_TEST (test_unloaded_merges_ticks)
-{
-  GstElement *pipes[2], *pp;
-  GstClock *clock;
-  gint64 phase_us;
-  guint together = 0, i;
-
-  g_setenv ("PPX_TICK_EMULATE", "10", TRUE);
-  for (i = 0; i < 2; i++) {
-    gchar *desc = g_strdup_printf ("audiotestsrc is-live=true wave=sine "
-        "freq=%u volume=0.4 samplesperbuffer=480 ! " PPX_F32_CAPS " ! "
-        "personaplexduplex name=pp model-dir=\"%s\" greedy=true "
-        "model-instance-id=unloaded-live align-frames=false ! fakesink "
-        "pp.text_src ! fakesink", 330 + 270 * i, model_dir);
-
-    pipes[i] = gst_parse_launch (desc, NULL);
-    g_free (desc);
-    fail_unless (pipes[i] != NULL);
-    if (i == 1) {
-      /* to 50 ms past the first's frame phase, one frame on */
-      clock = gst_element_get_clock (pipes[0]);
-      phase_us = ((gst_clock_get_time (clock) -
-              gst_element_get_base_time (pipes[0])) / GST_USECOND) % 80000;
-      gst_object_unref (clock);
-      g_usleep ((80000 + 50000 - phase_us) % 80000 + 80000);
-    }
-    fail_if (gst_element_set_state (pipes[i], GST_STATE_PLAYING) ==
-        GST_STATE_CHANGE_FAILURE);
-    fail_unless (gst_element_get_state (pipes[i], NULL, NULL,
-            10 * GST_SECOND) == GST_STATE_CHANGE_SUCCESS);
-  }
-  g_unsetenv ("PPX_TICK_EMULATE");
-  pp = gst_bin_get_by_name (GST_BIN (pipes[1]), "pp");
-  g_usleep (G_USEC_PER_SEC);
-  for (i = 0; i < 10; i++) {
-    together += ppx_test_stats_uint (pp, "batch-size") == 2;
-    g_usleep (100 * 1000);
-  }
-  GST_INFO ("ticks with both calls: %u of 10 readings", together);
-  fail_unless (together >= 8, "two calls out of step on an engine that is "
-      "not loaded ticked together in %u of 10 readings", together);
-  gst_object_unref (pp);
-  for (i = 0; i < 2; i++) {
-    assert_no_bus_error (pipes[i]);
-    gst_element_set_state (pipes[i], GST_STATE_NULL);
-    gst_object_unref (pipes[i]);
-  }
-}
-
-GST_END_TEST;
-
 static Suite *
 engine_suite (void)
 {
@@ -992,7 +926,6 @@ engine_suite (void)
   tcase_add_test (rt, test_align_frames);
   tcase_add_test (rt, test_align_live_calls);
   tcase_add_test (rt, test_load_merges_ticks);
-  tcase_add_test (rt, test_unloaded_merges_ticks);
   return s;
 }
 

@@ -311,7 +311,8 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us, gint64 player_duration)
   gint64 level = p->base_us + p->delay_us;
   if (p->n_lateness < LEVEL_PAGES)
     level = MAX (level, p->prior_us);
-  gint64 slot = p->clock_us + level + p->pos_us;
+  const gint64 due = p->clock_us + level + p->pos_us;
+  gint64 slot = due;
   if (slot < now) {
     /* late (the tick, or the engine catching up after a stall): at once, as before the pacer, so that a lag does
      * not stay in the call's latency */
@@ -335,7 +336,7 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us, gint64 player_duration)
    * before, and the player drops what it cannot hold. */
   if (!p->stalled) {
     gint64 earliest = ppx_player_model_earliest (&p->player, p->player_pos_us, player_duration, PLAYER_MARGIN_US);
-    earliest = MIN (earliest, p->clock_us + level + p->pos_us + p->max_delay_us);
+    earliest = MIN (earliest, due + p->max_delay_us);
     if (earliest > slot) {
       GST_LOG ("call %u: page held %.2f ms more for the player's room", p->call_id, (earliest - slot) / 1000.0);
       slot = earliest;

@@ -16,6 +16,13 @@ ppx_player_model_init (PpxPlayerModel *m)
   *m = (PpxPlayerModel) {.partial_us = PARTIAL_US, .max_buffer_us = MAX_BUFFER_US};
 }
 
+/* The queue that makes it drop: 80 ms + its wait + its max buffer. */
+static gint64
+cap_of (const PpxPlayerModel *m)
+{
+  return START_US + m->partial_us + m->max_buffer_us;
+}
+
 /* What it holds at `now_us`, the page not counted. */
 static gint64
 queued (const PpxPlayerModel *m, gint64 now_us)
@@ -46,8 +53,7 @@ ppx_player_model_push (PpxPlayerModel *m, gint64 now_us, gint64 pos_us, gint64 d
     m->started = TRUE;
     m->play_us = now_us + m->partial_us + QUANTUM_US - m->head_us;
   }
-  gint64 cap = START_US + m->partial_us + m->max_buffer_us;
-  if (queued (m, now_us) >= cap) {
+  if (queued (m, now_us) >= cap_of (m)) {
     /* it drops the oldest down to START_US + the wait, and allows 5 ms more from then on */
     gint64 head = m->end_us - (START_US + m->partial_us);
     if (m->started)
@@ -65,6 +71,5 @@ ppx_player_model_earliest (const PpxPlayerModel *m, gint64 pos_us, gint64 durati
     return G_MININT64;
   /* what it holds once the page is in: end - (t - play), below the cap less the margin */
   gint64 end = MAX (m->end_us, pos_us + duration_us);
-  gint64 cap = START_US + m->partial_us + m->max_buffer_us;
-  return end + m->play_us - cap + margin_us;
+  return end + m->play_us - cap_of (m) + margin_us;
 }

@@ -101,38 +101,35 @@ tick_p99 () {
                printf "%s: p99 <= %g ms (a bucket bound) of %d ticks\n", m, bound[m, i] * 1000, total } }' "$1"
 }
 
-# The engine's ticks, from a server's log (the ticker's debug lines, GST_DEBUG=personaplexticker:5, one a tick):
-# how many a second, rows a tick, ticks that ran without a member (it missed it), the wait of each tick's oldest
-# frame for the others and the tick's own time; over the ticks with at least half the most rows seen (the calls'
-# middle, not their ramps); the catch-up ticks (calls behind real time stepped between the grid's ticks,
-# docs/element.md "Behind") are counted apart.
-tick_summary () {
-  awk '/ tick of [0-9]+ rows / && !/catch-up tick of/ {
-         for (k = 1; k <= NF; k++) if ($k == "tick" && $(k + 1) == "of") break
-         split($1, hms, ":"); t = hms[1] * 3600 + hms[2] * 60 + hms[3]
-         print t, $(k + 2), $(k + 7), $(NF - 4), $(NF - 1) }' "$1" > "$1.ticks"
-  [ -s "$1.ticks" ] || { echo "no tick lines (GST_DEBUG=personaplexticker:5)"; return; }
-  most=$(sort -k2,2n "$1.ticks" | tail -1 | cut -d" " -f2)
-  awk -v most="$most" '2 * $2 >= most' "$1.ticks" > "$1.busy"
-  pct () { sort -n | awk -v p="$1" '{ v[NR] = $1 } END { i = int(p * NR + 0.999); if (i < 1) i = 1; print v[i] }'; }
-  awk -v most="$most" '{ n++; rows += $2; missed += ($3 > 0); if (NR == 1) t0 = $1; t1 = $1 }
-       END { printf "%d ticks of %d to %d rows (the calls%s middle), %.2f a second, %.1f rows a tick, %d missed a member",
-             n, int((most + 1) / 2), most, "\047", (t1 > t0 ? (n - 1) / (t1 - t0) : 0), rows / n, missed }' "$1.busy"
-  printf "; oldest frame waited p50 %s p99 %s ms; ran p50 %s p99 %s ms; %s catch-up ticks\n" \
-    "$(cut -d" " -f4 "$1.busy" | pct 0.5)" "$(cut -d" " -f4 "$1.busy" | pct 0.99)" \
-    "$(cut -d" " -f5 "$1.busy" | pct 0.5)" "$(cut -d" " -f5 "$1.busy" | pct 0.99)" "$(grep -c 'catch-up tick of' "$1")"
-}
-
-# Every tick of a server, one line each (the whole run: servers.log keeps only the logs' tails, and a second that
-# cost every call some audio needs the ticks around it): its time in seconds since the server's GStreamer start
-# (the debug lines' clock; the first line of the file says when that was), tick or catch-up, rows, members that
-# missed it, how long its oldest frame waited and how long it ran (ms).
+# Every tick of a server, one line each, from its log (the ticker's debug lines, GST_DEBUG=personaplexticker:5; the
+# whole run: servers.log keeps only the logs' tails, and a second that cost every call some audio needs the ticks
+# around it): its time in seconds since the server's GStreamer start (the debug lines' clock), tick or catch-up,
+# rows, members that missed it, how long its oldest frame waited and how long it ran (ms).
 tick_lines () {
   echo "# seconds kind rows missed oldest-waited-ms ran-ms (seconds since the server's GStreamer start)"
   awk '/ tick of [0-9]+ rows / {
          for (k = 1; k <= NF; k++) if ($k == "tick" && $(k + 1) == "of") break
          split($1, hms, ":"); kind = ($(k - 1) ~ /catch-up/) ? "catch-up" : "tick"
          printf "%.3f %s %s %s %s %s\n", hms[1] * 3600 + hms[2] * 60 + hms[3], kind, $(k + 2), $(k + 7), $(NF - 4), $(NF - 1) }' "$1"
+}
+
+# The engine's ticks, from a server's tick_lines file: how many a second, rows a tick, ticks that ran without a
+# member (it missed it), the wait of each tick's oldest frame for the others and the tick's own time; over the
+# ticks with at least half the most rows seen (the calls' middle, not their ramps); the catch-up ticks (calls
+# behind real time stepped between the grid's ticks, docs/element.md "Behind") are counted apart.
+tick_summary () {
+  awk '$2 == "tick" { print $1, $3, $4, $5, $6 }' "$1" > "$tmp/ticks"
+  [ -s "$tmp/ticks" ] || { echo "no tick lines (GST_DEBUG=personaplexticker:5)"; return; }
+  most=$(sort -k2,2n "$tmp/ticks" | tail -1 | cut -d" " -f2)
+  awk -v most="$most" '2 * $2 >= most' "$tmp/ticks" > "$tmp/busy"
+  pct () { sort -n | awk -v p="$1" '{ v[NR] = $1 } END { i = int(p * NR + 0.999); if (i < 1) i = 1; print v[i] }'; }
+  awk -v most="$most" '{ n++; rows += $2; missed += ($3 > 0); if (NR == 1) t0 = $1; t1 = $1 }
+       END { printf "%d ticks of %d to %d rows (the calls%s middle), %.2f a second, %.1f rows a tick, %d missed a member",
+             n, int((most + 1) / 2), most, "\047", (t1 > t0 ? (n - 1) / (t1 - t0) : 0), rows / n, missed }' "$tmp/busy"
+  printf "; oldest frame waited p50 %s p99 %s ms; ran p50 %s p99 %s ms; %s catch-up ticks\n" \
+    "$(cut -d" " -f4 "$tmp/busy" | pct 0.5)" "$(cut -d" " -f4 "$tmp/busy" | pct 0.99)" \
+    "$(cut -d" " -f5 "$tmp/busy" | pct 0.5)" "$(cut -d" " -f5 "$tmp/busy" | pct 0.99)" \
+    "$(awk '$2 == "catch-up"' "$1" | wc -l | tr -d ' ')"
 }
 
 main () {
@@ -222,8 +219,8 @@ main () {
     tick_p99 "$tmp/metrics-$name.txt" | sed "s/^/== $name \/metrics /" | tee -a "$summary"
     say "== $name /metrics audio dropped, the model behind (s): $(awk '/^personaplex_input_dropped_seconds_total\{/ {
       sub(/.*protocol="/, "", $1); sub(/".*/, "", $1); printf "%s%s %s", sep, $1, $2; sep = ", " }' "$tmp/metrics-$name.txt")"
-    say "== $name ticks: $(tick_summary "$fleet/$name.log")"
     tick_lines "$fleet/$name.log" > "$out/ticks-$name.txt"
+    say "== $name ticks: $(tick_summary "$out/ticks-$name.txt")"
     # admission (server.md, "Admission"): the tick measured at start-up, the capacity then and at its last change,
     # the refusals
     grep -m1 ' at full context (ms, by calls)' "$fleet/$name.log" | sed "s/^personaplex-server: /== $name /" | tee -a "$summary"

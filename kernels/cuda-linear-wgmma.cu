@@ -222,11 +222,8 @@ tcw_device_ok (void)
   }
   int v = __atomic_load_n (&cached[dev], __ATOMIC_ACQUIRE);
   if (!v) {
-    int major = 0, minor = 0;
     cudaFuncAttributes fa;
-    const bool ok = cudaDeviceGetAttribute (&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                    cudaDeviceGetAttribute (&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-                    major == 9 && minor == 0 &&
+    const bool ok = ppx_cuda_compute_capability () == 90 &&
                     cudaFuncGetAttributes (&fa, tc_linear_kernel<PPX_CUDA_W_INT4, 4, 16, true>) == cudaSuccess;
     cudaGetLastError ();
     v = ok ? 1 : 2;

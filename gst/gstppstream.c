@@ -108,6 +108,8 @@ reset_timeline (GstPpStream * st)
   st->resync_pts = GST_CLOCK_TIME_NONE;
   st->samples_since_resync = 0;
   st->lead_samples = 0;
+  st->aligning = FALSE;
+  st->align_extra_us = 0;
   st->next_is_discont = TRUE;
   st->n_lag = st->next_lag = 0;
 }
@@ -304,6 +306,8 @@ step_and_push (GstPpStream * st, guint lead, guint n_samples)
   GST_OBJECT_LOCK (st->element);
   batch_deadline = st->settings->batch_deadline;
   GST_OBJECT_UNLOCK (st->element);
+  if (GST_CLOCK_TIME_IS_VALID (batch_deadline))
+    batch_deadline += (GstClockTime) st->align_extra_us * GST_USECOND;
   switch (gst_pp_ticker_step (st->member, st->in_frame, st->out_frame,
           &res, batch_deadline, frame_behind (st, n_samples), &tick, &err)) {
     case GST_PP_TICK_OK:
@@ -363,6 +367,11 @@ step_from_adapter (GstPpStream * st, guint n_samples)
   guint lead = st->lead_samples;
 
   st->lead_samples = 0;
+  if (st->aligning) {
+    st->aligning = FALSE;
+    GST_DEBUG_OBJECT (st->element, "frame alignment: the first frame led by "
+        "%u samples of silence, complete with %u", lead, n_samples);
+  }
   gst_adapter_copy (st->adapter, st->raw_frame, 0, bytes);
   gst_adapter_flush (st->adapter, bytes);
   memset (st->in_frame, 0, lead * sizeof (gfloat));
@@ -390,15 +399,14 @@ step_complete_frames (GstPpStream * st)
 }
 
 /* Frame alignment (docs/element.md): at the start of a timeline whose first
- * buffer (@n_samples) has just arrived from a live source, the lead of
- * silence that makes this stream's frames complete together with those of
- * the other streams ticking on the shared engine. */
-static guint
-alignment_lead (GstPpStream * st, guint n_samples)
+ * buffer (@n_samples) has just arrived from a live source, whether to align
+ * its frames with those of the other streams ticking on the shared engine
+ * (alignment_at_arrival then decides the lead). */
+static gboolean
+alignment_applies (GstPpStream * st, guint n_samples)
 {
   gboolean align, shared, live = FALSE;
   GstQuery *q;
-  gint64 now, period, granularity, lead;
 
   GST_OBJECT_LOCK (st->element);
   align = st->settings->align_frames;
@@ -408,22 +416,75 @@ alignment_lead (GstPpStream * st, guint n_samples)
   /* a buffer of half a frame or more leaves little to align */
   if (!align || !shared || st->member == NULL
       || n_samples >= (guint) st->frame_size / 2)
-    return 0;
+    return FALSE;
   q = gst_query_new_latency ();
   if (gst_pad_peer_query (st->sinkpad, q))
     gst_query_parse_latency (q, &live, NULL, NULL);
   gst_query_unref (q);
-  if (!live) {
+  if (!live)
     GST_DEBUG_OBJECT (st->element, "frame alignment: upstream is not live");
-    return 0;
+  return live;
+}
+
+/* Buffers that come within this of an arrival's first buffer belong to it
+ * (a source that delivers several at once: an Ogg page's Opus packets). */
+#define ARRIVAL_GAP_US 3000
+
+/* Frame alignment, counted in arrivals: a frame is complete only when one of
+ * the stream's arrivals (a buffer, or the buffers that come together: the
+ * two 20 ms packets of a 40 ms client page) brings its last sample. At every
+ * arrival before the timeline's first frame is complete (@n_samples: the
+ * buffer just taken into the adapter), the lead is the silence that
+ * completes the frame now when this arrival is the last one at or before
+ * the others' hand-in (the next one, an arrival interval later, would come
+ * after it, gst_pp_ticker_lead_in), else none (the frame waits for a later
+ * arrival). The interval is the longest of the last one measured and the
+ * audio of this arrival (a live source brings its audio in real time). The
+ * lead used to be predicted once, at the first buffer, in whole buffers of
+ * that buffer's length: with client pages the first decoded buffer is
+ * 13.5 ms (the Opus pre-skip taken off) while the frames complete a page,
+ * 40 ms, at a time, so the frame completed up to 20 ms from where the rule
+ * aimed, more than batch-deadline before the others' (it ticked alone) or
+ * up to 19 ms after them (every call waited for it). */
+static void
+alignment_at_arrival (GstPpStream * st, guint n_samples)
+{
+  gint64 now = g_get_monotonic_time (), period, g, lead;
+  gsize have;
+
+  if (!st->aligning)
+    return;
+  if (st->arrival_us > 0 && now - st->arrival_us < ARRIVAL_GAP_US) {
+    st->arrival_samples += n_samples;
+  } else {
+    if (st->arrival_us > 0)
+      st->arrival_interval_us = now - st->arrival_us;
+    st->arrival_us = now;
+    st->arrival_samples = n_samples;
   }
-  now = g_get_monotonic_time ();
+  have = gst_adapter_available (st->adapter) / st->info.bpf;
+  if (have >= (gsize) st->frame_size) {
+    st->lead_samples = 0;
+    return;
+  }
   period = (gint64) st->frame_size * G_USEC_PER_SEC / RATE;
-  granularity = (gint64) n_samples * G_USEC_PER_SEC / RATE;
-  lead = gst_pp_ticker_lead_in (st->member, now + period - granularity,
-      period, granularity);
-  return (guint) MIN (lead * RATE / G_USEC_PER_SEC,
-      (gint64) st->frame_size - 1);
+  g = MAX (st->arrival_interval_us,
+      (gint64) st->arrival_samples * G_USEC_PER_SEC / RATE);
+  g = CLAMP (g, 1, period);
+  /* a frame that would be complete at the next arrival, led by one arrival:
+   * complete now */
+  lead = gst_pp_ticker_lead_in (st->member, now + g, period, g);
+  st->lead_samples = lead == g ? (guint) (st->frame_size - have) : 0;
+  /* aligned: its frames complete up to an arrival before the others' and
+   * wait for them that long beyond batch-deadline (with 40 ms pages and
+   * the 20 ms default, one that completed 20-35 ms before them waited its
+   * deadline and ticked alone, and they then waited theirs for it, every
+   * period) */
+  st->align_extra_us = lead >= 0 ? g : 0;
+  GST_LOG_OBJECT (st->element, "frame alignment: an arrival of %u samples "
+      "(%" G_GSIZE_FORMAT " in all, arrivals %.1f ms apart): %s",
+      st->arrival_samples, have, g / 1000.0,
+      st->lead_samples ? "the first frame completes now" : "waits");
 }
 
 /* The last partial frame of a timeline (EOS, discontinuity): stepped
@@ -512,10 +573,14 @@ handle_timeline (GstPpStream * st, GstBuffer * buffer,
   st->samples_since_resync = 0;
   st->n_lag = st->next_lag = 0;
   st->next_is_discont = TRUE;
-  st->lead_samples = alignment_lead (st, n_samples);
+  st->lead_samples = 0;
+  st->aligning = alignment_applies (st, n_samples);
+  st->arrival_us = st->arrival_interval_us = 0;
+  st->arrival_samples = 0;
+  st->align_extra_us = 0;
   GST_DEBUG_OBJECT (st->element, "timeline starts at %" GST_TIME_FORMAT
-      " (a first buffer of %u samples), frames led by %u samples of silence",
-      GST_TIME_ARGS (st->resync_pts), n_samples, st->lead_samples);
+      " (a first buffer of %u samples)%s", GST_TIME_ARGS (st->resync_pts),
+      n_samples, st->aligning ? ", its frames aligned with the others'" : "");
   return ret;
 }
 
@@ -554,6 +619,7 @@ sink_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
     return ret;
   }
   gst_adapter_push (st->adapter, buffer);
+  alignment_at_arrival (st, n_samples);
   return step_complete_frames (st);
 }
 

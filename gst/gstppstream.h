@@ -53,6 +53,16 @@ typedef struct
   GstClockTime resync_pts;      /* PTS of the first sample since a resync */
   guint64 samples_since_resync; /* samples already stepped since then */
   guint lead_samples;           /* silence before the timeline's first frame (frame alignment) */
+  /* frame alignment, decided at the arrivals before the timeline's first
+   * frame is complete (gstppstream.c, alignment_at_arrival) */
+  gboolean aligning;            /* the first frame is not complete yet */
+  gint64 arrival_us;            /* when the current arrival's first buffer came */
+  gint64 arrival_interval_us;   /* between the last two arrivals (0: one seen) */
+  guint arrival_samples;        /* the samples the current arrival brought */
+  gint64 align_extra_us;        /* what this stream's frames may wait beyond
+                                 * batch-deadline: its arrival interval once
+                                 * aligned (its frames complete up to one
+                                 * arrival before the others') */
   /* how late the frames are (gst_pp_stream_behind): each frame's hand-in
    * minus its audio's duration since the resync, the last ones (a ring) */
   gint64 lag_us[GST_PP_LAG_FRAMES];

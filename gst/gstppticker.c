@@ -581,7 +581,7 @@ gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
     gint64 period, gint64 granularity)
 {
   GstPpTicker *t;
-  gint64 d, lead = 0, ref;
+  gint64 d, lead = -1, ref;
   guint others = 0, i;
 
   g_return_val_if_fail (m != NULL && period > 0, 0);
@@ -608,6 +608,7 @@ gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
      * every g: a lead of whole buffers moves it to the last arrival at or
      * before the others' hand-in, where it waits less than g for them;
      * within tol after it, the others wait for it instead. */
+    lead = 0;
     d = (complete_at - ref) % period;
     if (d < 0)
       d += period;

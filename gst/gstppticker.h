@@ -112,8 +112,11 @@ GstPpTickResult gst_pp_ticker_step (GstPpTickerMember * member,
  * input buffers (a frame is complete only when the buffer holding its last
  * sample arrives): the lead is a whole number of buffers that makes the
  * frame complete at the last arrival before the others' hand-in (or up to
- * 5 ms after it). 0 when no other member of the ticker is active or the
- * ticker has not ticked in the last few periods. */
+ * 5 ms after it). -1 when no other member of the ticker is active or the
+ * ticker has not ticked in the last few periods (nothing to align with).
+ * The element asks at each arrival whether that arrival completes its frame
+ * (@complete_at: the next arrival, @granularity: the arrival interval; a
+ * lead of one interval: yes). */
 gint64 gst_pp_ticker_lead_in (GstPpTickerMember * member, gint64 complete_at,
     gint64 period, gint64 granularity);
 

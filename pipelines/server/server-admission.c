@@ -196,6 +196,16 @@ ppx_admission_state (PpxAdmission *a, guint open, PpxAdmissionState *st)
   compute_state (a, open, st);
 }
 
+double
+ppx_admission_tick_rise_ms (PpxAdmission *a, guint open)
+{
+  PpxAdmissionState st;
+  ppx_admission_state (a, open, &st);
+  if (open >= st.capacity)
+    return 0;
+  return MAX (ppx_tick_model_predict (a->model, st.capacity) - ppx_tick_model_predict (a->model, MAX (open, 1)), 0);
+}
+
 const char *
 ppx_admission_refuse (PpxAdmission *a, guint open)
 {

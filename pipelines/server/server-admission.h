@@ -42,6 +42,9 @@ void ppx_admission_state (PpxAdmission *a, guint open, PpxAdmissionState *st);
 /* NULL: one more call may come in; else why not, a metrics reason: "full" (the capacity is reached) or
  * "over_budget" (the live ticks run over the budget). */
 const char *ppx_admission_refuse (PpxAdmission *a, guint open);
+/* How much longer the tick is predicted to get (ms, >= 0) from `open` calls open to the capacity: what a call
+ * joining now may see its latency rise by as the server fills (server-pacer.h, the rise). */
+double ppx_admission_tick_rise_ms (PpxAdmission *a, guint open);
 
 G_END_DECLS
 #endif

@@ -323,6 +323,14 @@ no_room (PpxServer *server)
   return server->admission ? ppx_admission_refuse (server->admission, open) : NULL;
 }
 
+gint64
+ppx_server_tick_rise_us (PpxServer *server)
+{
+  if (!server->admission)
+    return 0;
+  return (gint64) (ppx_admission_tick_rise_ms (server->admission, g_list_length (server->calls)) * 1000);
+}
+
 void
 ppx_server_set_admission (PpxServer *server, PpxAdmission *admission)
 {

@@ -59,6 +59,7 @@ struct _PpxPacer {
   gint64 base_us, delay_us;   /* the earliest offset; the delay beyond it that covers QUANTILE of the lateness */
   gint64 jitter_us;           /* the delay beyond one page duration (the pacing itself), for the prior */
   gint64 prior_us;            /* the other calls' jitter when the clock started: the least delay of its first 2 s */
+  gint64 rise_us;             /* the tick's predicted growth to capacity when the call joined (ppx_pacer_set_rise) */
   PpxPlayerModel player;      /* what the caller's player holds (server-player.h) */
   gint64 player_pos_us;       /* the stream position of the next page, as the player counts it */
   gboolean stalled;           /* a page came later than any delay covers; until one comes in time again */
@@ -278,9 +279,9 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us, gint64 player_duration)
     p->prev_slot_us = 0;
     p->delay_us = p->jitter_us = 0;
     p->stalled = FALSE;
-    p->prior_us = prior_jitter (p);
-    GST_DEBUG ("call %u: the first pages wait %.2f ms at least (the other calls' jitter)", p->call_id,
-               p->prior_us / 1000.0);
+    p->prior_us = MAX (prior_jitter (p), MIN (p->rise_us, p->max_delay_us));
+    GST_DEBUG ("call %u: the first pages wait %.2f ms at least (the other calls' jitter, the tick's rise %.2f ms)",
+               p->call_id, p->prior_us / 1000.0, p->rise_us / 1000.0);
   }
   p->last_arrival_us = now;
   gint64 offset = now - p->clock_us - p->pos_us;
@@ -346,6 +347,12 @@ next_slot (PpxPacer *p, gint64 now, gint64 duration_us, gint64 player_duration)
   p->prev_duration_us = duration_us;
   p->pos_us += duration_us;
   return slot;
+}
+
+void
+ppx_pacer_set_rise (PpxPacer *p, gint64 rise_us)
+{
+  p->rise_us = MAX (rise_us, 0);
 }
 
 void

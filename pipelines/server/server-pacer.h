@@ -29,7 +29,11 @@
  *     ticks would otherwise add up in the latency for good);
  *   - a new call's first pages (its first 2 s, before its own lateness is judged) wait at least the largest jitter
  *     (the delay beyond one page) of the calls that have run 2 s or more: from a delay of 0, its delay grew as its
- *     pages came later than its first ones, and each step later was audio its player missed;
+ *     pages came later than its first ones, and each step later was audio its player missed; and at least the
+ *     tick's growth the admission predicts from the calls open when it joined to the capacity (the rise,
+ *     ppx_pacer_set_rise): the calls that join an idle or lightly loaded engine saw their latency rise with every
+ *     call after them, after their player had started, and missed what the rise took beyond its 50 ms. Held after
+ *     the first 2 s by the player's room (below) while the tick grows into it;
  *   - a gap of a second or more (no audio) starts the clock again.
  * As the two pages of a frame come together, the second one's offset is one page duration less: the delay counts
  * from it, so one page duration of the delay is the pacing itself and the rest covers the tick's jitter.
@@ -65,6 +69,9 @@ typedef struct _PpxPacer PpxPacer;
  * max_delay_ms bounds the delay the pacer adds to the earliest page of a frame. */
 PpxPacer *ppx_pacer_new (PpxProto proto, guint call_id, gboolean enabled, guint max_delay_ms, PpxPacerSend send,
                          gpointer user_data);
+/* The tick's predicted growth while the server fills (server-http.h): the call's first pages wait at least that
+ * (bounded by max_delay), as they wait for the other calls' jitter. */
+void ppx_pacer_set_rise (PpxPacer *p, gint64 rise_us);
 /* Queues `page` (taken) of `duration_us` of audio (0: a header page). */
 void ppx_pacer_push (PpxPacer *p, GBytes *page, gint64 duration_us, const PpxPageTrace *trace);
 /* Calls `drained` once, from the main loop, when every page queued so far is sent (or the pacer stopped). */

@@ -5,7 +5,8 @@
 #   (a) one server, 2 calls joining over 1 s, 10 s each, straight to it: both ok, the summary has the loadgen's
 #       table and verdict (with the latency growth), the CPU of the server, the loadgen and HAProxy, the server's
 #       /health, the tick p99 of its /metrics histogram, its dropped audio (none) and its ticks, and the 8 files
-#       and ticks-s1.txt (every tick, one line each; every call's playout at the reference player in loadgen.json;
+#       and ticks-s1.txt (every tick, one line each; with --keep-logs and the ticker at level 6, s1.log.gz holds every
+#       frame's hand-in; every call's playout at the reference player in loadgen.json;
 #       report.html well-formed, fetching nothing, with the server's tick p99 from /health);
 #   (b) 2 servers behind HAProxy, 2 calls of 8 s (one each, 1 s apart), kill -9 of s2 after 4 s: the summary says it was
 #       killed and marked DOWN, one call ok and one connection-lost.
@@ -49,7 +50,10 @@ expect () { # NAME REGEX...: each matches a line of NAME's summary
 
 # (the ticks line's rows: 2 when the two calls share ticks, 1 when their frames fall 20 ms or more apart, as
 # /api/chat calls on an engine that is not loaded may: frame alignment cannot line up 40 ms Ogg pages; server.md)
-live a --calls 2 --ramp 1 --seconds 10 --server-option "--batch-deadline 20" --server-option "--admission memory"
+# --keep-logs with the ticker at level 6: the whole log, every frame's hand-in in it, and the ticks read from it
+export GST_DEBUG=personaplexticker:6
+live a --calls 2 --ramp 1 --seconds 10 --keep-logs --server-option "--batch-deadline 20" --server-option "--admission memory"
+unset GST_DEBUG
 sed -n '/^personaplex-loadgen: /,$p' "$tmp/a/summary.txt"
 expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
   '^join time, connect to handshake \(ms\) +2 ' '^frame latency, all frames \(ms\) +[0-9]{3} ' \
@@ -66,6 +70,9 @@ grep -Evq '^(#.*|[0-9]+\.[0-9]{3} (tick|catch-up) [0-9]+ [0-9]+ [0-9.]+ [0-9.]+)
   fail "(a) ticks-s1.txt has a malformed line: $(grep -Ev '^(#.*|[0-9]+\.[0-9]{3} (tick|catch-up) [0-9]+ [0-9]+ [0-9.]+ [0-9.]+)$' "$tmp/a/ticks-s1.txt" | head -1)"
 [ "$(grep -c ' tick ' "$tmp/a/ticks-s1.txt")" -ge 60 ] || fail "(a) ticks-s1.txt holds $(grep -c ' tick ' "$tmp/a/ticks-s1.txt") ticks"
 expect a '^missed audio at the reference player \(ms\) +2 '
+[ -s "$tmp/a/s1.log.gz" ] || fail "(a) --keep-logs: no s1.log.gz in $(ls "$tmp/a" | tr '\n' ' ')"
+[ "$(gzip -dc "$tmp/a/s1.log.gz" | grep -c ' handed in ')" -ge 100 ] ||
+  fail "(a) s1.log.gz holds $(gzip -dc "$tmp/a/s1.log.gz" | grep -c ' handed in ') hand-in lines (GST_DEBUG=personaplexticker:6)"
 python3 - "$tmp/a/loadgen.json" "$tmp/a/report.html" <<'EOF' || fail "(a) the per-call playout or report.html"
 import json, re, sys, xml.etree.ElementTree as ET
 j = json.load(open(sys.argv[1]))

@@ -19,6 +19,8 @@
 #   --max-sessions N  each server's calls at most (default: as many as fit, the server decides)
 #   --server-option O another option for every server, split at spaces (e.g. "--batch-deadline 5"); repeatable
 #   --check           first the pack's check.sh
+#   --keep-logs       also the servers' whole logs, gzipped (NAME.log.gz); GST_DEBUG=personaplexticker:6 puts every
+#                     frame's hand-in in them (how late, how far behind), beside every tick
 #   after --          e.g. --input speech.wav, --text-prompt "...", --voice-prompt NATF2.pt
 # Writes to OUT (default $OUT, else out/fleet-live), 8 files and one a server:
 #   summary.txt   the loadgen's table (join time, frame latency and its growth over a call, audio missed and
@@ -38,15 +40,16 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-me='fleet-live.sh' usage_lines=37 rest='loadgen options'
+me='fleet-live.sh' usage_lines=39 rest='loadgen options'
 # shellcheck source=pipelines/live-run.sh
 . "$root/pipelines/live-run.sh"
 servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
-backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} extra_server_opts=
+backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} extra_server_opts= keep_logs=0
 live_option () {
   case $1 in
     --servers) servers=$2 ;;
     --haproxy) haproxy=1; return 1 ;;
+    --keep-logs) keep_logs=1; return 1 ;;
     --calls) calls=$2 ;;
     --ramp) ramp=$2 ;;
     --kill-at) kill_at=$2 ;;
@@ -148,7 +151,10 @@ main () {
   server_opts="$server_opts$extra_server_opts"
   say "== $servers server(s): $server_opts"
   # each tick's line in the servers' logs, summed up after the run
-  export GST_DEBUG="${GST_DEBUG:+$GST_DEBUG,}personaplexticker:5"
+  case ${GST_DEBUG:-} in
+    *personaplexticker*) ;;
+    *) export GST_DEBUG="${GST_DEBUG:+$GST_DEBUG,}personaplexticker:5" ;;
+  esac
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086 # option lists
   sh "$here/personaplex-fleet.sh" start --servers "$servers" --run-dir "$fleet" $fleet_programs \
@@ -244,5 +250,8 @@ sh "$here/personaplex-fleet.sh" stop "$fleet" --timeout 30 >> "$out/run.log" 2>&
 for f in "$fleet"/*.log; do
   [ -f "$f" ] && { echo "---- $(basename "$f") (last 400 lines)"; tail -400 "$f"; }
 done > "$out/servers.log" 2>&1
+if [ "$keep_logs" = 1 ]; then
+  for f in "$fleet"/*.log; do [ -f "$f" ] && gzip -c "$f" > "$out/$(basename "$f").gz"; done
+fi
 echo "== fleet-live.sh: exit $status; files in $out: $(cd "$out" && ls | tr '\n' ' ')"
 exit "$status"

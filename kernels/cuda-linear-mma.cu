@@ -190,12 +190,15 @@ tc_xs_bytes (const PpxCudaWeight *w, int M)
   return (size_t) ((w->cols + TC_STAGE - 1) / TC_STAGE) * (size_t) ((m + 7) / 8) * 256 * sizeof (uint4);
 }
 
-/* The leaves' partial sums of a call: [S][pm][rows] floats, pm = min (M, launch rows) (0 when S = 1). */
+/* The leaves' partial sums of a call: [S][pm][rows] floats, pm = min (M, launch rows) (0 when S = 1), rounded
+ * up to 256 bytes: the split x records after them are read 16 bytes at a time (S pm rows floats alone need not
+ * be a multiple of 16 bytes: 33 rows, M = 70 stopped a launch on a misaligned address). */
 static size_t
 tc_partials_bytes (const PpxCudaWeight *w, int S, int M)
 {
   const int l = tc_launch_rows (w, M, false), pm = M < l ? M : l;
-  return S > 1 ? (size_t) S * (size_t) pm * (size_t) w->rows * sizeof (float) : 0;
+  const size_t b = S > 1 ? (size_t) S * (size_t) pm * (size_t) w->rows * sizeof (float) : 0;
+  return (b + 255) / 256 * 256;
 }
 
 /* The workspace: the leaves' counters and partial sums when K is split (S > 1), then the split x records

@@ -4,6 +4,7 @@
 # (main's), sharing DIR/new/lib.
 #   tests:  the linear tests touched (batched rows bit for bit against M = 1 up to M = 300, slices, the path and
 #           launch-rows check, /cuda/linear against the CPU)
+#   tests1: the batch tests with wgmma at every M (PPX_CUDA_LINEAR_WGMMA=1)
 #   bench:  --bench int4 on the four temporal shapes, base and new, PPX_BENCH_MS (default 80,128,160,200,256);
 #           new again with one slice against two slices of 16 n-tiles (PPX_BENCH_SLICES=0,16)
 #   sweep:  personaplex-bench's session sweep, new then base (1,80,128,160 on an H200; 1,80,88,120 where the
@@ -25,9 +26,16 @@ if has tests; then
     -p /cuda/linear-batch-slices > "$log/tests-batch.log" 2>&1
   el "batch tests exit $?"
   grep -E '^(ok|not ok)|Bail|ERROR|differs|first launch' "$log/tests-batch.log" | tail -6
-  timeout 40 "$dir/new/bin/test-backend-cuda" --verbose -p /cuda/linear > "$log/tests-linear.log" 2>&1
-  el "linear test exit $?"
-  grep -E '^(ok|not ok)|Bail|ERROR|M=200' "$log/tests-linear.log" | tail -12
+  PPX_GOLDEN_DIR="$dir/new/golden" timeout 100 "$dir/new/bin/test-backend-cuda" --verbose -p /cuda/linear \
+    -p /cuda/rmsnorm-linear -p /cuda/silu-gate-linear -p /cuda/pdl-chain -p /cuda/golden > "$log/tests-linear.log" 2>&1
+  el "linear tests exit $?"
+  grep -E '^(ok|not ok)|Bail|ERROR|M=200' "$log/tests-linear.log" | tail -14
+fi
+if has tests1; then
+  PPX_CUDA_LINEAR_WGMMA=1 timeout 70 "$dir/new/bin/test-backend-cuda" --verbose -p /cuda/linear-batch \
+    -p /cuda/linear-batch-slices > "$log/tests1-batch.log" 2>&1
+  el "batch tests (wgmma at every M) exit $?"
+  grep -E '^(ok|not ok)|Bail|ERROR|differs' "$log/tests1-batch.log" | tail -6
 fi
 if has bench; then
   export PPX_BENCH_MS=${PPX_BENCH_MS:-80,128,160,200,256}

@@ -38,6 +38,12 @@ ppx_backend_cuda_linear_wgmma_at (PpxBackend *be, PpxWeight *w, int M)
 }
 
 int
+ppx_backend_cuda_linear_launch_rows (PpxBackend *be, PpxWeight *w, int M)
+{
+  return 0;
+}
+
+int
 ppx_backend_cuda_compute_capability (PpxBackend *be)
 {
   return 0;

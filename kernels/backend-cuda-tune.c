@@ -49,6 +49,16 @@ ppx_backend_cuda_linear_wgmma_at (PpxBackend *be, PpxWeight *w, int M)
 }
 
 int
+ppx_backend_cuda_linear_launch_rows (PpxBackend *be, PpxWeight *w, int M)
+{
+  if (!cuda_is_backend (be))
+    return 0;
+  cuda_enter (be);
+  const PpxCudaWeight cw = cuda_device_weight (w);
+  return ppx_cuda_linear_launch_rows (&cw, M);
+}
+
+int
 ppx_backend_cuda_compute_capability (PpxBackend *be)
 {
   if (!cuda_is_backend (be))

@@ -23,6 +23,10 @@ void ppx_backend_cuda_linear_force_slice (int tiles);
  * 9.0 GPU in a build with 90a, from M = 17 or PPX_CUDA_LINEAR_WGMMA; docs/cuda.md, "wgmma (sm_90a)"), so a test
  * can tell that path from a silent fall-back; FALSE for other backends. */
 gboolean ppx_backend_cuda_linear_wgmma_at (PpxBackend *be, PpxWeight *w, int M);
+/* The x rows of the first launch of the tensor-core kernel for a ppx_op_linear of M rows on w: min (M, 128),
+ * or min (M, 256) on the wgmma configuration (one launch streams the weights once for up to 256 sessions);
+ * 0 when w takes another kernel or be is not a CUDA backend. */
+int ppx_backend_cuda_linear_launch_rows (PpxBackend *be, PpxWeight *w, int M);
 /* The backend's GPU's compute capability as major x 10 + minor (90: H100, H200); 0 for other backends. */
 int ppx_backend_cuda_compute_capability (PpxBackend *be);
 

@@ -104,6 +104,9 @@ void ppx_cuda_linear_force_slice (int tiles);
  * "wgmma (sm_90a)"; an int4 weight, M at least PPX_CUDA_LINEAR_WGMMA, a compute capability 9.0 GPU and a build
  * with 90a). */
 int ppx_cuda_linear_wgmma_at (const PpxCudaWeight *w, int M);
+/* Tests: the x rows of the first tensor-core launch of a call of M rows on w (min (M, 128), or min (M, 256)
+ * where it takes the wgmma configuration), 0 when w does not take the tensor-core kernel. */
+int ppx_cuda_linear_launch_rows (const PpxCudaWeight *w, int M);
 /* The compute capability of the current device as major x 10 + minor (90 for an H100), 0 on failure. */
 int ppx_cuda_compute_capability (void);
 /* TRUE when int4 weights of this group size are repacked at load for the tensor-core kernels. */

@@ -573,7 +573,7 @@ template <int FMT, int CK, int NT, bool WG = false> struct TcBlock {
           if (a.S == 1)
             tc_store_y<FMT> (a, m0 + m, r, acc[rt][nt][i]);
           else
-            a.partials[((size_t) blockIdx.z * TC_MMAX + m0 + m) * a.rows + r] = acc[rt][nt][i];
+            a.partials[((size_t) blockIdx.z * a.pm + m0 + m) * a.rows + r] = acc[rt][nt][i];
         }
   }
 
@@ -611,7 +611,7 @@ template <int FMT, int CK, int NT, bool WG = false> struct TcBlock {
    * included). */
   __device__ __forceinline__ void combine_leaves () const
   {
-    const size_t leaf_stride = (size_t) TC_MMAX * a.rows;
+    const size_t leaf_stride = (size_t) a.pm * a.rows;
     const bool vec = (a.rows & 3) == 0;
     constexpr int Q = C::ROWS / 4;              /* groups of 4 rows in the block */
     constexpr int L = C::MINB >= 2 ? 4 : 8;     /* leaves loaded at once (registers allowing) */

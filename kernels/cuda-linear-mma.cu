@@ -136,7 +136,7 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
   *S = (nst + best_leaf - 1) / best_leaf;
 }
 
-/* Whether a launch of m rows (m <= TC_MMAX) on w takes the wgmma configuration (cuda-linear-wgmma.cu): int4
+/* Whether a launch of m rows (m <= TCW_MMAX) on w takes the wgmma configuration (cuda-linear-wgmma.cu): int4
  * weights, a device of compute capability 9.0 and a build with sm_90a, m at least PPX_CUDA_LINEAR_WGMMA (read
  * once; default 17: measured faster from 17 rows on every temporal shape, mixed at 9..16 and slower for the
  * large shapes at M <= 8; 0: never). A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"),
@@ -144,14 +144,14 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
 static bool
 tc_wgmma (const PpxCudaWeight *w, int m)
 {
-  static const int min_m = env_int ("PPX_CUDA_LINEAR_WGMMA", 0, TC_MMAX + 1, 17);
+  static const int min_m = env_int ("PPX_CUDA_LINEAR_WGMMA", 0, TCW_MMAX + 1, 17);
   return min_m > 0 && m >= min_m && w->format == PPX_CUDA_W_INT4 && ppx_linear_wgmma_available ();
 }
 
 int
 ppx_linear_mma_wgmma_at (const PpxCudaWeight *w, int M)
 {
-  return tc_wgmma (w, M < TC_MMAX ? M : TC_MMAX);
+  return tc_wgmma (w, M < TCW_MMAX ? M : TCW_MMAX);
 }
 
 extern "C" int
@@ -160,15 +160,45 @@ ppx_cuda_linear_wgmma_at (const PpxCudaWeight *w, int M)
   return ppx_linear_mma_eligible (w) && ppx_linear_mma_wgmma_at (w, M);
 }
 
-/* Bytes of the split x records of one launch of up to min (M, TC_MMAX) rows (0 for M <= 8: NT = 1 splits x
- * itself). */
+/* The x rows of a call's launches at most: TCW_MMAX (256) where the call's first launch takes the wgmma
+ * configuration (one launch for M <= 256: every weight byte streamed once), else TC_MMAX (128). `fused`: the
+ * fused RMSNorm / gate kernels (mma.sync only). Its partial sums and split x records are sized for
+ * min (M, this). */
+static int
+tc_launch_rows (const PpxCudaWeight *w, int M, bool fused)
+{
+  return !fused && tc_wgmma (w, M < TCW_MMAX ? M : TCW_MMAX) ? TCW_MMAX : TC_MMAX;
+}
+
+extern "C" int
+ppx_cuda_linear_launch_rows (const PpxCudaWeight *w, int M)
+{
+  if (M <= 0 || !ppx_linear_mma_eligible (w))
+    return 0;
+  const int l = tc_launch_rows (w, M, false);
+  return M < l ? M : l;
+}
+
+/* Bytes of the split x records of one launch of up to min (M, launch rows) rows (0 for M <= 8 on mma.sync:
+ * NT = 1 splits x itself). */
 static size_t
 tc_xs_bytes (const PpxCudaWeight *w, int M)
 {
-  const int m = M < TC_MMAX ? M : TC_MMAX;
+  const int l = tc_launch_rows (w, M, false), m = M < l ? M : l;
   if (m <= 8 && !tc_wgmma (w, m))
     return 0;
   return (size_t) ((w->cols + TC_STAGE - 1) / TC_STAGE) * (size_t) ((m + 7) / 8) * 256 * sizeof (uint4);
+}
+
+/* The leaves' partial sums of a call: [S][pm][rows] floats, pm = min (M, launch rows) (0 when S = 1), rounded
+ * up to 256 bytes: the split x records after them are read 16 bytes at a time (S pm rows floats alone need not
+ * be a multiple of 16 bytes: 33 rows, M = 70 stopped a launch on a misaligned address). */
+static size_t
+tc_partials_bytes (const PpxCudaWeight *w, int S, int M)
+{
+  const int l = tc_launch_rows (w, M, false), pm = M < l ? M : l;
+  const size_t b = S > 1 ? (size_t) S * (size_t) pm * (size_t) w->rows * sizeof (float) : 0;
+  return (b + 255) / 256 * 256;
 }
 
 /* The workspace: the leaves' counters and partial sums when K is split (S > 1), then the split x records
@@ -180,7 +210,7 @@ ppx_cuda_linear_workspace_bytes (const PpxCudaWeight *w, int M)
     return 0;
   int nst, leaf, S;
   tc_plan (w, &nst, &leaf, &S);
-  const size_t partials = S > 1 ? (size_t) S * TC_MMAX * (size_t) w->rows * sizeof (float) : 0;
+  const size_t partials = tc_partials_bytes (w, S, M);
   const size_t xs = tc_xs_bytes (w, M);
   return partials || xs ? TC_MAX_COUNTERS * sizeof (unsigned) + partials + xs : 0;
 }
@@ -220,18 +250,18 @@ ppx_cuda_linear_force_slice (int tiles)
   __atomic_store_n (&forced_slice_tiles, tiles < 0 ? 0 : tiles, __ATOMIC_RELAXED);
 }
 
-/* How a launch of M x rows (M <= TC_MMAX) is spread over blocks along x: slices of *slice_tiles n-tiles
- * (8 rows each; the last slice may hold fewer), *n_slices of them per row block and leaf. Each slice reads
- * the block's weights again (from the L2 when the slices run side by side) and dequantizes them again, so
- * fewer, larger slices cost less; more of them give more blocks and more warps per SM. Nothing here
+/* How a launch of M x rows (M <= TC_MMAX, TCW_MMAX for wgmma) is spread over blocks along x: slices of
+ * *slice_tiles n-tiles (8 rows each; the last slice may hold fewer), *n_slices of them per row block and
+ * leaf. Each slice reads the block's weights again (from the L2 when the slices run side by side) and
+ * dequantizes them again, so fewer, larger slices cost less; more of them give more blocks and more warps per SM. Nothing here
  * changes a result: a row's sums are the same in any slice (docs/cuda.md, "Linear layers").
  * Measured on an H100 (docs/cuda.md): slices of 2 n-tiles (the 16-row configuration, 2 blocks an SM) up
  * to 32 rows, and at any M for leaves of 1 or 2 stages (the depformer's 1024-column shapes: few blocks,
  * latency-bound); else one slice (the 64- or 128-row configuration, whose warps reuse each dequantized
  * weight fragment over more n-tiles).
- * max_tiles: 16, or 8 where the 16-tile configuration does not fit; max_slices: as many as the counters allow
- * for the row blocks (very tall weights: fewer, larger slices). Forced (the bench's sweep) by
- * ppx_cuda_linear_force_slice or PPX_CUDA_LINEAR_SLICE (n-tiles a slice). */
+ * max_tiles: 16, or 8 where the 16-tile configuration does not fit, TCW_NT (25) for wgmma (one slice up to
+ * 200 rows, two from 201); max_slices: as many as the counters allow for the row blocks (very tall weights:
+ * fewer, larger slices). Forced (the bench's sweep) by ppx_cuda_linear_force_slice or PPX_CUDA_LINEAR_SLICE (n-tiles a slice). */
 static void
 tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, int *slice_tiles, int *n_slices)
 {
@@ -241,12 +271,12 @@ tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, int *
     *n_slices = 1;
     return;
   }
-  static const int env = env_int ("PPX_CUDA_LINEAR_SLICE", 2, 16, 0);
+  static const int env = env_int ("PPX_CUDA_LINEAR_SLICE", 2, TCW_NT, 0);
   int want = __atomic_load_n (&forced_slice_tiles, __ATOMIC_RELAXED);
   if (want <= 0)
     want = env;
   if (want <= 0)
-    want = (M <= 32 && !wg) || leaf_stages <= 2 ? 2 : 16; /* wgmma: one slice also at 17..32 rows (measured) */
+    want = (M <= 32 && !wg) || leaf_stages <= 2 ? 2 : max_tiles; /* wgmma: one slice also at 17..32 rows (measured) */
   if (max_slices >= 1 && (tiles + want - 1) / want > max_slices)
     want = (tiles + max_slices - 1) / max_slices; /* one counter per row block and slice */
   want = want < 2 ? 2 : want > max_tiles ? max_tiles : want;
@@ -286,20 +316,24 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     return (int) cudaErrorInvalidValue;
   if ((M > 8 || tc_wgmma (w, M)) && !workspace)
     return (int) cudaErrorInvalidValue;
-  uint4 *xs = (uint4 *) ((char *) a.partials + (a.S > 1 ? (size_t) a.S * TC_MMAX * (size_t) w->rows * sizeof (float) : 0));
+  const int lrows = tc_launch_rows (w, M, alpha || gate);
+  a.pm = M < lrows ? M : lrows;
+  uint4 *xs = (uint4 *) ((char *) a.partials + tc_partials_bytes (w, a.S, M));
   const bool nt16 = w->format == PPX_CUDA_W_BF16 ? tc_nt16_fits<PPX_CUDA_W_BF16, 8> ()
                    : w->format == PPX_CUDA_W_INT8 ? tc_nt16_fits<PPX_CUDA_W_INT8, 8> ()
                    : ck == 2                       ? tc_nt16_fits<PPX_CUDA_W_INT4, 2> ()
                    : ck == 4                       ? tc_nt16_fits<PPX_CUDA_W_INT4, 4> ()
                                                    : tc_nt16_fits<PPX_CUDA_W_INT4, 8> ();
-  for (int m0 = 0; m0 < M; m0 += TC_MMAX) {
-    a.M = M - m0 < TC_MMAX ? M - m0 : TC_MMAX;
+  for (int m0 = 0; m0 < M; m0 += lrows) {
+    a.M = M - m0 < lrows ? M - m0 : lrows;
     a.x = x + (size_t) m0 * ldx;
     a.y = y + (size_t) m0 * ldy;
     a.xs = NULL;
-    /* the wgmma configuration splits x itself, in its layout (not for the fused RMSNorm / gate: M <= 8) */
+    /* the wgmma configuration splits x itself, in its layout (not for the fused RMSNorm / gate: M <= 8);
+     * a launch of more than TC_MMAX rows is always one (tc_launch_rows) */
     const bool wg = !alpha && !gate && tc_wgmma (w, a.M);
-    tc_slices (a.M, a.leaf_stages, nt16 ? 16 : 8, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), wg, &a.slice_tiles,
+    const int max_tiles = wg && ppx_linear_wgmma_nt_max () > 16 ? ppx_linear_wgmma_nt_max () : nt16 ? 16 : 8;
+    tc_slices (a.M, a.leaf_stages, max_tiles, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), wg, &a.slice_tiles,
                &a.n_slices);
     if (a.M > 8 && !wg) {
       const int tiles = (a.M + 7) / 8;

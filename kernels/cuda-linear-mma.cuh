@@ -11,6 +11,8 @@
 #define TC_THREADS 256
 #define TC_WARPS 8
 #define TC_MMAX 128           /* x rows per launch at most (16 n-tiles of 8) */
+#define TCW_MMAX 256          /* x rows per launch at most in the wgmma configuration (sm_90a) */
+#define TCW_NT 25             /* n-tiles of the largest wgmma slice (200 rows: two ring slots of x fill the SM) */
 #define TC_SPLIT_ROWS 128     /* the row-block size the leaf count is planned with */
 #define TC_PLAN_BLOCKS_PER_SM 3 /* resident blocks per SM the K split plans for (the M <= 8 kernel's occupancy) */
 #define TC_DEPTH_MAX 8        /* shared-memory ring slots per block at most (mbarriers, cp_async_wait_n) */
@@ -69,13 +71,14 @@ struct TcArgs {
   size_t ldx;
   float *y;
   size_t ldy;
-  int M, accumulate;   /* M: x rows of the launch (at most TC_MMAX) */
+  int M, accumulate;   /* M: x rows of the launch (at most TC_MMAX; TCW_MMAX in the wgmma configuration) */
   int n_stages, leaf_stages, S;
   int n_slices;        /* blocks along x rows per row block and leaf (blockIdx.x = row block * n_slices + slice) */
   int slice_tiles;     /* n-tiles of x a slice holds (the last slice may hold fewer) */
   int vec_x;
   int vec_y;           /* y rows on 16 bytes (ldy % 4 == 0, y on 16 bytes): the leaf combine stores 16 bytes at once */
-  float *partials;     /* [S][TC_MMAX][rows] when S > 1 (x rows of the launch, whatever the slice) */
+  float *partials;     /* [S][pm][rows] when S > 1 (x rows of the launch, whatever the slice) */
+  int pm;              /* x rows per leaf in partials: the call's launch rows at most (tc_launch_rows) */
   const float *alpha;  /* non-NULL (NT = 1 only): x is RMS-normalized first, rmsnorm_kernel's arithmetic */
   float eps;
   int gate;            /* (NT = 1 only, no alpha): x rows hold [g | v] (v at x + K): the input is silu(g) * v */
@@ -86,9 +89,12 @@ struct TcArgs {
 };
 
 /* The wgmma configuration (cuda-linear-wgmma.cu, sm_90a): whether this device runs it (compute capability 9.0
- * and a build with 90a), and a launch of it (x split into xs in its layout, then the kernel). */
+ * and a build with 90a), and a launch of it (x split into xs in its layout, then the kernel; up to TCW_MMAX
+ * rows). */
 int ppx_linear_wgmma_available (void);
 int ppx_linear_wgmma (TcArgs a, int ck, uint4 *xs, cudaStream_t s);
+/* The most n-tiles one block of the wgmma configuration takes on this device (TCW_NT, or 16; 0: not built) */
+int ppx_linear_wgmma_nt_max (void);
 
 __device__ __forceinline__ uint32_t
 bf16x2_bits (__nv_bfloat162 v)

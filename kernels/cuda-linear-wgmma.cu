@@ -63,9 +63,9 @@ tcw_desc (uint32_t saddr)
   return (uint64_t) ((saddr & 0x3FFFF) >> 4) | (uint64_t) (128 >> 4) << 16 | (uint64_t) (4096 >> 4) << 32;
 }
 
-/* acc += chunk ch's sums (p, n n-tiles), times the rows' int4 scales of that chunk: TcBlock::add_chunk's
- * operations (one fmaf each). */
-template <int FMT, int CK, int NT, int n>
+/* acc (n-tiles N0 .. N0 + n - 1) += chunk ch's sums (p, n n-tiles), times the rows' int4 scales of that chunk:
+ * TcBlock::add_chunk's operations (one fmaf each). */
+template <int FMT, int CK, int NT, int n, int N0 = 0>
 __device__ __forceinline__ void
 tcw_add_chunk (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const float (&p)[4 * n], const float *ssc,
                int ch)
@@ -82,9 +82,9 @@ tcw_add_chunk (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], cons
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       if (FMT == PPX_CUDA_W_INT4)
-        acc[0][nt][i] = fmaf (i < 2 ? s0 : s1, p[4 * nt + i], acc[0][nt][i]);
+        acc[0][N0 + nt][i] = fmaf (i < 2 ? s0 : s1, p[4 * nt + i], acc[0][N0 + nt][i]);
       else
-        acc[0][nt][i] += p[4 * nt + i];
+        acc[0][N0 + nt][i] += p[4 * nt + i];
     }
 }
 
@@ -101,8 +101,10 @@ tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const ui
 {
   using B = TcBlock<FMT, CK, NT, true>;
   constexpr int NCHUNK = B::NCHUNK, L = 4 * n;
-  constexpr int PB0 = (NT <= 4 ? 12 : 24) / n, PB1 = PB0 < NCHUNK ? PB0 : NCHUNK; /* NCHUNK: 1, 2 or 4 */
+  /* registers for chunk sums: 48 (NT <= 4), 96 (NT <= 16: acc 64), 64 (NT = TCW_NT: acc 100) */
+  constexpr int PB0 = (NT <= 4 ? 12 : NT <= 16 ? 24 : 16) / n, PB1 = PB0 < NCHUNK ? PB0 : NCHUNK; /* NCHUNK: 1, 2 or 4 */
   constexpr int PB = PB1 >= 4 ? 4 : PB1 >= 2 ? 2 : 1;
+  static_assert (n <= 16, "one wgmma of at most 128 x rows a chunk: tcw_stage_wide past 16 n-tiles");
   static_assert (NCHUNK % PB == 0, "chunk groups");
   uint32_t rw[1][2][B::WORDS];
   const bool full = (st + 1) * TC_STAGE <= b.a.K;
@@ -152,21 +154,118 @@ tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const ui
   }
 }
 
+/* One stage's multiplications for N = 8 n x-rows, 16 < n <= TCW_NT (the 129..200-row configuration): each
+ * chunk as two wgmma a k-step and half (hi, lo): n-tiles 0..15 (N = 128, the most one wgmma of ours takes:
+ * its 64 chunk-sum registers) and n-tiles 16..n-1 (their B operand 16 x 4096 bytes on), into two chunk sums
+ * from zero, then both added to acc in chunk order: per output element the operations of tcw_stage (a wgmma
+ * output element does not depend on N). Up to 20 n-tiles both parts are in flight together (one commit and
+ * wait a chunk: acc 80 + chunk sums 80 + A fragments 32 registers); past that one part after the other
+ * (acc 100 + 64 + 32), the other warpgroup's wgmma filling the tensor cores meanwhile. The A fragments of
+ * the stage's 8 k-steps are dequantized once and serve all n x rows. */
+template <int FMT, int CK, int NT, int n>
+__device__ __forceinline__ void
+tcw_stage_wide (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st)
+{
+  using B = TcBlock<FMT, CK, NT, true>;
+  constexpr int NCHUNK = B::NCHUNK, n2 = n - 16, L1 = 64, L2 = 4 * n2;
+  constexpr bool together = n <= 20;
+  static_assert (n > 16 && n <= NT, "the second part holds 1..NT - 16 n-tiles");
+  uint32_t rw[1][2][B::WORDS];
+  const bool full = (st + 1) * TC_STAGE <= b.a.K;
+  if (full)
+    b.load_weights (slot, rw);
+  else
+    b.gather_tail (rw, st);
+  const int kvalid = full ? 8 : b.KS - st * 8;
+  const float *ssc = reinterpret_cast<const float *> (slot + B::C::SX + B::C::SW);
+  const uint32_t xaddr = (uint32_t) __cvta_generic_to_shared (slot), xaddr2 = xaddr + 16 * 4096;
+  uint32_t af[8][1][4];
+#pragma unroll
+  for (int q = 0; q < 8; q++)
+    B::dequant (rw, q, af[q]);
+#pragma unroll
+  for (int c = 0; c < NCHUNK; c++) {
+    if (c * CK >= kvalid)
+      break;
+    float p1[L1], p2[L2];
+#pragma unroll
+    for (int i = 0; i < L1; i++)
+      p1[i] = 0.0f;
+    fence_regs (p1);
+    if (together) {
+#pragma unroll
+      for (int i = 0; i < L2; i++)
+        p2[i] = 0.0f;
+      fence_regs (p2);
+    }
+    wgmma_fence ();
+#pragma unroll
+    for (int i = 0; i < CK; i++) {
+      const int q = c * CK + i;
+      if (q < kvalid) {
+        wgmma_bf16_rs<128> (p1, af[q][0], tcw_desc (xaddr + q * 512)); /* hi */
+        if (together)
+          wgmma_bf16_rs<8 * n2> (p2, af[q][0], tcw_desc (xaddr2 + q * 512));
+        wgmma_bf16_rs<128> (p1, af[q][0], tcw_desc (xaddr + q * 512 + 256)); /* lo */
+        if (together)
+          wgmma_bf16_rs<8 * n2> (p2, af[q][0], tcw_desc (xaddr2 + q * 512 + 256));
+      }
+    }
+    wgmma_commit ();
+    wgmma_wait<0> ();
+    fence_regs (p1);
+    tcw_add_chunk<FMT, CK, NT, 16, 0> (b, acc, p1, ssc, c);
+    if (!together) {
+#pragma unroll
+      for (int i = 0; i < L2; i++)
+        p2[i] = 0.0f;
+      fence_regs (p2);
+      wgmma_fence ();
+#pragma unroll
+      for (int i = 0; i < CK; i++) {
+        const int q = c * CK + i;
+        if (q < kvalid) {
+          wgmma_bf16_rs<8 * n2> (p2, af[q][0], tcw_desc (xaddr2 + q * 512));       /* hi */
+          wgmma_bf16_rs<8 * n2> (p2, af[q][0], tcw_desc (xaddr2 + q * 512 + 256)); /* lo */
+        }
+      }
+      wgmma_commit ();
+      wgmma_wait<0> ();
+    }
+    fence_regs (p2);
+    tcw_add_chunk<FMT, CK, NT, n2, 16> (b, acc, p2, ssc, c);
+  }
+}
+
 /* Stage st's multiplications for the block's n-tiles that hold x rows (the same count in every warp: each
- * warp takes them all), as straight-line code for that count. */
+ * warp takes them all), as straight-line code for that count. The TCW_NT configuration runs slices of 17..25
+ * n-tiles (tc_slices gives it no fewer; fewer would take the 17-tile code: tiles past the slice's x rows
+ * hold stale records, whose sums are never stored). */
 template <int FMT, int CK, int NT>
 __device__ void
 tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st)
 {
   const int n = b.tiles;
+  if constexpr (NT > 16) {
+#define TCW_WIDE(k)                                                                                                  \
+  if (n <= k) {                                                                                                      \
+    tcw_stage_wide<FMT, CK, NT, (NT >= k ? k : 17)> (b, acc, slot, st);                                              \
+    return;                                                                                                          \
+  }
+    TCW_WIDE (17) TCW_WIDE (18) TCW_WIDE (19) TCW_WIDE (20) TCW_WIDE (21) TCW_WIDE (22) TCW_WIDE (23) TCW_WIDE (24)
+    TCW_WIDE (25)
+#undef TCW_WIDE
+    static_assert (NT <= 25, "tcw_compute's cases");
+  } else {
 #define TCW_CASE(k)                                                                                                  \
   if (NT >= k && n == k) {                                                                                           \
     tcw_stage<FMT, CK, NT, (NT >= k ? k : 1)> (b, acc, slot, st);                                                    \
     return;                                                                                                          \
   }
-  TCW_CASE (1) TCW_CASE (2) TCW_CASE (3) TCW_CASE (4) TCW_CASE (5) TCW_CASE (6) TCW_CASE (7) TCW_CASE (8)
-  TCW_CASE (9) TCW_CASE (10) TCW_CASE (11) TCW_CASE (12) TCW_CASE (13) TCW_CASE (14) TCW_CASE (15) TCW_CASE (16)
+    TCW_CASE (1) TCW_CASE (2) TCW_CASE (3) TCW_CASE (4) TCW_CASE (5) TCW_CASE (6) TCW_CASE (7) TCW_CASE (8)
+    TCW_CASE (9) TCW_CASE (10) TCW_CASE (11) TCW_CASE (12) TCW_CASE (13) TCW_CASE (14) TCW_CASE (15) TCW_CASE (16)
 #undef TCW_CASE
+  }
 }
 
 /* x [M][K] split into hi/lo bf16 (tc_split_record, the mma.sync kernel's split) and laid out as the wgmma B
@@ -195,8 +294,8 @@ tcw_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int t
   }
 }
 
-/* The configuration for a slice of a.slice_tiles n-tiles (2, 4, 8 or 16: no 1-tile configuration, a slice of
- * one tile takes the 2-tile one). */
+/* The configuration for a slice of a.slice_tiles n-tiles (2, 4, 8, 16 or TCW_NT: no 1-tile configuration, a
+ * slice of one tile takes the 2-tile one). */
 template <int CK>
 static int
 tcw_launch_nt (const TcArgs &a, cudaStream_t s)
@@ -207,7 +306,9 @@ tcw_launch_nt (const TcArgs &a, cudaStream_t s)
     return tc_launch<PPX_CUDA_W_INT4, CK, 4, true> (a, s);
   if (a.slice_tiles <= 8)
     return tc_launch<PPX_CUDA_W_INT4, CK, 8, true> (a, s);
-  return tc_launch<PPX_CUDA_W_INT4, CK, 16, true> (a, s);
+  if (a.slice_tiles <= 16)
+    return tc_launch<PPX_CUDA_W_INT4, CK, 16, true> (a, s);
+  return tc_launch<PPX_CUDA_W_INT4, CK, TCW_NT, true> (a, s);
 }
 
 /* Whether the current device runs the sm_90a code (compute capability 9.0 exactly), read once per device. */
@@ -238,6 +339,14 @@ ppx_linear_wgmma_available (void)
   return tcw_device_ok ();
 }
 
+/* The most n-tiles a wgmma slice may take on this device: TCW_NT where two ring slots of its configuration fit
+ * one block's shared memory (H100, H200: 2 x 110 KB of the 227 KB at g32, the largest scales), else 16. */
+int
+ppx_linear_wgmma_nt_max (void)
+{
+  return tc_depth<PPX_CUDA_W_INT4, 2, TCW_NT, true> (0) >= 2 ? TCW_NT : 16;
+}
+
 int
 ppx_linear_wgmma (TcArgs a, int ck, uint4 *xs, cudaStream_t s)
 {
@@ -256,6 +365,12 @@ ppx_linear_wgmma (TcArgs a, int ck, uint4 *xs, cudaStream_t s)
 
 int
 ppx_linear_wgmma_available (void)
+{
+  return 0;
+}
+
+int
+ppx_linear_wgmma_nt_max (void)
 {
   return 0;
 }

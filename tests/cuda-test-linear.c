@@ -91,6 +91,8 @@ test_linear (void)
     check_linear (f, 96, 128, 3, 128, 32, FALSE, 32, 32);
     check_linear (f, 30, 53, 1, 53, 7, FALSE, 11, 7);
     check_linear (f, 300, 1000, 9, 1000, 100, TRUE, 137, 100);
+    /* int4 on sm_90a: one wgmma launch of 200 rows (25 n-tiles a block), x rows not on 16 bytes */
+    check_linear (f, 129, 1000, 200, 1003, 131, FALSE, 0, 0);
   }
   /* f32 at Mimi's transformer shapes (cuda-linear-f32tc.cu): one session's 2 rows, 80 sessions' 160 */
   const Fmt f32 = formats[0];
@@ -151,18 +153,25 @@ test_linear_batch (void)
     check_linear_rows_exact (formats[i], 20000, 2080, 64, FALSE); /* leaves longer than the ring */
     check_linear_rows_exact (formats[i], 600, 4128, 80, TRUE);    /* the 16-tile kernel, tiles past M skipped */
     check_linear_rows_exact (formats[i], 300, 1000, 131, FALSE);  /* a 128-row launch, then 3 rows */
+    /* int4 on sm_90a: one launch up to 256 rows: 17, 20 and 25 n-tiles a block (both halves of a chunk's wgmma
+     * in flight together up to 20, one after the other past it), two slices of 16 at 256; 300: 256 + 44 */
+    check_linear_rows_exact (formats[i], 300, 1000, 129, TRUE);
+    check_linear_rows_exact (formats[i], 600, 4128, 160, TRUE);
+    check_linear_rows_exact (formats[i], 600, 4128, 200, FALSE);
+    check_linear_rows_exact (formats[i], 129, 1000, 256, TRUE);
+    check_linear_rows_exact (formats[i], 129, 1000, 300, FALSE);
   }
   check_linear_rows_exact (formats[0], 512, 2048, 160, TRUE); /* f32, Mimi's FFN down projection, 80 sessions */
 }
 
 /* The same with the x rows of each launch spread over blocks in every way the tensor-core kernel can
- * (ppx_backend_cuda_linear_force_slice: 2, 3, 5, 8, 16 n-tiles a block; 3 and 5 leave tiles of a block's
- * configuration empty, 131 rows end in a 3-row launch): the slicing changes where rows are computed, never
- * their bits. */
+ * (ppx_backend_cuda_linear_force_slice: 2, 3, 5, 8, 16, 25 n-tiles a block; 3 and 5 leave tiles of a block's
+ * configuration empty, 131 rows end in a 3-row launch on mma.sync; 200 and 256 rows are one launch on wgmma,
+ * in slices of up to 25 n-tiles): the slicing changes where rows are computed, never their bits. */
 void
 test_linear_batch_slices (void)
 {
-  static const int slices[] = {2, 3, 5, 8, 16};
+  static const int slices[] = {2, 3, 5, 8, 16, 25};
   for (guint k = 0; k < G_N_ELEMENTS (slices); k++) {
     ppx_backend_cuda_linear_force_slice (slices[k]);
     for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
@@ -170,6 +179,8 @@ test_linear_batch_slices (void)
         continue; /* the CUDA-core kernels: no slices */
       check_linear_rows_exact (formats[i], 600, 4128, 80, TRUE);    /* K split into leaves, a K tail */
       check_linear_rows_exact (formats[i], 129, 1000, 131, FALSE);  /* a partial row block, 128 + 3 rows */
+      check_linear_rows_exact (formats[i], 600, 4128, 200, FALSE);
+      check_linear_rows_exact (formats[i], 129, 1000, 256, TRUE);
     }
   }
   ppx_backend_cuda_linear_force_slice (0);
@@ -200,13 +211,19 @@ test_linear_wgmma_path (void)
   for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
     const gboolean tc_int4 = formats[i].format == PPX_WFMT_INT4 && formats[i].group_size != 8 &&
                              formats[i].group_size != 48; /* g8, g48: the CUDA-core kernels */
+    const gboolean tc = tc_int4 || formats[i].format == PPX_WFMT_BF16 || formats[i].format == PPX_WFMT_INT8;
     WPair w = wpair_random (formats[i], 256, 1024);
-    static const int ms[] = {1, 8, 16, 17, 32, 80, 128, 160};
+    static const int ms[] = {1, 8, 16, 17, 32, 80, 128, 129, 160, 200, 256, 300};
     for (guint k = 0; k < G_N_ELEMENTS (ms); k++) {
       const gboolean want = expect && tc_int4 && ms[k] >= 17;
       if (ppx_backend_cuda_linear_wgmma_at (gpu, w.g, ms[k]) != want)
         g_error ("linear %s M=%d: wgmma %s, expected %s", fmt_name (formats[i]), ms[k], want ? "not taken" : "taken",
                  want ? "taken" : "not taken");
+      /* one launch for up to 256 rows on wgmma (each weight byte streamed once), 128 on mma.sync */
+      const int rows = ppx_backend_cuda_linear_launch_rows (gpu, w.g, ms[k]);
+      const int lmax = want ? 256 : 128, rows_want = tc ? MIN (ms[k], lmax) : 0;
+      if (rows != rows_want)
+        g_error ("linear %s M=%d: first launch of %d rows, expected %d", fmt_name (formats[i]), ms[k], rows, rows_want);
     }
     g_assert_false (ppx_backend_cuda_linear_wgmma_at (cpu, w.c, 80));
     wpair_free (&w);

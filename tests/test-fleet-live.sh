@@ -57,12 +57,13 @@ unset GST_DEBUG
 sed -n '/^personaplex-loadgen: /,$p' "$tmp/a/summary.txt"
 expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
   '^join time, connect to handshake \(ms\) +2 ' '^frame latency, all frames \(ms\) +[0-9]{3} ' \
-  '^loadgen CPU: ' '^s1 pid [0-9]+ CPU: ' '^haproxy pid [0-9]+ CPU: ' '^== the machine: ' \
+  '^loadgen CPU: ' '^s1 pid [0-9]+ CPU: ' '^haproxy pid [0-9]+ CPU: ' '^== the machine: .* stolen' \
+  '^== the machine stalled: (never over 25 ms|[0-9]+ sleep)' \
   '^== s1 /health: \{.*"sessions" *: *0' '^== s1 /metrics personaplex_tick_duration_seconds: p99 <= [0-9.]+ ms \(a bucket bound\) of [0-9]+ ticks' \
   '^== 1 server\(s\): .* --batch-deadline 20 --admission memory$' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat' \
   '^latency growth: last quarter - first \(ms\) +2 ' '^== s1 /metrics audio dropped, the model behind \(s\): chat 0\.000' \
   '^== s1 ticks: [0-9]+ ticks of [0-9]+ to [12] rows .*, [0-9.]+ a second, '
-for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log report.html ticks-s1.txt; do
+for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log report.html ticks-s1.txt stalls.txt; do
   [ -s "$tmp/a/$f" ] || fail "(a) $f was not written"
 done
 # every tick of the run, one line each: as many as the summary's tick lines count, all well formed

@@ -34,13 +34,15 @@
 #   report.html   the run by second in inline SVG (personaplex-loadgen --report): frame latency p50/p99, audio
 #                 missed and dropped at the reference player, calls joined and open, each server's tick p99
 #   gpu.csv       nvidia-smi every 5 s;  health.log  each server's /health every 10 s
+#   stalls.txt    when a 5 ms sleep of a probe took over 25 ms (the machine, or the VM, did not run it): the
+#                 seconds of the run (the report's axis) and the gap; the summary counts them, with the CPU steal
 #   metrics.txt   each server's /metrics at the end;  servers.log  the servers' and HAProxy's logs (tails)
 #   ticks-NAME.txt  every tick of server NAME over the run (time, tick or catch-up, rows, missed, waits, run)
 # Exit status: 0 when the run happened (the figures say how it went), 1 when a step failed, 2 for bad options.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-me='fleet-live.sh' usage_lines=39 rest='loadgen options'
+me='fleet-live.sh' usage_lines=41 rest='loadgen options'
 # shellcheck source=pipelines/live-run.sh
 . "$root/pipelines/live-run.sh"
 servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
@@ -92,7 +94,19 @@ summary=$out/summary.txt
 say () { echo "$*" | tee -a "$summary"; }
 
 # /proc/stat's busy and total jiffies of the whole machine
-machine_cpu () { awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8; print busy, busy + $5 + $6 }' /proc/stat; }
+machine_cpu () { awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8; print busy, busy + $5 + $6, $9 + 0 }' /proc/stat; }
+
+# The machine's own stalls: a probe sleeps 5 ms at a time and writes each sleep that took over 25 ms (when, in
+# seconds since $1, a `date +%s.%N`, and the gap in ms): a second in which every call lost audio, and the server
+# and the loadgen with it, shows here when the whole machine (or the VM it is) stopped.
+stall_probe () {
+  python3 -c 'import sys, time
+t0 = float(sys.argv[1]); prev = time.time()
+while True:
+    time.sleep(0.005); now = time.time()
+    if now - prev > 0.025: print("%.3f %.1f" % (now - t0, 1000 * (now - prev)), flush=True)
+    prev = now' "$1"
+}
 
 # p99 of every tick histogram in a /metrics text: the smallest bucket bound holding 99 % of the ticks
 tick_p99 () {
@@ -201,6 +215,11 @@ main () {
   fi
 
   cpu0=$(machine_cpu)
+  if command -v python3 > /dev/null; then
+    echo "# seconds-of-the-run gap-ms: a 5 ms sleep that took over 25 ms" > "$out/stalls.txt"
+    stall_probe "$(date +%s.%N)" >> "$out/stalls.txt" 2>&1 &
+    bg_pids="$bg_pids $!"
+  fi
   say "== personaplex-loadgen: $calls calls to $url joining over $ramp s, $seconds s each"
   # shellcheck disable=SC2086 # option lists
   run_in personaplex-loadgen --url "$url" --calls "$calls" --ramp "$ramp" --seconds "$seconds" \
@@ -211,9 +230,13 @@ main () {
   cat "$tmp/loadgen.txt"
   say "== personaplex-loadgen exit $loadgen_status (1: calls refused or failed that were not expected to, or a rule broken: audio dropped, latency)"
   [ "$loadgen_status" -le 1 ] || return 1
-  echo "$cpu0 $cpu1" | awk -v cores="$(getconf _NPROCESSORS_ONLN)" '{ busy = $3 - $1; all = $4 - $2
-    if (all > 0) printf "== the machine: %.1f of %d cores busy during the calls (/proc/stat)\n", cores * busy / all, cores }' |
+  echo "$cpu0 $cpu1" | awk -v cores="$(getconf _NPROCESSORS_ONLN)" '{ busy = $4 - $1; all = $5 - $2; steal = $6 - $3
+    if (all > 0) printf "== the machine: %.1f of %d cores busy during the calls, %.2f %% stolen (/proc/stat)\n",
+                        cores * busy / all, cores, 100 * steal / (all + steal) }' |
     tee -a "$summary"
+  [ -f "$out/stalls.txt" ] && awk '!/^#/ { n++; if ($2 > most) { most = $2; at = $1 } }
+    END { if (n) printf "== the machine stalled: %d sleep(s) of the probe over 25 ms, the longest %.0f ms at %.1f s of the run (stalls.txt)\n", n, most, at
+          else print "== the machine stalled: never over 25 ms (stalls.txt)" }' "$out/stalls.txt" | tee -a "$summary"
   [ -z "$kill_at" ] || tee -a "$summary" < "$tmp/kill.log"
 
   # the servers' own figures

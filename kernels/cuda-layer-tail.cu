@@ -36,6 +36,7 @@ struct LtArgs {
   LtSplit sp[LT_PHASES];
   TcArgs lin[LT_PHASES];
   int M, tiles, row_blocks[LT_PHASES];
+  int prefetch; /* ask the L2 for the weights first (PPX_CUDA_TAIL_PREFETCH, default 1) */
   float eps;
   uint4 *xs;     /* the split records of the phase's linear */
   unsigned *bar; /* [2]: barrier arrivals, blocks done (zero between launches) */
@@ -193,7 +194,7 @@ layer_tail_kernel (const __grid_constant__ LtArgs a)
   __shared__ unsigned ticket;
   __shared__ float red[32];
   __shared__ uint64_t xbar[TC_DEPTH_MAX];
-  for (int p = 0; p < LT_PHASES; p++)
+  for (int p = 0; a.prefetch && p < LT_PHASES; p++)
     lt_prefetch (a.lin[p].w, (size_t) a.lin[p].rows * a.lin[p].row_bytes);
   if ((int) threadIdx.x < a.lin[0].depth)
     mbar_init (&xbar[threadIdx.x]);
@@ -318,7 +319,12 @@ tail_launch (LtArgs &a, cudaStream_t s)
     return (int) e;
   if (per_sm < 1)
     return (int) cudaErrorInvalidConfiguration;
-  per_sm = per_sm < C::MINB ? per_sm : C::MINB;
+  /* blocks an SM: PPX_CUDA_TAIL_BLOCKS (1 or 2, for measuring; a task's result does not depend on the block that
+   * runs it) or as many as fit, at most MINB */
+  static const int want = env_int ("PPX_CUDA_TAIL_BLOCKS", 1, 2, C::MINB);
+  per_sm = per_sm < want ? per_sm : want;
+  static const int prefetch = env_int ("PPX_CUDA_TAIL_PREFETCH", 0, 1, 1);
+  a.prefetch = prefetch;
   for (int p = 0; p < LT_PHASES; p++)
     a.lin[p].depth = depth;
   cudaLaunchAttribute attr[1];

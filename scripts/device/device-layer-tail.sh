@@ -6,6 +6,7 @@
 #            conversation with the fusion on (PPX_CUDA_FUSE_TAIL=1)
 #   tests2:  /cuda/linear-batch (TcBlock's task index), test-engine cuda and test-gpu-tick with the fusion on
 #   bench:   the engine sweep (1 and SWEEP sessions) for base, ours off and ours on
+#   bench-var: ours on with one block an SM, without the L2 prefetch, with a plain launch
 #   prof:    PPX_CUDA_PROFILE=1 at 80 sessions op by op, ours off and on
 # Logs go to $OUT. Usage: sh device-layer-tail.sh DIR [tests|tests2|bench|prof]...
 set -u
@@ -51,6 +52,11 @@ if has bench; then
   [ -n "$base" ] && bench base "$base/bin/personaplex-bench"
   bench off PPX_CUDA_FUSE_TAIL=0 "$dir/bin/personaplex-bench"
   bench on PPX_CUDA_FUSE_TAIL=1 "$dir/bin/personaplex-bench"
+fi
+if has bench-var; then # the persistent kernel's knobs: one block an SM, no L2 prefetch, a plain launch
+  bench on-1blk PPX_CUDA_FUSE_TAIL=1 PPX_CUDA_TAIL_BLOCKS=1 "$dir/bin/personaplex-bench"
+  bench on-nopf PPX_CUDA_FUSE_TAIL=1 PPX_CUDA_TAIL_PREFETCH=0 "$dir/bin/personaplex-bench"
+  bench on-plain PPX_CUDA_FUSE_TAIL=2 "$dir/bin/personaplex-bench"
 fi
 prof () { # name, value of PPX_CUDA_FUSE_TAIL
   timeout 100 env PPX_CUDA_PROFILE=1 PPX_CUDA_FUSE_TAIL="$2" "$dir/bin/personaplex-bench" -r full -q int4 -b cuda \

@@ -93,3 +93,8 @@ void
 ppx_backend_cuda_fuse_gate (int mode)
 {
 }
+
+void
+ppx_backend_cuda_fuse_tail (int mode)
+{
+}

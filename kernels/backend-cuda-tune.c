@@ -128,6 +128,12 @@ ppx_backend_cuda_fuse_gate (int mode)
 }
 
 void
+ppx_backend_cuda_fuse_tail (int mode)
+{
+  ppx_cuda_tail_fusion_set (mode);
+}
+
+void
 ppx_backend_cuda_pdl_allow (gboolean allow)
 {
   ppx_cuda_pdl_allow (allow);

@@ -397,6 +397,29 @@ cuda_silu_gate_linear (PpxBackend *be, const PpxTensor *h, PpxTensor *u, const P
   return TRUE;
 }
 
+/* The depformer's layer tail in one persistent kernel where ppx_cuda_layer_tail_fuses (the switch on, tensor-core
+ * weights of one format); FALSE otherwise (backend.c then runs the ops one by one). */
+static gboolean
+cuda_layer_tail (PpxBackend *be, const PpxLayerTail *t, int M)
+{
+  const PpxCudaLayerTail ct = {F32 (t->att), F32 (t->norm2), t->next_norm ? F32 (t->next_norm) : NULL, F32 (t->x),
+                               F32 (t->ff),  F32 (t->y),     cuda_device_weight (t->out_proj),
+                               cuda_device_weight (t->linear_in), cuda_device_weight (t->linear_out),
+                               cuda_device_weight (t->next), t->eps};
+  if (!ppx_cuda_layer_tail_fuses (&ct, M))
+    return FALSE;
+  cuda_enter (be);
+  PROF_SHAPE (be, "layer_tail %s %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT " next %" G_GINT64_FORMAT " M=%d",
+              ppx_weight_format_name (t->out_proj->format), ct.linear_in.rows, ct.out_proj.rows, ct.next.rows, M);
+  const gsize bytes = ppx_cuda_layer_tail_workspace_bytes (&ct, M);
+  g_mutex_lock (&PRIV (be)->linear_lock);
+  void *ws = cuda_linear_workspace (be, bytes);
+  if (ws)
+    cuda_check (be, ppx_cuda_layer_tail (&ct, M, ws, STREAM (be)), "layer_tail");
+  g_mutex_unlock (&PRIV (be)->linear_lock);
+  return TRUE;
+}
+
 static void
 cuda_embed (PpxBackend *be, const PpxWeight *table, const PpxTensor *ids, int id_index, int id_stride, PpxTensor *out,
             int M, gboolean accumulate)
@@ -676,6 +699,7 @@ static const PpxBackendOps cuda_ops = {
   .rmsnorm = cuda_rmsnorm,
   .rmsnorm_linear = cuda_rmsnorm_linear,
   .silu_gate_linear = cuda_silu_gate_linear,
+  .layer_tail = cuda_layer_tail,
   .layernorm = cuda_layernorm,
   .transpose = cuda_transpose,
   .rope = cuda_rope,

@@ -61,5 +61,10 @@ void ppx_backend_cuda_pdl_allow (gboolean allow);
  * the environment, process-wide for ops and recordings from then on. */
 void ppx_backend_cuda_fuse_gate (int mode);
 
+/* The depformer's layer tail as one persistent kernel (ppx_op_layer_tail; docs/cuda.md): PPX_CUDA_FUSE_TAIL=1 or
+ * fuse_tail(1) on, 0 off, 2 on with a plain launch (measuring), -1 back to the environment (off when unset),
+ * process-wide for ops and recordings from then on. */
+void ppx_backend_cuda_fuse_tail (int mode);
+
 G_END_DECLS
 #endif

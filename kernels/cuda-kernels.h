@@ -92,6 +92,23 @@ void ppx_cuda_gate_fusion_set (int mode);
 int ppx_cuda_linear_gate_fuses (const PpxCudaWeight *w, const float *h, int M);
 int ppx_cuda_linear_gate (const PpxCudaWeight *w, const float *h, float *y, size_t ldy, int M, int accumulate,
                           void *workspace, void *stream);
+/* The rest of a depformer layer after its attention and the projection after it (ppx_op_layer_tail) in one
+ * persistent kernel (cuda-layer-tail.cu), with the bits of the unfused ops: x += att out_proj^T; ff =
+ * rmsnorm(x; norm2) linear_in^T; x += silu_gate(ff) linear_out^T; y = (next_norm ? rmsnorm(x; next_norm) : x)
+ * next^T, rows of M, all dense (x [M, d], ff [M, 2F], y [M, next.rows]). Only where ppx_cuda_layer_tail_fuses
+ * (the switch on, M <= 128, the four weights on the tensor cores in one format), else cudaErrorInvalidValue.
+ * The switch: ppx_cuda_tail_fusion_set (0 off, 1 on, 2 on with a plain launch instead of a cooperative one,
+ * -1 the environment's PPX_CUDA_FUSE_TAIL). */
+typedef struct {
+  const float *att, *norm2, *next_norm;
+  float *x, *ff, *y;
+  PpxCudaWeight out_proj, linear_in, linear_out, next;
+  float eps;
+} PpxCudaLayerTail;
+void ppx_cuda_tail_fusion_set (int mode);
+int ppx_cuda_layer_tail_fuses (const PpxCudaLayerTail *t, int M);
+size_t ppx_cuda_layer_tail_workspace_bytes (const PpxCudaLayerTail *t, int M);
+int ppx_cuda_layer_tail (const PpxCudaLayerTail *t, int M, void *workspace, void *stream);
 /* Benchmarks: GPU time of one linear call (x [M, cols], y [M, rows], dense) in microseconds, the median of
  * `reps` replays of a CUDA graph of `calls` calls cycling over the n weights (one shape), on a stream of
  * its own. workspace as for ppx_cuda_linear. *step names the stage that failed. */

@@ -11,8 +11,25 @@
 
 #include "cuda-linear-mma.cuh"
 
-template <int FMT, int CK, int NT, bool WG = false> struct TcBlock {
+/* Where a block's work is: the hardware block index (tc_linear_kernel's launch: (slice, row block, leaf) and
+ * the slices a row block has), or the task a persistent kernel's block runs (TcTaskIdx, cuda-layer-tail.cu). */
+struct TcHwIdx {
+  __device__ __forceinline__ int bx () const { return (int) blockIdx.x; }
+  __device__ __forceinline__ int by () const { return (int) blockIdx.y; }
+  __device__ __forceinline__ int bz () const { return (int) blockIdx.z; }
+  __device__ __forceinline__ int gx () const { return (int) gridDim.x; }
+};
+struct TcTaskIdx {
+  int x, y, z, nx;
+  __device__ __forceinline__ int bx () const { return x; }
+  __device__ __forceinline__ int by () const { return y; }
+  __device__ __forceinline__ int bz () const { return z; }
+  __device__ __forceinline__ int gx () const { return nx; }
+};
+
+template <int FMT, int CK, int NT, bool WG = false, class IX = TcHwIdx> struct TcBlock {
   using C = TcCfg<FMT, CK, NT, WG>;
+  static_assert (NT < 8 || sizeof (IX) == sizeof (TcHwIdx), "NT >= 8 reads the block index again each stage");
   static constexpr bool XS = C::XS;
   static constexpr int WORDS = C::WORDS, WV = C::WV, CPS = C::CPS, CPS1 = CPS > 0 ? CPS : 1;
   static constexpr int RTW = C::RTW, NTW = C::NTW, NCH = C::NCH, NCHUNK = C::NCHUNK;
@@ -21,6 +38,7 @@ template <int FMT, int CK, int NT, bool WG = false> struct TcBlock {
   static_assert (WV == 1 || WV == 2 || WV == 4, "16-byte vectors per row and thread");
 
   const TcArgs &a;
+  const IX ix;
   int tid, lane, warp, g, t, wm, wr, row_in_block, tiles, KS;
   int m0, mb; /* the block's slice of x rows: rows m0 .. m0 + mb - 1 of the launch */
   int64_t block_row, row_base;
@@ -44,12 +62,12 @@ template <int FMT, int CK, int NT, bool WG = false> struct TcBlock {
    * rows (blockIdx.x the slice, blockIdx.y the row block: the slices of one row block and leaf run side by
    * side and read the same weights, mostly from the L2), and the source of each of its copies.
    * x (NT = 1): k-step `warp` of every n-tile (x row m0 + 8 nt + g; rows past M zero-filled). */
-  __device__ __forceinline__ TcBlock (const TcArgs &args) : a (args)
+  __device__ __forceinline__ TcBlock (const TcArgs &args, IX idx = IX ()) : a (args), ix (idx)
   {
     tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     wm = warp % C::WM, wr = warp / C::WM;
-    const int rb = (int) blockIdx.y;
-    m0 = NT == 1 ? 0 : (int) blockIdx.x * a.slice_tiles * 8; /* M <= 8: one slice */
+    const int rb = ix.by ();
+    m0 = NT == 1 ? 0 : ix.bx () * a.slice_tiles * 8; /* M <= 8: one slice */
     mb = NT == 1 ? a.M : min (a.M - m0, a.slice_tiles * 8);
     block_row = (int64_t) rb * C::ROWS;
     row_in_block = wr * RTW * 16;
@@ -73,7 +91,7 @@ template <int FMT, int CK, int NT, bool WG = false> struct TcBlock {
   {
     TcSrc cs;
     const int warp_ = id >> 5, g_ = (id & 31) >> 2, t_ = id & 3;
-    const int64_t brow = (int64_t) blockIdx.y * C::ROWS; /* not block_row: NT >= 8 recomputes this each stage */
+    const int64_t brow = (int64_t) ix.by () * C::ROWS; /* not block_row: NT >= 8 recomputes this each stage */
     const int64_t wrow0 = brow + warp_ / (2 * WV) * 16 + g_ + 8 * ((warp_ / WV) & 1);
     cs.wp0 = a.w + (wrow0 < a.rows ? wrow0 : 0) * a.row_bytes + 64 * (warp_ % WV) + 16 * t_;
     cs.wstep = (int64_t) (64 / WV) * a.row_bytes;
@@ -573,12 +591,12 @@ template <int FMT, int CK, int NT, bool WG = false> struct TcBlock {
           if (a.S == 1)
             tc_store_y<FMT> (a, m0 + m, r, acc[rt][nt][i]);
           else
-            a.partials[((size_t) blockIdx.z * a.pm + m0 + m) * a.rows + r] = acc[rt][nt][i];
+            a.partials[((size_t) ix.bz () * a.pm + m0 + m) * a.rows + r] = acc[rt][nt][i];
         }
   }
 
   /* The counter of the block's row block and slice */
-  __device__ __forceinline__ static unsigned counter_index () { return blockIdx.y * gridDim.x + blockIdx.x; }
+  __device__ __forceinline__ unsigned counter_index () const { return (unsigned) (ix.by () * ix.gx () + ix.bx ()); }
 
   /* Whether this block is the last of its row block's S leaves to finish (an atomic ticket after its
    * partial sums are visible); that one adds the leaves. */

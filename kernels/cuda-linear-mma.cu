@@ -287,27 +287,33 @@ tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, int *
     *slice_tiles = 2, *n_slices = (tiles + 1) / 2;
 }
 
+void
+ppx_linear_mma_weight_args (const PpxCudaWeight *w, TcArgs *a)
+{
+  a->w = (const uint8_t *) w->data;
+  a->scales = w->scales;
+  a->rows = w->rows;
+  a->K = (int) w->cols;
+  a->row_bytes = (int) (w->format == PPX_CUDA_W_BF16 ? 2 * w->cols
+                        : w->format == PPX_CUDA_W_INT8 ? w->cols
+                                                       : (w->cols + 1) / 2);
+  a->group_size = w->group_size;
+  a->n_groups = w->format == PPX_CUDA_W_INT4 ? (int) ((w->cols + w->group_size - 1) / w->group_size) : 0;
+  tc_plan (w, &a->n_stages, &a->leaf_stages, &a->S);
+}
+
 int
 ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, float *y, size_t ldy, int M, int accumulate,
                 const float *alpha, float eps, int gate, void *workspace, cudaStream_t s)
 {
   TcArgs a = {};
+  ppx_linear_mma_weight_args (w, &a);
   a.alpha = alpha;
   a.eps = eps;
   a.gate = gate;
-  a.w = (const uint8_t *) w->data;
-  a.scales = w->scales;
-  a.rows = w->rows;
-  a.K = (int) w->cols;
-  a.row_bytes = (int) (w->format == PPX_CUDA_W_BF16 ? 2 * w->cols
-                       : w->format == PPX_CUDA_W_INT8 ? w->cols
-                                                      : (w->cols + 1) / 2);
-  a.group_size = w->group_size;
-  a.n_groups = w->format == PPX_CUDA_W_INT4 ? (int) ((w->cols + w->group_size - 1) / w->group_size) : 0;
   a.accumulate = accumulate;
   a.ldx = ldx;
   a.ldy = ldy;
-  tc_plan (w, &a.n_stages, &a.leaf_stages, &a.S);
   a.vec_x = (ldx % 4) == 0 && ((uintptr_t) x & 15) == 0;
   a.vec_y = (ldy % 4) == 0 && ((uintptr_t) y & 15) == 0;
   a.counters = (unsigned *) workspace;

@@ -88,6 +88,11 @@ struct TcArgs {
   int xs_tiles;        /* the n-tiles of the launch (xs's stride between stages, in 256 records) */
 };
 
+/* The fields of a launch's arguments that come from the weight: its pointers and shape, and the K split
+ * (tc_plan: from the shape and the device only), for the kernels that run the tensor-core linear's blocks
+ * themselves (cuda-layer-tail.cu). */
+void ppx_linear_mma_weight_args (const PpxCudaWeight *w, TcArgs *a);
+
 /* The wgmma configuration (cuda-linear-wgmma.cu, sm_90a): whether this device runs it (compute capability 9.0
  * and a build with 90a), and a launch of it (x split into xs in its layout, then the kernel; up to TCW_MMAX
  * rows). */
@@ -309,7 +314,7 @@ tc_store_y4 (const TcArgs &a, int m, int64_t r, float4 v)
   }
   float4 *yp = reinterpret_cast<float4 *> (a.y + (size_t) m * a.ldy + r);
   if (a.accumulate) {
-    const float4 o = *yp;
+    const float4 o = __ldcg (yp); /* through the L2: a persistent kernel may have written y in an earlier phase */
     v = make_float4 (o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
   }
   *yp = v;
@@ -323,7 +328,7 @@ tc_store_y (const TcArgs &a, int m, int64_t r, float v)
   if (FMT == PPX_CUDA_W_INT8)
     v *= __ldg (a.scales + r);
   float *yp = a.y + (size_t) m * a.ldy + r;
-  *yp = a.accumulate ? *yp + v : v;
+  *yp = a.accumulate ? __ldcg (yp) + v : v;
 }
 
 #endif

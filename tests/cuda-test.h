@@ -85,6 +85,7 @@ void test_linear_batch_slices (void);
 void test_linear_wgmma_path (void);
 void test_rmsnorm_linear (void);
 void test_silu_gate_linear (void);
+void test_layer_tail (void);
 void test_embed (void);
 void test_pdl_chain (void);
 void test_rope (void);

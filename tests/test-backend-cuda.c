@@ -68,6 +68,7 @@ main (int argc, char **argv)
     g_test_add_func ("/cuda/linear-wgmma-path", test_linear_wgmma_path);
     g_test_add_func ("/cuda/rmsnorm-linear", test_rmsnorm_linear);
     g_test_add_func ("/cuda/silu-gate-linear", test_silu_gate_linear);
+    g_test_add_func ("/cuda/layer-tail", test_layer_tail);
     g_test_add_func ("/cuda/embed", test_embed);
     g_test_add_func ("/cuda/elementwise", test_elementwise);
     g_test_add_func ("/cuda/rope", test_rope);

@@ -41,6 +41,8 @@ typedef struct {
   /* optional, likewise: ppx_op_silu_gate_linear in one pass, FALSE (nothing done) where it cannot fuse */
   gboolean (*silu_gate_linear) (PpxBackend *be, const PpxTensor *h, PpxTensor *u, const PpxWeight *w, PpxTensor *y,
                                 gsize ldy, int M, gboolean accumulate);
+  /* optional, likewise: ppx_op_layer_tail in one pass, FALSE (nothing done) where it cannot fuse */
+  gboolean (*layer_tail) (PpxBackend *be, const PpxLayerTail *t, int M);
   void (*layernorm) (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
                      gsize rows, gsize D, float eps);
   void (*transpose) (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize A, gsize B);

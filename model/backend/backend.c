@@ -423,6 +423,28 @@ ppx_op_silu_gate_linear (PpxBackend *be, const PpxTensor *h, PpxTensor *u, const
 }
 
 void
+ppx_op_layer_tail (PpxBackend *be, const PpxLayerTail *t, int M)
+{
+  g_return_if_fail (t && plain (t->att) && plain (t->x) && plain (t->norm2) && plain (t->h) && plain (t->ff) &&
+                    plain (t->u) && plain (t->y) && (!t->next_norm || plain (t->next_norm)));
+  const gsize d = (gsize) t->out_proj->rows, F = (gsize) t->linear_out->cols, n = (gsize) t->next->rows;
+  g_return_if_fail ((gsize) t->out_proj->cols == d && (gsize) t->linear_in->cols == d &&
+                    (gsize) t->linear_in->rows == 2 * F && (gsize) t->linear_out->rows == d &&
+                    (gsize) t->next->cols == d);
+  if (be->ops->layer_tail && be->ops->layer_tail (be, t, M)) {
+    COUNT (be, n_ops);
+    return;
+  }
+  ppx_op_linear (be, t->out_proj, t->att, d, t->x, d, M, TRUE);
+  ppx_op_rmsnorm_linear (be, t->x, t->norm2, t->eps, t->h, t->linear_in, t->ff, 2 * F, M, FALSE);
+  ppx_op_silu_gate_linear (be, t->ff, t->u, t->linear_out, t->x, d, M, TRUE);
+  if (t->next_norm)
+    ppx_op_rmsnorm_linear (be, t->x, t->next_norm, t->eps, t->h, t->next, t->y, n, M, FALSE);
+  else
+    ppx_op_linear (be, t->next, t->x, d, t->y, n, M, FALSE);
+}
+
+void
 ppx_op_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
                   gsize rows, gsize D, float eps)
 {

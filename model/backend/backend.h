@@ -167,6 +167,24 @@ void ppx_op_silu_gate_linear (PpxBackend *be, const PpxTensor *h, PpxTensor *u, 
                               gsize ldy, int M, gboolean accumulate);
 void ppx_op_layernorm (PpxBackend *be, const PpxTensor *x, const PpxTensor *w, const PpxTensor *b, PpxTensor *y,
                        gsize rows, gsize D, float eps);
+/* The rest of a pre-norm transformer layer after its attention, and the projection that follows it (the
+ * depformer's layers, model/lm/lm-batch.c): over M rows of width d = out_proj's rows, F = linear_out's cols,
+ *   x += att . out_proj^T;  ff = rmsnorm(x; norm2) . linear_in^T;  x += (silu(ff[:, :F]) * ff[:, F:]) . linear_out^T;
+ *   y = (next_norm ? rmsnorm(x; next_norm) : x) . next^T
+ * (ppx_op_linear, ppx_op_rmsnorm_linear, ppx_op_silu_gate_linear, then ppx_op_rmsnorm_linear or ppx_op_linear),
+ * with the bits of that sequence; in one persistent kernel where the backend can (CUDA: tensor-core weights of
+ * one format; docs/cuda.md, "The depformer's layer tail"). h [M, d], ff [M, 2F] and u [M, F] are scratch. */
+typedef struct {
+  const PpxTensor *att;                         /* [M, d] */
+  const PpxWeight *out_proj, *linear_in, *linear_out, *next;
+  PpxTensor *x;                                 /* [M, d], the residual stream */
+  const PpxTensor *norm2, *next_norm;           /* next_norm NULL: no norm before next */
+  PpxTensor *h, *ff, *u;
+  PpxTensor *y;                                 /* [M, next->rows] */
+  float eps;
+} PpxLayerTail;
+void ppx_op_layer_tail (PpxBackend *be, const PpxLayerTail *t, int M);
+
 /* [M, A, B] -> [M, B, A] */
 void ppx_op_transpose (PpxBackend *be, const PpxTensor *x, PpxTensor *y, gsize M, gsize A, gsize B);
 

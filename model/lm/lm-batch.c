@@ -286,21 +286,36 @@ depformer_step (PpxLmBatch *b, int step, int M)
   PpxBackend *be = lm->be;
   const PpxLmConfig *c = &lm->cfg;
   const LmActs *a = &b->dep;
-  const int dd = c->depformer_dim, H = c->depformer_num_heads, Dh = dd / H, F = c->depformer_ffn_hidden;
+  const int dd = c->depformer_dim, H = c->depformer_num_heads, Dh = dd / H;
   ppx_op_linear (be, lm->dep_in[step], b->z, c->dim, a->x, dd, M, FALSE);
   ppx_op_embed (be, step == 0 ? lm->dep_text_emb : lm->dep_emb[step - 1], b->prev, 0, 1, a->x, M, TRUE);
+  const DepLayer *L0 = &lm->dep_layers[0];
+  ppx_op_rmsnorm_linear (be, a->x, L0->norm1, RMS_EPS, a->h, L0->in_proj[step], a->qkv, 3 * dd, M, FALSE);
   for (int l = 0; l < c->depformer_num_layers; l++) {
     const DepLayer *L = &lm->dep_layers[l];
-    ppx_op_rmsnorm_linear (be, a->x, L->norm1, RMS_EPS, a->h, L->in_proj[step], a->qkv, 3 * dd, M, FALSE);
     /* no positional encoding; the ring of dep_q positions per row reproduces the reference's per-frame
      * cache (entries of the previous frame sit at positions > step and are never attended) */
     ppx_op_attention (be, a->qkv, b->dep_pos_step[step], b->dep_slot, b->dk[l], b->dv[l], a->att, M, 1, H, Dh,
                       c->dep_q, G_MAXINT);
-    ppx_op_linear (be, L->out_proj[step], a->att, dd, a->x, dd, M, TRUE);
-    ppx_op_rmsnorm_linear (be, a->x, L->norm2, RMS_EPS, a->h, L->linear_in[step], a->ff, 2 * F, M, FALSE);
-    ppx_op_silu_gate_linear (be, a->ff, a->u, L->linear_out[step], a->x, dd, M, TRUE);
+    /* the rest of the layer, then the next layer's norm and input projection (or, after the last, the step's
+     * logits): one op, one persistent kernel on the GPU */
+    const gboolean last = l + 1 == c->depformer_num_layers;
+    const DepLayer *N = last ? NULL : &lm->dep_layers[l + 1];
+    const PpxLayerTail t = {.att = a->att,
+                            .out_proj = L->out_proj[step],
+                            .linear_in = L->linear_in[step],
+                            .linear_out = L->linear_out[step],
+                            .next = last ? lm->linears[step] : N->in_proj[step],
+                            .x = a->x,
+                            .norm2 = L->norm2,
+                            .next_norm = last ? NULL : N->norm1,
+                            .h = a->h,
+                            .ff = a->ff,
+                            .u = a->u,
+                            .y = last ? b->dlogit_step[step] : a->qkv,
+                            .eps = RMS_EPS};
+    ppx_op_layer_tail (be, &t, M);
   }
-  ppx_op_linear (be, lm->linears[step], a->x, dd, b->dlogit_step[step], c->card, M, FALSE);
 }
 
 /* Text logits and sampling, then `n_steps` depformer steps with teacher forcing, for all M rows: b->forced

@@ -11,6 +11,7 @@
 #      "compute"} 7; the log says so). 12 calls offered (joining over 6 s, 20 s each): 60 % to all of what real
 #      time holds served (6 to 10), every other one refused with HTTP 503 before its upgrade and counted in
 #      /metrics, no audio dropped (the loadgen's dropped rule, /metrics).
+#   1b. --pacing-rise: /health says new calls wait for the tick's predicted rise (off by default on the CPU: 1. says so)
 #   2. --admission memory --max-sessions N with N calls (N: a 100 ms tick, 15 for 40,4): all admitted, the tick
 #      falls behind, the server drops audio and personaplex-loadgen's verdict is FAIL, its rules naming it.
 # A run of part 1 that fails while the CPU pressure (/proc/pressure/cpu) was over 40 % is taken again, up to 3 runs.
@@ -48,6 +49,7 @@ h, want = json.loads(sys.argv[1]), int(sys.argv[2])
 assert h["capacity"] == want and h["free"] == want and h["bound"] == "compute", h
 assert h["capacity_compute"] == want and h["capacity_memory"] == 63 and h["admission"] == "tick", h
 assert h["tick_budget_ms"] == 70, h
+assert h["pacing_rise"] is False and h["pacing_rise_ms"] == 0, h  # the rise's default: only where measured on a GPU
 PYEOF
   ppx_get "http://127.0.0.1:$port/metrics" | grep -q "^personaplex_capacity_calls{bound=\"compute\"} $budget_calls\$" ||
     fail "/metrics: no personaplex_capacity_calls{bound=\"compute\"} $budget_calls"
@@ -94,6 +96,18 @@ PYEOF
 done
 set -- $verdict
 echo "1. $calls calls offered on the ${emulate} ms tick: $2 served, $3 refused with 503, nothing dropped (run $attempt)"
+
+# 1b. --pacing-rise (on the CPU only when asked): /health says a new call waits for the tick's predicted growth to
+# the capacity, (7 - 1) x 4 ms on the emulated tick, more with the CPU's own work in the measurement
+start --pacing-rise
+health=$(ppx_get "http://127.0.0.1:$port/health") || fail "/health"
+ppx_stop
+python3 - "$health" "$per_row" "$budget_calls" <<'PYEOF' || fail "--pacing-rise: /health says no rise: $health"
+import json, sys
+h, per_row, want = json.loads(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+assert h["pacing_rise"] is True and h["pacing_rise_ms"] >= 0.5 * per_row * (want - 1), h
+print("1b. --pacing-rise: a new call waits %.1f ms for the tick's rise" % h["pacing_rise_ms"])
+PYEOF
 
 # 2. admission by memory alone: MEMORY_CALLS calls on a 100 ms tick; the loadgen's verdict is FAIL
 start --admission memory --max-sessions "$memory_calls"

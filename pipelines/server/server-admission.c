@@ -16,6 +16,7 @@
 struct _PpxAdmission {
   PpxServerModelKeeper *keeper;
   gboolean memory_mode;
+  gboolean gpu;          /* the start-up measurement ran on a GPU (not the CPU backend) */
   double budget_ms;
   guint memory;
   PpxTickModel *model;
@@ -50,6 +51,7 @@ measure (PpxAdmission *a)
   g_autoptr (GstStructure) stats = ppx_server_model_keeper_stats (a->keeper);
   const char *backend = stats ? gst_structure_get_string (stats, "backend") : NULL;
   const gboolean cpu = !backend || g_str_equal (backend, "cpu");
+  a->gpu = !cpu;
   const guint ticks = cpu ? MEASURE_TICKS_CPU : MEASURE_TICKS_GPU;
   guint rows[5];
   const guint n = measure_rows (a->memory, rows);
@@ -194,6 +196,12 @@ ppx_admission_state (PpxAdmission *a, guint open, PpxAdmissionState *st)
 {
   learn (a);
   compute_state (a, open, st);
+}
+
+gboolean
+ppx_admission_predicts_rise (PpxAdmission *a)
+{
+  return a->gpu && !a->memory_mode;
 }
 
 double

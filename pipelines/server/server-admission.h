@@ -45,6 +45,9 @@ const char *ppx_admission_refuse (PpxAdmission *a, guint open);
 /* How much longer the tick is predicted to get (ms, >= 0) from `open` calls open to the capacity: what a call
  * joining now may see its latency rise by as the server fills (server-pacer.h, the rise). */
 double ppx_admission_tick_rise_ms (PpxAdmission *a, guint open);
+/* Whether that prediction is worth acting on by default: the tick was measured on a GPU (the CPU's start-up
+ * measurement on a shared machine predicts far more growth than comes) and admission is by the tick. */
+gboolean ppx_admission_predicts_rise (PpxAdmission *a);
 
 G_END_DECLS
 #endif

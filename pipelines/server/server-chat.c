@@ -832,7 +832,7 @@ ppx_server_chat_start (PpxServer *server, SoupServerMessage *msg, PpxCallParams 
                                 g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (
                                     soup_server_message_get_remote_address (msg))));
   chat->slot = ppx_server_call_add (server, PPX_PROTO_CHAT, chat->id, &chat_class, chat);
-  if (o->pacing_rise)
+  if (ppx_server_pacing_rise (server))
     ppx_pacer_set_rise (chat->pacer, ppx_server_tick_rise_us (server));
   g_autofree char *persona = ppx_call_params_describe (&chat->params, o->voice_prompt,
                                                        o->text_prompt || o->text_prompt_tokens);

@@ -187,6 +187,8 @@ fill_gauges (PpxServer *server, PpxServerGauges *g, GstStructure *stats)
     g->over_budget = st.over_budget && !g_str_equal (st.mode, "memory");
     g->predicted_tick_ms = st.predicted_ms;
   }
+  g->pacing_rise = ppx_server_pacing_rise (server);
+  g->pacing_rise_ms = g->pacing_rise ? ppx_server_tick_rise_us (server) / 1000.0 : 0;
   if (!stats)
     return;
   g->backend = gst_structure_get_string (stats, "backend");
@@ -321,6 +323,15 @@ no_room (PpxServer *server)
   if (open >= (guint) server->max_calls)
     return "full";
   return server->admission ? ppx_admission_refuse (server->admission, open) : NULL;
+}
+
+gboolean
+ppx_server_pacing_rise (PpxServer *server)
+{
+  const PpxServerOptions *o = server->options;
+  if (o->no_pacing || o->no_pacing_rise)
+    return FALSE;
+  return o->pacing_rise || (server->admission && ppx_admission_predicts_rise (server->admission));
 }
 
 gint64

@@ -40,6 +40,9 @@ typedef struct _PpxAdmission PpxAdmission;
 void ppx_server_set_admission (PpxServer *server, PpxAdmission *admission);
 /* The tick's predicted growth (us) from the calls open now to the capacity (0 without admission by the tick). */
 gint64 ppx_server_tick_rise_us (PpxServer *server);
+/* Whether a new /api/chat call's first pages wait for that rise: --pacing-rise, or by default where the admission
+ * measured its tick on a GPU (not with --no-pacing-rise or --no-pacing). */
+gboolean ppx_server_pacing_rise (PpxServer *server);
 /* "http://127.0.0.1:8080/" or "https://..." (g_free). */
 char *ppx_server_get_url (PpxServer *server);
 /* SIGTERM: takes no more calls; open calls run on for --drain-timeout, then each is ended; `loop` is quit once

@@ -138,6 +138,8 @@ ppx_metrics_health_json (const PpxServerGauges *g)
   json_object_set_double_member (o, "tick_budget_ms", g->tick_budget_ms);
   json_object_set_double_member (o, "tick_ms_p99_predicted", g->predicted_tick_ms);
   json_object_set_boolean_member (o, "over_budget", g->over_budget);
+  json_object_set_boolean_member (o, "pacing_rise", g->pacing_rise);
+  json_object_set_double_member (o, "pacing_rise_ms", g->pacing_rise_ms);
   json_object_set_boolean_member (o, "draining", g->draining);
   json_object_set_double_member (o, "tick_ms_p50", g->ticks.p50_ms);
   json_object_set_double_member (o, "tick_ms_p99", g->ticks.p99_ms);

@@ -52,6 +52,8 @@ typedef struct {
   const char *bound, *admission; /* NULL: "memory" */
   double tick_budget_ms, predicted_tick_ms;
   gboolean over_budget;
+  gboolean pacing_rise;    /* new /api/chat calls wait for the tick's predicted rise */
+  double pacing_rise_ms;   /* ... that much now (0 when not) */
 } PpxServerGauges;
 
 /* /health's JSON body (g_free). */

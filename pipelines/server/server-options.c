@@ -346,8 +346,11 @@ ppx_server_options_parse (PpxServerOptions *o, int *argc, char ***argv, GError *
      NULL},
     {"pacing-rise", 0, 0, G_OPTION_ARG_NONE, &o->pacing_rise,
      "/api/chat: a new call's first pages also wait for the tick's growth the admission predicts from the calls "
-     "open to the capacity, at most --pacing-max-delay (server.md, Joins and leaves; not yet measured on a GPU)",
+     "open to the capacity, at most --pacing-max-delay (server.md, Joins and leaves; the default where the "
+     "admission measured its tick on a GPU)",
      NULL},
+    {"no-pacing-rise", 0, 0, G_OPTION_ARG_NONE, &o->no_pacing_rise,
+     "/api/chat: no --pacing-rise, not even on a GPU", NULL},
     {"no-align-frames", 0, 0, G_OPTION_ARG_NONE, &o->no_align_frames,
      "Do not line a joining call's frames up with the running calls' (answers then do not depend on when a call "
      "joins)", NULL},

@@ -50,6 +50,7 @@ typedef struct {
   gboolean admission_memory; /* --admission memory: as many calls as fit in memory (the tick is not asked) */
   gboolean no_pacing;       /* answer pages as they come, not one per page duration (server-pacer.h) */
   gboolean pacing_rise;     /* a new call's first pages also wait for the tick's predicted growth (server-pacer.h) */
+  gboolean no_pacing_rise;  /* ... never (default: when the admission measured its tick on a GPU) */
   int pacing_max_delay_ms;  /* the most delay the pacing adds for the tick's jitter */
 } PpxServerOptions;
 

@@ -222,7 +222,7 @@ main () {
   if [ -n "$stall_at" ]; then
     (prev=0
      for at in $stall_at; do
-       sleep "$(awk -v a="$at" -v p="$prev" -v m="$stall_ms" 'BEGIN { d = a - p - (p > 0 ? m / 1000 : 0); print d > 0 ? d : 0 }')"
+       sleep "$(awk -v a="$at" -v p="$prev" -v m="$stall_ms" 'BEGIN { d = a - p - (p > 0 ? m / 1000 : 0); print (d > 0 ? d : 0) }')"
        prev=$at
        for f in "$fleet"/s*.pid; do kill -STOP "$(cat "$f")"; done
        sleep "$(awk -v m="$stall_ms" 'BEGIN { print m / 1000 }')"

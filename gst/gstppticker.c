@@ -25,12 +25,22 @@
 #define LOADED_ABOVE 0.75
 #define UNLOADED_BELOW 0.25
 /* Catch-up ticks (gstppticker.h, "Behind"): a member is behind from half a
- * period on; a catch-up tick waits this long after the last tick ended for
- * the other members behind. */
-#define CATCH_UP_GRACE_US 3000
+ * period on ... */
 /* ... and behind only after that many frames in a row were: one late tick
  * makes the frames it held look behind once, a backlog stays */
 #define BEHIND_FRAMES 3
+/* After a tick, the next one (overdue: its deadline passed while this one
+ * ran) waits up to this long for the members of this one that handed their
+ * frame in at once (their next frame is likely complete): without it, the
+ * frames handed in while a slow tick ran ticked alone at its end, without
+ * the frames of the tick, which then ticked alone in turn (gstppticker.h,
+ * "After a stall"). */
+#define RETURN_GRACE_US 10000
+/* A member whose catch-up did not bring its next frame into the tick on the
+ * grid (its lag is its phase, less than a frame) is not caught up again at
+ * that lag for this many periods (about the window its lag is measured
+ * over), unless its lag grows by half a period. */
+#define FUTILE_PERIODS 50
 
 GST_DEBUG_CATEGORY_STATIC (pp_ticker_debug);
 #define GST_CAT_DEFAULT pp_ticker_debug
@@ -59,6 +69,13 @@ struct _GstPpTickerMember
                                  * stream's real time (us, gst_pp_ticker_step),
                                  * 0 until BEHIND_FRAMES in a row were */
   guint behind_frames;          /* frames in a row handed in behind */
+  gint64 wait_us;               /* its frame's batch deadline (us) */
+  gboolean expected;            /* in the last tick, its frame handed in at
+                                 * once: its next frame is likely complete */
+  gboolean caught_up;           /* its last frame went in a catch-up tick */
+  gint64 cu_behind;             /* ... that far behind */
+  gint64 futile_behind;         /* a catch-up at this lag did not help it ... */
+  gint64 futile_until;          /* ... until then (monotonic us); 0: none */
   /* result of the tick that stepped it */
   gboolean ok;
   GError *error;
@@ -84,8 +101,9 @@ struct _GstPpTicker
   gboolean loaded;              /* under load: batches wait for the due tick */
   gint64 last_full_us;          /* the last tick that was not a catch-up: its run time */
   gboolean caught_up;           /* a catch-up tick ran since the last tick on the grid */
-  gint64 hold_until;            /* after a catch-up tick: the next tick waits for its
-                                 * members until then, whatever its deadline */
+  gint64 hold_until;            /* after a tick: the next tick waits for its members
+                                 * handed in at once until then, whatever its deadline */
+  guint n_expected;             /* members `expected` (their next frame) */
   guint64 catch_ups;            /* catch-up ticks run */
   gint64 emulate_fixed_us, emulate_row_us;    /* PPX_TICK_EMULATE */
   gboolean running;
@@ -193,6 +211,17 @@ withdraw_locked (GstPpTicker * t, GstPpTickerMember * m)
   g_cond_broadcast (&t->cond);
 }
 
+/* The member handed its next frame in, or left (lock held). */
+static void
+unexpect_locked (GstPpTicker * t, GstPpTickerMember * m)
+{
+  if (!m->expected)
+    return;
+  m->expected = FALSE;
+  if (--t->n_expected == 0)
+    g_cond_broadcast (&t->cond);
+}
+
 void
 gst_pp_ticker_leave (GstPpTickerMember * m)
 {
@@ -206,6 +235,7 @@ gst_pp_ticker_leave (GstPpTickerMember * m)
     g_cond_wait (&t->cond, &t->lock);
   withdraw_locked (t, m);
   unwait_locked (t, m);
+  unexpect_locked (t, m);
   g_ptr_array_remove (t->members, m);
   g_cond_broadcast (&t->cond);
   g_mutex_unlock (&t->lock);
@@ -244,6 +274,7 @@ gst_pp_ticker_set_flushing (GstPpTickerMember * m, gboolean flushing)
   if (flushing) {
     withdraw_locked (t, m);
     unwait_locked (t, m);
+    unexpect_locked (t, m);
   }
   g_mutex_unlock (&t->lock);
 }
@@ -310,6 +341,26 @@ emulate_device (GstPpTicker * t, gint64 start, guint n)
   return now;
 }
 
+/* Whether a catch-up tick would help member @m (lock held): its frame is
+ * behind by half a period or more, and its next frame, as late as this one
+ * beyond its lag, comes in time for the tick due next on the grid (a
+ * member whose lag is only its phase, less than a frame, would miss that
+ * tick all the same: the catch-up would cost a tick's fixed time a period
+ * and bring it nothing); nor did a catch-up at about that lag fail to help
+ * it lately. */
+static gboolean
+helpable_locked (GstPpTicker * t, GstPpTickerMember * m)
+{
+  if (m->behind < t->period / 2)
+    return FALSE;
+  if (t->nominal > 0 && m->handed_in - m->behind > t->nominal + m->wait_us)
+    return FALSE;
+  if (m->futile_until > m->handed_in
+      && m->behind < m->futile_behind + t->period / 2)
+    return FALSE;
+  return TRUE;
+}
+
 /* Steps every pending frame as one batch. Called by the leader with the
  * lock held and no tick running; drops the lock while the engine steps. A
  * catch-up tick (@catch_up) steps the pending members that are behind
@@ -328,8 +379,12 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
   for (i = 0; i < t->members->len; i++) {
     GstPpTickerMember *m = g_ptr_array_index (t->members, i);
 
-    if (m->state == MEMBER_PENDING && (!catch_up
-            || m->behind >= t->period / 2)) {
+    if (m->state == MEMBER_PENDING && (!catch_up || helpable_locked (t, m))) {
+      if (catch_up) {
+        m->caught_up = TRUE;
+        m->cu_behind = m->behind;
+      } else
+        m->caught_up = FALSE;   /* its catch-up brought it in time */
       m->state = MEMBER_RUNNING;
       t->batch[n] = m;
       t->sessions[n] = m->session;
@@ -343,6 +398,13 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
       m->waited = FALSE;
       t->n_waited--;
       missed++;
+      if (m->caught_up) {
+        /* its catch-up did not bring its next frame in time for this tick */
+        m->futile_behind = m->cu_behind;
+        m->futile_until = g_get_monotonic_time ()
+            + FUTILE_PERIODS * t->period;
+        m->caught_up = FALSE;
+      }
     }
   }
   t->n_pending -= n;
@@ -396,10 +458,19 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
   t->last_end = end;
   if (!catch_up)
     t->last_full_us = end - start;
-  /* its members, still behind, hand their next frames in at once: the tick
-   * that is due (overdue, maybe) takes them along rather than leaving them
-   * out of the wait set */
-  t->hold_until = catch_up ? end + CATCH_UP_GRACE_US : 0;
+  /* its members that were behind hand their next frames in at once: the
+   * tick that is due (overdue, maybe) takes them along rather than leaving
+   * them out of the wait set and ticking twice a period from then on */
+  for (i = 0; i < t->members->len; i++)
+    ((GstPpTickerMember *) g_ptr_array_index (t->members, i))->expected =
+        FALSE;
+  t->n_expected = 0;
+  for (i = 0; i < n; i++)
+    if (t->batch[i]->behind_frames > 0) {
+      t->batch[i]->expected = TRUE;
+      t->n_expected++;
+    }
+  t->hold_until = t->n_expected > 0 ? end + RETURN_GRACE_US : 0;
   if (n > 0) {
     guint h = (guint) (t->hist_total % GST_PP_TICK_HISTORY);
 
@@ -458,20 +529,24 @@ estimate_tick_locked (GstPpTicker * t, guint rows)
 }
 
 /* Whether a catch-up tick may run now (lock held, no tick running): under
- * load, some frames pending are behind, the members that were behind at their
- * last hand-in are back (or CATCH_UP_GRACE_US passed since the last tick
- * ended), none ran since the last tick on the grid, and the tick due next,
- * started when the catch-up ends (late, maybe), still ends by the time the
- * one after it is due: the grid is back one tick later, and no tick after it
- * runs overdue without the members that come in time (a catch-up allowed to
- * make the next tick half a period late did that, and the split ticks cost
- * more than it caught up: 16 calls joining on 64 ms ticks fell 0.5-1 s
- * behind). *@wake: when to look again (the grace's end), or G_MAXINT64. */
+ * load, some frames pending are behind and a catch-up would help them
+ * (helpable_locked), some member in time has not handed its frame in (when
+ * every member still to come was behind, they come at once and the tick on
+ * the grid takes them all: a catch-up of the first few would only delay it,
+ * and the backlog with it), the members of the last tick that were behind are
+ * back (or RETURN_GRACE_US passed since it ended), none ran since the last
+ * tick on the grid, and the tick due next, started when the catch-up ends
+ * (late, maybe), still ends by the time the one after it is due: the grid is
+ * back one tick later, and no tick after it runs overdue without the members
+ * that come in time (a catch-up allowed to make the next tick half a period
+ * late did that, and the split ticks cost more than it caught up: 16 calls
+ * joining on 64 ms ticks fell 0.5-1 s behind). *@wake: when to look again
+ * (the grace's end), or G_MAXINT64. */
 static gboolean
 catch_up_ready_locked (GstPpTicker * t, gint64 now, gint64 * wake)
 {
   const gint64 behind = t->period / 2;
-  gboolean waiting_for_one = FALSE;
+  gboolean in_time_missing = FALSE;
   guint i, rows = 0;
 
   *wake = G_MAXINT64;
@@ -481,16 +556,17 @@ catch_up_ready_locked (GstPpTicker * t, gint64 now, gint64 * wake)
   for (i = 0; i < t->members->len; i++) {
     GstPpTickerMember *o = g_ptr_array_index (t->members, i);
 
-    if (o->state == MEMBER_PENDING && o->behind >= behind)
+    if (o->state == MEMBER_PENDING && helpable_locked (t, o))
       rows++;
-    if (o->state != MEMBER_PENDING && o->waited && o->behind >= behind)
-      waiting_for_one = TRUE;
+    if (o->state != MEMBER_PENDING && o->waited && o->behind < behind)
+      in_time_missing = TRUE;
   }
-  if (rows == 0 || now + estimate_tick_locked (t, rows) + t->last_full_us
+  if (rows == 0 || !in_time_missing
+      || now + estimate_tick_locked (t, rows) + t->last_full_us
       > t->nominal + 2 * t->period)
     return FALSE;
-  if (waiting_for_one && now < t->last_end + CATCH_UP_GRACE_US) {
-    *wake = t->last_end + CATCH_UP_GRACE_US;
+  if (t->n_expected > 0 && now < t->hold_until) {
+    *wake = t->hold_until;
     return FALSE;
   }
   return TRUE;
@@ -518,6 +594,7 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   m->state = MEMBER_PENDING;
   m->behind_frames = behind_us >= t->period / 2 ? m->behind_frames + 1 : 0;
   m->behind = m->behind_frames >= BEHIND_FRAMES ? behind_us : 0;
+  unexpect_locked (t, m);
   if (!m->waited) {
     m->waited = TRUE;
     t->n_waited++;
@@ -533,6 +610,7 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   due = t->loaded && t->last_tick > 0
       ? MAX (now, (t->nominal > 0 ? t->nominal : t->last_tick) + t->period)
       : now;
+  m->wait_us = wait_us;
   if (++t->n_pending == 1 || due + wait_us < t->deadline)
     t->deadline = due + wait_us;
   if (t->n_pending >= t->n_waited)
@@ -543,9 +621,13 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
 
   while (m->state == MEMBER_PENDING || m->state == MEMBER_RUNNING) {
     if (m->state == MEMBER_PENDING && !t->running) {
+      /* the members of the last tick expected back hold an overdue tick
+       * until they are, RETURN_GRACE_US at most */
+      gint64 hold = t->n_expected > 0 ? t->hold_until : 0;
+
       now = g_get_monotonic_time ();
       if (t->n_pending >= t->n_waited
-          || (now >= t->deadline && now >= t->hold_until)) {
+          || (now >= t->deadline && now >= hold)) {
         run_tick_locked (t, FALSE);
         continue;
       }
@@ -554,7 +636,7 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
         continue;
       }
       g_cond_wait_until (&t->cond, &t->lock,
-          MIN (MAX (t->deadline, t->hold_until), wake));
+          MIN (MAX (t->deadline, hold), wake));
     } else {
       g_cond_wait (&t->cond, &t->lock);
     }

@@ -41,6 +41,18 @@
  * of n frames is stepped away in n periods or more where the engine has the
  * time: a catch-up and two full ticks fit in two periods.
  *
+ * After a stall (docs/server.md, "After a stall"): a catch-up runs only
+ * where it helps. Not while every member still to come was behind (they
+ * come at once, and the tick due takes them all: a catch-up of the first
+ * few delayed it and the whole backlog with it); not for a member whose
+ * next frame would still miss the tick due next (its lag is its phase, less
+ * than a frame: the catch-up cost a tick's fixed time a period and brought
+ * nothing); not again, for 50 periods, at about the lag at which a member's
+ * catch-up did not bring its next frame in time. And a tick overdue when the
+ * last one ended waits up to 10 ms for the members of that one that were
+ * behind (their next frame is complete): run at once, it left them out, and
+ * the two groups ticked in turn, each without the other's frames.
+ *
  * Internal to the plugin. */
 #ifndef __GST_PP_TICKER_H__
 #define __GST_PP_TICKER_H__

@@ -19,6 +19,9 @@
  *     stops 400 ms and then sends what is due: the late calls' latency 3-7 s after must be within 60 ms of before,
  *     and the others' too. Under load one tick a period steps one frame of every call: without the catch-up ticks
  *     (gstppticker.h, "Behind") the late calls kept the 400 ms for good.
+ *   - loaded-stall: 12 calls on a loaded tick (60 ms of 80), the server stopped 300 ms: at most 3 catch-up ticks
+ *     after it (4 before the rules of gstppticker.h "After a stall", 1 after, at 23 % CPU pressure; 16-17 vs 2-6 at
+ *     20 calls in fleet-live runs), and at most 8 ticks that left a member out.
  * A shared 2-core machine stalls the server and the test for a while now and then: a run that misses the tight
  * bound while the CPU pressure (/proc/pressure/cpu) was over 40 % is taken again, 3 runs at most; looser bounds
  * (latency 150 ms, pacer 45 ms, late calls 200 ms) hold in every run, and fail the old behaviour all the same.
@@ -26,6 +29,7 @@
 #include <gst/gst.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -430,6 +434,95 @@ test_level_step (void)
   }
 }
 
+/* ---- loaded-stall ---- */
+
+#define LOADED_CALLS 12
+#define LOADED_STALL_MS 300
+
+/* LOADED_CALLS calls on a loaded tick (30 ms + 2.5 ms a row: 60 ms of 80) through a stall of the whole server
+ * (SIGSTOP, LOADED_STALL_MS): the catch-up ticks the server ran (its ticker's debug lines) and the ticks that left
+ * a member out, from the stall on. Every call is behind the same after such a stall: full ticks back to back step
+ * the backlog away; a catch-up of the first few members back (before the fix: one every few ticks for the rest of
+ * the call, each a tick's fixed time lost, so the backlog stayed) only delays them. */
+static void
+run_loaded_stall (guint *catch_ups, guint *split, double *pressure)
+{
+  gint64 p_t0 = g_get_monotonic_time ();
+  double p0 = fixture_cpu_pressure_us ();
+  const char *env[] = {"PPX_TICK_EMULATE=30,2.5", "GST_DEBUG=personaplexticker:5", NULL};
+  FixtureServer *s = fixture_server_start_with (NULL, env, 0);
+  g_autoptr (PpxChatAudio) audio = fixture_speech (0.0, SECONDS);
+  PpxChatCall *calls[LOADED_CALLS];
+  for (guint i = 0; i < LOADED_CALLS; i++)
+    calls[i] = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, TRUE);
+  for (guint i = 0; i < LOADED_CALLS; i++)
+    g_assert_true (fixture_call_until_handshake (calls[i], 60000));
+  gint64 at = ppx_chat_call_get_record (calls[0])->handshake_us + (gint64) (STALL_AT_S * G_USEC_PER_SEC);
+  while (g_get_monotonic_time () < at)
+    g_main_context_iteration (NULL, FALSE) || (g_usleep (1000), TRUE);
+  guint before_cu = fixture_server_log_count (s, "catch-up tick of");
+  fixture_server_signal (s, SIGSTOP);
+  Stop st = {s, TRUE};
+  g_timeout_add_once (LOADED_STALL_MS, resume, &st);
+  g_assert_true (ppx_chat_calls_wait (calls, LOADED_CALLS, NULL, (guint) (SECONDS * 1000) + 60000));
+  g_assert_false (st.stopped);
+  for (guint i = 0; i < LOADED_CALLS; i++) {
+    g_assert_cmpint (ppx_chat_call_get_record (calls[i])->close_code, ==, 1000);
+    ppx_chat_call_free (calls[i]);
+  }
+  g_assert_cmpint (fixture_server_stop (s, 20000), ==, 0);
+  *catch_ups = fixture_server_log_count (s, "catch-up tick of") - before_cu;
+  /* ticks (not catch-ups) that left out a member, after the stall: "tick of N rows (W waited for, M missed it" */
+  *split = 0;
+  const char *log = fixture_server_log (s), *p = log;
+  guint ticks = 0;
+  while ((p = strstr (p, "tick of ")) != NULL) {
+    guint rows, waited, missed;
+    if (p - log >= 9 && strncmp (p - 9, "catch-up ", 9) == 0) {
+      p += 8;
+      continue;
+    }
+    if (sscanf (p, "tick of %u rows (%u waited for, %u missed it", &rows, &waited, &missed) == 3) {
+      ticks++;
+      /* the calls' last seconds (they end a little apart) leave members out too: count up to the last 3 s */
+      if (ticks > (STALL_AT_S - 1) * 12.5 && ticks < (SECONDS - 3) * 12.5 && missed > 0)
+        (*split)++;
+    }
+    p += 8;
+  }
+  if (g_getenv ("PPX_TEST_SERVER_LOG"))
+    g_printerr ("%s", log);
+  fixture_server_free (s);
+  *pressure = 100 * (fixture_cpu_pressure_us () - p0) / (double) (g_get_monotonic_time () - p_t0);
+  g_printerr ("loaded stall: %u catch-up ticks after it, %u ticks that left a member out; CPU pressure %.0f %%\n",
+              *catch_ups, *split, *pressure);
+}
+
+static void
+test_loaded_stall (void)
+{
+  for (int attempt = 1;; attempt++) {
+    guint catch_ups, split;
+    double pressure;
+    run_loaded_stall (&catch_ups, &split, &pressure);
+    /* a split that lasts shows as many ticks a period without a member; a few are a busy machine's */
+    g_assert_cmpuint (split, <=, 8);
+    if (catch_ups <= 3)
+      break;
+    if (pressure > 40 && attempt < 3) {
+      g_printerr ("NOTE: run %d: %u catch-ups, %u split ticks at CPU pressure %.0f %%: taken again\n", attempt,
+                  catch_ups, split, pressure);
+      continue;
+    }
+    if (pressure > 40) {
+      /* a busy machine stalls the server's threads unevenly too: a looser bound */
+      g_assert_cmpuint (catch_ups, <=, 6);
+      break;
+    }
+    g_assert_cmpuint (catch_ups, <=, 3);
+  }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -443,5 +536,6 @@ main (int argc, char **argv)
   g_test_add_func ("/server-catchup/server-stall", test_server_stall);
   g_test_add_func ("/server-catchup/level-step", test_level_step);
   g_test_add_func ("/server-catchup/some-calls-behind", test_some_behind);
+  g_test_add_func ("/server-catchup/loaded-stall", test_loaded_stall);
   return g_test_run ();
 }

@@ -7,7 +7,7 @@
 #
 #   pipelines/fleet/fleet-live.sh [--pack DIR | --build DIR] (--model-dir DIR | --make-model PRESET:FORMAT)
 #       [--model-root DIR] [--servers K] [--haproxy] [--calls 64] [--ramp 30] [--seconds 300]
-#       [--kill-at S] [--kill NAME] [--backend cuda] [--quantization int4] [--kv-cache-format fp8]
+#       [--kill-at S] [--kill NAME] [--stall-at S --stall-ms MS] [--backend cuda] [--quantization int4] [--kv-cache-format fp8]
 #       [--max-sessions N] [--server-option OPT]... [--out DIR] [--check] [-- MORE personaplex-loadgen OPTIONS]
 #
 #   --make-model P:F  full:int4 (6.2 GB, the issue's), full:int8, full:bf16, tiny:bf16 (pipelines/live-run.sh)
@@ -16,6 +16,9 @@
 #   --kill-at S       kill -9 one server S seconds after the loadgen starts (it first encodes its audio: about
 #                     8 s for 300 s on 2 cores) (default: none); --kill NAME which one (default the last, sK);
 #                     HAProxy's time to see it dead (DOWN, check L4...) is measured
+#   --stall-at S      stop the servers (SIGSTOP) S seconds after the loadgen starts, for --stall-ms MS (default
+#                     300), then SIGCONT: a host that did not run the process (docs/server.md, "After a stall");
+#                     repeatable as a list, e.g. --stall-at "20 35"
 #   --max-sessions N  each server's calls at most (default: as many as fit, the server decides)
 #   --server-option O another option for every server, split at spaces (e.g. "--batch-deadline 5"); repeatable
 #   --check           first the pack's check.sh
@@ -42,10 +45,10 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-me='fleet-live.sh' usage_lines=41 rest='loadgen options'
+me='fleet-live.sh' usage_lines=44 rest='loadgen options'
 # shellcheck source=pipelines/live-run.sh
 . "$root/pipelines/live-run.sh"
-servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name=
+servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name= stall_at= stall_ms=300
 backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} extra_server_opts= keep_logs=0
 live_option () {
   case $1 in
@@ -56,6 +59,8 @@ live_option () {
     --ramp) ramp=$2 ;;
     --kill-at) kill_at=$2 ;;
     --kill) kill_name=$2 ;;
+    --stall-at) stall_at=$2 ;;
+    --stall-ms) stall_ms=$2 ;;
     --kv-cache-format) kv=$2 ;;
     --max-sessions) max_sessions=$2 ;;
     --server-option) extra_server_opts="$extra_server_opts $2" ;;
@@ -214,6 +219,18 @@ main () {
     bg_pids="$bg_pids $!"
   fi
 
+  if [ -n "$stall_at" ]; then
+    (prev=0
+     for at in $stall_at; do
+       sleep "$(awk -v a="$at" -v p="$prev" -v m="$stall_ms" 'BEGIN { d = a - p - (p > 0 ? m / 1000 : 0); print (d > 0 ? d : 0) }')"
+       prev=$at
+       for f in "$fleet"/s*.pid; do kill -STOP "$(cat "$f")"; done
+       sleep "$(awk -v m="$stall_ms" 'BEGIN { print m / 1000 }')"
+       for f in "$fleet"/s*.pid; do kill -CONT "$(cat "$f")"; done
+       echo "== stalled the server(s) $stall_ms ms (SIGSTOP) at $at s of the loadgen ($(date -u +%H:%M:%S))"
+     done) > "$tmp/stall.log" 2>&1 &
+    bg_pids="$bg_pids $!"
+  fi
   cpu0=$(machine_cpu)
   if command -v python3 > /dev/null; then
     echo "# seconds-of-the-run gap-ms: a 5 ms sleep that took over 25 ms" > "$out/stalls.txt"
@@ -238,6 +255,7 @@ main () {
     END { if (n) printf "== the machine stalled: %d sleep(s) of the probe over 25 ms, the longest %.0f ms at %.1f s of the run (stalls.txt)\n", n, most, at
           else print "== the machine stalled: never over 25 ms (stalls.txt)" }' "$out/stalls.txt" | tee -a "$summary"
   [ -z "$kill_at" ] || tee -a "$summary" < "$tmp/kill.log"
+  [ -z "$stall_at" ] || tee -a "$summary" < "$tmp/stall.log"
 
   # the servers' own figures
   : > "$out/metrics.txt"

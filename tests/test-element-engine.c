@@ -767,20 +767,16 @@ GST_START_TEST (test_align_frames)
 
 GST_END_TEST;
 
-/* A live call (20 ms buffers) on the shared engine "align-live", started
- * half a frame off the frame phase of @first (a playing live pipeline on the
- * same engine, its frames complete every 80 ms of its running time); returns
- * the fraction of @samples stats readings of its last tick's batch size
- * (every 100 ms, from 0.4 s after its start) that saw both calls in one
- * tick. */
+/* Starts the pipeline @desc (a second live call on @first's shared engine,
+ * its duplex element named pp) @offset_us past the frame phase of @first (a
+ * playing live pipeline on the same engine, its frames complete every 80 ms
+ * of its running time), a frame on; returns the fraction of @samples stats
+ * readings of pp's last tick's batch size (every 100 ms, from @settle_us
+ * after its start) that saw both calls in one tick. */
 static double
-fraction_ticked_together (GstElement * first, gboolean align, guint samples)
+fraction_together (GstElement * first, const gchar * desc, gint64 offset_us,
+    gulong settle_us, guint samples)
 {
-  gchar *desc = g_strdup_printf ("audiotestsrc is-live=true wave=sine "
-      "freq=600 volume=0.4 samplesperbuffer=480 ! " PPX_F32_CAPS " ! "
-      "personaplexduplex name=pp model-dir=\"%s\" greedy=true "
-      "model-instance-id=align-live align-frames=%s ! fakesink "
-      "pp.text_src ! fakesink", model_dir, align ? "true" : "false");
   GstElement *second = gst_parse_launch (desc, NULL), *pp;
   GstClock *clock = gst_element_get_clock (first);
   gint64 phase_us = ((gst_clock_get_time (clock) -
@@ -789,12 +785,11 @@ fraction_ticked_together (GstElement * first, gboolean align, guint samples)
 
   gst_object_unref (clock);
   fail_unless (second != NULL);
-  /* to 40 ms past the first's phase, one frame on */
-  g_usleep ((80000 + 40000 - phase_us) % 80000 + 80000);
+  g_usleep ((80000 + offset_us - phase_us) % 80000 + 80000);
   fail_if (gst_element_set_state (second, GST_STATE_PLAYING) ==
       GST_STATE_CHANGE_FAILURE);
   pp = gst_bin_get_by_name (GST_BIN (second), "pp");
-  g_usleep (400 * 1000);
+  g_usleep (settle_us);
   for (i = 0; i < samples; i++) {
     together += ppx_test_stats_uint (pp, "batch-size") == 2;
     g_usleep (100 * 1000);
@@ -803,8 +798,24 @@ fraction_ticked_together (GstElement * first, gboolean align, guint samples)
   gst_object_unref (pp);
   gst_element_set_state (second, GST_STATE_NULL);
   gst_object_unref (second);
-  g_free (desc);
   return (double) together / samples;
+}
+
+/* A live call (20 ms buffers) on the shared engine "align-live", started
+ * half a frame off the frame phase of @first: the fraction of @samples
+ * readings (from 0.4 s after its start) that saw both calls in one tick. */
+static double
+fraction_ticked_together (GstElement * first, gboolean align, guint samples)
+{
+  gchar *desc = g_strdup_printf ("audiotestsrc is-live=true wave=sine "
+      "freq=600 volume=0.4 samplesperbuffer=480 ! " PPX_F32_CAPS " ! "
+      "personaplexduplex name=pp model-dir=\"%s\" greedy=true "
+      "model-instance-id=align-live align-frames=%s ! fakesink "
+      "pp.text_src ! fakesink", model_dir, align ? "true" : "false");
+  double f = fraction_together (first, desc, 40000, 400 * 1000, samples);
+
+  g_free (desc);
+  return f;
 }
 
 /* Two live calls whose frames complete about 40 ms apart (half a frame):
@@ -862,29 +873,10 @@ fraction_paged_together (GstElement * first, gint64 offset_us, guint samples)
       "personaplexduplex name=pp model-dir=\"%s\" greedy=true "
       "model-instance-id=align-pages ! fakesink pp.text_src ! fakesink",
       model_dir);
-  GstElement *second = gst_parse_launch (desc, NULL), *pp;
-  GstClock *clock = gst_element_get_clock (first);
-  gint64 phase_us = ((gst_clock_get_time (clock) -
-          gst_element_get_base_time (first)) / GST_USECOND) % 80000;
-  guint together = 0, i;
+  double f = fraction_together (first, desc, offset_us, 600 * 1000, samples);
 
-  gst_object_unref (clock);
-  fail_unless (second != NULL);
-  g_usleep ((80000 + offset_us - phase_us) % 80000 + 80000);
-  fail_if (gst_element_set_state (second, GST_STATE_PLAYING) ==
-      GST_STATE_CHANGE_FAILURE);
-  pp = gst_bin_get_by_name (GST_BIN (second), "pp");
-  g_usleep (600 * 1000);
-  for (i = 0; i < samples; i++) {
-    together += ppx_test_stats_uint (pp, "batch-size") == 2;
-    g_usleep (100 * 1000);
-  }
-  assert_no_bus_error (second);
-  gst_object_unref (pp);
-  gst_element_set_state (second, GST_STATE_NULL);
-  gst_object_unref (second);
   g_free (desc);
-  return (double) together / samples;
+  return f;
 }
 
 /* A call whose input comes in client pages (two 20 ms buffers every 40 ms)

@@ -111,6 +111,16 @@ resume (gpointer data)
   st->stopped = FALSE;
 }
 
+/* n calls to s with the same audio, in real time, each until its handshake. */
+static void
+start_calls (FixtureServer *s, PpxChatAudio *audio, PpxChatCall **calls, guint n)
+{
+  for (guint i = 0; i < n; i++)
+    calls[i] = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, TRUE);
+  for (guint i = 0; i < n; i++)
+    g_assert_true (fixture_call_until_handshake (calls[i], 60000));
+}
+
 /* CALLS calls through a stall of the engine's tick (`server` FALSE) or of the whole server. */
 static StallRun
 run_stall (gboolean server)
@@ -124,10 +134,7 @@ run_stall (gboolean server)
   FixtureServer *s = fixture_server_start_with ((const char *const[]){"--pacing-max-delay", MAX_DELAY, NULL}, env, 0);
   g_autoptr (PpxChatAudio) audio = fixture_speech (0.0, SECONDS);
   PpxChatCall *calls[CALLS];
-  for (guint i = 0; i < CALLS; i++)
-    calls[i] = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, TRUE);
-  for (guint i = 0; i < CALLS; i++)
-    g_assert_true (fixture_call_until_handshake (calls[i], 60000));
+  start_calls (s, audio, calls, CALLS);
   gint64 t0 = ppx_chat_call_get_record (calls[0])->handshake_us;
   Stop st = {s, FALSE};
   if (server) {
@@ -275,10 +282,7 @@ run_behind (double *late_growth, double *others_growth, double *pressure)
   FixtureServer *s = fixture_server_start_with (NULL, env, 0);
   g_autoptr (PpxChatAudio) audio = fixture_speech (0.0, SECONDS);
   PpxChatCall *calls[IN_TIME_CALLS];
-  for (guint i = 0; i < IN_TIME_CALLS; i++)
-    calls[i] = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, TRUE);
-  for (guint i = 0; i < IN_TIME_CALLS; i++)
-    g_assert_true (fixture_call_until_handshake (calls[i], 60000));
+  start_calls (s, audio, calls, IN_TIME_CALLS);
   Behind b = {.s = s, .audio = audio, .t0 = ppx_chat_call_get_record (calls[0])->handshake_us};
   GThread *thread = g_thread_new ("behind", behind_thread, &b);
   g_assert_true (ppx_chat_calls_wait (calls, IN_TIME_CALLS, NULL, (guint) (SECONDS * 1000) + 60000));
@@ -453,10 +457,7 @@ run_loaded_stall (guint *catch_ups, guint *split, double *pressure)
   FixtureServer *s = fixture_server_start_with (NULL, env, 0);
   g_autoptr (PpxChatAudio) audio = fixture_speech (0.0, SECONDS);
   PpxChatCall *calls[LOADED_CALLS];
-  for (guint i = 0; i < LOADED_CALLS; i++)
-    calls[i] = fixture_call_new (s, NULL, audio, PPX_CHAT_PACE_REALTIME, TRUE);
-  for (guint i = 0; i < LOADED_CALLS; i++)
-    g_assert_true (fixture_call_until_handshake (calls[i], 60000));
+  start_calls (s, audio, calls, LOADED_CALLS);
   gint64 at = ppx_chat_call_get_record (calls[0])->handshake_us + (gint64) (STALL_AT_S * G_USEC_PER_SEC);
   while (g_get_monotonic_time () < at)
     g_main_context_iteration (NULL, FALSE) || (g_usleep (1000), TRUE);

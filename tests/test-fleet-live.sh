@@ -8,8 +8,9 @@
 #       and ticks-s1.txt (every tick, one line each; with --keep-logs and the ticker at level 6, s1.log.gz holds every
 #       frame's hand-in; every call's playout at the reference player in loadgen.json;
 #       report.html well-formed, fetching nothing, with the server's tick p99 from /health);
-#   (b) 2 servers behind HAProxy, 2 calls of 8 s (one each, 1 s apart), kill -9 of s2 after 4 s: the summary says it was
-#       killed and marked DOWN, one call ok and one connection-lost.
+#   (b) 2 servers behind HAProxy, 2 calls of 8 s (one each, 1 s apart), both stopped 200 ms at 2 s (--stall-at), kill -9
+#       of s2 after 4 s: the summary says they were stalled, s2 killed and marked DOWN, one call ok and one
+#       connection-lost.
 # Environment (tests/meson.build): PPX_SOURCE_ROOT, PPX_BUILD_ROOT. Exit 77 (skip) without haproxy, python3 or
 # GStreamer's tools.
 set -u
@@ -92,9 +93,10 @@ grep -q '^call [01]: ok' "$tmp/a/run.log" || fail "(a) no per-call lines in run.
 
 # the second call joins 1 s after the first: two calls at the same instant once both went to s1 (a CI run on 2
 # busy cores), and the kill of s2 then tested nothing
-live b --servers 2 --calls 2 --ramp 1 --seconds 8 --kill-at 4 --server-option "--admission memory"
+live b --servers 2 --calls 2 --ramp 1 --seconds 8 --kill-at 4 --stall-at 2 --stall-ms 200 --server-option "--admission memory"
 sed -n '/^outcomes/p; /^calls per server/p; /killed/p; /marked/p' "$tmp/b/summary.txt"
-expect b '^== killed s2 \(pid [0-9]+\) with SIGKILL' '^== HAProxy marked s2 DOWN L4[A-Z]* after [0-9.]+ s' \
+expect b '^== stalled the server\(s\) 200 ms \(SIGSTOP\) at 2 s of the loadgen' \
+  '^== killed s2 \(pid [0-9]+\) with SIGKILL' '^== HAProxy marked s2 DOWN L4[A-Z]* after [0-9.]+ s' \
   '^outcomes: .*(ok 1, refused 0, failed 1)' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8080/api/chat' \
   '^calls per server: (s1 1, s2 1|s2 1, s1 1)$'
 python3 - "$tmp/b/loadgen.json" <<'EOF' || fail "(b) the killed server's call did not end connection-lost"

@@ -10,6 +10,7 @@
 #   3. SIGTERM of a server (personaplex-fleet.sh restart brought the dead one back first) while each server has
 #      a call: /health says 503 and draining at once, new calls go to the others, the draining server's call runs
 #      to its end and the server exits.
+#   0. a port something answers on already (s2's, a python http.server): start refuses, naming it, and starts nothing.
 #   4. a rolling restart of all three (personaplex-fleet.sh restart) and 6 calls spread 2/2/2 again; kill -9 of
 #      an idle server (UP): DOWN within 3 s; stop ends every process.
 # HAProxy terminates TLS (a self-signed certificate, when openssl is there to make one) and the servers want a
@@ -68,6 +69,20 @@ sh "$fleet_sh" config --devices 0,x --run-dir "$dev_run" 2> "$tmp/dev.err" > /de
   fail "--devices 0,x was taken"
 grep -q "GPU indices" "$tmp/dev.err" || fail "--devices 0,x: '$(cat "$tmp/dev.err")'"
 echo "--devices: s1.sh passes --device 0; $( [ "$dev_status" = 0 ] && echo "it served on cuda:0" || echo "the server refused: $(grep -o 'GPU 0 (--device 0): .*' "$dev_run/s1.log" | head -1)")"
+
+# ---- a port something answers on already (s2's): the fleet refuses to start rather than measure that one ----
+python3 -m http.server "$((ports + 1))" --bind 127.0.0.1 > /dev/null 2>&1 &
+squatter=$!
+i=0
+while [ "$(http_status "http://127.0.0.1:$((ports + 1))/")" = 000 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+sh "$fleet_sh" start --servers 3 --run-dir "$tmp/busy" --server "$server" --listen "$listen" --ops "$ops" \
+  --base-port "$ports" --start-timeout 20 -- --model-dir "$tmp/model" --backend cpu > /dev/null 2> "$tmp/busy.err" &&
+  { kill "$squatter"; sh "$fleet_sh" stop "$tmp/busy" --timeout 10 > /dev/null 2>&1; fail "a fleet started on a port in use"; }
+kill "$squatter"
+wait "$squatter" 2> /dev/null
+grep -q "s2: 127.0.0.1:$((ports + 1)) answers already" "$tmp/busy.err" || fail "port in use: '$(cat "$tmp/busy.err")'"
+[ ! -f "$tmp/busy/s1.pid" ] || fail "port in use: s1 was started anyway"
+echo "a port in use: $(cat "$tmp/busy.err")"
 
 # shellcheck disable=SC2086 # $tls: an option and its value, or nothing
 sh "$fleet_sh" start --servers 3 --run-dir "$run" --server "$server" --listen "$listen" --ops "$ops" $tls \

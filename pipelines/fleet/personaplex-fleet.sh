@@ -241,6 +241,17 @@ cmd_start () {
   if echo "$help" | grep -q -- '--allowed-origin'; then
     for o in $origins; do origin_args="$origin_args --allowed-origin $(quote "$o")"; done
   fi
+  # a port something answers on already (another fleet, a server left running) would make this fleet's checks and
+  # measurements read that one: refuse to start
+  while read -r name addr port dev where; do
+    [ "$where" = local ] || continue
+    [ "$(http_status "http://$addr:$port/health")" = 000 ] ||
+      die "$name: $addr:$port answers already (another server or fleet runs there): stop it or choose --base-port"
+  done < "$run_dir/servers"
+  for hp in "$listen" "$ops"; do
+    [ "$(http_status "http://${hp#*://}/")" = 000 ] ||
+      die "$hp answers already (another fleet's HAProxy?): stop it or choose --listen / --ops"
+  done
   while read -r name addr port dev where; do
     [ "$where" = local ] || continue
     # a server's GPU: --device (the server numbers GPUs as nvidia-smi does)

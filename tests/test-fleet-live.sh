@@ -6,7 +6,7 @@
 #       table and verdict (with the latency growth), the CPU of the server, the loadgen and HAProxy, the server's
 #       /health, the tick p99 of its /metrics histogram, its dropped audio (none) and its ticks, and the 8 files
 #       and ticks-s1.txt (every tick, one line each; with --keep-logs and the ticker at level 6, s1.log.gz holds every
-#       frame's hand-in; every call's playout at the reference player in loadgen.json;
+#       frame's hand-in, which pipelines/fleet/ticker-phases.py reads; every call's playout at the reference player in loadgen.json;
 #       report.html well-formed, fetching nothing, with the server's tick p99 from /health);
 #   (b) 2 servers behind HAProxy, 2 calls of 8 s (one each, 1 s apart), both stopped 200 ms at 2 s (--stall-at), kill -9
 #       of s2 after 4 s: the summary says they were stalled, s2 killed and marked DOWN, one call ok and one
@@ -75,6 +75,11 @@ expect a '^missed audio at the reference player \(ms\) +2 '
 [ -s "$tmp/a/s1.log.gz" ] || fail "(a) --keep-logs: no s1.log.gz in $(ls "$tmp/a" | tr '\n' ' ')"
 [ "$(gzip -dc "$tmp/a/s1.log.gz" | grep -c ' handed in ')" -ge 100 ] ||
   fail "(a) s1.log.gz holds $(gzip -dc "$tmp/a/s1.log.gz" | grep -c ' handed in ') hand-in lines (GST_DEBUG=personaplexticker:6)"
+# pipelines/fleet/ticker-phases.py reads it: both calls' hand-in phases in a window, and every tick in a timeline
+python3 "$src/pipelines/fleet/ticker-phases.py" "$tmp/a/s1.log.gz" --window 3 8 --timeline 4 5 > "$tmp/a/phases.txt" ||
+  fail "(a) ticker-phases.py on s1.log.gz"
+grep -Eq '^3\.00-8\.00 s: spread [0-9.]+ ms; m[01]:-?[0-9]+ m[01]:-?[0-9]+$' "$tmp/a/phases.txt" &&
+  grep -q ' START tick of [12] rows ' "$tmp/a/phases.txt" || { cat "$tmp/a/phases.txt"; fail "(a) ticker-phases.py: no phases of two calls, or no tick"; }
 python3 - "$tmp/a/loadgen.json" "$tmp/a/report.html" <<'EOF' || fail "(a) the per-call playout or report.html"
 import json, re, sys, xml.etree.ElementTree as ET
 j = json.load(open(sys.argv[1]))

@@ -33,11 +33,25 @@ for p in personaplex-server personaplex-loadgen haproxy; do
 done
 "$build/tools/personaplex-make-model" --preset tiny --output-dir "$tmp/model" > /dev/null || fail "personaplex-make-model"
 
+# four free ports in a row of 127.0.0.1 (HAProxy, its ops listener, two servers): the run's own (--ports), so that a
+# server or another run on the defaults (8080, 8404, 8090) does not answer in its place
+ports=$(python3 -c 'import random, socket
+for _ in range(200):
+    base, socks = random.randrange(20000, 60000), []
+    try:
+        for p in range(base, base + 4):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
+        print(base); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()')
+[ -n "$ports" ] || fail "no 4 free ports in a row"
 live () { # NAME ARGS...: fleet-live.sh through the pack; its status in $status
   name=$1
   shift
   sh "$src/pipelines/fleet/fleet-live.sh" --pack "$tmp/pack" --model-dir "$tmp/model" --backend cpu \
-    --quantization auto --kv-cache-format auto --out "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1
+    --quantization auto --kv-cache-format auto --ports "$ports" --out "$tmp/$name" "$@" > "$tmp/$name.log" 2>&1
   status=$?
   [ "$status" = 0 ] || { cat "$tmp/$name.log"; fail "fleet-live.sh ($name) exited $status"; }
 }
@@ -61,7 +75,7 @@ expect a '^outcomes: ok 2 \(ok 2, refused 0, failed 0\)$' '^result: PASS' \
   '^loadgen CPU: ' '^s1 pid [0-9]+ CPU: ' '^haproxy pid [0-9]+ CPU: ' '^== the machine: .* stolen' \
   '^== the machine stalled: (never over 25 ms|[0-9]+ sleep)' \
   '^== s1 /health: \{.*"sessions" *: *0' '^== s1 /metrics personaplex_tick_duration_seconds: p99 <= [0-9.]+ ms \(a bucket bound\) of [0-9]+ ticks' \
-  '^== 1 server\(s\): .* --batch-deadline 20 --admission memory$' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8090/api/chat' \
+  '^== 1 server\(s\): .* --batch-deadline 20 --admission memory$' "^== personaplex-loadgen: 2 calls to ws://127.0.0.1:$((ports + 2))/api/chat" \
   '^latency growth: last quarter - first \(ms\) +2 ' '^== s1 /metrics audio dropped, the model behind \(s\): chat 0\.000' \
   '^== s1 ticks: [0-9]+ ticks of [0-9]+ to [12] rows .*, [0-9.]+ a second, '
 for f in summary.txt run.log loadgen.json health.log metrics.txt servers.log report.html ticks-s1.txt stalls.txt; do
@@ -102,7 +116,7 @@ live b --servers 2 --calls 2 --ramp 1 --seconds 8 --kill-at 4 --stall-at 2 --sta
 sed -n '/^outcomes/p; /^calls per server/p; /killed/p; /marked/p' "$tmp/b/summary.txt"
 expect b '^== stalled the server\(s\) 200 ms \(SIGSTOP\) at 2 s of the loadgen' \
   '^== killed s2 \(pid [0-9]+\) with SIGKILL' '^== HAProxy marked s2 DOWN L4[A-Z]* after [0-9.]+ s' \
-  '^outcomes: .*(ok 1, refused 0, failed 1)' '^== personaplex-loadgen: 2 calls to ws://127.0.0.1:8080/api/chat' \
+  '^outcomes: .*(ok 1, refused 0, failed 1)' "^== personaplex-loadgen: 2 calls to ws://127.0.0.1:$ports/api/chat" \
   '^calls per server: (s1 1, s2 1|s2 1, s1 1)$'
 python3 - "$tmp/b/loadgen.json" <<'EOF' || fail "(b) the killed server's call did not end connection-lost"
 import json, sys

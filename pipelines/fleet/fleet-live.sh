@@ -8,7 +8,7 @@
 #   pipelines/fleet/fleet-live.sh [--pack DIR | --build DIR] (--model-dir DIR | --make-model PRESET:FORMAT)
 #       [--model-root DIR] [--servers K] [--haproxy] [--calls 64] [--ramp 30] [--seconds 300]
 #       [--kill-at S] [--kill NAME] [--stall-at S --stall-ms MS] [--backend cuda] [--quantization int4] [--kv-cache-format fp8]
-#       [--max-sessions N] [--server-option OPT]... [--out DIR] [--check] [-- MORE personaplex-loadgen OPTIONS]
+#       [--max-sessions N] [--server-option OPT]... [--ports BASE] [--out DIR] [--check] [-- MORE personaplex-loadgen OPTIONS]
 #
 #   --make-model P:F  full:int4 (6.2 GB, the issue's), full:int8, full:bf16, tiny:bf16 (pipelines/live-run.sh)
 #   --servers K       servers on this machine (default 1); --haproxy: the calls go through HAProxy (always with
@@ -21,6 +21,8 @@
 #                     repeatable as a list, e.g. --stall-at "20 35"
 #   --max-sessions N  each server's calls at most (default: as many as fit, the server decides)
 #   --server-option O another option for every server, split at spaces (e.g. "--batch-deadline 5"); repeatable
+#   --ports BASE      HAProxy on 127.0.0.1:BASE, its ops listener on BASE+1, the servers from BASE+2 (default:
+#                     8080, 8404 and 8090 on): two runs on one machine, or a run beside a server, need their own
 #   --check           first the pack's check.sh
 #   --keep-logs       also the servers' whole logs, gzipped (NAME.log.gz); GST_DEBUG=personaplexticker:6 puts every
 #                     frame's hand-in in them (how late, how far behind), beside every tick
@@ -45,16 +47,17 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-me='fleet-live.sh' usage_lines=44 rest='loadgen options'
+me='fleet-live.sh' usage_lines=46 rest='loadgen options'
 # shellcheck source=pipelines/live-run.sh
 . "$root/pipelines/live-run.sh"
 servers=1 haproxy=0 calls=64 ramp=30 seconds=300 kill_at= kill_name= stall_at= stall_ms=300
-backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} extra_server_opts= keep_logs=0
+backend=cuda quant=int4 kv=fp8 max_sessions= out=${OUT:-$root/out/fleet-live} extra_server_opts= keep_logs=0 ports=
 live_option () {
   case $1 in
     --servers) servers=$2 ;;
     --haproxy) haproxy=1; return 1 ;;
     --keep-logs) keep_logs=1; return 1 ;;
+    --ports) ports=$2 ;;
     --calls) calls=$2 ;;
     --ramp) ramp=$2 ;;
     --kill-at) kill_at=$2 ;;
@@ -69,6 +72,13 @@ live_option () {
 }
 ppx_live_parse "$@"
 shift "$ppx_shift"
+case $ports in
+  '') lb_port=8080 ops_port=8404 base_port=8090 ;;
+  *[!0-9]*) echo "fleet-live.sh: --ports '$ports': a port number" >&2; exit 2 ;;
+  *) [ "$ports" -ge 1 ] && [ "$((ports + 2 + servers))" -le 65536 ] ||
+       { echo "fleet-live.sh: --ports $ports: out of range" >&2; exit 2; }
+     lb_port=$ports ops_port=$((ports + 1)) base_port=$((ports + 2)) ;;
+esac
 die () { echo "fleet-live.sh: $*" >&2; exit "${2:-1}"; }
 case $servers in ''|*[!0-9]*|0) die "--servers '$servers': 1 or more" 2 ;; esac
 [ "$servers" -gt 1 ] && haproxy=1
@@ -177,11 +187,11 @@ main () {
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086 # option lists
   sh "$here/personaplex-fleet.sh" start --servers "$servers" --run-dir "$fleet" $fleet_programs \
-    --listen 127.0.0.1:8080 --ops 127.0.0.1:8404 --base-port 8090 -- $server_opts > "$tmp/fleet.out" || return 1
+    --listen "127.0.0.1:$lb_port" --ops "127.0.0.1:$ops_port" --base-port "$base_port" -- $server_opts > "$tmp/fleet.out" || return 1
   say "== the fleet served after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s" \
       "(model load and start-up)"
-  url=ws://127.0.0.1:8090/api/chat
-  [ "$haproxy" = 0 ] || url=ws://127.0.0.1:8080/api/chat
+  url=ws://127.0.0.1:$base_port/api/chat
+  [ "$haproxy" = 0 ] || url=ws://127.0.0.1:$lb_port/api/chat
   pids=
   for f in "$fleet"/s*.pid; do pids="$pids --server-pid $(basename "$f" .pid)=$(cat "$f")"; done
   pids="$pids --server-pid haproxy=$(cat "$fleet/haproxy.pid")"
@@ -208,7 +218,7 @@ main () {
      i=0
      while [ $i -lt 100 ]; do
        # DOWN for not answering (L4...): a full server is DOWN already, for its 503 (L7STS)
-       state=$(http_body "http://127.0.0.1:8404/stats;csv" |
+       state=$(http_body "http://127.0.0.1:$ops_port/stats;csv" |
                awk -F, -v n="$kill_name" '$1 == "personaplex" && $2 == n {sub(/^\* /, "", $37); print $18, $37}')
        case $state in "DOWN L4"*) break ;; esac
        sleep 0.1

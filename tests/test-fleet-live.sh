@@ -35,18 +35,9 @@ done
 
 # four free ports in a row of 127.0.0.1 (HAProxy, its ops listener, two servers): the run's own (--ports), so that a
 # server or another run on the defaults (8080, 8404, 8090) does not answer in its place
-ports=$(python3 -c 'import random, socket
-for _ in range(200):
-    base, socks = random.randrange(20000, 60000), []
-    try:
-        for p in range(base, base + 4):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()')
-[ -n "$ports" ] || fail "no 4 free ports in a row"
+# shellcheck source=tests/server/free-ports.sh
+. "$(dirname "$0")/server/free-ports.sh"
+ppx_free_ports 4
 live () { # NAME ARGS...: fleet-live.sh through the pack; its status in $status
   name=$1
   shift

@@ -205,13 +205,11 @@ ppx_admission_predicts_rise (PpxAdmission *a)
 }
 
 double
-ppx_admission_tick_rise_ms (PpxAdmission *a, guint open)
+ppx_admission_tick_rise_ms (PpxAdmission *a, const PpxAdmissionState *st, guint open)
 {
-  PpxAdmissionState st;
-  ppx_admission_state (a, open, &st);
-  if (open >= st.capacity)
+  if (open >= st->capacity)
     return 0;
-  return MAX (ppx_tick_model_predict (a->model, st.capacity) - ppx_tick_model_predict (a->model, MAX (open, 1)), 0);
+  return MAX (ppx_tick_model_predict (a->model, st->capacity) - ppx_tick_model_predict (a->model, MAX (open, 1)), 0);
 }
 
 const char *

@@ -175,6 +175,7 @@ fill_gauges (PpxServer *server, PpxServerGauges *g, GstStructure *stats)
   g->sessions = g_list_length (server->calls);
   g->capacity = g->capacity_memory = g->capacity_compute = (guint) server->max_calls;
   g->draining = server->draining;
+  g->pacing_rise = ppx_server_pacing_rise (server);
   if (server->admission) {
     PpxAdmissionState st;
     ppx_admission_state (server->admission, g->sessions, &st);
@@ -186,9 +187,9 @@ fill_gauges (PpxServer *server, PpxServerGauges *g, GstStructure *stats)
     g->tick_budget_ms = st.budget_ms;
     g->over_budget = st.over_budget && !g_str_equal (st.mode, "memory");
     g->predicted_tick_ms = st.predicted_ms;
+    if (g->pacing_rise) /* from the state just read, not a second read of the live ticks */
+      g->pacing_rise_ms = ppx_admission_tick_rise_ms (server->admission, &st, g->sessions);
   }
-  g->pacing_rise = ppx_server_pacing_rise (server);
-  g->pacing_rise_ms = g->pacing_rise ? ppx_server_tick_rise_us (server) / 1000.0 : 0;
   if (!stats)
     return;
   g->backend = gst_structure_get_string (stats, "backend");
@@ -339,7 +340,10 @@ ppx_server_tick_rise_us (PpxServer *server)
 {
   if (!server->admission)
     return 0;
-  return (gint64) (ppx_admission_tick_rise_ms (server->admission, g_list_length (server->calls)) * 1000);
+  const guint open = g_list_length (server->calls);
+  PpxAdmissionState st;
+  ppx_admission_state (server->admission, open, &st);
+  return (gint64) (ppx_admission_tick_rise_ms (server->admission, &st, open) * 1000);
 }
 
 void

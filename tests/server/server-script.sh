@@ -84,25 +84,8 @@ try: print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())
 except urllib.error.HTTPError as e: print(e.read().decode())' "$1"
 }
 
-ppx_free_ports () {
-  ports=$(python3 - "$1" <<'PYEOF'
-import random, socket, sys
-n = int(sys.argv[1])
-for _ in range(200):
-    base = random.randrange(20000, 60000)
-    try:
-        socks = []
-        for p in range(base, base + n):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()
-PYEOF
-)
-  [ -n "$ports" ] || fail "no $1 free ports in a row"
-}
+# shellcheck source=tests/server/free-ports.sh
+. "$(dirname "$0")/server/free-ports.sh"
 
 json () { python3 -c "import json, sys; j = json.load(open(sys.argv[1])); print($2)" "$1"; }
 

@@ -160,14 +160,18 @@ ppx_cuda_linear_wgmma_at (const PpxCudaWeight *w, int M)
   return ppx_linear_mma_eligible (w) && ppx_linear_mma_wgmma_at (w, M);
 }
 
-/* The x rows of a call's launches at most: TCW_MMAX (256) where the call's first launch takes the wgmma
- * configuration (one launch for M <= 256: every weight byte streamed once), else TC_MMAX (128). `fused`: the
- * fused RMSNorm / gate kernels (mma.sync only). Its partial sums and split x records are sized for
- * min (M, this). */
+/* The x rows of a call's launches at most: TCW_MMAX (256), as slices of one launch (one slice of up to
+ * TC_MMAX rows on mma.sync, up to TCW_NT n-tiles on wgmma) whose blocks of one row block and leaf run side by
+ * side, so the weights stream from memory once for M <= 256 (the second slice reads them from the L2) and a
+ * latency-bound shape (the depformer's) pays one launch, not two. `fused`: the fused RMSNorm / gate kernels
+ * (M <= 8 in the engine), TC_MMAX. A call's partial sums and split x records are sized for min (M, this). */
 static int
 tc_launch_rows (const PpxCudaWeight *w, int M, bool fused)
 {
-  return !fused && tc_wgmma (w, M < TCW_MMAX ? M : TCW_MMAX) ? TCW_MMAX : TC_MMAX;
+  (void) w;
+  (void) M;
+  static const int single = env_int ("PPX_CUDA_LINEAR_LAUNCH_ROWS", TC_MMAX, TCW_MMAX, TCW_MMAX);
+  return fused ? TC_MMAX : single;
 }
 
 extern "C" int
@@ -336,7 +340,7 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     a.y = y + (size_t) m0 * ldy;
     a.xs = NULL;
     /* the wgmma configuration splits x itself, in its layout (not for the fused RMSNorm / gate: M <= 8);
-     * a launch of more than TC_MMAX rows is always one (tc_launch_rows) */
+     * a launch of more than TC_MMAX rows takes it where its first launch did (tc_wgmma at min (M, 256)) */
     const bool wg = !alpha && !gate && tc_wgmma (w, a.M);
     const int max_tiles = wg && ppx_linear_wgmma_nt_max () > 16 ? ppx_linear_wgmma_nt_max () : nt16 ? 16 : 8;
     tc_slices (a.M, a.leaf_stages, max_tiles, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), wg, &a.slice_tiles,

@@ -152,22 +152,24 @@ test_linear_batch (void)
     check_linear_rows_exact (formats[i], 34000, 256, 64, TRUE); /* one leaf of two full stages */
     check_linear_rows_exact (formats[i], 20000, 2080, 64, FALSE); /* leaves longer than the ring */
     check_linear_rows_exact (formats[i], 600, 4128, 80, TRUE);    /* the 16-tile kernel, tiles past M skipped */
-    check_linear_rows_exact (formats[i], 300, 1000, 131, FALSE);  /* a 128-row launch, then 3 rows */
-    /* int4 on sm_90a: one launch up to 256 rows: 17, 20 and 25 n-tiles a block (both halves of a chunk's wgmma
-     * in flight together up to 20, one after the other past it), two slices of 16 at 256; 300: 256 + 44 */
+    check_linear_rows_exact (formats[i], 300, 1000, 131, FALSE);  /* mma.sync: one launch, slices of 9 and 8 n-tiles */
+    /* one launch up to 256 rows. int4 on sm_90a: 17, 20 and 25 n-tiles a block (both halves of a chunk's wgmma
+     * in flight together up to 20, one after the other past it), two slices of 16 at 256; mma.sync: slices of
+     * up to 16 n-tiles; 300: 256 + 44 */
     check_linear_rows_exact (formats[i], 300, 1000, 129, TRUE);
     check_linear_rows_exact (formats[i], 600, 4128, 160, TRUE);
     check_linear_rows_exact (formats[i], 600, 4128, 200, FALSE);
     check_linear_rows_exact (formats[i], 129, 1000, 256, TRUE);
     check_linear_rows_exact (formats[i], 129, 1000, 300, FALSE);
+    check_linear_rows_exact (formats[i], 1027, 1024, 160, TRUE); /* the depformer's shape: leaves of 1-2 stages, 10 slices of 2 */
   }
   check_linear_rows_exact (formats[0], 512, 2048, 160, TRUE); /* f32, Mimi's FFN down projection, 80 sessions */
 }
 
 /* The same with the x rows of each launch spread over blocks in every way the tensor-core kernel can
  * (ppx_backend_cuda_linear_force_slice: 2, 3, 5, 8, 16, 25 n-tiles a block; 3 and 5 leave tiles of a block's
- * configuration empty, 131 rows end in a 3-row launch on mma.sync; 200 and 256 rows are one launch on wgmma,
- * in slices of up to 25 n-tiles): the slicing changes where rows are computed, never their bits. */
+ * configuration empty; 131, 200 and 256 rows are one launch, in slices of up to 16 n-tiles on mma.sync and 25 on
+ * wgmma): the slicing changes where rows are computed, never their bits. */
 void
 test_linear_batch_slices (void)
 {
@@ -178,7 +180,7 @@ test_linear_batch_slices (void)
       if (formats[i].format == PPX_WFMT_F32 || (formats[i].format == PPX_WFMT_INT4 && (formats[i].group_size == 8 || formats[i].group_size == 48)))
         continue; /* the CUDA-core kernels: no slices */
       check_linear_rows_exact (formats[i], 600, 4128, 80, TRUE);    /* K split into leaves, a K tail */
-      check_linear_rows_exact (formats[i], 129, 1000, 131, FALSE);  /* a partial row block, 128 + 3 rows */
+      check_linear_rows_exact (formats[i], 129, 1000, 131, FALSE);  /* a partial row block, 17 n-tiles */
       check_linear_rows_exact (formats[i], 600, 4128, 200, FALSE);
       check_linear_rows_exact (formats[i], 129, 1000, 256, TRUE);
     }
@@ -199,8 +201,8 @@ test_linear_wgmma_path (void)
 #else
   const gboolean built = FALSE;
 #endif
-  if (g_getenv ("PPX_CUDA_LINEAR_WGMMA")) {
-    g_test_skip ("PPX_CUDA_LINEAR_WGMMA is set: the switch is not the default");
+  if (g_getenv ("PPX_CUDA_LINEAR_WGMMA") || g_getenv ("PPX_CUDA_LINEAR_LAUNCH_ROWS")) {
+    g_test_skip ("PPX_CUDA_LINEAR_WGMMA or _LAUNCH_ROWS is set: the switch is not the default");
     return;
   }
   const int cc = ppx_backend_cuda_compute_capability (gpu);
@@ -219,9 +221,9 @@ test_linear_wgmma_path (void)
       if (ppx_backend_cuda_linear_wgmma_at (gpu, w.g, ms[k]) != want)
         g_error ("linear %s M=%d: wgmma %s, expected %s", fmt_name (formats[i]), ms[k], want ? "not taken" : "taken",
                  want ? "taken" : "not taken");
-      /* one launch for up to 256 rows on wgmma (each weight byte streamed once), 128 on mma.sync */
+      /* one launch for up to 256 rows on wgmma and mma.sync alike (each weight byte streamed once from memory) */
       const int rows = ppx_backend_cuda_linear_launch_rows (gpu, w.g, ms[k]);
-      const int lmax = want ? 256 : 128, rows_want = tc ? MIN (ms[k], lmax) : 0;
+      const int rows_want = tc ? MIN (ms[k], 256) : 0;
       if (rows != rows_want)
         g_error ("linear %s M=%d: first launch of %d rows, expected %d", fmt_name (formats[i]), ms[k], rows, rows_want);
     }

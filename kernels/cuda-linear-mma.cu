@@ -160,18 +160,19 @@ ppx_cuda_linear_wgmma_at (const PpxCudaWeight *w, int M)
   return ppx_linear_mma_eligible (w) && ppx_linear_mma_wgmma_at (w, M);
 }
 
-/* The x rows of a call's launches at most: TCW_MMAX (256), as slices of one launch (one slice of up to
- * TC_MMAX rows on mma.sync, up to TCW_NT n-tiles on wgmma) whose blocks of one row block and leaf run side by
- * side, so the weights stream from memory once for M <= 256 (the second slice reads them from the L2) and a
- * latency-bound shape (the depformer's) pays one launch, not two. `fused`: the fused RMSNorm / gate kernels
- * (M <= 8 in the engine), TC_MMAX. A call's partial sums and split x records are sized for min (M, this). */
+/* The x rows of a call's launches at most: TCW_MMAX (256), as slices of one launch (up to TCW_NT n-tiles a
+ * slice on wgmma, 16 on mma.sync) whose blocks of one row block and leaf run side by side, so the weights
+ * stream from memory once for M <= 256 (a second slice reads them from the L2) and a latency-bound shape (the
+ * depformer's) pays one launch, not two. `fused`: the fused RMSNorm / gate kernels (M <= 8 in the engine),
+ * TC_MMAX. PPX_CUDA_LINEAR_LAUNCH_ROWS=128 (measuring only) gives mma.sync its two launches back (128 rows,
+ * then the rest), as before 2026-11-28. A call's partial sums and split x records are sized for min (M, this). */
 static int
 tc_launch_rows (const PpxCudaWeight *w, int M, bool fused)
 {
-  (void) w;
-  (void) M;
-  static const int single = env_int ("PPX_CUDA_LINEAR_LAUNCH_ROWS", TC_MMAX, TCW_MMAX, TCW_MMAX);
-  return fused ? TC_MMAX : single;
+  static const int mma_rows = env_int ("PPX_CUDA_LINEAR_LAUNCH_ROWS", TC_MMAX, TCW_MMAX, TCW_MMAX);
+  if (fused)
+    return TC_MMAX;
+  return tc_wgmma (w, M < TCW_MMAX ? M : TCW_MMAX) ? TCW_MMAX : mma_rows;
 }
 
 extern "C" int

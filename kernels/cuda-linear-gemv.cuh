@@ -1,0 +1,285 @@
+/* CUDA backend, the tensor-core path of the linear layers at M <= 8 (the NT = 1 configuration) without a
+ * block barrier in its main loop: tc_gemv_kernel (docs/cuda.md, "Linear layers", "M <= 8 without the stage
+ * barrier"). Included by cuda-linear-mma.cu only.
+ *
+ * What it changes against tc_linear_kernel<FMT, CK, 1>, and what it keeps:
+ * - weights private to each thread: a thread cp.asyncs exactly the 16-byte words of its warp's A fragments
+ *   that it reads itself (rows g and g + 8 of the warp's 16-row tile, its 16-byte vectors t of each), into
+ *   the same slot layout, and waits for them with its own cp.async.wait_group: no other thread's copy is
+ *   waited for. The int4 scales of a warp's 16 rows are copied by its lanes and made visible with
+ *   __syncwarp. A warp is thus never held by another warp's late weight copy (the block barrier of
+ *   tc_linear_kernel made every stage wait for the slowest of the block's 512-2048 copies);
+ * - x of the whole leaf staged once, before the main loop: the hi/lo records of the block's mb rows only
+ *   ([stage][k-step][row][t], 512 bytes a row and stage), after the RMSNorm or the gate as convert_x
+ *   computes them, then one __syncthreads; rows of an n-tile past M read as zeros (their outputs are never
+ *   stored);
+ * - unchanged: the plan (leaves, K split), the ring depth's role (D - 1 stages of weights in flight a
+ *   thread), each output's operations (the chunk's k-steps hi then lo from zero, chunks added in order, the
+ *   int4 scale by fmaf, the leaf combine in leaf order): the bits are tc_linear_kernel's, for every M. */
+#ifndef PPX_CUDA_LINEAR_GEMV_CUH
+#define PPX_CUDA_LINEAR_GEMV_CUH
+
+#include "cuda-linear-mma-kernel.cuh"
+
+template <int FMT, int CK> struct TcGemv {
+  using C = TcCfg<FMT, CK, 1>;
+  using B = TcBlock<FMT, CK, 1>;
+  static constexpr int WORDS = C::WORDS, WV = C::WV, CPS = C::CPS, CPS1 = CPS > 0 ? CPS : 1;
+  static constexpr int NCH = C::NCH, NCHUNK = C::NCHUNK;
+  static constexpr int WSLOT = C::SW + C::SS;             /* a ring slot: weights, then the int4 scales (uint4) */
+  static constexpr int SCOPY = (16 * CPS + 31) / 32;      /* scale copies per lane and stage */
+  static constexpr int XREC_ROW = 8 * 4;                  /* x records a row and stage */
+
+  /* Copies stage st's weights that this thread reads (rows r0 = row_base + g and r0 + 8, vectors t + 4 v;
+   * rows past the weight zero-filled; none for the tail stage, gather_tail reads it) and the warp's int4
+   * scales into a slot. */
+  __device__ __forceinline__ static void issue (const B &b, uint4 *slot, int st)
+  {
+    const TcArgs &a = b.a;
+    const int col0 = st * TC_STAGE;
+    if (col0 + TC_STAGE <= a.K) {
+      const int64_t off = (int64_t) col0 * WORDS / 8;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int64_t r = b.row_base + b.g + 8 * h;
+        const uint8_t *src = a.w + (r < a.rows ? r : 0) * a.row_bytes + off + 16 * b.t;
+#pragma unroll
+        for (int v = 0; v < WV; v++) {
+          uint4 *dst = slot + ((b.wr * 2 + h) * WV + v) * 32 + b.lane;
+          if (r < a.rows)
+            cp_async_w (dst, src + 64 * v);
+          else
+            cp_async<16> (dst, a.w, 0);
+        }
+      }
+    }
+    if (FMT != PPX_CUDA_W_INT4)
+      return;
+    float *sdst = reinterpret_cast<float *> (slot + C::SW) + b.row_in_block * CPS1;
+#pragma unroll
+    for (int k = 0; k < SCOPY; k++) {
+      const int e = b.lane + 32 * k;
+      if (e < 16 * CPS) {
+        const int rr = e / CPS1, c = e % CPS1;
+        const int64_t r = b.row_base + rr;
+        const int col = col0 + c * 16 * CK;
+        const bool ok = r < a.rows && col < a.K;
+        const int gi = CK < 8 ? st * CPS + c : col0 / a.group_size;
+        cp_async<4> (sdst + e, ok ? a.scales + r * a.n_groups + gi : a.scales, ok ? 4 : 0);
+      }
+    }
+  }
+
+  /* The leaf's x as hi/lo records of rows 0 .. mb - 1: record i = ((s * 8 + q) * mb + m) * 4 + t holds row
+   * m, columns tc_col (col0, full, q, t) .. + 3 of the leaf's stage s (zeros past K), RMS-normalized or
+   * gated as convert_x does, split by tc_split_record. */
+  __device__ __forceinline__ static void stage_x (const B &b, uint4 *xl, int st0, int nstg, const float *row_inv)
+  {
+    const TcArgs &a = b.a;
+    const int mb = b.mb, n = nstg * 8 * mb * 4;
+    for (int i = b.tid; i < n; i += TC_THREADS) {
+      const int t = i & 3, m = (i >> 2) % mb, sq = (i >> 2) / mb, q = sq & 7, s = sq >> 3;
+      const int col0 = (st0 + s) * TC_STAGE;
+      const int c = tc_col<FMT> (col0, col0 + TC_STAGE <= a.K, q, t);
+      const float *xp = a.x + (size_t) m * a.ldx;
+      float v[4], al[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (a.vec_x && c + 3 < a.K) {
+        const float4 u = __ldcg (reinterpret_cast<const float4 *> (xp + c));
+        v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          v[j] = c + j < a.K ? __ldcg (xp + c + j) : 0.0f;
+      }
+      if (a.alpha) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          al[j] = c + j < a.K ? __ldg (a.alpha + c + j) : 0.0f;
+        const float inv = row_inv[m];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          v[j] = v[j] * (al[j] * inv);
+      } else if (a.gate) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          al[j] = c + j < a.K ? __ldcg (xp + a.K + c + j) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          v[j] = ppx_silu_gate (v[j], al[j]);
+      }
+      xl[i] = tc_split_record (make_float4 (v[0], v[1], v[2], v[3]));
+    }
+  }
+
+  /* Stage st (the leaf's s-th) of the warp's 16 rows: mma_group's operations for NT = 1, x from the leaf's
+   * records (zeros for the rows of the n-tile past mb). */
+  __device__ __forceinline__ static void compute (const B &b, float (&acc)[1][1][4], const uint4 *slot, const uint4 *xl,
+                                                  int st, int s)
+  {
+    const TcArgs &a = b.a;
+    uint32_t rw[1][2][WORDS];
+    const bool full = (st + 1) * TC_STAGE <= a.K;
+    if (full) {
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int v = 0; v < WV; v++) {
+          const uint4 q = slot[((b.wr * 2 + h) * WV + v) * 32 + b.lane];
+          rw[0][h][4 * v] = q.x;
+          rw[0][h][4 * v + 1] = q.y;
+          rw[0][h][4 * v + 2] = q.z;
+          rw[0][h][4 * v + 3] = q.w;
+        }
+    } else {
+      b.gather_tail (rw, st);
+    }
+    const int kvalid = full ? 8 : b.KS - st * 8;
+    const bool xrow = b.g < b.mb;
+    const uint4 *xr = xl + ((size_t) s * 8 * b.mb + (xrow ? b.g : 0)) * 4 + b.t;
+    const float *ssc = reinterpret_cast<const float *> (slot + C::SW);
+#pragma unroll
+    for (int cg = 0; cg < NCHUNK / NCH; cg++) {
+      float part[NCH][4];
+#pragma unroll
+      for (int c = 0; c < NCH; c++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          part[c][i] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < CK; i++)
+#pragma unroll
+        for (int c = 0; c < NCH; c++) {
+          const int q = (cg * NCH + c) * CK + i;
+          if (q >= kvalid)
+            continue;
+          uint32_t af[1][4];
+          B::dequant (rw, q, af);
+          const uint4 xv = xrow ? xr[q * b.mb * 4] : make_uint4 (0u, 0u, 0u, 0u);
+          mma_bf16 (part[c], af[0], xv.x, xv.y); /* hi */
+          mma_bf16 (part[c], af[0], xv.z, xv.w); /* lo */
+        }
+#pragma unroll
+      for (int c = 0; c < NCH; c++) {
+        const int ch = cg * NCH + c;
+        if (ch * CK >= kvalid)
+          continue;
+        float s0 = 1.0f, s1 = 1.0f;
+        if (FMT == PPX_CUDA_W_INT4) {
+          const int lr = b.row_in_block + b.g;
+          s0 = ssc[lr * CPS1 + ch];
+          s1 = ssc[(lr + 8) * CPS1 + ch];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          if (FMT == PPX_CUDA_W_INT4)
+            acc[0][0][i] = fmaf (i < 2 ? s0 : s1, part[c][i], acc[0][0][i]);
+          else
+            acc[0][0][i] += part[c][i];
+        }
+      }
+    }
+  }
+};
+
+/* y (+)= x W^T for M <= 8 rows of x, one row block (blockIdx.y, 128 weight rows) and one leaf (blockIdx.z).
+ * The ring holds weights and scales only: D - 1 stages in flight a thread, one commit group a stage. The
+ * programmatic-dependent-launch calls are tc_linear_kernel's (ppx_pdl_enter first, as main has it). */
+template <int FMT, int CK>
+__global__ void __launch_bounds__ (TC_THREADS, (TcCfg<FMT, CK, 1>::MINB))
+tc_gemv_kernel (TcArgs a)
+{
+  ppx_pdl_enter (); /* as tc_linear_kernel (main): trigger and wait first */
+  using G = TcGemv<FMT, CK>;
+  extern __shared__ uint4 smem[];
+  __shared__ unsigned ticket;
+  __shared__ float row_inv[8];
+  __shared__ float red2[2][TC_WARPS];
+  const typename G::B b (a);
+  const int D = a.depth;
+  const int st0 = blockIdx.z * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
+  uint4 *xl = smem + D * G::WSLOT;
+
+  for (int d = 0; d < D - 1; d++) {
+    if (d < nstg)
+      G::issue (b, smem + d * G::WSLOT, st0 + d);
+    cp_async_commit ();
+  }
+  ppx_pdl_wait ();
+  if (a.alpha)
+    b.row_rms (row_inv, red2);
+  G::stage_x (b, xl, st0, nstg, row_inv);
+  __syncthreads (); /* the leaf's x records are visible; the only block barrier before the epilogue */
+
+  float acc[1][1][4] = {{{0.0f, 0.0f, 0.0f, 0.0f}}};
+  int rd = 0, wr_slot = D - 1;
+  for (int jj = 0; jj < nstg; jj++) {
+    cp_async_wait_n (D - 2); /* this thread's copies of stage jj are done */
+    __syncwarp ();           /* and its warp's scale copies visible; slot wr_slot (stage jj - 1) read by the warp */
+    if (jj + D - 1 < nstg)
+      G::issue (b, smem + wr_slot * G::WSLOT, st0 + jj + D - 1);
+    cp_async_commit ();
+    G::compute (b, acc, smem + rd * G::WSLOT, xl, st0 + jj, jj);
+    rd = rd + 1 == D ? 0 : rd + 1;
+    wr_slot = wr_slot + 1 == D ? 0 : wr_slot + 1;
+  }
+  cp_async_wait<0> ();
+  ppx_pdl_trigger ();
+
+  b.store_leaf (acc);
+  if (a.S > 1 && b.last_leaf (&ticket))
+    b.combine_leaves ();
+}
+
+/* PPX_CUDA_LINEAR_GEMV: 1 (default) tc_gemv_kernel at M <= 8, 0 tc_linear_kernel<.., 1> (read once; the
+ * results are the same bits either way). PPX_CUDA_GEMV_DEPTH=2..8 caps its ring (measuring). */
+static int
+tc_gemv_on (void)
+{
+  static const int on = env_int ("PPX_CUDA_LINEAR_GEMV", 0, 1, 1);
+  return on;
+}
+
+/* Launches tc_gemv_kernel, or returns -1 when the leaf's x and two ring slots do not fit the shared memory a
+ * block may have here (the caller takes tc_linear_kernel then). */
+template <int FMT, int CK>
+static int
+tc_gemv_launch (TcArgs a, cudaStream_t s)
+{
+  using G = TcGemv<FMT, CK>;
+  static const int dmax = env_int ("PPX_CUDA_GEMV_DEPTH", 2, TC_DEPTH_MAX, TC_DEPTH_MAX);
+  static const int dshared = env_int ("PPX_CUDA_GEMV_DEPTH_SHARED", 2, TC_DEPTH_MAX, 4);
+  const size_t row_blocks = ppx_cdiv ((size_t) a.rows, G::C::ROWS);
+  if (row_blocks > TC_MAX_COUNTERS || row_blocks > 65535)
+    return -1;
+  int per_block, per_sm;
+  tc_smem_limits (&per_block, &per_sm);
+  const int64_t blocks = (int64_t) row_blocks * a.S, sms = ppx_sm_count ();
+  const int64_t per = (blocks + sms - 1) / sms;
+  const int resident = per < G::C::MINB ? (int) per : G::C::MINB;
+  const int slot = G::WSLOT * (int) sizeof (uint4), static_bytes = 256;
+  const int xbytes = a.leaf_stages * a.M * G::XREC_ROW * (int) sizeof (uint4);
+  const int b0 = per_block - static_bytes - xbytes, b1 = per_sm / resident - 1024 - static_bytes - xbytes;
+  int d = (b0 < b1 ? b0 : b1) / slot;
+  const int cap = resident > 1 ? (dshared < dmax ? dshared : dmax) : dmax;
+  d = d < cap ? d : cap;
+  if (d < 2)
+    return -1;
+  a.depth = d;
+  const size_t smem = (size_t) d * slot + xbytes;
+  static unsigned long long attr_set; /* bit dev: the opt-in set to the device's most */
+  int dev = 0;
+  cudaGetDevice (&dev);
+  if (dev < 0 || dev >= 64 || !(attr_set >> dev & 1)) {
+    cudaError_t e = cudaFuncSetAttribute (tc_gemv_kernel<FMT, CK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          per_block - static_bytes > (int) smem ? per_block - static_bytes : (int) smem);
+    if (e != cudaSuccess)
+      return (int) e;
+    if (dev >= 0 && dev < 64)
+      __atomic_or_fetch (&attr_set, 1ull << dev, __ATOMIC_RELAXED);
+  }
+  dim3 grid (1u, (unsigned) row_blocks, (unsigned) a.S);
+  ppx_launch<true> (tc_gemv_kernel<FMT, CK>, grid, TC_THREADS, smem, s, a);
+  return ppx_cuda_launched ();
+}
+
+#endif

@@ -232,11 +232,20 @@ tc_gemv_kernel (TcArgs a)
 
 /* PPX_CUDA_LINEAR_GEMV: 1 (default) tc_gemv_kernel at M <= 8, 0 tc_linear_kernel<.., 1> (read once; the
  * results are the same bits either way). PPX_CUDA_GEMV_DEPTH=2..8 caps its ring (measuring). */
+static int tc_gemv_forced = -1; /* ppx_cuda_linear_force_gemv: -1 = the default */
+
 static int
 tc_gemv_on (void)
 {
   static const int on = env_int ("PPX_CUDA_LINEAR_GEMV", 0, 1, 1);
-  return on;
+  const int f = __atomic_load_n (&tc_gemv_forced, __ATOMIC_RELAXED);
+  return f >= 0 ? f : on;
+}
+
+extern "C" void
+ppx_cuda_linear_force_gemv (int mode)
+{
+  __atomic_store_n (&tc_gemv_forced, mode < 0 ? -1 : mode > 0 ? 1 : 0, __ATOMIC_RELAXED);
 }
 
 /* Launches tc_gemv_kernel, or returns -1 when the leaf's x and two ring slots do not fit the shared memory a

@@ -152,6 +152,8 @@ template <int FMT, int CK> struct TcGemv {
   __device__ __forceinline__ static void compute (const B &b, float (&acc)[1][1][4], const uint4 *ring, int rd, int D,
                                                   const uint4 *xl, int st, int s)
   {
+    static_assert (P == 1 || NCHUNK == NCH, "P > 1 adds stage p's chunks after stage p - 1's only when a stage's "
+                                            "chunks are one group (not int4 g32)");
     const TcArgs &a = b.a;
     uint32_t rw[P][1][2][WORDS];
     const float *ssc[P];
@@ -328,7 +330,7 @@ tc_gemv_launch_p (TcArgs a, dim3 grid, size_t smem, int per_block, cudaStream_t 
 
 /* Launches tc_gemv_kernel, or returns -1 when the leaf's x and two ring slots do not fit the shared memory a
  * block may have here (the caller takes tc_linear_kernel then). The stages a step (P): PPX_CUDA_GEMV_STAGES
- * (1, 2 or 4; default 2), fewer where the ring has fewer than 2P slots. The ring: as deep as the shared memory
+ * (1, 2 or 4; default 2, measured best on an H200), fewer where the ring has fewer than 2P slots, 1 for int4 g32. The ring: as deep as the shared memory
  * allows, at most PPX_CUDA_GEMV_DEPTH (default 8) for a block alone on its SM, PPX_CUDA_GEMV_DEPTH_SHARED
  * (default 4) where blocks share one, and at least 2P. None of these changes a result. */
 template <int FMT, int CK>
@@ -354,7 +356,10 @@ tc_gemv_launch (TcArgs a, cudaStream_t s)
   const int cap = resident > 1 ? (dshared < dmax ? dshared : dmax) : dmax;
   if (dfit < 2)
     return -1;
-  int P = pwant >= 4 ? 4 : pwant >= 2 ? 2 : 1;
+  /* int4 g32 (4 chunks a stage in two groups of 2): one stage a step, so that the chunks are added in order
+   * (P stages at once would add stage 1's first chunks before stage 0's last: measured, the bits differ) */
+  constexpr bool ONE = G::NCHUNK != G::NCH;
+  int P = ONE ? 1 : pwant >= 4 ? 4 : pwant >= 2 ? 2 : 1;
   while (P > 1 && dfit < 2 * P)
     P /= 2;
   int d = dfit < cap ? dfit : cap;
@@ -363,10 +368,12 @@ tc_gemv_launch (TcArgs a, cudaStream_t s)
   a.depth = d;
   const size_t smem = (size_t) d * slot + xbytes;
   const dim3 grid (1u, (unsigned) row_blocks, (unsigned) a.S);
-  if (P == 4)
-    return tc_gemv_launch_p<FMT, CK, 4> (a, grid, smem, per_block, s);
-  if (P == 2)
-    return tc_gemv_launch_p<FMT, CK, 2> (a, grid, smem, per_block, s);
+  if constexpr (!ONE) {
+    if (P == 4)
+      return tc_gemv_launch_p<FMT, CK, 4> (a, grid, smem, per_block, s);
+    if (P == 2)
+      return tc_gemv_launch_p<FMT, CK, 2> (a, grid, smem, per_block, s);
+  }
   return tc_gemv_launch_p<FMT, CK, 1> (a, grid, smem, per_block, s);
 }
 

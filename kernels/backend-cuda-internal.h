@@ -73,4 +73,8 @@ PpxGraph *cuda_graph_end (PpxBackend *be, GError **error);
 gboolean cuda_graph_launch (PpxBackend *be, PpxGraph *graph);
 void cuda_graph_free (PpxGraph *graph);
 
+/* cuda-linear-mma.cu: the M <= 8 kernel choice for tests (ppx_backend_cuda_linear_force_gemv; declared here,
+ * not in cuda-kernels.h, which every kernel object depends on) */
+void ppx_cuda_linear_force_gemv (int mode);
+
 #endif

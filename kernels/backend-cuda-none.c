@@ -31,6 +31,11 @@ ppx_backend_cuda_linear_force_slice (int tiles)
 {
 }
 
+void
+ppx_backend_cuda_linear_force_gemv (int mode)
+{
+}
+
 gboolean
 ppx_backend_cuda_linear_wgmma_at (PpxBackend *be, PpxWeight *w, int M)
 {

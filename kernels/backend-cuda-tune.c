@@ -38,6 +38,12 @@ ppx_backend_cuda_linear_force_slice (int tiles)
   ppx_cuda_linear_force_slice (tiles);
 }
 
+void
+ppx_backend_cuda_linear_force_gemv (int mode)
+{
+  ppx_cuda_linear_force_gemv (mode);
+}
+
 gboolean
 ppx_backend_cuda_linear_wgmma_at (PpxBackend *be, PpxWeight *w, int M)
 {

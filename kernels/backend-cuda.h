@@ -23,6 +23,10 @@ void ppx_backend_cuda_linear_force_slice (int tiles);
  * 9.0 GPU in a build with 90a, from M = 17 or PPX_CUDA_LINEAR_WGMMA; docs/cuda.md, "wgmma (sm_90a)"), so a test
  * can tell that path from a silent fall-back; FALSE for other backends. */
 gboolean ppx_backend_cuda_linear_wgmma_at (PpxBackend *be, PpxWeight *w, int M);
+/* Tensor-core linear layers at M <= 8, for tests (process-wide; call with no linear in flight): 1 the kernel
+ * without the stage barrier (tc_gemv_kernel) wherever it fits, 0 the block-barrier kernel, -1 the default
+ * (PPX_CUDA_LINEAR_GEMV, else on). The same bits either way (docs/cuda.md, "Linear layers"). */
+void ppx_backend_cuda_linear_force_gemv (int mode);
 /* The x rows of the first launch of the tensor-core kernel for a ppx_op_linear of M rows on w: min (M, 128),
  * or min (M, 256) on the wgmma configuration (one launch streams the weights once for up to 256 sessions);
  * 0 when w takes another kernel or be is not a CUDA backend. */

@@ -29,7 +29,7 @@
  * a permutation inside each full 128-column block of a row; rows stay whole, so row slices and the
  * weight's byte count are unchanged). A tail of K % 128 columns keeps the quant.h layout and is read with
  * scalar loads. */
-#include "cuda-linear-mma-kernel.cuh"
+#include "cuda-linear-gemv.cuh"
 
 #include <stdlib.h>
 
@@ -236,8 +236,15 @@ template <int FMT, int CK>
 static int
 tc_launch_nt (const TcArgs &a, cudaStream_t s)
 {
-  if (a.M <= 8)
+  if (a.M <= 8) {
+    /* the barrier-free kernel (cuda-linear-gemv.cuh) where the leaf's x fits beside its ring: the same bits */
+    if (tc_gemv_on ()) {
+      const int e = tc_gemv_launch<FMT, CK> (a, s);
+      if (e >= 0)
+        return e;
+    }
     return tc_launch<FMT, CK, 1> (a, s);
+  }
   if (a.slice_tiles <= 2)
     return tc_launch<FMT, CK, 2> (a, s);
   if (a.slice_tiles <= 4)

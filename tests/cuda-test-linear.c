@@ -188,6 +188,61 @@ test_linear_batch_slices (void)
   ppx_backend_cuda_linear_force_slice (0);
 }
 
+/* The M <= 8 kernel without the stage barrier (tc_gemv_kernel) gives the bits of the block-barrier kernel
+ * (tc_linear_kernel<.., 1>) for every tensor-core format and M = 1..8: K split into leaves with a K tail, a
+ * partial row block, leaves longer than the ring, x rows not on 16 bytes, accumulation; and with it on,
+ * every row of an 8-row call is the row alone. */
+static void
+check_linear_gemv (Fmt f, int64_t rows, int64_t cols, int M, gsize ldx, gboolean accumulate)
+{
+  WPair w = wpair_random (f, rows, cols);
+  g_autoptr (GError) err = NULL;
+  const gsize nx = (gsize) (M - 1) * ldx + cols, ny = (gsize) M * rows;
+  g_autofree float *xv = random_floats (nx, -2.0, 2.0), *y0 = random_floats (ny, -1, 1);
+  g_autofree float *ya = g_new (float, ny), *yb = g_new (float, ny);
+  PpxTensor *X = ppx_tensor_new (gpu, PPX_TENSOR_F32, nx, &err);
+  PpxTensor *Y = ppx_tensor_new (gpu, PPX_TENSOR_F32, ny, &err);
+  g_assert_no_error (err);
+  ppx_tensor_upload (X, 0, xv, nx);
+  float *out[2] = {ya, yb};
+  for (int on = 0; on < 2; on++) {
+    ppx_backend_cuda_linear_force_gemv (on);
+    ppx_tensor_upload (Y, 0, y0, ny);
+    ppx_op_linear (gpu, w.g, X, ldx, Y, rows, M, accumulate);
+    ppx_tensor_download (Y, 0, out[on], ny);
+  }
+  ppx_backend_cuda_linear_force_gemv (-1);
+  for (gsize i = 0; i < ny; i++)
+    if (memcmp (&ya[i], &yb[i], sizeof (float)) != 0)
+      g_error ("linear %s [%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT "] M=%d ldx=%" G_GSIZE_FORMAT "%s: output %" G_GSIZE_FORMAT
+               " differs between the M <= 8 kernels: %.9g (barrier) vs %.9g (gemv)", fmt_name (f), rows, cols, M, ldx,
+               accumulate ? " acc" : "", i, ya[i], yb[i]);
+  if (g_test_verbose ())
+    g_printerr ("  linear %-8s [%" G_GINT64_FORMAT "x%" G_GINT64_FORMAT "] M=%d%s: gemv == barrier kernel bit for bit\n",
+                fmt_name (f), rows, cols, M, accumulate ? " acc" : "");
+  ppx_tensor_free (X);
+  ppx_tensor_free (Y);
+  wpair_free (&w);
+}
+
+void
+test_linear_gemv (void)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
+    if (formats[i].format == PPX_WFMT_F32 || (formats[i].format == PPX_WFMT_INT4 && (formats[i].group_size == 8 || formats[i].group_size == 48)))
+      continue; /* the CUDA-core kernels */
+    for (int M = 1; M <= 8; M++) {
+      check_linear_gemv (formats[i], 600, 4128, M, 4128, M % 2 == 0); /* leaves, a K tail */
+      check_linear_gemv (formats[i], 129, 1000, M, M % 3 == 0 ? 1003 : 1000, FALSE); /* a partial row block */
+    }
+    check_linear_gemv (formats[i], 20000, 2080, 1, 2080, TRUE);  /* leaves longer than the ring */
+    check_linear_gemv (formats[i], 4096, 4096, 8, 4096, FALSE);
+    check_linear_gemv (formats[i], 2048, 1024, 3, 1024, TRUE);
+    check_linear_rows_exact (formats[i], 600, 4128, 8, TRUE);
+    check_linear_rows_exact (formats[i], 4096, 11264, 4, FALSE);
+  }
+}
+
 /* The int4 linears take the wgmma configuration where the build and the GPU have it (a build with 90a in
  * -Dcuda-arch, a compute capability 9.0 GPU: H100, H200) from M = 17 rows, and nowhere else: without this a
  * build whose sm_90a code the driver did not load would fall back to mma.sync silently (the same bits, the

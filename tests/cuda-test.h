@@ -82,6 +82,7 @@ void test_force_tokens (void);
 void test_linear (void);
 void test_linear_batch (void);
 void test_linear_batch_slices (void);
+void test_linear_gemv (void);
 void test_linear_wgmma_path (void);
 void test_rmsnorm_linear (void);
 void test_silu_gate_linear (void);

@@ -65,6 +65,7 @@ main (int argc, char **argv)
     g_test_add_func ("/cuda/linear", test_linear);
     g_test_add_func ("/cuda/linear-batch", test_linear_batch);
     g_test_add_func ("/cuda/linear-batch-slices", test_linear_batch_slices);
+    g_test_add_func ("/cuda/linear-gemv", test_linear_gemv);
     g_test_add_func ("/cuda/linear-wgmma-path", test_linear_wgmma_path);
     g_test_add_func ("/cuda/rmsnorm-linear", test_rmsnorm_linear);
     g_test_add_func ("/cuda/silu-gate-linear", test_silu_gate_linear);

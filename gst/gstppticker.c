@@ -102,10 +102,10 @@ struct _GstPpTicker
   gint64 deadline;              /* of the pending batch (monotonic us) */
   gint64 last_tick;             /* start of the last tick (monotonic us), 0: none yet */
   gint64 last_end;              /* end of the last tick */
-  gint64 anchor;                /* frame alignment's phase: the start of the
-                                 * tick that began the cadence, or of the last
-                                 * one that stepped the only member waited
-                                 * for (monotonic us), 0: none yet */
+  gint64 anchor;                /* frame alignment's phase: the latest hand-in
+                                 * of the tick that began the cadence, or of
+                                 * the last one that stepped the only member
+                                 * waited for (monotonic us), 0: none yet */
   gint64 nominal;               /* under load: the start the last tick was due at (its
                                  * due time, or its start when earlier); 0 when not loaded */
   gint64 ring_start[LOAD_RING], ring_end[LOAD_RING];  /* the last ticks */
@@ -383,7 +383,7 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
 {
   GError *err = NULL;
   guint n = 0, i, missed = 0, waited = t->n_waited;
-  gint64 oldest = G_MAXINT64;
+  gint64 oldest = G_MAXINT64, newest = 0;
   gint64 start, end;
   gboolean ok;
 
@@ -404,6 +404,7 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
       t->outs[n] = m->out;
       memset (&t->res[n], 0, sizeof (PpxFrameResult));
       oldest = MIN (oldest, m->handed_in);
+      newest = MAX (newest, m->handed_in);
       n++;
     } else if (!catch_up && m->waited && m->state != MEMBER_RUNNING) {
       /* missed this tick: not waited for until it hands in again */
@@ -424,11 +425,13 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
   start = g_get_monotonic_time ();
   /* the alignment's phase: set by the first tick of a cadence (none for
    * CADENCE_PERIODS), and while a member ticks alone; then kept whoever
-   * joins (gstppticker.h, "Frame alignment") */
-  if (!catch_up && (t->anchor == 0 || t->last_tick == 0
+   * joins (gstppticker.h, "Frame alignment"). Its latest hand-in: the
+   * tick's start when the set was complete, a member's phase when the tick
+   * started on a deadline (a member in the wait set had not handed in) */
+  if (!catch_up && n > 0 && (t->anchor == 0 || t->last_tick == 0
           || start - t->last_tick > CADENCE_PERIODS * t->period
           || (waited == 1 && n == 1)))
-    t->anchor = start;
+    t->anchor = newest;
   t->last_tick = start;
   /* Under load the ticks keep to a grid of periods: a tick that starts
    * late (it waited for a frame past its due time) does not make the next

@@ -4,9 +4,10 @@
  * emulated device whose every tick lasts 20 ms (PPX_TICK_EMULATE): the first
  * call and two more at one page phase (the bulk), then eight whose pages come
  * 3, 6, ... 24 ms after the bulk's, as the few calls of the GPU runs that
- * landed a few ms after the bulk. The phases are exact: every pipeline runs on
- * the system clock with a base time set by the test, so its pages arrive at
- * base + k * 40 ms whenever the machine wakes the test.
+ * landed a few ms after the bulk. The phases are the schedule's: each call is
+ * an appsrc (live) whose pages the test pushes at its start + k * 40 ms of the
+ * monotonic clock (the ticker's), so a late wake-up delays one page and does
+ * not move the next.
  *
  * Before: each joiner was aligned to the last tick's start, which a complete
  * set starts at its latest hand-in; one 3 ms after the latest was led to no

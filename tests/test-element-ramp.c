@@ -1,10 +1,12 @@
 /* personaplexduplex: the join ramp's split ticks (issue 26; docs/server.md,
  * "Joins and leaves"). Live calls whose input comes in client pages (two
  * 20 ms buffers every 40 ms) join a shared engine 200 ms apart, on an
- * emulated device whose every tick lasts 20 ms (PPX_TICK_EMULATE): the first
- * call and two more at one page phase (the bulk), then eight whose pages come
- * 3, 6, ... 24 ms after the bulk's, as the few calls of the GPU runs that
- * landed a few ms after the bulk. The phases are the schedule's: each call is
+ * emulated device whose every tick lasts at least 20 ms (PPX_TICK_EMULATE;
+ * 24 rows of the tiny model take about 28 ms on a 2-core machine, not
+ * loaded): the first call and one more at one page phase (the bulk), then 22
+ * whose pages come 3, 6, ... 66 ms after the bulk's (mod 40: each a few ms
+ * after the one before, as the few calls of the GPU runs that landed a few ms
+ * after the bulk). The phases are the schedule's: each call is
  * an appsrc (live) whose pages the test pushes at its start + k * 40 ms of the
  * monotonic clock (the ticker's), so a late wake-up delays one page and does
  * not move the next.
@@ -15,7 +17,9 @@
  * next one aimed at it, and once the latest was 20 ms after the first call
  * (whose frames kept the plain 20 ms batch-deadline) the ticks started on the
  * first call's deadline without the tail, and the two groups ticked in turn.
- * Now the phase the joiners are led to is kept from the ticker's first ticks
+ * With the first call's wait alone (its arrival interval beyond the deadline,
+ * 60 ms) the ratchet went on to 63 ms after it and the ticks split all the
+ * same. Now the phase the joiners are led to is kept from the ticker's first ticks
  * (the first call's) and the first call's frames wait its arrival interval
  * beyond the deadline too: after the ramp, one tick a period steps every call,
  * and the calls' frames complete within a page (40 ms, plus the 5 ms
@@ -25,7 +29,7 @@
 #include <gst/app/app.h>
 #include <string.h>
 
-#define N_CALLS 11
+#define N_CALLS 24
 #define JOIN_US 200000
 /* the ticks read: those that ended in the last WINDOW_US (25 periods) */
 #define WINDOW_US 2000000
@@ -135,7 +139,7 @@ GST_START_TEST (test_ramp_keeps_one_tick)
     gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, on_first_answer, c,
         NULL);
     gst_object_unref (pad);
-    c->page_phase_us = i < 3 ? 0 : 3000 * (i - 2);
+    c->page_phase_us = i < 2 ? 0 : 3000 * (i - 1);
     /* the session is made here; the call starts with its first page (its
      * caps come with it) */
     fail_if (gst_element_set_state (c->pipeline, GST_STATE_PLAYING) ==

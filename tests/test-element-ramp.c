@@ -21,9 +21,9 @@
  * 60 ms) the ratchet went on to 63 ms after it and the ticks split all the
  * same. Now the phase the joiners are led to is kept from the ticker's first
  * ticks (the first call's), and the first call's frames wait its arrival
- * interval beyond the deadline too: after the ramp, one tick a period steps every call,
- * and the calls' frames complete within a page (40 ms, plus the 5 ms
- * tolerance) of each other. */
+ * interval beyond the deadline too: after the ramp, one tick a period steps
+ * every call, and the calls' frames complete within a page (40 ms, plus the
+ * 5 ms tolerance) of each other. */
 #include "element-harness.h"
 
 #include <gst/app/app.h>

@@ -479,8 +479,12 @@ alignment_at_arrival (GstPpStream * st, guint n_samples)
    * wait for them that long beyond batch-deadline (with 40 ms pages and
    * the 20 ms default, one that completed 20-35 ms before them waited its
    * deadline and ticked alone, and they then waited theirs for it, every
-   * period) */
-  st->align_extra_us = lead >= 0 ? g : 0;
+   * period). The first call too (nothing to align with, lead -1): the
+   * joiners are led to its phase, up to 5 ms after it, and it waits for
+   * them as they wait for each other; with 20 ms it started the ticks
+   * before the late ones were in once their phases had moved 20 ms after
+   * it (the join ramp's split ticks, docs/server.md) */
+  st->align_extra_us = g;
   GST_LOG_OBJECT (st->element, "frame alignment: an arrival of %u samples "
       "(%" G_GSIZE_FORMAT " in all, arrivals %.1f ms apart): %s",
       st->arrival_samples, have, g / 1000.0,

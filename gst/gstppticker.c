@@ -17,6 +17,14 @@
 /* Frame alignment: a frame complete this long after the others' hand-in is
  * waited for rather than led by a buffer (gst_pp_ticker_lead_in). */
 #define LEAD_TOLERANCE_US 5000
+/* Frame alignment's reference (gst_pp_ticker_lead_in, not loaded): the phase
+ * of the ticker's ticks, kept from when the ticker started ticking (or ticked
+ * one member alone) rather than taken from the last tick's start, which
+ * follows the latest member's hand-in: a joiner led to up to
+ * LEAD_TOLERANCE_US after that made itself the latest, and the next joiner
+ * aimed at it (the join ramp's split ticks, docs/server.md). A pause of the
+ * ticks this many periods long starts a new cadence (as lead_in's). */
+#define CADENCE_PERIODS 4
 /* The engine's load: the part of the last LOAD_PERIODS periods its ticks
  * took (over the last LOAD_RING ticks at most). Loaded from LOADED_ABOVE on,
  * no longer below UNLOADED_BELOW (gstppticker.h, "Under load"). */
@@ -94,6 +102,10 @@ struct _GstPpTicker
   gint64 deadline;              /* of the pending batch (monotonic us) */
   gint64 last_tick;             /* start of the last tick (monotonic us), 0: none yet */
   gint64 last_end;              /* end of the last tick */
+  gint64 anchor;                /* frame alignment's phase: the latest hand-in
+                                 * of the tick that began the cadence, or of
+                                 * the last one that stepped the only member
+                                 * waited for (monotonic us), 0: none yet */
   gint64 nominal;               /* under load: the start the last tick was due at (its
                                  * due time, or its start when earlier); 0 when not loaded */
   gint64 ring_start[LOAD_RING], ring_end[LOAD_RING];  /* the last ticks */
@@ -371,7 +383,7 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
 {
   GError *err = NULL;
   guint n = 0, i, missed = 0, waited = t->n_waited;
-  gint64 oldest = G_MAXINT64;
+  gint64 oldest = G_MAXINT64, newest = 0;
   gint64 start, end;
   gboolean ok;
 
@@ -392,6 +404,7 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
       t->outs[n] = m->out;
       memset (&t->res[n], 0, sizeof (PpxFrameResult));
       oldest = MIN (oldest, m->handed_in);
+      newest = MAX (newest, m->handed_in);
       n++;
     } else if (!catch_up && m->waited && m->state != MEMBER_RUNNING) {
       /* missed this tick: not waited for until it hands in again */
@@ -410,6 +423,15 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
   t->n_pending -= n;
   t->running = TRUE;
   start = g_get_monotonic_time ();
+  /* the alignment's phase: set by the first tick of a cadence (none for
+   * CADENCE_PERIODS), and while a member ticks alone; then kept whoever
+   * joins (gstppticker.h, "Frame alignment"). Its latest hand-in: the
+   * tick's start when the set was complete, a member's phase when the tick
+   * started on a deadline (a member in the wait set had not handed in) */
+  if (!catch_up && n > 0 && (t->anchor == 0 || t->last_tick == 0
+          || start - t->last_tick > CADENCE_PERIODS * t->period
+          || (waited == 1 && n == 1)))
+    t->anchor = newest;
   t->last_tick = start;
   /* Under load the ticks keep to a grid of periods: a tick that starts
    * late (it waited for a frame past its due time) does not make the next
@@ -663,7 +685,7 @@ gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
     gint64 period, gint64 granularity)
 {
   GstPpTicker *t;
-  gint64 d, lead = -1, ref;
+  gint64 d, lead = -1, ref, cadence;
   guint others = 0, i;
 
   g_return_val_if_fail (m != NULL && period > 0, 0);
@@ -674,14 +696,17 @@ gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
 
     others += o != m && o->waited;
   }
-  /* the others' frames are handed in around ref + k * period: the last
-   * tick's start (it starts when the last of them arrives), under load the
+  /* the others' frames are handed in around ref + k * period: the phase
+   * the ticker's ticks began at (`anchor`: the first call's hand-in, whom
+   * the joiners were led to; not the last tick's start, which follows the
+   * latest of them and, joiner by joiner, ratchets later), under load the
    * grid the ticks are due on (not a start that waited for a late frame); a
-   * cadence older than a few periods may have gone (the others paused, or
-   * left) */
-  ref = t->nominal > 0 ? t->nominal : t->last_tick;
-  if (others > 0 && ref > 0
-      && complete_at - ref < 4 * period + granularity) {
+   * cadence whose last tick is older than a few periods may have gone (the
+   * others paused, or left) */
+  cadence = t->nominal > 0 ? t->nominal : t->last_tick;
+  ref = t->nominal > 0 ? t->nominal : t->anchor > 0 ? t->anchor : t->last_tick;
+  if (others > 0 && cadence > 0
+      && complete_at - cadence < CADENCE_PERIODS * period + granularity) {
     gint64 g = CLAMP (granularity, 1, period), tol = MIN (LEAD_TOLERANCE_US,
         g / 2);
 

@@ -124,7 +124,13 @@ GstPpTickResult gst_pp_ticker_step (GstPpTickerMember * member,
  * input buffers (a frame is complete only when the buffer holding its last
  * sample arrives): the lead is a whole number of buffers that makes the
  * frame complete at the last arrival before the others' hand-in (or up to
- * 5 ms after it). -1 when no other member of the ticker is active or the
+ * 5 ms after it). The others' hand-in: the phase the ticker's cadence began
+ * at (the latest hand-in of its first tick, or of the last one that stepped
+ * the only member waited for; not the last tick's start, which follows the
+ * latest member, so that each joiner up to 5 ms after it moved the phase
+ * later and the first call's frames, on their deadline, ticked apart from
+ * the tail: the join ramp's split ticks, docs/server.md), under load the
+ * grid the ticks are due on. -1 when no other member of the ticker is active or the
  * ticker has not ticked in the last few periods (nothing to align with).
  * The element asks at each arrival whether that arrival completes its frame
  * (@complete_at: the next arrival, @granularity: the arrival interval; a

@@ -136,16 +136,22 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
   *S = (nst + best_leaf - 1) / best_leaf;
 }
 
-/* Whether a launch of m rows (m <= TCW_MMAX) on w takes the wgmma configuration (cuda-linear-wgmma.cu): int4
- * weights, a device of compute capability 9.0 and a build with sm_90a, m at least PPX_CUDA_LINEAR_WGMMA (read
- * once; default 17: measured faster from 17 rows on every temporal shape, mixed at 9..16 and slower for the
- * large shapes at M <= 8; 0: never). A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"),
- * so the switch may depend on M. */
+/* Whether a launch of m rows (m <= TCW_MMAX) on w takes the wgmma configuration (cuda-linear-wgmma.cu): a device
+ * of compute capability 9.0 and a build with sm_90a, and
+ * - int4 weights: m at least PPX_CUDA_LINEAR_WGMMA (read once; default 17: measured faster from 17 rows on every
+ *   temporal shape, mixed at 9..16 and slower for the large shapes at M <= 8; 0: never);
+ * - int8 weights: m at least PPX_CUDA_LINEAR_WGMMA_INT8 (else PPX_CUDA_LINEAR_WGMMA where that is set, else
+ *   TCW_INT8_MIN_M; 0: never).
+ * A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"), so the switch may depend on M. */
+#define TCW_INT8_MIN_M 17
 static bool
 tc_wgmma (const PpxCudaWeight *w, int m)
 {
   static const int min_m = env_int ("PPX_CUDA_LINEAR_WGMMA", 0, TCW_MMAX + 1, 17);
-  return min_m > 0 && m >= min_m && w->format == PPX_CUDA_W_INT4 && ppx_linear_wgmma_available ();
+  static const int min_m8 =
+    env_int ("PPX_CUDA_LINEAR_WGMMA_INT8", 0, TCW_MMAX + 1, getenv ("PPX_CUDA_LINEAR_WGMMA") ? min_m : TCW_INT8_MIN_M);
+  const int lo = w->format == PPX_CUDA_W_INT4 ? min_m : w->format == PPX_CUDA_W_INT8 ? min_m8 : 0;
+  return lo > 0 && m >= lo && ppx_linear_wgmma_available ();
 }
 
 int
@@ -343,7 +349,8 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     /* the wgmma configuration splits x itself, in its layout (not for the fused RMSNorm / gate: M <= 8);
      * a launch of more than TC_MMAX rows takes it where its first launch did (tc_wgmma at min (M, 256)) */
     const bool wg = !alpha && !gate && tc_wgmma (w, a.M);
-    const int max_tiles = wg && ppx_linear_wgmma_nt_max () > 16 ? ppx_linear_wgmma_nt_max () : nt16 ? 16 : 8;
+    const int wg_nt = wg ? ppx_linear_wgmma_nt_max (w->format) : 0;
+    const int max_tiles = wg_nt > 16 ? wg_nt : nt16 ? 16 : 8;
     tc_slices (a.M, a.leaf_stages, max_tiles, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), wg, &a.slice_tiles,
                &a.n_slices);
     if (a.M > 8 && !wg) {
@@ -363,7 +370,7 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     }
     int e;
     if (wg) {
-      if ((e = ppx_linear_wgmma (a, ck, xs, s)))
+      if ((e = ppx_linear_wgmma (a, w->format, ck, xs, s)))
         return e;
       continue;
     }

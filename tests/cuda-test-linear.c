@@ -188,11 +188,12 @@ test_linear_batch_slices (void)
   ppx_backend_cuda_linear_force_slice (0);
 }
 
-/* The int4 linears take the wgmma configuration where the build and the GPU have it (a build with 90a in
- * -Dcuda-arch, a compute capability 9.0 GPU: H100, H200) from M = 17 rows, and nowhere else: without this a
- * build whose sm_90a code the driver did not load would fall back to mma.sync silently (the same bits, the
- * batch tests cannot tell) and the tick would lose ~2 ms at 80 sessions (docs/cuda.md, "wgmma (sm_90a)").
- * PPX_CUDA_LINEAR_WGMMA moves the switch; the test expects the default. */
+/* The int4 and int8 linears take the wgmma configuration where the build and the GPU have it (a build with 90a
+ * in -Dcuda-arch, a compute capability 9.0 GPU: H100, H200) from M = 17 rows, and nowhere else (bf16, the
+ * CUDA-core kernels: never): without this a build whose sm_90a code the driver did not load would fall back to
+ * mma.sync silently (the same bits, the batch tests cannot tell) and the tick would lose ~2 ms at 80 sessions
+ * (docs/cuda.md, "wgmma (sm_90a)"). PPX_CUDA_LINEAR_WGMMA and PPX_CUDA_LINEAR_WGMMA_INT8 move the switch; the
+ * test expects the default. */
 void
 test_linear_wgmma_path (void)
 {
@@ -201,8 +202,9 @@ test_linear_wgmma_path (void)
 #else
   const gboolean built = FALSE;
 #endif
-  if (g_getenv ("PPX_CUDA_LINEAR_WGMMA") || g_getenv ("PPX_CUDA_LINEAR_LAUNCH_ROWS")) {
-    g_test_skip ("PPX_CUDA_LINEAR_WGMMA or _LAUNCH_ROWS is set: the switch is not the default");
+  if (g_getenv ("PPX_CUDA_LINEAR_WGMMA") || g_getenv ("PPX_CUDA_LINEAR_WGMMA_INT8") ||
+      g_getenv ("PPX_CUDA_LINEAR_LAUNCH_ROWS")) {
+    g_test_skip ("PPX_CUDA_LINEAR_WGMMA, _WGMMA_INT8 or _LAUNCH_ROWS is set: the switch is not the default");
     return;
   }
   const int cc = ppx_backend_cuda_compute_capability (gpu);
@@ -217,7 +219,7 @@ test_linear_wgmma_path (void)
     WPair w = wpair_random (formats[i], 256, 1024);
     static const int ms[] = {1, 8, 16, 17, 32, 80, 128, 129, 160, 200, 256, 300};
     for (guint k = 0; k < G_N_ELEMENTS (ms); k++) {
-      const gboolean want = expect && tc_int4 && ms[k] >= 17;
+      const gboolean want = expect && (tc_int4 || formats[i].format == PPX_WFMT_INT8) && ms[k] >= 17;
       if (ppx_backend_cuda_linear_wgmma_at (gpu, w.g, ms[k]) != want)
         g_error ("linear %s M=%d: wgmma %s, expected %s", fmt_name (formats[i]), ms[k], want ? "not taken" : "taken",
                  want ? "taken" : "not taken");

@@ -140,17 +140,31 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
  * of compute capability 9.0 and a build with sm_90a, and
  * - int4 weights: m at least PPX_CUDA_LINEAR_WGMMA (read once; default 17: measured faster from 17 rows on every
  *   temporal shape, mixed at 9..16 and slower for the large shapes at M <= 8; 0: never);
- * - int8 weights: m at least PPX_CUDA_LINEAR_WGMMA_INT8 (else PPX_CUDA_LINEAR_WGMMA where that is set, else
- *   TCW_INT8_MIN_M; 0: never).
- * A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"), so the switch may depend on M. */
-#define TCW_INT8_MIN_M 17
+ * - int8 weights: m at least PPX_CUDA_LINEAR_WGMMA_INT8 for every shape where that is set (else
+ *   PPX_CUDA_LINEAR_WGMMA where that is set; 0: never); by default from 17 rows where a leaf of K is 3 stages or
+ *   more (the temporal shapes, the text head, the depformer's FFN in), from TCW_INT8_DEP_MIN_M rows where it is 1
+ *   or 2 (the depformer's other linears: latency-bound, on wgmma a little slower than mma.sync in the same
+ *   slices, faster only in the slices of tc_slices past 128 rows; H200, docs/cuda.md "int8 on wgmma").
+ * A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"), so the switch may depend on M and on
+ * the shape. */
+#define TCW_INT8_DEP_MIN_M 129
 static bool
 tc_wgmma (const PpxCudaWeight *w, int m)
 {
   static const int min_m = env_int ("PPX_CUDA_LINEAR_WGMMA", 0, TCW_MMAX + 1, 17);
   static const int min_m8 =
-    env_int ("PPX_CUDA_LINEAR_WGMMA_INT8", 0, TCW_MMAX + 1, getenv ("PPX_CUDA_LINEAR_WGMMA") ? min_m : TCW_INT8_MIN_M);
-  const int lo = w->format == PPX_CUDA_W_INT4 ? min_m : w->format == PPX_CUDA_W_INT8 ? min_m8 : 0;
+    env_int ("PPX_CUDA_LINEAR_WGMMA_INT8", 0, TCW_MMAX + 1, getenv ("PPX_CUDA_LINEAR_WGMMA") ? min_m : -1);
+  int lo = 0;
+  if (w->format == PPX_CUDA_W_INT4) {
+    lo = min_m;
+  } else if (w->format == PPX_CUDA_W_INT8) {
+    lo = min_m8;
+    if (lo < 0) {
+      int nst, leaf, S;
+      tc_plan (w, &nst, &leaf, &S);
+      lo = leaf <= 2 ? TCW_INT8_DEP_MIN_M : 17;
+    }
+  }
   return lo > 0 && m >= lo && ppx_linear_wgmma_available ();
 }
 
@@ -271,10 +285,15 @@ ppx_cuda_linear_force_slice (int tiles)
  * latency-bound); else one slice (the 64- or 128-row configuration, whose warps reuse each dequantized
  * weight fragment over more n-tiles).
  * max_tiles: 16, or 8 where the 16-tile configuration does not fit, TCW_NT (25) for wgmma (one slice up to
- * 200 rows, two from 201); max_slices: as many as the counters allow for the row blocks (very tall weights:
- * fewer, larger slices). Forced (the bench's sweep) by ppx_cuda_linear_force_slice or PPX_CUDA_LINEAR_SLICE (n-tiles a slice). */
+ * 200 rows, two from 201; int8 TCW_NT8, 24); max_slices: as many as the counters allow for the row blocks (very
+ * tall weights: fewer, larger slices). Forced (the bench's sweep) by ppx_cuda_linear_force_slice or
+ * PPX_CUDA_LINEAR_SLICE (n-tiles a slice).
+ * int8 weights with leaves of at most 3 stages (the depformer's shapes) past 128 rows: slices of
+ * PPX_CUDA_LINEAR_SLICE_DEP n-tiles (0: the rule above), by default 4 on wgmma (measured on an H200: at M = 160
+ * the depformer's five shapes 3-28 % faster than in slices of 2 or one slice, docs/cuda.md "int8 on wgmma"),
+ * the rule above on mma.sync. */
 static void
-tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, int *slice_tiles, int *n_slices)
+tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, bool int8, int *slice_tiles, int *n_slices)
 {
   const int tiles = (M + 7) / 8;
   if (M <= 8) {
@@ -283,9 +302,12 @@ tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, int *
     return;
   }
   static const int env = env_int ("PPX_CUDA_LINEAR_SLICE", 2, TCW_NT, 0);
+  static const int dep = env_int ("PPX_CUDA_LINEAR_SLICE_DEP", 0, TCW_NT, -1);
   int want = __atomic_load_n (&forced_slice_tiles, __ATOMIC_RELAXED);
   if (want <= 0)
     want = env;
+  if (want <= 0 && int8 && M > TC_MMAX && leaf_stages <= 3)
+    want = dep >= 0 ? dep : wg ? 4 : 0;
   if (want <= 0)
     want = (M <= 32 && !wg) || leaf_stages <= 2 ? 2 : max_tiles; /* wgmma: one slice also at 17..32 rows (measured) */
   if (max_slices >= 1 && (tiles + want - 1) / want > max_slices)
@@ -351,8 +373,8 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     const bool wg = !alpha && !gate && tc_wgmma (w, a.M);
     const int wg_nt = wg ? ppx_linear_wgmma_nt_max (w->format) : 0;
     const int max_tiles = wg_nt > 16 ? wg_nt : nt16 ? 16 : 8;
-    tc_slices (a.M, a.leaf_stages, max_tiles, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), wg, &a.slice_tiles,
-               &a.n_slices);
+    tc_slices (a.M, a.leaf_stages, max_tiles, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), wg,
+               w->format == PPX_CUDA_W_INT8, &a.slice_tiles, &a.n_slices);
     if (a.M > 8 && !wg) {
       const int tiles = (a.M + 7) / 8;
       a.xs_tiles = tiles;

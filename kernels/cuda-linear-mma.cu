@@ -142,9 +142,10 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
  *   temporal shape, mixed at 9..16 and slower for the large shapes at M <= 8; 0: never);
  * - int8 weights: m at least PPX_CUDA_LINEAR_WGMMA_INT8 for every shape where that is set (else
  *   PPX_CUDA_LINEAR_WGMMA where that is set; 0: never); by default from 17 rows where a leaf of K is 3 stages or
- *   more (the temporal shapes, the text head, the depformer's FFN in), from TCW_INT8_DEP_MIN_M rows where it is 1
- *   or 2 (the depformer's other linears: latency-bound, on wgmma a little slower than mma.sync in the same
- *   slices, faster only in the slices of tc_slices past 128 rows; H200, docs/cuda.md "int8 on wgmma").
+ *   more (the temporal shapes, the text head, the depformer's FFN in: faster from 17 rows, 4096 x 4096 at 32
+ *   aside), from TCW_INT8_DEP_MIN_M rows where it is 1 or 2 (the depformer's other linears, latency-bound: in the
+ *   same slices wgmma is 0-4 % faster than mma.sync past 128 rows, 2-3 % slower at 17..128 in slices of 2; H100,
+ *   H200, docs/cuda.md "int8 on wgmma").
  * A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"), so the switch may depend on M and on
  * the shape. */
 #define TCW_INT8_DEP_MIN_M 129
@@ -288,10 +289,12 @@ ppx_cuda_linear_force_slice (int tiles)
  * 200 rows, two from 201; int8 TCW_NT8, 24); max_slices: as many as the counters allow for the row blocks (very
  * tall weights: fewer, larger slices). Forced (the bench's sweep) by ppx_cuda_linear_force_slice or
  * PPX_CUDA_LINEAR_SLICE (n-tiles a slice).
- * int8 weights with leaves of at most 3 stages (the depformer's shapes) past 128 rows: slices of
- * PPX_CUDA_LINEAR_SLICE_DEP n-tiles (0: the rule above), by default 4 on wgmma (measured on an H200: at M = 160
- * the depformer's five shapes 3-28 % faster than in slices of 2 or one slice, docs/cuda.md "int8 on wgmma"),
- * the rule above on mma.sync. */
+ * int8 weights, not forced (measured on an H100 and an H200, docs/cuda.md "int8 on wgmma"): from 16 n-tiles
+ * (121 rows), slices of PPX_CUDA_LINEAR_SLICE_DEP n-tiles (default 4; 0: the rule above) on either path where
+ * the leaves are 1-2 stages (the depformer's latency-bound shapes; at M = 128..256 up to 28 % faster than
+ * slices of 2: ~4x the blocks the SMs hold, each paying a slice's fixed costs) and, up to 20 n-tiles, 3 stages
+ * (5632 x 1024); past 20 n-tiles that shape takes slices of at most 16 on wgmma (two slices of 13 or 16 beat
+ * slices of 4 there, and one slice of 17..24, the wide configuration, was 9 % slower at M = 160). */
 static void
 tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, bool int8, int *slice_tiles, int *n_slices)
 {
@@ -302,12 +305,14 @@ tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, bool 
     return;
   }
   static const int env = env_int ("PPX_CUDA_LINEAR_SLICE", 2, TCW_NT, 0);
-  static const int dep = env_int ("PPX_CUDA_LINEAR_SLICE_DEP", 0, TCW_NT, -1);
+  static const int dep = env_int ("PPX_CUDA_LINEAR_SLICE_DEP", 0, TCW_NT, 4);
+  if (int8 && wg && leaf_stages <= 3 && max_tiles > 16)
+    max_tiles = 16;
   int want = __atomic_load_n (&forced_slice_tiles, __ATOMIC_RELAXED);
   if (want <= 0)
     want = env;
-  if (want <= 0 && int8 && M > TC_MMAX && leaf_stages <= 3)
-    want = dep >= 0 ? dep : wg ? 4 : 0;
+  if (want <= 0 && int8 && tiles >= 16 && (leaf_stages <= 2 || (leaf_stages == 3 && tiles <= 20)))
+    want = dep;
   if (want <= 0)
     want = (M <= 32 && !wg) || leaf_stages <= 2 ? 2 : max_tiles; /* wgmma: one slice also at 17..32 rows (measured) */
   if (max_slices >= 1 && (tiles + want - 1) / want > max_slices)

@@ -1,14 +1,15 @@
-/* CUDA backend: the int4 linear layers on Hopper's wgmma (sm_90a; docs/cuda.md, "wgmma (sm_90a)").
+/* CUDA backend: the int4 and int8 linear layers on Hopper's wgmma (sm_90a; docs/cuda.md, "wgmma (sm_90a)",
+ * "int8 on wgmma").
  *
  * The same kernel as cuda-linear-mma.cu (tc_linear_kernel: the ring of shared-memory slots, the copies, the
- * K split into leaves and their combine, the int4 weights dequantized in registers), in its wgmma
+ * K split into leaves and their combine, the int4 / int8 weights dequantized in registers), in its wgmma
  * configuration (TcCfg WG): a warpgroup (4 warps) owns 64 weight rows, each warp's 16 rows dequantized into
  * the A-fragment registers exactly as for mma.m16n8k16 (wgmma's register A has that per-warp layout), and
  * x is the B operand, read by the tensor cores from the slot, where tcw_xsplit_kernel's records land in
  * wgmma's K-major layout without swizzle (one bulk copy a stage, as before). One wgmma m64nNk16 covers all
  * the slice's N = 8 x n-tiles rows of x. The arithmetic of every output element is the mma.sync kernel's:
  * per k-step the hi product then the lo product into a chunk sum that starts from zero, the chunk added to
- * the f32 running sum times the int4 group scale, chunks in order, leaves in order.
+ * the f32 running sum (times the int4 group scale; int8 row scales at the end), chunks in order, leaves in order.
  *
  * Built only for sm_90a (meson's -Dcuda-arch with 90a: this file alone gets -gencode
  * arch=compute_90a,code=sm_90a); without it (PPX_CUDA_NO_WGMMA) only the entry points, saying "not

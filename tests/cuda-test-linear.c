@@ -161,19 +161,20 @@ test_linear_batch (void)
     check_linear_rows_exact (formats[i], 600, 4128, 200, FALSE);
     check_linear_rows_exact (formats[i], 129, 1000, 256, TRUE);
     check_linear_rows_exact (formats[i], 129, 1000, 300, FALSE);
-    check_linear_rows_exact (formats[i], 1027, 1024, 160, TRUE); /* the depformer's shape: leaves of 1-2 stages, 10 slices of 2 */
+    check_linear_rows_exact (formats[i], 1027, 1024, 160, TRUE); /* the depformer's shape: leaves of 1-2 stages (int8: wgmma, 5 slices of 4) */
+    check_linear_rows_exact (formats[i], 1027, 1024, 128, FALSE); /* int8: mma.sync in 4 slices of 4 */
   }
   check_linear_rows_exact (formats[0], 512, 2048, 160, TRUE); /* f32, Mimi's FFN down projection, 80 sessions */
 }
 
 /* The same with the x rows of each launch spread over blocks in every way the tensor-core kernel can
- * (ppx_backend_cuda_linear_force_slice: 2, 3, 5, 8, 16, 25 n-tiles a block; 3 and 5 leave tiles of a block's
+ * (ppx_backend_cuda_linear_force_slice: 2, 3, 4, 5, 8, 16, 25 n-tiles a block; 3 and 5 leave tiles of a block's
  * configuration empty; 131, 200 and 256 rows are one launch, in slices of up to 16 n-tiles on mma.sync and 25 on
  * wgmma): the slicing changes where rows are computed, never their bits. */
 void
 test_linear_batch_slices (void)
 {
-  static const int slices[] = {2, 3, 5, 8, 16, 25};
+  static const int slices[] = {2, 3, 4, 5, 8, 16, 25};
   for (guint k = 0; k < G_N_ELEMENTS (slices); k++) {
     ppx_backend_cuda_linear_force_slice (slices[k]);
     for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {

@@ -144,7 +144,7 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
  *   PPX_CUDA_LINEAR_WGMMA where that is set; 0: never); by default from 17 rows where a leaf of K is 3 stages or
  *   more (the temporal shapes, the text head, the depformer's FFN in: faster from 17 rows, 4096 x 4096 at 32
  *   aside), from TCW_INT8_DEP_MIN_M rows where it is 1 or 2 (the depformer's other linears, latency-bound: in the
- *   same slices wgmma is 0-4 % faster than mma.sync past 128 rows, 2-3 % slower at 17..128 in slices of 2; H100,
+ *   same slices wgmma is 0-4 % faster than mma.sync past 128 rows, up to 5 % slower at 17..256 in slices of 2; H100,
  *   H200, docs/cuda.md "int8 on wgmma").
  * A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"), so the switch may depend on M and on
  * the shape. */

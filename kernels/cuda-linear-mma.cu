@@ -136,16 +136,37 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
   *S = (nst + best_leaf - 1) / best_leaf;
 }
 
-/* Whether a launch of m rows (m <= TCW_MMAX) on w takes the wgmma configuration (cuda-linear-wgmma.cu): int4
- * weights, a device of compute capability 9.0 and a build with sm_90a, m at least PPX_CUDA_LINEAR_WGMMA (read
- * once; default 17: measured faster from 17 rows on every temporal shape, mixed at 9..16 and slower for the
- * large shapes at M <= 8; 0: never). A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"),
- * so the switch may depend on M. */
+/* Whether a launch of m rows (m <= TCW_MMAX) on w takes the wgmma configuration (cuda-linear-wgmma.cu): a device
+ * of compute capability 9.0 and a build with sm_90a, and
+ * - int4 weights: m at least PPX_CUDA_LINEAR_WGMMA (read once; default 17: measured faster from 17 rows on every
+ *   temporal shape, mixed at 9..16 and slower for the large shapes at M <= 8; 0: never);
+ * - int8 weights: m at least PPX_CUDA_LINEAR_WGMMA_INT8 for every shape where that is set (else
+ *   PPX_CUDA_LINEAR_WGMMA where that is set; 0: never); by default from 17 rows where a leaf of K is 3 stages or
+ *   more (the temporal shapes, the text head, the depformer's FFN in: faster from 17 rows, 4096 x 4096 at 32
+ *   aside), from TCW_INT8_DEP_MIN_M rows where it is 1 or 2 (the depformer's other linears, latency-bound: in the
+ *   same slices wgmma is 0-4 % faster than mma.sync past 128 rows, up to 5 % slower at 17..256 in slices of 2; H100,
+ *   H200, docs/cuda.md "int8 on wgmma").
+ * A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"), so the switch may depend on M and on
+ * the shape. */
+#define TCW_INT8_DEP_MIN_M 129
 static bool
 tc_wgmma (const PpxCudaWeight *w, int m)
 {
   static const int min_m = env_int ("PPX_CUDA_LINEAR_WGMMA", 0, TCW_MMAX + 1, 17);
-  return min_m > 0 && m >= min_m && w->format == PPX_CUDA_W_INT4 && ppx_linear_wgmma_available ();
+  static const int min_m8 =
+    env_int ("PPX_CUDA_LINEAR_WGMMA_INT8", 0, TCW_MMAX + 1, getenv ("PPX_CUDA_LINEAR_WGMMA") ? min_m : -1);
+  int lo = 0;
+  if (w->format == PPX_CUDA_W_INT4) {
+    lo = min_m;
+  } else if (w->format == PPX_CUDA_W_INT8) {
+    lo = min_m8;
+    if (lo < 0) {
+      int nst, leaf, S;
+      tc_plan (w, &nst, &leaf, &S);
+      lo = leaf <= 2 ? TCW_INT8_DEP_MIN_M : 17;
+    }
+  }
+  return lo > 0 && m >= lo && ppx_linear_wgmma_available ();
 }
 
 int
@@ -272,10 +293,17 @@ ppx_cuda_linear_force_slice (int tiles)
  * latency-bound); else one slice (the 64- or 128-row configuration, whose warps reuse each dequantized
  * weight fragment over more n-tiles).
  * max_tiles: 16, or 8 where the 16-tile configuration does not fit, TCW_NT (25) for wgmma (one slice up to
- * 200 rows, two from 201); max_slices: as many as the counters allow for the row blocks (very tall weights:
- * fewer, larger slices). Forced (the bench's sweep) by ppx_cuda_linear_force_slice or PPX_CUDA_LINEAR_SLICE (n-tiles a slice). */
+ * 200 rows, two from 201; int8 TCW_NT8, 24); max_slices: as many as the counters allow for the row blocks (very
+ * tall weights: fewer, larger slices). Forced (the bench's sweep) by ppx_cuda_linear_force_slice or
+ * PPX_CUDA_LINEAR_SLICE (n-tiles a slice).
+ * int8 weights, not forced (measured on an H100 and an H200, docs/cuda.md "int8 on wgmma"): from 16 n-tiles
+ * (121 rows), slices of PPX_CUDA_LINEAR_SLICE_DEP n-tiles (default 4; 0: the rule above) on either path where
+ * the leaves are 1-2 stages (the depformer's latency-bound shapes; at M = 128..256 up to 28 % faster than
+ * slices of 2: ~4x the blocks the SMs hold, each paying a slice's fixed costs) and, up to 20 n-tiles, 3 stages
+ * (5632 x 1024); past 20 n-tiles that shape takes slices of at most 16 on wgmma (two slices of 13 or 16 beat
+ * slices of 4 there, and one slice of 17..24, the wide configuration, was 9 % slower at M = 160). */
 static void
-tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, int *slice_tiles, int *n_slices)
+tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, bool int8, int *slice_tiles, int *n_slices)
 {
   const int tiles = (M + 7) / 8;
   if (M <= 8) {
@@ -284,9 +312,14 @@ tc_slices (int M, int leaf_stages, int max_tiles, int max_slices, bool wg, int *
     return;
   }
   static const int env = env_int ("PPX_CUDA_LINEAR_SLICE", 2, TCW_NT, 0);
+  static const int dep = env_int ("PPX_CUDA_LINEAR_SLICE_DEP", 0, TCW_NT, 4);
+  if (int8 && wg && leaf_stages <= 3 && max_tiles > 16)
+    max_tiles = 16;
   int want = __atomic_load_n (&forced_slice_tiles, __ATOMIC_RELAXED);
   if (want <= 0)
     want = env;
+  if (want <= 0 && int8 && tiles >= 16 && (leaf_stages <= 2 || (leaf_stages == 3 && tiles <= 20)))
+    want = dep;
   if (want <= 0)
     want = (M <= 32 && !wg) || leaf_stages <= 2 ? 2 : max_tiles; /* wgmma: one slice also at 17..32 rows (measured) */
   if (max_slices >= 1 && (tiles + want - 1) / want > max_slices)
@@ -350,9 +383,10 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     /* the wgmma configuration splits x itself, in its layout (not for the fused RMSNorm / gate: M <= 8);
      * a launch of more than TC_MMAX rows takes it where its first launch did (tc_wgmma at min (M, 256)) */
     const bool wg = !alpha && !gate && tc_wgmma (w, a.M);
-    const int max_tiles = wg && ppx_linear_wgmma_nt_max () > 16 ? ppx_linear_wgmma_nt_max () : nt16 ? 16 : 8;
-    tc_slices (a.M, a.leaf_stages, max_tiles, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), wg, &a.slice_tiles,
-               &a.n_slices);
+    const int wg_nt = wg ? ppx_linear_wgmma_nt_max (w->format) : 0;
+    const int max_tiles = wg_nt > 16 ? wg_nt : nt16 ? 16 : 8;
+    tc_slices (a.M, a.leaf_stages, max_tiles, (int) (TC_MAX_COUNTERS / ((w->rows + 63) / 64)), wg,
+               w->format == PPX_CUDA_W_INT8, &a.slice_tiles, &a.n_slices);
     if (a.M > 8 && !wg) {
       const int tiles = (a.M + 7) / 8;
       a.xs_tiles = tiles;
@@ -370,7 +404,7 @@ ppx_linear_mma (const PpxCudaWeight *w, int ck, const float *x, size_t ldx, floa
     }
     int e;
     if (wg) {
-      if ((e = ppx_linear_wgmma (a, ck, xs, s)))
+      if ((e = ppx_linear_wgmma (a, w->format, ck, xs, s)))
         return e;
       continue;
     }

@@ -1,14 +1,15 @@
-/* CUDA backend: the int4 linear layers on Hopper's wgmma (sm_90a; docs/cuda.md, "wgmma (sm_90a)").
+/* CUDA backend: the int4 and int8 linear layers on Hopper's wgmma (sm_90a; docs/cuda.md, "wgmma (sm_90a)",
+ * "int8 on wgmma").
  *
  * The same kernel as cuda-linear-mma.cu (tc_linear_kernel: the ring of shared-memory slots, the copies, the
- * K split into leaves and their combine, the int4 weights dequantized in registers), in its wgmma
+ * K split into leaves and their combine, the int4 / int8 weights dequantized in registers), in its wgmma
  * configuration (TcCfg WG): a warpgroup (4 warps) owns 64 weight rows, each warp's 16 rows dequantized into
  * the A-fragment registers exactly as for mma.m16n8k16 (wgmma's register A has that per-warp layout), and
  * x is the B operand, read by the tensor cores from the slot, where tcw_xsplit_kernel's records land in
  * wgmma's K-major layout without swizzle (one bulk copy a stage, as before). One wgmma m64nNk16 covers all
  * the slice's N = 8 x n-tiles rows of x. The arithmetic of every output element is the mma.sync kernel's:
  * per k-step the hi product then the lo product into a chunk sum that starts from zero, the chunk added to
- * the f32 running sum times the int4 group scale, chunks in order, leaves in order.
+ * the f32 running sum (times the int4 group scale; int8 row scales at the end), chunks in order, leaves in order.
  *
  * Built only for sm_90a (meson's -Dcuda-arch with 90a: this file alone gets -gencode
  * arch=compute_90a,code=sm_90a); without it (PPX_CUDA_NO_WGMMA) only the entry points, saying "not
@@ -270,9 +271,11 @@ tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const 
 
 /* x [M][K] split into hi/lo bf16 (tc_split_record, the mma.sync kernel's split) and laid out as the wgmma B
  * operand: per stage and n-tile 4096 bytes, [k-step q][hi, lo][k half][row g][8 bf16], where k-step q's k
- * index 2t + e (e = 0, 1) is column 16 q + 4 t + e and 2t + 8 + e is column 16 q + 4 t + 2 + e (t = 0..3): the
- * columns the int4 A fragments hold (the repacked layout), as in the mma.sync kernel's B fragments. Zeros
- * past M and K. */
+ * index 2t + e (e = 0, 1) is column c + e and 2t + 8 + e is column c + 2 + e (t = 0..3), c = tc_col<FMT> (the
+ * mma.sync kernel's column of the thread's x record: int4, and every tail stage, 16 q + 4 t, the repacked
+ * layout; int8 full stages 64 (q >> 2) + 16 t + 4 (q & 3), where its 16-byte weight vectors put them), so the
+ * B operand holds, k index by k index, the x values of the mma.sync kernel's B fragments. Zeros past M and K. */
+template <int FMT>
 __global__ void
 tcw_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int tiles, int vec_x, uint32_t *out)
 {
@@ -282,8 +285,8 @@ tcw_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int t
     const int rec = (int) (i % 256);
     const int64_t tile_rec = i / 256; /* st * tiles + tile */
     const int tile = (int) (tile_rec % tiles), st = (int) (tile_rec / tiles);
-    const int q = rec >> 5, g = (rec & 31) >> 2, t = rec & 3, m = 8 * tile + g;
-    const int c = st * TC_STAGE + 16 * q + 4 * t;
+    const int q = rec >> 5, g = (rec & 31) >> 2, t = rec & 3, m = 8 * tile + g, col0 = st * TC_STAGE;
+    const int c = tc_col<FMT> (col0, col0 + TC_STAGE <= K, q, t);
     const float4 v = tc_load_x4 (x, ldx, M, K, m, c, vec_x);
     const uint4 r = tc_split_record (v); /* hi01, hi23, lo01, lo23 */
     uint32_t *o = out + tile_rec * 1024 + q * 128 + g * 4 + t;
@@ -294,21 +297,23 @@ tcw_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int t
   }
 }
 
-/* The configuration for a slice of a.slice_tiles n-tiles (2, 4, 8, 16 or TCW_NT: no 1-tile configuration, a
- * slice of one tile takes the 2-tile one). */
-template <int CK>
+/* The configuration for a slice of a.slice_tiles n-tiles (2, 4, 8, 16 or the wide one: TCW_NT for int4, TCW_NT8
+ * for int8, whose weights take twice the slot; no 1-tile configuration, a slice of one tile takes the 2-tile
+ * one). */
+template <int FMT, int CK>
 static int
 tcw_launch_nt (const TcArgs &a, cudaStream_t s)
 {
+  constexpr int WIDE = FMT == PPX_CUDA_W_INT8 ? TCW_NT8 : TCW_NT;
   if (a.slice_tiles <= 2)
-    return tc_launch<PPX_CUDA_W_INT4, CK, 2, true> (a, s);
+    return tc_launch<FMT, CK, 2, true> (a, s);
   if (a.slice_tiles <= 4)
-    return tc_launch<PPX_CUDA_W_INT4, CK, 4, true> (a, s);
+    return tc_launch<FMT, CK, 4, true> (a, s);
   if (a.slice_tiles <= 8)
-    return tc_launch<PPX_CUDA_W_INT4, CK, 8, true> (a, s);
+    return tc_launch<FMT, CK, 8, true> (a, s);
   if (a.slice_tiles <= 16)
-    return tc_launch<PPX_CUDA_W_INT4, CK, 16, true> (a, s);
-  return tc_launch<PPX_CUDA_W_INT4, CK, TCW_NT, true> (a, s);
+    return tc_launch<FMT, CK, 16, true> (a, s);
+  return tc_launch<FMT, CK, WIDE, true> (a, s);
 }
 
 /* Whether the current device runs the sm_90a code (compute capability 9.0 exactly), read once per device. */
@@ -339,26 +344,37 @@ ppx_linear_wgmma_available (void)
   return tcw_device_ok ();
 }
 
-/* The most n-tiles a wgmma slice may take on this device: TCW_NT where two ring slots of its configuration fit
- * one block's shared memory (H100, H200: 2 x 110 KB of the 227 KB at g32, the largest scales), else 16. */
+/* The most n-tiles a wgmma slice may take on this device: the wide configuration where two ring slots of it fit
+ * one block's shared memory (H100, H200: int4 2 x 110 KB of the 227 KB at g32, the largest scales; int8 2 x 112
+ * KB at 24 n-tiles, its 16 KB of weights a stage), else 16. */
 int
-ppx_linear_wgmma_nt_max (void)
+ppx_linear_wgmma_nt_max (int fmt)
 {
+  if (fmt == PPX_CUDA_W_INT8)
+    return tc_depth<PPX_CUDA_W_INT8, 8, TCW_NT8, true> (0) >= 2 ? TCW_NT8 : 16;
   return tc_depth<PPX_CUDA_W_INT4, 2, TCW_NT, true> (0) >= 2 ? TCW_NT : 16;
 }
 
 int
-ppx_linear_wgmma (TcArgs a, int ck, uint4 *xs, cudaStream_t s)
+ppx_linear_wgmma (TcArgs a, int fmt, int ck, uint4 *xs, cudaStream_t s)
 {
   const int tiles = (a.M + 7) / 8;
   a.xs_tiles = tiles;
   const size_t n = (size_t) a.n_stages * tiles * 256;
-  ppx_launch (tcw_xsplit_kernel, ppx_grid_for (n, 256), 256, 0, s, a.x, a.ldx, a.M, a.K, a.n_stages, tiles, a.vec_x,
-              (uint32_t *) xs);
+  const dim3 grid = ppx_grid_for (n, 256);
+  if (fmt == PPX_CUDA_W_INT8)
+    ppx_launch (tcw_xsplit_kernel<PPX_CUDA_W_INT8>, grid, 256, 0, s, a.x, a.ldx, a.M, a.K, a.n_stages, tiles, a.vec_x,
+                (uint32_t *) xs);
+  else
+    ppx_launch (tcw_xsplit_kernel<PPX_CUDA_W_INT4>, grid, 256, 0, s, a.x, a.ldx, a.M, a.K, a.n_stages, tiles, a.vec_x,
+                (uint32_t *) xs);
   if (int e = ppx_cuda_launched ())
     return e;
   a.xs = xs;
-  return ck == 2 ? tcw_launch_nt<2> (a, s) : ck == 4 ? tcw_launch_nt<4> (a, s) : tcw_launch_nt<8> (a, s);
+  if (fmt == PPX_CUDA_W_INT8)
+    return tcw_launch_nt<PPX_CUDA_W_INT8, 8> (a, s);
+  return ck == 2 ? tcw_launch_nt<PPX_CUDA_W_INT4, 2> (a, s) : ck == 4 ? tcw_launch_nt<PPX_CUDA_W_INT4, 4> (a, s)
+                                                             : tcw_launch_nt<PPX_CUDA_W_INT4, 8> (a, s);
 }
 
 #else /* built without sm_90a */
@@ -370,15 +386,16 @@ ppx_linear_wgmma_available (void)
 }
 
 int
-ppx_linear_wgmma_nt_max (void)
+ppx_linear_wgmma_nt_max (int fmt)
 {
+  (void) fmt;
   return 0;
 }
 
 int
-ppx_linear_wgmma (TcArgs a, int ck, uint4 *xs, cudaStream_t s)
+ppx_linear_wgmma (TcArgs a, int fmt, int ck, uint4 *xs, cudaStream_t s)
 {
-  (void) a, (void) ck, (void) xs, (void) s;
+  (void) a, (void) fmt, (void) ck, (void) xs, (void) s;
   return (int) cudaErrorInvalidDeviceFunction;
 }
 

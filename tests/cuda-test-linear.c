@@ -161,19 +161,20 @@ test_linear_batch (void)
     check_linear_rows_exact (formats[i], 600, 4128, 200, FALSE);
     check_linear_rows_exact (formats[i], 129, 1000, 256, TRUE);
     check_linear_rows_exact (formats[i], 129, 1000, 300, FALSE);
-    check_linear_rows_exact (formats[i], 1027, 1024, 160, TRUE); /* the depformer's shape: leaves of 1-2 stages, 10 slices of 2 */
+    check_linear_rows_exact (formats[i], 1027, 1024, 160, TRUE); /* the depformer's shape: leaves of 1-2 stages (int8: wgmma, 5 slices of 4) */
+    check_linear_rows_exact (formats[i], 1027, 1024, 128, FALSE); /* int8: mma.sync in 4 slices of 4 */
   }
   check_linear_rows_exact (formats[0], 512, 2048, 160, TRUE); /* f32, Mimi's FFN down projection, 80 sessions */
 }
 
 /* The same with the x rows of each launch spread over blocks in every way the tensor-core kernel can
- * (ppx_backend_cuda_linear_force_slice: 2, 3, 5, 8, 16, 25 n-tiles a block; 3 and 5 leave tiles of a block's
+ * (ppx_backend_cuda_linear_force_slice: 2, 3, 4, 5, 8, 16, 25 n-tiles a block; 3 and 5 leave tiles of a block's
  * configuration empty; 131, 200 and 256 rows are one launch, in slices of up to 16 n-tiles on mma.sync and 25 on
  * wgmma): the slicing changes where rows are computed, never their bits. */
 void
 test_linear_batch_slices (void)
 {
-  static const int slices[] = {2, 3, 5, 8, 16, 25};
+  static const int slices[] = {2, 3, 4, 5, 8, 16, 25};
   for (guint k = 0; k < G_N_ELEMENTS (slices); k++) {
     ppx_backend_cuda_linear_force_slice (slices[k]);
     for (guint i = 0; i < G_N_ELEMENTS (formats); i++) {
@@ -243,11 +244,13 @@ test_linear_gemv (void)
   }
 }
 
-/* The int4 linears take the wgmma configuration where the build and the GPU have it (a build with 90a in
- * -Dcuda-arch, a compute capability 9.0 GPU: H100, H200) from M = 17 rows, and nowhere else: without this a
- * build whose sm_90a code the driver did not load would fall back to mma.sync silently (the same bits, the
- * batch tests cannot tell) and the tick would lose ~2 ms at 80 sessions (docs/cuda.md, "wgmma (sm_90a)").
- * PPX_CUDA_LINEAR_WGMMA moves the switch; the test expects the default. */
+/* The int4 and int8 linears take the wgmma configuration where the build and the GPU have it (a build with 90a
+ * in -Dcuda-arch, a compute capability 9.0 GPU: H100, H200), and nowhere else (bf16, the CUDA-core kernels:
+ * never): int4 from M = 17 rows; int8 from 17 rows where a leaf of K is 3 stages or more (4096 x 4096: 8 stages
+ * on 132 SMs, 4 on 114) and from 129 where it is 1-2 (256 x 1024, the depformer's latency-bound shapes). Without
+ * this a build whose sm_90a code the driver did not load would fall back to mma.sync silently (the same bits,
+ * the batch tests cannot tell) and the tick would lose ~2 ms at 80 sessions (docs/cuda.md, "wgmma (sm_90a)").
+ * PPX_CUDA_LINEAR_WGMMA and PPX_CUDA_LINEAR_WGMMA_INT8 move the switch; the test expects the default. */
 void
 test_linear_wgmma_path (void)
 {
@@ -256,8 +259,9 @@ test_linear_wgmma_path (void)
 #else
   const gboolean built = FALSE;
 #endif
-  if (g_getenv ("PPX_CUDA_LINEAR_WGMMA") || g_getenv ("PPX_CUDA_LINEAR_LAUNCH_ROWS")) {
-    g_test_skip ("PPX_CUDA_LINEAR_WGMMA or _LAUNCH_ROWS is set: the switch is not the default");
+  if (g_getenv ("PPX_CUDA_LINEAR_WGMMA") || g_getenv ("PPX_CUDA_LINEAR_WGMMA_INT8") ||
+      g_getenv ("PPX_CUDA_LINEAR_LAUNCH_ROWS")) {
+    g_test_skip ("PPX_CUDA_LINEAR_WGMMA, _WGMMA_INT8 or _LAUNCH_ROWS is set: the switch is not the default");
     return;
   }
   const int cc = ppx_backend_cuda_compute_capability (gpu);
@@ -272,7 +276,7 @@ test_linear_wgmma_path (void)
     WPair w = wpair_random (formats[i], 256, 1024);
     static const int ms[] = {1, 8, 16, 17, 32, 80, 128, 129, 160, 200, 256, 300};
     for (guint k = 0; k < G_N_ELEMENTS (ms); k++) {
-      const gboolean want = expect && tc_int4 && ms[k] >= 17;
+      const gboolean want = expect && ((tc_int4 && ms[k] >= 17) || (formats[i].format == PPX_WFMT_INT8 && ms[k] >= 129));
       if (ppx_backend_cuda_linear_wgmma_at (gpu, w.g, ms[k]) != want)
         g_error ("linear %s M=%d: wgmma %s, expected %s", fmt_name (formats[i]), ms[k], want ? "not taken" : "taken",
                  want ? "taken" : "not taken");
@@ -285,6 +289,14 @@ test_linear_wgmma_path (void)
     g_assert_false (ppx_backend_cuda_linear_wgmma_at (cpu, w.c, 80));
     wpair_free (&w);
   }
+  /* int8 with long leaves: from 17 rows */
+  WPair w8 = wpair_random (formats[2], 4096, 4096);
+  g_assert_cmpint (formats[2].format, ==, PPX_WFMT_INT8);
+  static const int ms8[] = {1, 16, 17, 80, 160, 256};
+  for (guint k = 0; k < G_N_ELEMENTS (ms8); k++)
+    if (ppx_backend_cuda_linear_wgmma_at (gpu, w8.g, ms8[k]) != (expect && ms8[k] >= 17))
+      g_error ("linear int8 [4096x4096] M=%d: wgmma %s", ms8[k], expect && ms8[k] >= 17 ? "not taken" : "taken");
+  wpair_free (&w8);
 }
 
 /* ppx_op_rmsnorm_linear: the fused kernel (M <= 4, tensor-core weights) gives the bits of rmsnorm then linear

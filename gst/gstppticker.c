@@ -255,6 +255,15 @@ gst_pp_ticker_leave (GstPpTickerMember * m)
   g_free (m);
 }
 
+/* Whether the ticker is ticking: it ticked in the last CADENCE_PERIODS
+ * periods (the cadence frame alignment aligns to). */
+static gboolean
+ticking_locked (GstPpTicker * t)
+{
+  return t->last_tick > 0
+      && g_get_monotonic_time () - t->last_tick < CADENCE_PERIODS * t->period;
+}
+
 void
 gst_pp_ticker_set_active (GstPpTickerMember * m, gboolean active)
 {
@@ -266,7 +275,13 @@ gst_pp_ticker_set_active (GstPpTickerMember * m, gboolean active)
   g_mutex_lock (&t->lock);
   if (!active) {
     unwait_locked (t, m);
-  } else if (!m->waited && !m->flushing) {
+  } else if (!m->waited && !m->flushing && !ticking_locked (t)) {
+    /* streams that start together tick together from their first frames;
+     * one that joins a ticker already ticking is waited for from its first
+     * hand-in: its first frame completes up to a frame (and its lead) after
+     * its start, and the others' tick in between waited for it until its
+     * deadline (every join of a ramp delayed one tick of every call by
+     * 15-20 ms: docs/server.md, "Joins and leaves") */
     m->waited = TRUE;
     t->n_waited++;
   }

@@ -17,8 +17,10 @@
  * finds the set complete or the deadline passed first); there is no
  * thread of the ticker's own. See docs/element.md ("The tick").
  *
- * The wait set: a member joins it when its stream starts (caps) and at
- * every hand-in, and leaves it at EOS, when flushing, and when a tick runs
+ * The wait set: a member joins it at every hand-in, and when its stream
+ * starts (caps) if the ticker is not ticking (streams that start together
+ * tick together; one that joins a ticking ticker is not waited for before
+ * its first frame is in), and leaves it at EOS, when flushing, and when a tick runs
  * without it (it missed the deadline: a stalled, paused or blocked
  * pipeline). So a stalled member costs the others one deadline at most
  * (under load, counted from the due tick); afterwards they tick without
@@ -93,8 +95,9 @@ GstPpTickerMember *gst_pp_ticker_join (GstPpTicker * ticker,
  * This and the two below do nothing for a NULL member. */
 void gst_pp_ticker_leave (GstPpTickerMember * member);
 
-/* The member's stream started (TRUE: it joins the wait set) or ended
- * (FALSE, at EOS: the others stop waiting for it). */
+/* The member's stream started (TRUE: it joins the wait set, unless the
+ * ticker is ticking: then at its first hand-in) or ended (FALSE, at EOS:
+ * the others stop waiting for it). */
 void gst_pp_ticker_set_active (GstPpTickerMember * member, gboolean active);
 
 /* Flushing: a frame waiting for a tick is withdrawn (its step returns

@@ -100,6 +100,24 @@ test_live_short_context (void)
   ppx_tick_model_free (m);
 }
 
+/* The rise a joining call waits for: the prediction at the capacity less the tick now, the live ticks' p99 where
+ * it is below the prediction with the calls open (young calls: short contexts), else that prediction; 0 at the
+ * capacity. */
+static void
+test_rise (void)
+{
+  PpxTickModel *m = emulated ();
+  const double cap = ppx_tick_model_predict (m, 15), at5 = ppx_tick_model_predict (m, 5);
+  g_assert_true (cap > at5);
+  g_assert_true (CLOSE (ppx_tick_model_rise (m, 5, 15, 0), cap - at5));        /* no live ticks */
+  g_assert_true (CLOSE (ppx_tick_model_rise (m, 5, 15, at5 / 2), cap - at5 / 2)); /* young calls */
+  g_assert_true (CLOSE (ppx_tick_model_rise (m, 5, 15, at5 * 2), cap - at5));   /* a slow spell: the prediction */
+  g_assert_true (CLOSE (ppx_tick_model_rise (m, 0, 15, 0), cap - ppx_tick_model_predict (m, 1)));
+  g_assert_true (CLOSE (ppx_tick_model_rise (m, 15, 15, 1), 0));
+  g_assert_true (CLOSE (ppx_tick_model_rise (m, 20, 15, 1), 0));
+  ppx_tick_model_free (m);
+}
+
 /* A slow spell is forgotten once its live ticks are older than PPX_TICK_MODEL_LIVE_TTL_S: a server that stopped
  * admitting (compute 0) and went idle, with no live tick to learn from, admits again. */
 static void
@@ -161,5 +179,6 @@ main (int argc, char **argv)
   g_test_add_func ("/tick-model/live-short-context", test_live_short_context);
   g_test_add_func ("/tick-model/buckets", test_buckets);
   g_test_add_func ("/tick-model/p99", test_p99);
+  g_test_add_func ("/tick-model/rise", test_rise);
   return g_test_run ();
 }

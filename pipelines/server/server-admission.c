@@ -207,9 +207,7 @@ ppx_admission_predicts_rise (PpxAdmission *a)
 double
 ppx_admission_tick_rise_ms (PpxAdmission *a, const PpxAdmissionState *st, guint open)
 {
-  if (open >= st->capacity)
-    return 0;
-  return MAX (ppx_tick_model_predict (a->model, st->capacity) - ppx_tick_model_predict (a->model, MAX (open, 1)), 0);
+  return ppx_tick_model_rise (a->model, open, st->capacity, st->recent_p99_ms);
 }
 
 const char *

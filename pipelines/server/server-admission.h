@@ -42,9 +42,10 @@ void ppx_admission_state (PpxAdmission *a, guint open, PpxAdmissionState *st);
 /* NULL: one more call may come in; else why not, a metrics reason: "full" (the capacity is reached) or
  * "over_budget" (the live ticks run over the budget). */
 const char *ppx_admission_refuse (PpxAdmission *a, guint open);
-/* How much longer the tick is predicted to get (ms, >= 0) from `open` calls open to the capacity of `st` (from
- * ppx_admission_state for `open`): what a call joining now may see its latency rise by as the server fills
- * (server-pacer.h, the rise). */
+/* How much longer the tick is predicted to get (ms, >= 0) from now, `open` calls open, to the capacity of `st`
+ * (from ppx_admission_state for `open`) at full context, from the live ticks' p99 where there are some
+ * (ppx_tick_model_rise): what a call joining now may see its latency rise by as the server fills and its calls'
+ * contexts grow (server-pacer.h, the rise). */
 double ppx_admission_tick_rise_ms (PpxAdmission *a, const PpxAdmissionState *st, guint open);
 /* Whether that prediction is worth acting on by default: the tick was measured on a GPU (the CPU's start-up
  * measurement on a shared machine predicts far more growth than comes) and admission is by the tick. */

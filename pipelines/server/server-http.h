@@ -38,7 +38,8 @@ void ppx_server_set_protocol (PpxServer *server, PpxProto proto, const char *pat
 /* Admission by the measured tick as well (server-admission.h; it must outlive the server). */
 typedef struct _PpxAdmission PpxAdmission;
 void ppx_server_set_admission (PpxServer *server, PpxAdmission *admission);
-/* The tick's predicted growth (us) from the calls open now to the capacity (0 without admission by the tick). */
+/* The tick's predicted growth (us) from now to the capacity at full context (ppx_tick_model_rise; 0 without
+ * admission by the tick). */
 gint64 ppx_server_tick_rise_us (PpxServer *server);
 /* Whether a new /api/chat call's first pages wait for that rise: --pacing-rise, or by default where the admission
  * measured its tick on a GPU (not with --no-pacing-rise or --no-pacing). */

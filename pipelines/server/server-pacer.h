@@ -30,7 +30,7 @@
  *   - a new call's first pages (its first 2 s, before its own lateness is judged) wait at least the largest jitter
  *     (the delay beyond one page) of the calls that have run 2 s or more: from a delay of 0, its delay grew as its
  *     pages came later than its first ones, and each step later was audio its player missed; and at least the
- *     tick's growth the admission predicts from the calls open when it joined to the capacity (the rise,
+ *     tick's growth the admission predicts from the tick when it joined to the capacity at full context (the rise,
  *     ppx_pacer_set_rise): the calls that join an idle or lightly loaded engine saw their latency rise with every
  *     call after them, after their player had started, and missed what the rise took beyond its 50 ms. Held after
  *     the first 2 s by the player's room (below) while the tick grows into it;

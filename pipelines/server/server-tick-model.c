@@ -187,6 +187,17 @@ rebuild (PpxTickModel *m)
   build_points (m, TRUE, &m->measured);
 }
 
+double
+ppx_tick_model_rise (PpxTickModel *m, guint open, guint capacity, double live_ms)
+{
+  if (open >= capacity)
+    return 0;
+  double now = ppx_tick_model_predict (m, MAX (open, 1));
+  if (live_ms > 0 && live_ms < now)
+    now = live_ms;
+  return MAX (ppx_tick_model_predict (m, capacity) - now, 0);
+}
+
 guint
 ppx_tick_model_known (PpxTickModel *m)
 {

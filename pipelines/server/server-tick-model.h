@@ -45,6 +45,12 @@ void ppx_tick_model_set_now (PpxTickModel *m, gint64 now_us);
 double ppx_tick_model_predict (PpxTickModel *m, guint n);
 /* The largest n in [0, limit] whose prediction is within budget_ms (limit while nothing is known). */
 guint ppx_tick_model_calls_within (PpxTickModel *m, double budget_ms, guint limit);
+/* How much longer the tick is predicted to get (ms, >= 0) from now, with `open` calls, to `capacity` calls at full
+ * context: the prediction at the capacity less the tick now, which is the lesser of the prediction with `open`
+ * calls and `live_ms`, the live ticks' p99 (0: none): the calls of a server filling up are young, their contexts
+ * short, and their tick grows as their contexts do as well as with the calls that join (the H100's ramp of
+ * 2026-11-28: the tick 24 ms at 64 calls 10 s after the ramp, 39 at full context). 0 from the capacity on. */
+double ppx_tick_model_rise (PpxTickModel *m, guint open, guint capacity, double live_ms);
 /* Row counts with a known cost. */
 guint ppx_tick_model_known (PpxTickModel *m);
 

@@ -136,6 +136,21 @@ expect_start_error (GstElement * el)
   return err;
 }
 
+void
+assert_no_bus_error (GstElement * pipeline)
+{
+  GstBus *bus = gst_element_get_bus (pipeline);
+  GstMessage *msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+
+  if (msg) {
+    GError *err = NULL;
+
+    gst_message_parse_error (msg, &err, NULL);
+    fail ("%s: error: %s", GST_OBJECT_NAME (pipeline), err->message);
+  }
+  gst_object_unref (bus);
+}
+
 gchar *
 expect_start_failure (GstElement * el)
 {

@@ -29,6 +29,9 @@ void assert_same_samples (GArray * a, GArray * b);
 /* Every sample finite, and not all zero. */
 gboolean has_energy (GArray * a);
 
+/* Fails the test with the first error message on @pipeline's bus, if any. */
+void assert_no_bus_error (GstElement * pipeline);
+
 /* Brings a bare element (with its own bus) to PAUSED, expecting failure; returns the error it posted
  * (g_error_free it), or its message (g_free it). */
 GError *expect_start_error (GstElement * el);

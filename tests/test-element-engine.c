@@ -338,21 +338,6 @@ on_handoff (GstElement * sink, GstBuffer * buf, GstPad * pad, gpointer data)
   g_atomic_int_inc (&((Counted *) data)->buffers);
 }
 
-static void
-assert_no_bus_error (GstElement * pipeline)
-{
-  GstBus *bus = gst_element_get_bus (pipeline);
-  GstMessage *msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
-
-  if (msg) {
-    GError *err = NULL;
-
-    gst_message_parse_error (msg, &err, NULL);
-    fail ("%s: error: %s", GST_OBJECT_NAME (pipeline), err->message);
-  }
-  gst_object_unref (bus);
-}
-
 static gint
 count_of (Counted * c)
 {

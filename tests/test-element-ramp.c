@@ -64,21 +64,6 @@ on_first_answer (GstPad * pad, GstPadProbeInfo * info, gpointer data)
   return GST_PAD_PROBE_REMOVE;
 }
 
-static void
-assert_no_bus_error (GstElement * pipeline)
-{
-  GstBus *bus = gst_element_get_bus (pipeline);
-  GstMessage *msg = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
-
-  if (msg) {
-    GError *err = NULL;
-
-    gst_message_parse_error (msg, &err, NULL);
-    fail ("%s: error: %s", GST_OBJECT_NAME (pipeline), err->message);
-  }
-  gst_object_unref (bus);
-}
-
 /* A client page of @c: 40 ms of audio as two 20 ms buffers at once (the
  * server's decoder gives a page so), stamped with the running time it
  * began at (it arrives at its end, @now). */

@@ -49,6 +49,9 @@ typedef struct
   gdouble max_step_ms;
   guint batch_size;             /* sessions stepped in the last tick */
   gdouble tick_ms;              /* wall time of the last tick */
+  gdouble batch_wait_ms;        /* how long the last frame might wait for the
+                                 * others: batch-deadline and its frame
+                                 * alignment's arrival interval; -1: none */
   GstClockTime latency;         /* own latency last answered to a LATENCY query, 0: none yet */
   GstClockTime last_pts;
   GstClockTime last_running_time;

@@ -108,7 +108,7 @@ reset_timeline (GstPpStream * st)
   st->resync_pts = GST_CLOCK_TIME_NONE;
   st->samples_since_resync = 0;
   st->lead_samples = 0;
-  st->aligning = FALSE;
+  st->aligning = st->aligned = FALSE;
   st->align_extra_us = 0;
   st->next_is_discont = TRUE;
   st->n_lag = st->next_lag = 0;
@@ -305,9 +305,11 @@ step_and_push (GstPpStream * st, guint lead, guint n_samples)
 
   GST_OBJECT_LOCK (st->element);
   batch_deadline = st->settings->batch_deadline;
-  GST_OBJECT_UNLOCK (st->element);
   if (GST_CLOCK_TIME_IS_VALID (batch_deadline))
     batch_deadline += (GstClockTime) st->align_extra_us * GST_USECOND;
+  st->stats.batch_wait_ms = GST_CLOCK_TIME_IS_VALID (batch_deadline)
+      ? (gdouble) batch_deadline / GST_MSECOND : -1;
+  GST_OBJECT_UNLOCK (st->element);
   switch (gst_pp_ticker_step (st->member, st->in_frame, st->out_frame,
           &res, batch_deadline, frame_behind (st, n_samples), &tick, &err)) {
     case GST_PP_TICK_OK:
@@ -452,7 +454,13 @@ alignment_at_arrival (GstPpStream * st, guint n_samples)
   gint64 now = g_get_monotonic_time (), period, g, lead;
   gsize have;
 
-  if (!st->aligning)
+  /* after the first frame, until an arrival interval is measured: a first
+   * frame complete at the stream's first arrival (led by silence) had only
+   * that arrival's audio for its interval, 13.5 ms with client pages (the
+   * Opus pre-skip), and its frames' deadline 20 ms short of the others'
+   * (one ticked alone in the ramp of a 64-call H100 run, and 14 calls
+   * missed that tick) */
+  if (!st->aligning && !(st->aligned && st->arrival_interval_us == 0))
     return;
   if (st->arrival_us > 0 && now - st->arrival_us < ARRIVAL_GAP_US) {
     st->arrival_samples += n_samples;
@@ -462,15 +470,19 @@ alignment_at_arrival (GstPpStream * st, guint n_samples)
     st->arrival_us = now;
     st->arrival_samples = n_samples;
   }
+  period = (gint64) st->frame_size * G_USEC_PER_SEC / RATE;
+  g = MAX (st->arrival_interval_us,
+      (gint64) st->arrival_samples * G_USEC_PER_SEC / RATE);
+  g = CLAMP (g, 1, period);
+  if (!st->aligning) {
+    st->align_extra_us = MAX (st->align_extra_us, g);
+    return;
+  }
   have = gst_adapter_available (st->adapter) / st->info.bpf;
   if (have >= (gsize) st->frame_size) {
     st->lead_samples = 0;
     return;
   }
-  period = (gint64) st->frame_size * G_USEC_PER_SEC / RATE;
-  g = MAX (st->arrival_interval_us,
-      (gint64) st->arrival_samples * G_USEC_PER_SEC / RATE);
-  g = CLAMP (g, 1, period);
   /* a frame that would be complete at the next arrival, led by one arrival:
    * complete now */
   lead = gst_pp_ticker_lead_in (st->member, now + g, period, g);
@@ -578,7 +590,7 @@ handle_timeline (GstPpStream * st, GstBuffer * buffer,
   st->n_lag = st->next_lag = 0;
   st->next_is_discont = TRUE;
   st->lead_samples = 0;
-  st->aligning = alignment_applies (st, n_samples);
+  st->aligning = st->aligned = alignment_applies (st, n_samples);
   st->arrival_us = st->arrival_interval_us = 0;
   st->arrival_samples = 0;
   st->align_extra_us = 0;

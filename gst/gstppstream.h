@@ -56,6 +56,9 @@ typedef struct
   /* frame alignment, decided at the arrivals before the timeline's first
    * frame is complete (gstppstream.c, alignment_at_arrival) */
   gboolean aligning;            /* the first frame is not complete yet */
+  gboolean aligned;             /* the timeline's frames are aligned (until
+                                 * an arrival interval is measured, the
+                                 * arrivals still set align_extra_us) */
   gint64 arrival_us;            /* when the current arrival's first buffer came */
   gint64 arrival_interval_us;   /* between the last two arrivals (0: one seen) */
   guint arrival_samples;        /* the samples the current arrival brought */

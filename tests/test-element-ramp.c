@@ -40,6 +40,8 @@
 #define JOIN_US 200000
 /* the ticks read: those that ended in the last WINDOW_US (25 periods) */
 #define WINDOW_US 2000000
+/* a call's first page: 13.5 ms at 24 kHz (push_page) */
+#define FIRST_SAMPLES 324
 /* a call starts (its caps) this long before its first page (start_call) */
 #define HEAD_US 120000
 
@@ -49,6 +51,7 @@ typedef struct
   gint64 page_phase_us;         /* its pages' phase, after the bulk's */
   gint64 start_us;              /* its first page (monotonic us) */
   guint64 offset;               /* samples pushed */
+  guint pages;                  /* pages pushed */
   gboolean head_sent;           /* its pipeline is PLAYING (start_call) */
   gint first_samples;           /* its first answer (frame less the lead) */
 } Call;
@@ -66,23 +69,28 @@ on_first_answer (GstPad * pad, GstPadProbeInfo * info, gpointer data)
 
 /* A client page of @c: 40 ms of audio as two 20 ms buffers at once (the
  * server's decoder gives a page so), stamped with the running time it
- * began at (it arrives at its end, @now). */
+ * began at (it arrives at its end, @now). The first page: FIRST_SAMPLES
+ * (13.5 ms), as opusdec's first buffer of a call (the pre-skip taken off),
+ * that a frame led by silence may complete with. */
 static void
 push_page (Call * c, gint64 now)
 {
-  GstClockTime rt = (GstClockTime) (now - 40000) * GST_USECOND
+  guint n = c->pages == 0 ? 1 : 2, len = c->pages == 0 ? FIRST_SAMPLES
+      : PPX_FRAME / 4, i;
+  GstClockTime rt = (GstClockTime) now * GST_USECOND
+      - (GstClockTime) n * len * GST_SECOND / 24000
       - gst_element_get_base_time (c->pipeline);
-  guint i;
 
-  for (i = 0; i < 2; i++) {
-    GstBuffer *buf = ppx_test_signal_buffer (c->offset, PPX_FRAME / 4);
+  for (i = 0; i < n; i++) {
+    GstBuffer *buf = ppx_test_signal_buffer (c->offset, len);
 
-    GST_BUFFER_PTS (buf) = rt + i * 20 * GST_MSECOND;
-    GST_BUFFER_DURATION (buf) = 20 * GST_MSECOND;
+    GST_BUFFER_PTS (buf) = rt + (GstClockTime) i * len * GST_SECOND / 24000;
+    GST_BUFFER_DURATION (buf) = (GstClockTime) len * GST_SECOND / 24000;
     fail_unless_equals_int (gst_app_src_push_buffer (GST_APP_SRC (c->src),
             buf), GST_FLOW_OK);
-    c->offset += PPX_FRAME / 4;
+    c->offset += len;
   }
+  c->pages++;
 }
 
 /* @c's call starts, HEAD_US before its first page: its pipeline goes to
@@ -200,7 +208,7 @@ GST_START_TEST (test_ramp_keeps_one_tick)
     for (i = 0; i < N_CALLS; i++) {
       Call *c = &calls[i];
       gint64 t = !c->head_sent ? c->start_us - HEAD_US
-          : c->start_us + (gint64) (c->offset / (PPX_FRAME / 2)) * 40000;
+          : c->start_us + (gint64) c->pages * 40000;
 
       if (t < next) {
         next = t;
@@ -228,17 +236,18 @@ GST_START_TEST (test_ramp_keeps_one_tick)
   gst_structure_free (hist);
 
   /* where each call's frames complete, in the period after b0: its pages
-   * arrive at its start + k * 40 ms, and its first frame completes at the
-   * second (80 ms of audio, or a lead of 20 ms taken at its first buffer)
-   * or, led by a page of silence or more, at the first (an answer of 40 or
-   * 20 ms) */
+   * arrive at its start + k * 40 ms (13.5 ms of audio, then 40 ms each), and
+   * its first frame completes at the page whose audio its first answer
+   * holds (led by silence for the rest): the first (13.5 ms), the second
+   * (53.5 ms) or the third */
   for (i = 0; i < N_CALLS; i++) {
     gint first = g_atomic_int_get (&calls[i].first_samples);
 
     fail_unless (first > 0 && first <= PPX_FRAME, "call %u: first answer "
         "of %d samples", i, first);
-    phase[i] = (calls[i].start_us - b0
-        + (first > PPX_FRAME / 2 ? 40000 : 0)) % 80000;
+    phase[i] = (calls[i].start_us - b0 + (first <= FIRST_SAMPLES ? 0
+            : first <= FIRST_SAMPLES + PPX_FRAME / 2 ? 40000 : 80000))
+        % 80000;
     GST_INFO ("call %u: pages %.0f ms after the bulk's, first answer %d "
         "samples: its frames complete %.0f ms into the period", i,
         calls[i].page_phase_us / 1e3, first, phase[i] / 1e3);
@@ -259,6 +268,22 @@ GST_START_TEST (test_ramp_keeps_one_tick)
       "ticks in the last %.1f s: %u, %u of them with all %u calls; in the "
       "ramp %u ticks, %u held over a period", spread / 1e3, lo / 1e3,
       WINDOW_US / 1e6, ticks, full, N_CALLS, ramp_ticks, held);
+  /* every call's frames may wait their page (40 ms) beyond batch-deadline
+   * (20 ms) for the others: a call whose first frame completed at its first
+   * page, 13.5 ms of audio, kept 13.5 ms for its interval, and its frames,
+   * up to a page before the others', ticked alone on its deadline */
+  for (i = 0; i < N_CALLS; i++) {
+    GstStructure *st = NULL;
+    gdouble wait_ms = 0;
+
+    g_object_get (calls[i].pp, "stats", &st, NULL);
+    fail_unless (st != NULL && gst_structure_get_double (st, "batch-wait-ms",
+            &wait_ms));
+    gst_structure_free (st);
+    fail_unless (wait_ms >= 55, "call %u (first answer %d samples): its "
+        "frames wait %.1f ms for the others at most, not batch-deadline and a "
+        "page", i, g_atomic_int_get (&calls[i].first_samples), wait_ms);
+  }
   for (i = 0; i < N_CALLS; i++) {
     assert_no_bus_error (calls[i].pipeline);
     gst_element_set_state (calls[i].pipeline, GST_STATE_NULL);

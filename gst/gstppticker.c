@@ -255,13 +255,12 @@ gst_pp_ticker_leave (GstPpTickerMember * m)
   g_free (m);
 }
 
-/* Whether the ticker is ticking: it ticked in the last CADENCE_PERIODS
- * periods (the cadence frame alignment aligns to). */
+/* Whether the ticker is ticking at @at: a tick started within
+ * CADENCE_PERIODS periods before (the cadence frame alignment aligns to). */
 static gboolean
-ticking_locked (GstPpTicker * t)
+ticking_at_locked (GstPpTicker * t, gint64 at)
 {
-  return t->last_tick > 0
-      && g_get_monotonic_time () - t->last_tick < CADENCE_PERIODS * t->period;
+  return t->last_tick > 0 && at - t->last_tick <= CADENCE_PERIODS * t->period;
 }
 
 void
@@ -275,7 +274,8 @@ gst_pp_ticker_set_active (GstPpTickerMember * m, gboolean active)
   g_mutex_lock (&t->lock);
   if (!active) {
     unwait_locked (t, m);
-  } else if (!m->waited && !m->flushing && !ticking_locked (t)) {
+  } else if (!m->waited && !m->flushing
+      && !ticking_at_locked (t, g_get_monotonic_time ())) {
     /* streams that start together tick together from their first frames;
      * one that joins a ticker already ticking is waited for from its first
      * hand-in: its first frame completes up to a frame (and its lead) after
@@ -443,9 +443,8 @@ run_tick_locked (GstPpTicker * t, gboolean catch_up)
    * joins (gstppticker.h, "Frame alignment"). Its latest hand-in: the
    * tick's start when the set was complete, a member's phase when the tick
    * started on a deadline (a member in the wait set had not handed in) */
-  if (!catch_up && n > 0 && (t->anchor == 0 || t->last_tick == 0
-          || start - t->last_tick > CADENCE_PERIODS * t->period
-          || (waited == 1 && n == 1)))
+  if (!catch_up && n > 0 && (t->anchor == 0
+          || !ticking_at_locked (t, start) || (waited == 1 && n == 1)))
     t->anchor = newest;
   t->last_tick = start;
   /* Under load the ticks keep to a grid of periods: a tick that starts

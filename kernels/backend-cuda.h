@@ -27,9 +27,9 @@ gboolean ppx_backend_cuda_linear_wgmma_at (PpxBackend *be, PpxWeight *w, int M);
  * without the stage barrier (tc_gemv_kernel) wherever it fits, 0 the block-barrier kernel, -1 the default
  * (PPX_CUDA_LINEAR_GEMV, else on). The same bits either way (docs/cuda.md, "Linear layers"). */
 void ppx_backend_cuda_linear_force_gemv (int mode);
-/* The x rows of the first launch of the tensor-core kernel for a ppx_op_linear of M rows on w: min (M, 128),
- * or min (M, 256) on the wgmma configuration (one launch streams the weights once for up to 256 sessions);
- * 0 when w takes another kernel or be is not a CUDA backend. */
+/* The x rows of the first launch of the tensor-core kernel for a ppx_op_linear of M rows on w: min (M, 256),
+ * on mma.sync and wgmma alike (one launch streams the weights once for up to 256 sessions; mma.sync min (M, 128)
+ * with PPX_CUDA_LINEAR_LAUNCH_ROWS=128); 0 when w takes another kernel or be is not a CUDA backend. */
 int ppx_backend_cuda_linear_launch_rows (PpxBackend *be, PpxWeight *w, int M);
 /* The backend's GPU's compute capability as major x 10 + minor (90: H100, H200); 0 for other backends. */
 int ppx_backend_cuda_compute_capability (PpxBackend *be);

@@ -145,7 +145,11 @@ tc_plan (const PpxCudaWeight *w, int *n_stages, int *leaf_stages, int *S)
  *   more (the temporal shapes, the text head, the depformer's FFN in: faster from 17 rows, 4096 x 4096 at 32
  *   aside), from TCW_INT8_DEP_MIN_M rows where it is 1 or 2 (the depformer's other linears, latency-bound: in the
  *   same slices wgmma is 0-4 % faster than mma.sync past 128 rows, up to 5 % slower at 17..256 in slices of 2; H100,
- *   H200, docs/cuda.md "int8 on wgmma").
+ *   H200, docs/cuda.md "int8 on wgmma");
+ * - bf16 weights: m at least PPX_CUDA_LINEAR_WGMMA_BF16 for every shape where that is set (else
+ *   PPX_CUDA_LINEAR_WGMMA where that is set; 0: never); by default from 17 rows where a leaf of K is 3 stages or
+ *   more (the temporal shapes: docs/cuda.md "bf16 on wgmma"), never where it is 1 or 2 (the depformer's
+ *   latency-bound shapes keep mma.sync: their bf16 slices stay 2 n-tiles, where int8 on wgmma was slower).
  * A row's bits are the same either way (docs/cuda.md, "wgmma (sm_90a)"), so the switch may depend on M and on
  * the shape. */
 #define TCW_INT8_DEP_MIN_M 129
@@ -155,15 +159,17 @@ tc_wgmma (const PpxCudaWeight *w, int m)
   static const int min_m = env_int ("PPX_CUDA_LINEAR_WGMMA", 0, TCW_MMAX + 1, 17);
   static const int min_m8 =
     env_int ("PPX_CUDA_LINEAR_WGMMA_INT8", 0, TCW_MMAX + 1, getenv ("PPX_CUDA_LINEAR_WGMMA") ? min_m : -1);
+  static const int min_m16 =
+    env_int ("PPX_CUDA_LINEAR_WGMMA_BF16", 0, TCW_MMAX + 1, getenv ("PPX_CUDA_LINEAR_WGMMA") ? min_m : -1);
   int lo = 0;
   if (w->format == PPX_CUDA_W_INT4) {
     lo = min_m;
-  } else if (w->format == PPX_CUDA_W_INT8) {
-    lo = min_m8;
+  } else if (w->format == PPX_CUDA_W_INT8 || w->format == PPX_CUDA_W_BF16) {
+    lo = w->format == PPX_CUDA_W_INT8 ? min_m8 : min_m16;
     if (lo < 0) {
       int nst, leaf, S;
       tc_plan (w, &nst, &leaf, &S);
-      lo = leaf <= 2 ? TCW_INT8_DEP_MIN_M : 17;
+      lo = leaf >= 3 ? 17 : w->format == PPX_CUDA_W_INT8 ? TCW_INT8_DEP_MIN_M : 0;
     }
   }
   return lo > 0 && m >= lo && ppx_linear_wgmma_available ();
@@ -293,7 +299,7 @@ ppx_cuda_linear_force_slice (int tiles)
  * latency-bound); else one slice (the 64- or 128-row configuration, whose warps reuse each dequantized
  * weight fragment over more n-tiles).
  * max_tiles: 16, or 8 where the 16-tile configuration does not fit, TCW_NT (25) for wgmma (one slice up to
- * 200 rows, two from 201; int8 TCW_NT8, 24); max_slices: as many as the counters allow for the row blocks (very
+ * 200 rows, two from 201; int8 TCW_NT8, 24; bf16 TCW_NT16, 20); max_slices: as many as the counters allow for the row blocks (very
  * tall weights: fewer, larger slices). Forced (the bench's sweep) by ppx_cuda_linear_force_slice or
  * PPX_CUDA_LINEAR_SLICE (n-tiles a slice).
  * int8 weights, not forced (measured on an H100 and an H200, docs/cuda.md "int8 on wgmma"): from 16 n-tiles

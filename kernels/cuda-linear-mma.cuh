@@ -14,6 +14,7 @@
 #define TCW_MMAX 256          /* x rows per launch at most in the wgmma configuration (sm_90a) */
 #define TCW_NT 25             /* n-tiles of the largest wgmma slice (200 rows: two ring slots of x fill the SM) */
 #define TCW_NT8 24            /* the same for int8 weights (192 rows: their 16 KB a stage leave room for 24) */
+#define TCW_NT16 20           /* the same for bf16 weights (160 rows: their 32 KB a stage leave room for 20) */
 #define TC_SPLIT_ROWS 128     /* the row-block size the leaf count is planned with */
 #define TC_PLAN_BLOCKS_PER_SM 3 /* resident blocks per SM the K split plans for (the M <= 8 kernel's occupancy) */
 #define TC_DEPTH_MAX 8        /* shared-memory ring slots per block at most (mbarriers, cp_async_wait_n) */
@@ -95,12 +96,12 @@ struct TcArgs {
 void ppx_linear_mma_weight_args (const PpxCudaWeight *w, TcArgs *a);
 
 /* The wgmma configuration (cuda-linear-wgmma.cu, sm_90a): whether this device runs it (compute capability 9.0
- * and a build with 90a), and a launch of it for int4 or int8 weights (fmt; x split into xs in its layout, then
- * the kernel; up to TCW_MMAX rows). */
+ * and a build with 90a), and a launch of it for int4, int8 or bf16 weights (fmt; x split into xs in its layout,
+ * then the kernel; up to TCW_MMAX rows). */
 int ppx_linear_wgmma_available (void);
 int ppx_linear_wgmma (TcArgs a, int fmt, int ck, uint4 *xs, cudaStream_t s);
 /* The most n-tiles one block of the wgmma configuration takes on this device for weights of format fmt
- * (TCW_NT for int4, TCW_NT8 for int8, or 16; 0: not built) */
+ * (TCW_NT for int4, TCW_NT8 for int8, TCW_NT16 for bf16, or 16; 0: not built) */
 int ppx_linear_wgmma_nt_max (int fmt);
 
 __device__ __forceinline__ uint32_t

@@ -1,8 +1,8 @@
-/* CUDA backend: the int4 and int8 linear layers on Hopper's wgmma (sm_90a; docs/cuda.md, "wgmma (sm_90a)",
- * "int8 on wgmma").
+/* CUDA backend: the int4, int8 and bf16 linear layers on Hopper's wgmma (sm_90a; docs/cuda.md, "wgmma (sm_90a)",
+ * "int8 on wgmma", "bf16 on wgmma").
  *
  * The same kernel as cuda-linear-mma.cu (tc_linear_kernel: the ring of shared-memory slots, the copies, the
- * K split into leaves and their combine, the int4 / int8 weights dequantized in registers), in its wgmma
+ * K split into leaves and their combine, the int4 / int8 weights dequantized in registers, bf16 taken as they are), in its wgmma
  * configuration (TcCfg WG): a warpgroup (4 warps) owns 64 weight rows, each warp's 16 rows dequantized into
  * the A-fragment registers exactly as for mma.m16n8k16 (wgmma's register A has that per-warp layout), and
  * x is the B operand, read by the tensor cores from the slot, where tcw_xsplit_kernel's records land in
@@ -273,8 +273,9 @@ tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const 
  * operand: per stage and n-tile 4096 bytes, [k-step q][hi, lo][k half][row g][8 bf16], where k-step q's k
  * index 2t + e (e = 0, 1) is column c + e and 2t + 8 + e is column c + 2 + e (t = 0..3), c = tc_col<FMT> (the
  * mma.sync kernel's column of the thread's x record: int4, and every tail stage, 16 q + 4 t, the repacked
- * layout; int8 full stages 64 (q >> 2) + 16 t + 4 (q & 3), where its 16-byte weight vectors put them), so the
- * B operand holds, k index by k index, the x values of the mma.sync kernel's B fragments. Zeros past M and K. */
+ * layout; int8 full stages 64 (q >> 2) + 16 t + 4 (q & 3), bf16 full stages 32 (q >> 1) + 8 t + 4 (q & 1),
+ * where their 16-byte weight vectors put them), so the B operand holds, k index by k index, the x values of the
+ * mma.sync kernel's B fragments. Zeros past M and K. */
 template <int FMT>
 __global__ void
 tcw_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int tiles, int vec_x, uint32_t *out)
@@ -298,13 +299,13 @@ tcw_xsplit_kernel (const float *x, size_t ldx, int M, int K, int n_stages, int t
 }
 
 /* The configuration for a slice of a.slice_tiles n-tiles (2, 4, 8, 16 or the wide one: TCW_NT for int4, TCW_NT8
- * for int8, whose weights take twice the slot; no 1-tile configuration, a slice of one tile takes the 2-tile
- * one). */
+ * for int8, whose weights take twice the slot, TCW_NT16 for bf16, four times; no 1-tile configuration, a slice of
+ * one tile takes the 2-tile one). */
 template <int FMT, int CK>
 static int
 tcw_launch_nt (const TcArgs &a, cudaStream_t s)
 {
-  constexpr int WIDE = FMT == PPX_CUDA_W_INT8 ? TCW_NT8 : TCW_NT;
+  constexpr int WIDE = FMT == PPX_CUDA_W_INT8 ? TCW_NT8 : FMT == PPX_CUDA_W_BF16 ? TCW_NT16 : TCW_NT;
   if (a.slice_tiles <= 2)
     return tc_launch<FMT, CK, 2, true> (a, s);
   if (a.slice_tiles <= 4)
@@ -346,12 +347,15 @@ ppx_linear_wgmma_available (void)
 
 /* The most n-tiles a wgmma slice may take on this device: the wide configuration where two ring slots of it fit
  * one block's shared memory (H100, H200: int4 2 x 110 KB of the 227 KB at g32, the largest scales; int8 2 x 112
- * KB at 24 n-tiles, its 16 KB of weights a stage), else 16. */
+ * KB at 24 n-tiles, its 16 KB of weights a stage; bf16 2 x 112 KB at 20 n-tiles, its 32 KB of weights a stage),
+ * else 16. */
 int
 ppx_linear_wgmma_nt_max (int fmt)
 {
   if (fmt == PPX_CUDA_W_INT8)
     return tc_depth<PPX_CUDA_W_INT8, 8, TCW_NT8, true> (0) >= 2 ? TCW_NT8 : 16;
+  if (fmt == PPX_CUDA_W_BF16)
+    return tc_depth<PPX_CUDA_W_BF16, 8, TCW_NT16, true> (0) >= 2 ? TCW_NT16 : 16;
   return tc_depth<PPX_CUDA_W_INT4, 2, TCW_NT, true> (0) >= 2 ? TCW_NT : 16;
 }
 
@@ -365,6 +369,9 @@ ppx_linear_wgmma (TcArgs a, int fmt, int ck, uint4 *xs, cudaStream_t s)
   if (fmt == PPX_CUDA_W_INT8)
     ppx_launch (tcw_xsplit_kernel<PPX_CUDA_W_INT8>, grid, 256, 0, s, a.x, a.ldx, a.M, a.K, a.n_stages, tiles, a.vec_x,
                 (uint32_t *) xs);
+  else if (fmt == PPX_CUDA_W_BF16)
+    ppx_launch (tcw_xsplit_kernel<PPX_CUDA_W_BF16>, grid, 256, 0, s, a.x, a.ldx, a.M, a.K, a.n_stages, tiles, a.vec_x,
+                (uint32_t *) xs);
   else
     ppx_launch (tcw_xsplit_kernel<PPX_CUDA_W_INT4>, grid, 256, 0, s, a.x, a.ldx, a.M, a.K, a.n_stages, tiles, a.vec_x,
                 (uint32_t *) xs);
@@ -373,6 +380,8 @@ ppx_linear_wgmma (TcArgs a, int fmt, int ck, uint4 *xs, cudaStream_t s)
   a.xs = xs;
   if (fmt == PPX_CUDA_W_INT8)
     return tcw_launch_nt<PPX_CUDA_W_INT8, 8> (a, s);
+  if (fmt == PPX_CUDA_W_BF16)
+    return tcw_launch_nt<PPX_CUDA_W_BF16, 8> (a, s);
   return ck == 2 ? tcw_launch_nt<PPX_CUDA_W_INT4, 2> (a, s) : ck == 4 ? tcw_launch_nt<PPX_CUDA_W_INT4, 4> (a, s)
                                                              : tcw_launch_nt<PPX_CUDA_W_INT4, 8> (a, s);
 }

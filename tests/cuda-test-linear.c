@@ -165,6 +165,10 @@ test_linear_batch (void)
     check_linear_rows_exact (formats[i], 1027, 1024, 128, FALSE); /* int8: mma.sync in 4 slices of 4 */
   }
   check_linear_rows_exact (formats[0], 512, 2048, 160, TRUE); /* f32, Mimi's FFN down projection, 80 sessions */
+  /* bf16 with leaves of 3+ stages: on sm_90a the wgmma configuration by default (5 n-tiles; 20, the wide one) */
+  g_assert_cmpint (formats[1].format, ==, PPX_WFMT_BF16);
+  check_linear_rows_exact (formats[1], 4096, 4096, 40, FALSE);
+  check_linear_rows_exact (formats[1], 4096, 4096, 160, TRUE);
 }
 
 /* The same with the x rows of each launch spread over blocks in every way the tensor-core kernel can
@@ -244,13 +248,14 @@ test_linear_gemv (void)
   }
 }
 
-/* The int4 and int8 linears take the wgmma configuration where the build and the GPU have it (a build with 90a
- * in -Dcuda-arch, a compute capability 9.0 GPU: H100, H200), and nowhere else (bf16, the CUDA-core kernels:
- * never): int4 from M = 17 rows; int8 from 17 rows where a leaf of K is 3 stages or more (4096 x 4096: 8 stages
- * on 132 SMs, 4 on 114) and from 129 where it is 1-2 (256 x 1024, the depformer's latency-bound shapes). Without
+/* The int4, int8 and bf16 linears take the wgmma configuration where the build and the GPU have it (a build with
+ * 90a in -Dcuda-arch, a compute capability 9.0 GPU: H100, H200), and nowhere else (the CUDA-core kernels: never):
+ * int4 from M = 17 rows; int8 from 17 rows where a leaf of K is 3 stages or more (4096 x 4096: 8 stages on 132
+ * SMs, 4 on 114) and from 129 where it is 1-2 (256 x 1024, the depformer's latency-bound shapes); bf16 from 17
+ * rows where a leaf is 3 stages or more, never where it is 1-2. Without
  * this a build whose sm_90a code the driver did not load would fall back to mma.sync silently (the same bits,
  * the batch tests cannot tell) and the tick would lose ~2 ms at 80 sessions (docs/cuda.md, "wgmma (sm_90a)").
- * PPX_CUDA_LINEAR_WGMMA and PPX_CUDA_LINEAR_WGMMA_INT8 move the switch; the test expects the default. */
+ * PPX_CUDA_LINEAR_WGMMA, _WGMMA_INT8 and _WGMMA_BF16 move the switch; the test expects the default. */
 void
 test_linear_wgmma_path (void)
 {
@@ -260,8 +265,8 @@ test_linear_wgmma_path (void)
   const gboolean built = FALSE;
 #endif
   if (g_getenv ("PPX_CUDA_LINEAR_WGMMA") || g_getenv ("PPX_CUDA_LINEAR_WGMMA_INT8") ||
-      g_getenv ("PPX_CUDA_LINEAR_LAUNCH_ROWS")) {
-    g_test_skip ("PPX_CUDA_LINEAR_WGMMA, _WGMMA_INT8 or _LAUNCH_ROWS is set: the switch is not the default");
+      g_getenv ("PPX_CUDA_LINEAR_WGMMA_BF16") || g_getenv ("PPX_CUDA_LINEAR_LAUNCH_ROWS")) {
+    g_test_skip ("PPX_CUDA_LINEAR_WGMMA, _WGMMA_INT8, _WGMMA_BF16 or _LAUNCH_ROWS is set: the switch is not the default");
     return;
   }
   const int cc = ppx_backend_cuda_compute_capability (gpu);
@@ -289,14 +294,17 @@ test_linear_wgmma_path (void)
     g_assert_false (ppx_backend_cuda_linear_wgmma_at (cpu, w.c, 80));
     wpair_free (&w);
   }
-  /* int8 with long leaves: from 17 rows */
-  WPair w8 = wpair_random (formats[2], 4096, 4096);
-  g_assert_cmpint (formats[2].format, ==, PPX_WFMT_INT8);
-  static const int ms8[] = {1, 16, 17, 80, 160, 256};
-  for (guint k = 0; k < G_N_ELEMENTS (ms8); k++)
-    if (ppx_backend_cuda_linear_wgmma_at (gpu, w8.g, ms8[k]) != (expect && ms8[k] >= 17))
-      g_error ("linear int8 [4096x4096] M=%d: wgmma %s", ms8[k], expect && ms8[k] >= 17 ? "not taken" : "taken");
-  wpair_free (&w8);
+  /* int8 and bf16 with long leaves: from 17 rows */
+  for (int j = 1; j <= 2; j++) {
+    g_assert_cmpint (formats[j].format, ==, j == 1 ? PPX_WFMT_BF16 : PPX_WFMT_INT8);
+    WPair w8 = wpair_random (formats[j], 4096, 4096);
+    static const int ms8[] = {1, 16, 17, 32, 80, 160, 256};
+    for (guint k = 0; k < G_N_ELEMENTS (ms8); k++)
+      if (ppx_backend_cuda_linear_wgmma_at (gpu, w8.g, ms8[k]) != (expect && ms8[k] >= 17))
+        g_error ("linear %s [4096x4096] M=%d: wgmma %s", fmt_name (formats[j]), ms8[k],
+                 expect && ms8[k] >= 17 ? "not taken" : "taken");
+    wpair_free (&w8);
+  }
 }
 
 /* ppx_op_rmsnorm_linear: the fused kernel (M <= 4, tensor-core weights) gives the bits of rmsnorm then linear

@@ -322,15 +322,27 @@ overlap (int a, int b, int lo, int hi)
   return max (0, min (b, hi) - max (a, lo) + 1);
 }
 
+/* Prefetches into the L2 the n_rows head rows of `bytes` (<= 128) bytes each at k and v + r * HD, r < n_rows
+ * (K rows then V rows, one 128-byte line a row, spread over the warp's lanes). */
+__device__ __forceinline__ void
+prefetch_rows (const void *k, const void *v, size_t HD_bytes, int n_rows, int lane)
+{
+  for (int i = lane; i < 2 * n_rows; i += 32) {
+    const char *b = (const char *) (i < n_rows ? k : v) + (size_t) (i < n_rows ? i : i - n_rows) * HD_bytes;
+    asm volatile ("prefetch.global.L2 [%0];" ::"l"(b));
+  }
+}
+
 /* One warp tile: the SPL positions from chunk index k0, U per group, folded into the warp's running softmax
  * (max mrun, sum lsum, exp-weighted values acc). CHECK: some positions are outside the window (or past the
  * chunk); they are neither loaded nor counted. kl/vl: the lane's pointers into the chunk's first position
  * (group gg's row, lane li's values); ks/vs: FP8 scales from the chunk's first position. */
-template <int KV, int DH, bool CHECK>
+template <int KV, int DH, bool CHECK, bool PF>
 __device__ __forceinline__ void
 attend_tile (const typename Kv<KV>::T *kl, const typename Kv<KV>::T *vl, const float *ks, const float *vs, size_t HD,
              int Dh, int k0, int gg, int li, const Window &win, const float (&qv)[Shape<KV, DH>::DPL], float qscale,
-             float &mrun, float &lsum, float (&acc)[Shape<KV, DH>::DPL])
+             float &mrun, float &lsum, float (&acc)[Shape<KV, DH>::DPL], const typename Kv<KV>::T *kc0,
+             const typename Kv<KV>::T *vc0, int n_pos)
 {
   typedef Shape<KV, DH> S;
   const float unit = code_unit<KV, DH> ();
@@ -346,6 +358,13 @@ attend_tile (const typename Kv<KV>::T *kl, const typename Kv<KV>::T *vl, const f
       zero_row<KV, DH> (kr[u]);
       zero_row<KV, DH> (vr[u]);
     }
+  }
+  if constexpr (PF) {
+    /* the warp's next tile into the L2 (one 128-byte line a row: fp8 with Dh = 128) */
+    const int kn = k0 + ATT_WARPS * S::SPL;
+    if (kn < n_pos)
+      prefetch_rows (kc0 + (size_t) kn * HD, vc0 + (size_t) kn * HD, HD * sizeof (typename S::T), min (S::SPL, n_pos - kn),
+                     gg * S::LPP + li);
   }
   bool ok[S::NS];
   float ksc[S::NS], vsc[S::NS];
@@ -427,7 +446,6 @@ attend_tile (const typename Kv<KV>::T *kl, const typename Kv<KV>::T *vl, const f
  *    has dim 16g + 2j in row g and 16g + 2j + 1 in row g + 8. B = the weights e^(s - m) * vscale * 2^sw (hi in
  *    even columns, lo in odd: two shuffles of packed halves), sw chosen per tile from the tile's largest V
  *    scale (the accumulators are rescaled by the power of two with the running max's correction). */
-#define MMA_SUB 1
 
 __device__ __forceinline__ void
 mma_f16 (float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1)
@@ -480,11 +498,11 @@ split_part (float x, int which)
   return which ? __float2half_rn (x - __half2float (hi)) : hi;
 }
 
-template <bool CHECK>
+template <bool CHECK, int MMA_SUB, bool PF>
 __device__ __forceinline__ void
 attend_tile_mma (const uint8_t *kc, const uint8_t *vc, const float *ks, const float *vs, int HD, int k0, int g,
                  int t, const Window &win, uint32_t qf, float qmul, float &mrun, float &lsum, int &sw,
-                 float (&acc)[8][4])
+                 float (&acc)[8][4], int n_pos)
 {
   uint4 kr[MMA_SUB][2][2], vr[MMA_SUB][4];
   float ksc[MMA_SUB][2], vsc[MMA_SUB][2];
@@ -513,6 +531,11 @@ attend_tile_mma (const uint8_t *kc, const uint8_t *vc, const float *ks, const fl
       ksc[s][r] = ok[s][r] ? ks[k] : 0.0f;
       vsc[s][r] = ok[s][r] ? vs[k] : 0.0f;
     }
+  }
+  if constexpr (PF) {
+    const int kn = k0 + ATT_WARPS * 16 * MMA_SUB;
+    if (kn < n_pos)
+      prefetch_rows (kc + kn * HD, vc + kn * HD, (size_t) HD, min (16 * MMA_SUB, n_pos - kn), 4 * g + t);
   }
   /* scores of positions g and g + 8 of each sub-tile */
   float sc[MMA_SUB][2], tmax = -INFINITY, vmax = 0.0f;
@@ -560,14 +583,16 @@ attend_tile_mma (const uint8_t *kc, const uint8_t *vc, const float *ks, const fl
   const int ds = swn - sw;
   const float c0 = expf (mrun - mnew); /* 0 for the first tile */
   const float corr = c0 * pow2f (ds / 2) * pow2f (ds - ds / 2);
+  if (mnew != mrun || ds != 0) { /* (warp-uniform) */
+    lsum *= c0; /* lsum is kept unscaled */
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        acc[j][i] *= corr;
+  }
   mrun = mnew;
   sw = swn;
-  lsum *= c0; /* lsum is kept unscaled */
-#pragma unroll
-  for (int j = 0; j < 8; j++)
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-      acc[j][i] *= corr;
   const float wunit = pow2f (swn);
   const int part = g & 1; /* this lane's B column: hi (even) or lo (odd) */
 #pragma unroll
@@ -608,13 +633,42 @@ attend_tile_mma (const uint8_t *kc, const uint8_t *vc, const float *ks, const fl
 #define ATT_E4M3_CVT 0
 #endif
 
-template <int KV, int DH, bool MMA>
-__global__ void __launch_bounds__ (ATT_THREADS, 4)
+/* MODE (fp8 with Dh = 128 only; PPX_CUDA_ATTENTION_FP8_MMA): 0 the CUDA cores (main); the tensor cores with 16
+ * positions a warp tile (1), with the warp's next tile prefetched into the L2 (2), with 32 positions a tile at 3
+ * blocks an SM (3), with the block's whole window of the chunk prefetched into the L2 at its start (4), with
+ * both 32 positions and the chunk prefetch (7); the CUDA cores with the next-tile prefetch (5), with the chunk
+ * prefetch (6). */
+template <int MODE> struct Mode {
+  static const bool TC = MODE == 1 || MODE == 2 || MODE == 3 || MODE == 4 || MODE == 7;
+  static const int SUB = MODE == 3 || MODE == 7 ? 2 : 1;
+  static const bool PF_TILE = MODE == 2 || MODE == 5;
+  static const bool PF_CHUNK = MODE == 4 || MODE == 6 || MODE == 7;
+  static const int MIN_BLOCKS = MODE == 3 || MODE == 7 ? 3 : 4;
+};
+
+/* Row t's window as chunk indices (see the kernel) */
+__device__ __forceinline__ Window
+row_window (int64_t q, int64_t E, int cap, int context, int rel0, int back0, int n_pos)
+{
+  const int64_t lo = max (max ((int64_t) 0, E - cap + 1), q - context + 1);
+  /* window [lo, q] relative to E - 1 (clamped: an empty window has rlo > rhi), then as chunk indices */
+  const int rhi = (int) min ((int64_t) 0, max ((int64_t) -cap, q - (E - 1)));
+  const int rlo = (int) min ((int64_t) 1, max ((int64_t) -cap, lo - (E - 1)));
+  const Window win = {max (0, rlo - rel0), min (min (back0, rhi - rel0), n_pos - 1), max (back0 + 1, rlo - rel0 + cap),
+                      min (n_pos - 1, rhi - rel0 + cap)};
+  return win;
+}
+
+template <int KV, int DH, int MODE>
+__global__ void __launch_bounds__ (ATT_THREADS, Mode<MODE>::MIN_BLOCKS)
 attention_split_kernel (AttnArgs a)
 {
   ppx_pdl_enter ();
   typedef Shape<KV, DH> S;
-  constexpr bool TC = MMA && KV == PPX_TENSOR_FP8 && DH == 128 && ATT_E4M3_CVT;
+  constexpr bool FP8_128 = KV == PPX_TENSOR_FP8 && DH == 128;
+  constexpr bool TC = Mode<MODE>::TC && FP8_128 && ATT_E4M3_CVT;
+  constexpr bool PF = Mode<MODE>::PF_TILE && FP8_128;
+  constexpr int MSUB = Mode<MODE>::SUB;
   typedef typename Kv<KV>::T T;
   __shared__ float wacc[ATT_WARPS][ATT_MAX_DH]; /* each warp's exp-weighted sums, */
   __shared__ float wml[ATT_WARPS][2];           /* its max and sum of exp */
@@ -630,6 +684,24 @@ attention_split_kernel (AttnArgs a)
   float *ks = KV == PPX_TENSOR_FP8 ? a.ks + ((size_t) slot * H + h) * cap : NULL;
   float *vs = KV == PPX_TENSOR_FP8 ? a.vs + ((size_t) slot * H + h) * cap : NULL;
   const int32_t *pos = a.pos + (size_t) m * T_;
+  /* The position held at ring index r0 + k, relative to the session's last position E - 1: rel0 + k for
+   * k <= back0, rel0 + k - cap after (rel0 = -back0, in [-(cap - 1), 0]). */
+  const int64_t E = (int64_t) pos[T_ - 1] + 1;
+  const int back0 = (int) (((E - 1 - r0) % cap + cap) % cap);
+  const int rel0 = -back0;
+
+  if constexpr (Mode<MODE>::PF_CHUNK && FP8_128) {
+    /* the last row's window of the chunk, K and V rows (one 128-byte line each), into the L2 while the block
+     * stores its rows */
+    const Window w = row_window (pos[T_ - 1], E, cap, a.context, rel0, back0, n_pos);
+    const int n1 = max (0, w.b1 - w.a1 + 1), n = n1 + max (0, w.b2 - w.a2 + 1);
+    for (int i = threadIdx.x; i < 2 * n; i += ATT_THREADS) {
+      const int j = i < n ? i : i - n;
+      const int k = j < n1 ? w.a1 + j : w.a2 + j - n1;
+      const T *b = (i < n ? kc : vc) + (size_t) (r0 + k) * HD;
+      asm volatile ("prefetch.global.L2 [%0];" ::"l"(b));
+    }
+  }
 
   /* this call's rows whose ring index is in the chunk, in order */
   if (warp == 0) {
@@ -644,11 +716,6 @@ attention_split_kernel (AttnArgs a)
   }
   __syncthreads ();
 
-  /* The position held at ring index r0 + k, relative to the session's last position E - 1: rel0 + k for
-   * k <= back0, rel0 + k - cap after (rel0 = -back0, in [-(cap - 1), 0]). */
-  const int64_t E = (int64_t) pos[T_ - 1] + 1;
-  const int back0 = (int) (((E - 1 - r0) % cap + cap) % cap);
-  const int rel0 = -back0;
   const float att_scale = 1.0f / sqrtf ((float) Dh);
   const size_t lane_off = (size_t) gg * HD + (size_t) li * (S::GENERIC ? 1 : S::VEC);
   const T *kl = kc + (size_t) r0 * HD + lane_off, *vl = vc + (size_t) r0 * HD + lane_off;
@@ -658,12 +725,7 @@ attention_split_kernel (AttnArgs a)
   for (int t = 0; t < T_; t++) {
     const size_t row = (size_t) m * T_ + t;
     const int64_t q = pos[t];
-    const int64_t lo = max (max ((int64_t) 0, E - cap + 1), q - a.context + 1);
-    /* window [lo, q] relative to E - 1 (clamped: an empty window has rlo > rhi), then as chunk indices */
-    const int rhi = (int) min ((int64_t) 0, max ((int64_t) -cap, q - (E - 1)));
-    const int rlo = (int) min ((int64_t) 1, max ((int64_t) -cap, lo - (E - 1)));
-    const Window win = {max (0, rlo - rel0), min (min (back0, rhi - rel0), n_pos - 1), max (back0 + 1, rlo - rel0 + cap),
-                        min (n_pos - 1, rhi - rel0 + cap)};
+    const Window win = row_window (q, E, cap, a.context, rel0, back0, n_pos);
     float *part = a.n_chunks > 1 ? a.part + ((row * H + h) * a.n_chunks + c) * (Dh + 2) : NULL;
     float *out = a.out + row * HD + (size_t) h * Dh;
 
@@ -725,14 +787,14 @@ attention_split_kernel (AttnArgs a)
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
       int sw = 0;
       const uint8_t *kb = (const uint8_t *) kc + (size_t) r0 * HD, *vb = (const uint8_t *) vc + (size_t) r0 * HD;
-      const int spl = 16 * MMA_SUB, nt = (n_pos + spl - 1) / spl;
+      const int spl = 16 * MSUB, nt = (n_pos + spl - 1) / spl;
       for (int tile = warp; tile < nt; tile += ATT_WARPS) {
         const int k0 = tile * spl, k1 = k0 + spl - 1;
         const int n = overlap (win.a1, win.b1, k0, k1) + overlap (win.a2, win.b2, k0, k1);
         if (n == spl)
-          attend_tile_mma<false> (kb, vb, ksr, vsr, (int) HD, k0, g, t, win, qf, qmul, mrun, lsum, sw, acc);
+          attend_tile_mma<false, MSUB, PF> (kb, vb, ksr, vsr, (int) HD, k0, g, t, win, qf, qmul, mrun, lsum, sw, acc, n_pos);
         else if (n > 0)
-          attend_tile_mma<true> (kb, vb, ksr, vsr, (int) HD, k0, g, t, win, qf, qmul, mrun, lsum, sw, acc);
+          attend_tile_mma<true, MSUB, PF> (kb, vb, ksr, vsr, (int) HD, k0, g, t, win, qf, qmul, mrun, lsum, sw, acc, n_pos);
       }
       /* the groups hold different positions (the four lanes of a group the same ones) */
 #pragma unroll
@@ -762,9 +824,11 @@ attention_split_kernel (AttnArgs a)
         const int k0 = tile * S::SPL, k1 = k0 + S::SPL - 1;
         const int n = overlap (win.a1, win.b1, k0, k1) + overlap (win.a2, win.b2, k0, k1);
         if (n == S::SPL)
-          attend_tile<KV, DH, false> (kl, vl, ksr, vsr, HD, Dh, k0, gg, li, win, qv, att_scale, mrun, lsum, acc);
+          attend_tile<KV, DH, false, PF> (kl, vl, ksr, vsr, HD, Dh, k0, gg, li, win, qv, att_scale, mrun, lsum, acc,
+                                         kc + (size_t) r0 * HD, vc + (size_t) r0 * HD, n_pos);
         else if (n > 0)
-          attend_tile<KV, DH, true> (kl, vl, ksr, vsr, HD, Dh, k0, gg, li, win, qv, att_scale, mrun, lsum, acc);
+          attend_tile<KV, DH, true, PF> (kl, vl, ksr, vsr, HD, Dh, k0, gg, li, win, qv, att_scale, mrun, lsum, acc,
+                                        kc + (size_t) r0 * HD, vc + (size_t) r0 * HD, n_pos);
       }
       /* the warp's groups hold the same dims of different positions: sum them, then the lanes' sums of exp */
 #pragma unroll
@@ -894,18 +958,20 @@ ppx_cuda_attention_scratch_floats (int M, int T, int H, int Dh, int cap)
   return p.n_chunks > 1 ? (size_t) M * T * H * p.n_chunks * (Dh + 2) : 0;
 }
 
-/* PPX_CUDA_ATTENTION_FP8_MMA=0 (a benchmarking knob, read once) keeps fp8 caches on the CUDA cores. */
-static bool
-fp8_mma (void)
+/* PPX_CUDA_ATTENTION_FP8_MMA=MODE (a benchmarking knob, read once: see Mode) picks the fp8 Dh = 128 kernel. */
+static int
+fp8_mode (void)
 {
   static int cached = -1;
   int v = __atomic_load_n (&cached, __ATOMIC_RELAXED);
   if (v < 0) {
     const char *env = getenv ("PPX_CUDA_ATTENTION_FP8_MMA");
-    v = env && *env ? atoi (env) != 0 : 1;
+    v = env && *env ? atoi (env) : 0;
+    if (v < 0 || v > 7)
+      v = 0;
     __atomic_store_n (&cached, v, __ATOMIC_RELAXED);
   }
-  return v != 0;
+  return v;
 }
 
 template <int KV>
@@ -916,22 +982,30 @@ launch_fmt (const AttnArgs &a, int M, cudaStream_t s)
   Kern k;
   switch (a.Dh) {
     case 16:
-      k = attention_split_kernel<KV, 16, false>;
+      k = attention_split_kernel<KV, 16, 0>;
       break;
     case 32:
-      k = attention_split_kernel<KV, 32, false>;
+      k = attention_split_kernel<KV, 32, 0>;
       break;
     case 64:
-      k = attention_split_kernel<KV, 64, false>;
+      k = attention_split_kernel<KV, 64, 0>;
       break;
     case 128:
-      k = KV == PPX_TENSOR_FP8 && fp8_mma () ? attention_split_kernel<KV, 128, true> : attention_split_kernel<KV, 128, false>;
+      if constexpr (KV == PPX_TENSOR_FP8) {
+        static Kern const fp8_modes[8] = {attention_split_kernel<KV, 128, 0>, attention_split_kernel<KV, 128, 1>,
+                                          attention_split_kernel<KV, 128, 2>, attention_split_kernel<KV, 128, 3>,
+                                          attention_split_kernel<KV, 128, 4>, attention_split_kernel<KV, 128, 5>,
+                                          attention_split_kernel<KV, 128, 6>, attention_split_kernel<KV, 128, 7>};
+        k = fp8_modes[fp8_mode ()];
+      } else {
+        k = attention_split_kernel<KV, 128, 0>;
+      }
       break;
     case 256:
-      k = attention_split_kernel<KV, 256, false>;
+      k = attention_split_kernel<KV, 256, 0>;
       break;
     default:
-      k = attention_split_kernel<KV, 0, false>;
+      k = attention_split_kernel<KV, 0, 0>;
       break;
   }
   dim3 grid ((unsigned) a.H, (unsigned) a.n_chunks, (unsigned) M);

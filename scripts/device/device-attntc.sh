@@ -1,6 +1,8 @@
 #!/bin/sh
 # Runs on the GPU machine: the fp8 attention on the tensor cores (branch attntc) against main, in one call
-# within BUDGET seconds (default 300). PACK_TAR: device-pack.sh's pack plus bin/personaplex-bench, as
+# within BUDGET seconds (default 300). The kernel modes (PPX_CUDA_ATTENTION_FP8_MMA) exist in a build of commit
+# e65eebf only (docs/cuda.md, "fp8 on the tensor cores": measured slower, not merged); elsewhere the knob is
+# ignored and every mode runs main's kernel. PACK_TAR: device-pack.sh's pack plus bin/personaplex-bench, as
 # tar.xz of a folder named pack; MAIN_TAR: main's test-backend-cuda and personaplex-bench (tar.xz).
 # Steps (default: tests abench sweep):
 #   modes:  --bench-attention (fp8, M = 1,80,160, T = 64) of main and of every PPX_CUDA_ATTENTION_FP8_MMA mode
@@ -10,7 +12,7 @@
 #           is 3 or 7 (or FORCE_QUICK is set): the others give the bits of mode 0 or 1
 #   tests:  test-backend-cuda /cuda/attention and /cuda/golden (verbose: every call's max abs err), test-engine cuda
 #   abench: --bench-attention, fp8, M = 1,80,160 (ABENCH_M) and T = 64: main, new with PPX_CUDA_ATTENTION_FP8_MMA=0
-#           (the CUDA-core path), new (tensor cores)
+#           (the CUDA-core path), new (its default: the tensor cores at d381a37, mode 0 at e65eebf)
 #   sweep:  personaplex-bench int4, fp8 KV, context 3000: 1,80,160 on a GPU of more than 100 GB, else 1,64,88
 #           (SWEEP), main then new
 # Logs go to $OUT. Usage: sh device-attntc.sh PACK_TAR MAIN_TAR [steps...]

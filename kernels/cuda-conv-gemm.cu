@@ -193,8 +193,12 @@ conv1d_combine_kernel (const float *__restrict__ ws, const float *__restrict__ b
     if (idx < nout) {
       const int co = (int) ((idx / Lout) % Cout);
       float s = bias ? bias[co] : 0.0f;
-      for (int l = 0; l < split; l += lst)
-        s += conv_leaf_sum (ws, nout, idx, l, split, lst);
+      if (lst == 1) /* the leaves themselves: this loop as it was (the nested one measured slower, 32 leaves) */
+        for (int l = 0; l < split; l++)
+          s += ws[(size_t) l * nout + idx];
+      else
+        for (int l = 0; l < split; l += lst)
+          s += conv_leaf_sum (ws, nout, idx, l, split, lst);
       y[idx] = res ? res[idx] + s : s;
     }
     if (idx < nch) {
@@ -206,6 +210,22 @@ conv1d_combine_kernel (const float *__restrict__ ws, const float *__restrict__ b
       }
     }
   }
+}
+
+/* leaf 0 + leaf 1 + ... at offset j (transposed: no bias first), the leaves' sums made by conv_leaf_sum */
+__device__ __forceinline__ float
+convtr_leaves_sum (const float *__restrict__ w0, size_t nz, int j, int split, int lst)
+{
+  if (lst == 1) { /* the leaves themselves: the loop as it was (the nested one measured slower, 32 leaves) */
+    float z = w0[0 + j];
+    for (int l = 1; l < split; l++)
+      z += w0[(size_t) l * nz + j];
+    return z;
+  }
+  float z = conv_leaf_sum (w0, nz, j, 0, split, lst);
+  for (int l = lst; l < split; l += lst)
+    z += conv_leaf_sum (w0, nz, j, l, split, lst);
+  return z;
 }
 
 /* Transposed conv with several leaves: z = leaf 0 + leaf 1 + ... (in order), then the single-leaf epilogue.
@@ -226,18 +246,14 @@ convtr_combine_kernel (const float *__restrict__ ws, const float *__restrict__ b
     const int j = (int) (idx % J), co = (int) (mc % Cout);
     const float *w0 = ws + mc * Lz;
     if (j < Ly) {
-      float z = conv_leaf_sum (w0, nz, j, 0, split, lst);
-      for (int l = lst; l < split; l += lst)
-        z += conv_leaf_sum (w0, nz, j, l, split, lst);
+      float z = convtr_leaves_sum (w0, nz, j, split, lst);
       if (partial && j < tail)
         z += partial[mc * tail + j];
       y[mc * Ly + j] = z + (bias ? bias[co] : 0.0f);
     }
     if (partial && j < tail) {
       const int j2 = S * T + j;
-      float z2 = conv_leaf_sum (w0, nz, j2, 0, split, lst);
-      for (int l = lst; l < split; l += lst)
-        z2 += conv_leaf_sum (w0, nz, j2, l, split, lst);
+      float z2 = convtr_leaves_sum (w0, nz, j2, split, lst);
       if (j2 < tail)
         z2 += partial[mc * tail + j2];
       (in_place ? partial : next)[mc * tail + j] = z2;

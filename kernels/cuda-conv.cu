@@ -318,8 +318,10 @@ conv_choose_cfg (const ConvGeom &g, const ConvPlan &pl)
  * launch of one-stage leaves (each 0 + p_i) whose combine adds a planned leaf's pieces in order and then the
  * leaves as before gives the same bits (0 + p is p but for -0, and the chain's sum is never -0, so adding
  * +0 or -0 to it is the same). That is a choice of execution, like the tile: it may follow M. Taken where
- * the cost model says the extra blocks save 30 % after the combine's traffic (small M, leaves of many
- * stages; the margin because the model was fitted to leaves, not to pieces). Not
+ * the cost model says the extra blocks save 8 % after the combine's traffic, for plans of one leaf only
+ * (H200, test-backend-cuda --bench-conv: every one-leaf layer of many stages is faster as pieces at M = 1,
+ * e.g. dec.2 113 -> 39 us, enc.3 28 -> 12; the many-leaf plans made for M = 1, e.g. enc.12 and dec.0 with
+ * 32 leaves, were 5-130 % slower as pieces). Not
  * on the CUDA cores (their leaf is one fmaf chain over every r). */
 static int
 conv_pieces_mode (void)
@@ -338,18 +340,18 @@ static void
 conv_pieces (const ConvGeom &g, int force_cfg, ConvPlan *pl)
 {
   const int nst = (int) conv_cdiv (g.Cin, pl->CK), leaf_st = pl->cpl / pl->CK, mode = conv_pieces_mode ();
-  if (!conv_family () || mode == 0 || leaf_st <= 1 || nst > 4096)
+  if (!conv_family () || mode == 0 || leaf_st <= 1 || nst > 4096 || (mode < 0 && pl->split > 1))
     return;
   ConvPlan pp = *pl;
   pp.split = nst, pp.cpl = pl->CK, pp.lst = leaf_st;
   pp.cfg = conv_cfg_ok (g, force_cfg) ? force_cfg : conv_choose_cfg (g, pp);
   const double out = (double) g.M * g.Cout * (g.tr ? g.Lz : g.Lout);
   if (mode < 0) {
-    if (pp.cfg < 0 || (double) nst * out > (double) (8 << 20)) /* at most 32 MB of scratch */
+    if (pp.cfg < 0 || (double) nst * out > (double) (16 << 20)) /* at most 64 MB of scratch */
       return;
     const double c_leaves = conv_cfg_cost (g, *pl, pl->cfg) + conv_combine_cost (g, pl->split);
     const double c_pieces = conv_cfg_cost (g, pp, pp.cfg) + conv_combine_cost (g, nst);
-    if (!(c_pieces < 0.7 * c_leaves))
+    if (!(c_pieces < 0.92 * c_leaves))
       return;
   }
   *pl = pp;

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Runs on the GPU machine: Mimi's convolutions with the leaves planned for 80-160 sessions and one-stage pieces
-# at small M (docs/cuda.md, "Leaves for 80-160 sessions, one-stage pieces for few"), against main's binaries, in one call.
+# Runs on the GPU machine: Mimi's convolutions with the leaves planned for 80-160 sessions and one-stage
+# pieces at small M (docs/cuda.md, "Leaves for 80-160 sessions, one-stage pieces for few"), against main's
+# binaries, in one call.
 # PACK: device-pack.sh's pack plus bin/personaplex-bench; MAIN: a directory holding main's test-backend-cuda and
 # personaplex-bench (device-rules.md: /tmp/mb). Steps in order, each skipped once BUDGET seconds (default 185)
 # are spent:

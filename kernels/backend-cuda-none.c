@@ -59,6 +59,18 @@ ppx_backend_cuda_conv_force (int cfg, int split)
 {
 }
 
+void
+ppx_backend_cuda_conv_force_pieces (int mode)
+{
+}
+
+int
+ppx_backend_cuda_conv_launch_leaves (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L,
+                                     int stride, int dilation, int groups, gboolean streaming)
+{
+  return 0;
+}
+
 int
 ppx_backend_cuda_conv_n_configs (void)
 {

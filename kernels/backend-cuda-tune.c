@@ -79,6 +79,25 @@ ppx_backend_cuda_conv_force (int cfg, int split)
   ppx_cuda_conv_set_plan (cfg, split);
 }
 
+void
+ppx_backend_cuda_conv_force_pieces (int mode)
+{
+  ppx_cuda_conv_set_pieces (mode);
+}
+
+int
+ppx_backend_cuda_conv_launch_leaves (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L,
+                                     int stride, int dilation, int groups, gboolean streaming)
+{
+  if (!cuda_is_backend (be))
+    return 0;
+  cuda_enter (be);
+  int cfg, split, tr, tc, launch;
+  ppx_cuda_conv_plan_info (transposed, M, Cin, Cout, K, L, stride, dilation, groups, streaming, -1, 0, &cfg, &split,
+                           &tr, &tc, &launch);
+  return cfg < 0 ? 0 : launch;
+}
+
 int
 ppx_backend_cuda_conv_n_configs (void)
 {
@@ -94,7 +113,7 @@ ppx_backend_cuda_conv_plan (PpxBackend *be, gboolean transposed, int M, int Cin,
     return FALSE;
   cuda_enter (be);
   ppx_cuda_conv_plan_info (transposed, M, Cin, Cout, K, L, stride, dilation, groups, streaming, force_cfg, force_split,
-                           cfg, split, tile_rows, tile_cols);
+                           cfg, split, tile_rows, tile_cols, NULL);
   return TRUE;
 }
 

@@ -38,6 +38,9 @@ int ppx_backend_cuda_compute_capability (PpxBackend *be);
  * cfg -2 runs the direct kernels, -1 the planned implicit-GEMM path (the default), 0 .. n_configs - 1 forces
  * that tile configuration where the GEMM path applies; split 0 = the planned leaves, > 0 forces that many. */
 void ppx_backend_cuda_conv_force (int cfg, int split);
+/* One-stage pieces (the same bits as the planned leaves, more blocks and a longer combine): -1 = where the
+ * planner's cost model takes them (default), 0 = never, 1 = wherever they apply. Same rules as above. */
+void ppx_backend_cuda_conv_force_pieces (int mode);
 int ppx_backend_cuda_conv_n_configs (void);
 /* The plan of a conv1d (transposed FALSE, L = Lin) or conv_transpose1d (L = T) call on the backend's GPU with
  * the overrides force_cfg / force_split (as ppx_backend_cuda_conv_force; -1, 0: the planner's): *cfg (-1: the
@@ -45,6 +48,10 @@ int ppx_backend_cuda_conv_n_configs (void);
 gboolean ppx_backend_cuda_conv_plan (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L,
                                      int stride, int dilation, int groups, gboolean streaming, int force_cfg,
                                      int force_split, int *cfg, int *split, int *tile_rows, int *tile_cols);
+/* The planned call's main launch leaves (its planned leaves, or more run as one-stage pieces); 0 if the
+ * backend is not CUDA or the call runs the direct kernels. */
+int ppx_backend_cuda_conv_launch_leaves (PpxBackend *be, gboolean transposed, int M, int Cin, int Cout, int K, int L,
+                                         int stride, int dilation, int groups, gboolean streaming);
 /* GPU time of one conv call in microseconds for each of n_plans (cfgs[i], splits[i]) overrides: the median of
  * `reps` replays of a CUDA graph of `calls` calls over copies of the weights that exceed the L2, on buffers of
  * its own; act applied to x and (residual) y = y + conv as in a fused call. */

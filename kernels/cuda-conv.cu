@@ -128,8 +128,9 @@ static const ConvCfg conv_cfgs[] = {
 #define CONV_N_CFGS ((int) (sizeof conv_cfgs / sizeof conv_cfgs[0]))
 
 /* Test and benchmark overrides (ppx_cuda_conv_set_plan): cfg -2 = the direct kernels, -1 = planned,
- * >= 0 = that tile configuration; split 0 = planned. */
-static int conv_force_cfg = -1, conv_force_split = 0;
+ * >= 0 = that tile configuration; split 0 = planned; pieces (ppx_cuda_conv_set_pieces) -1 = as the cost
+ * model says, 0 = never, 1 = always where they apply. */
+static int conv_force_cfg = -1, conv_force_split = 0, conv_force_pieces = -1;
 
 struct ConvGeom {
   bool tr;
@@ -140,8 +141,9 @@ struct ConvGeom {
 };
 
 struct ConvPlan {
-  int cfg; /* -1: the direct kernels */
-  int split, cpl, CK;
+  int cfg;             /* -1: the direct kernels */
+  int split, cpl, CK;  /* the launch's leaves (blockIdx.z), channels a leaf, channels a stage */
+  int lst;             /* 1, or (pieces) the launch's one-stage leaves that make one planned leaf */
 };
 
 
@@ -182,13 +184,19 @@ conv_family (void)
   return ppx_f32_mma_mode () >= 0;
 }
 
+/* The batch the tensor cores' leaves are planned for (a constant: the plan never depends on a call's M). */
+#define CONV_M_REF 80
+
 /* Leaves: enough that a one-row call (M = 1) has about two blocks per SM, with at least 4 stages per leaf
  * (fewer make the combine's reads of the partial sums cost more than the split gains), on the tensor cores
- * capped by the output's size. A function of the shape and the device only: never of M (batch
+ * capped by the output's size, and one where CONV_M_REF rows already make ~a wave of 128 x 64 tiles (at 80
+ * to 160 sessions the split only adds waves and the combine's traffic; small M gets its parallelism back by
+ * one-stage pieces, conv_pieces). A function of the shape and the device only: never of M (batch
  * independence). */
 static void
 conv_split (const ConvGeom &g, int forced, ConvPlan *pl)
 {
+  pl->lst = 1;
   pl->CK = g.KR >= CONV_BK ? 1 : CONV_BK / g.KR;
   const int nst = (int) conv_cdiv (g.Cin, pl->CK);
   long S;
@@ -205,6 +213,12 @@ conv_split (const ConvGeom &g, int forced, ConvPlan *pl)
     if (conv_family ()) {
       const long out_row = (long) g.Cout * (g.tr ? g.Lz : g.Lout), cap = (1L << 16) / (out_row > 0 ? out_row : 1);
       S = S < cap ? S : cap;
+      /* one leaf where CONV_M_REF rows fill 3/4 of the SMs with 128 x 64 tiles (H200 sweep at M = 80 and 160:
+       * dec.2, dec.5, enc.6, the 96- and 480-column res conv1 are 5-20 % faster with one leaf; enc.9 (80
+       * tiles, 128 stages) and the 2- and 16-column layers keep theirs) */
+      const long tiles_ref = conv_cdiv (g.rows, 128) * conv_cdiv ((long) CONV_M_REF * g.Lcols, 64);
+      if (4 * tiles_ref >= 3L * ppx_sm_count ())
+        S = 1;
     }
   }
   S = S < 1 ? 1 : S > nst ? nst : S;
@@ -266,7 +280,21 @@ conv_cfg_cost (const ConvGeom &g, const ConvPlan &pl, int c)
   }
   const double floor = f.mma ? 1500.0 : 1000.0; /* a stage's memory latency and barrier */
   const double stage = work > floor ? work : floor;
-  return (double) waves * leaf_st * stage;
+  /* one block an SM (the 16-warp tiles): nothing to run while its warps wait at a stage's barrier, ~10 %
+   * (H200 sweep at M = 80 and 160: 64 x 64 beats 64 x 128 on the long conv1d layers, 128 x 64 still wins
+   * over 128 x 32 where the rows allow) */
+  const double lone = f.mma && occ == 1 ? 1.1 : 1.0;
+  return (double) waves * leaf_st * stage * lone;
+}
+
+/* A combine launch's cost in the same cycles: a launch, and each leaf's sums written and read back. */
+static double
+conv_combine_cost (const ConvGeom &g, long leaves)
+{
+  if (leaves <= 1)
+    return 0.0;
+  const double out = (double) g.M * g.Cout * (g.tr ? g.Lz : g.Lout);
+  return 6000.0 + (double) leaves * out * 8.0 / 1500.0;
 }
 
 static int
@@ -286,10 +314,53 @@ conv_choose_cfg (const ConvGeom &g, const ConvPlan &pl)
   return bi;
 }
 
+/* Pieces: on the tensor cores a leaf's sum is a chain of per-stage sums, acc = ((0 + p0) + p1) + ..., so a
+ * launch of one-stage leaves (each 0 + p_i) whose combine adds a planned leaf's pieces in order and then the
+ * leaves as before gives the same bits (0 + p is p but for -0, and the chain's sum is never -0, so adding
+ * +0 or -0 to it is the same). That is a choice of execution, like the tile: it may follow M. Taken where
+ * the cost model says the extra blocks save 8 % after the combine's traffic, for plans of one leaf only
+ * (H200, test-backend-cuda --bench-conv: every one-leaf layer of many stages is faster as pieces at M = 1,
+ * e.g. dec.2 113 -> 39 us, enc.3 28 -> 12; the many-leaf plans made for M = 1, e.g. enc.12 and dec.0 with
+ * 32 leaves, were 5-130 % slower as pieces). Not
+ * on the CUDA cores (their leaf is one fmaf chain over every r). */
+static int
+conv_pieces_mode (void)
+{
+  static int env = -2; /* PPX_CUDA_CONV_PIECES=0 / 1: never / always (measuring); unset: the cost model's */
+  if (conv_force_pieces >= 0)
+    return conv_force_pieces;
+  if (env == -2) {
+    const char *e = getenv ("PPX_CUDA_CONV_PIECES");
+    env = e && e[0] ? (atoi (e) > 0 ? 1 : 0) : -1;
+  }
+  return env;
+}
+
+static void
+conv_pieces (const ConvGeom &g, int force_cfg, ConvPlan *pl)
+{
+  const int nst = (int) conv_cdiv (g.Cin, pl->CK), leaf_st = pl->cpl / pl->CK, mode = conv_pieces_mode ();
+  if (!conv_family () || mode == 0 || leaf_st <= 1 || nst > 4096 || (mode < 0 && pl->split > 1))
+    return;
+  ConvPlan pp = *pl;
+  pp.split = nst, pp.cpl = pl->CK, pp.lst = leaf_st;
+  pp.cfg = conv_cfg_ok (g, force_cfg) ? force_cfg : conv_choose_cfg (g, pp);
+  const double out = (double) g.M * g.Cout * (g.tr ? g.Lz : g.Lout);
+  if (mode < 0) {
+    if (pp.cfg < 0 || (double) nst * out > (double) (16 << 20)) /* at most 64 MB of scratch */
+      return;
+    const double c_leaves = conv_cfg_cost (g, *pl, pl->cfg) + conv_combine_cost (g, pl->split);
+    const double c_pieces = conv_cfg_cost (g, pp, pp.cfg) + conv_combine_cost (g, nst);
+    if (!(c_pieces < 0.92 * c_leaves))
+      return;
+  }
+  *pl = pp;
+}
+
 static ConvPlan
 conv_plan (const ConvGeom &g, int groups, int force_cfg, int force_split)
 {
-  ConvPlan pl = {-1, 1, g.Cin, 1};
+  ConvPlan pl = {-1, 1, g.Cin, 1, 1};
   if (force_cfg == -2 || groups != 1 || g.KR > CONV_BK || g.M <= 0 || g.Cin <= 0 || g.Cout <= 0)
     return pl;
   if (!g.tr && (g.P < 0 || g.Lout <= 0 || (long) g.P + g.Lin >= (1L << 25)))
@@ -303,6 +374,8 @@ conv_plan (const ConvGeom &g, int groups, int force_cfg, int force_split)
     return pl;
   conv_split (g, force_split, &pl);
   pl.cfg = conv_cfg_ok (g, force_cfg) ? force_cfg : conv_choose_cfg (g, pl);
+  if (pl.cfg >= 0)
+    conv_pieces (g, force_cfg, &pl);
   return pl;
 }
 
@@ -338,7 +411,7 @@ conv_args (const ConvGeom &g, const ConvPlan &pl)
   ConvArgs a = {};
   a.M = g.M, a.Cin = g.Cin, a.Cout = g.Cout, a.K = g.K, a.stride = g.stride, a.dil = g.dil;
   a.Lin = g.Lin, a.P = g.P;
-  a.Lcols = g.Lcols, a.rows = g.rows, a.KR = g.KR, a.CK = pl.CK, a.cpl = pl.cpl, a.split = pl.split;
+  a.Lcols = g.Lcols, a.rows = g.rows, a.KR = g.KR, a.CK = pl.CK, a.cpl = pl.cpl, a.split = pl.split, a.lst = pl.lst;
   a.Lz = g.Lz, a.Ly = g.Ly, a.tail = g.tail;
   a.N = (long) g.M * g.Lcols;
   return a;
@@ -451,6 +524,12 @@ ppx_cuda_conv_set_plan (int cfg, int split)
   conv_force_split = split < 0 ? 0 : split;
 }
 
+extern "C" void
+ppx_cuda_conv_set_pieces (int mode)
+{
+  conv_force_pieces = mode < 0 ? -1 : mode > 0 ? 1 : 0;
+}
+
 extern "C" int
 ppx_cuda_conv_n_configs (void)
 {
@@ -460,13 +539,15 @@ ppx_cuda_conv_n_configs (void)
 extern "C" void
 ppx_cuda_conv_plan_info (int transposed, int M, int Cin, int Cout, int K, int L, int stride, int dilation, int groups,
                          int streaming, int force_cfg, int force_split, int *cfg, int *split, int *tile_rows,
-                         int *tile_cols)
+                         int *tile_cols, int *launch_split)
 {
   const ConvGeom g = transposed ? convtr_geom (M, Cin, Cout, K, L, stride, streaming)
                                 : conv1d_geom (M, Cin, Cout, K, L, stride, dilation, streaming);
   const ConvPlan pl = conv_plan (g, groups, force_cfg, force_split);
   *cfg = pl.cfg;
-  *split = pl.cfg < 0 ? 1 : pl.split;
+  *split = pl.cfg < 0 ? 1 : (int) conv_cdiv (pl.split, pl.lst);
+  if (launch_split)
+    *launch_split = pl.cfg < 0 ? 1 : pl.split;
   *tile_rows = pl.cfg < 0 ? 0 : conv_cfgs[pl.cfg].BM;
   *tile_cols = pl.cfg < 0 ? 0 : conv_cfgs[pl.cfg].BN;
 }

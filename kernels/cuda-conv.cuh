@@ -14,6 +14,7 @@ struct ConvArgs {
   int M, Cin, Cout, K, stride, dil; /* transposed: stride = S */
   int Lin, P;                       /* conv1d: input length and history; transposed: Lin = T */
   int Lcols, rows, KR, CK, cpl, split;
+  int lst;          /* the combine: launch leaves per planned leaf (1, or one-stage pieces: cuda-conv.cu) */
   int Lz, Ly, tail; /* transposed */
   long N;           /* M * Lcols */
 };

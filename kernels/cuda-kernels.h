@@ -163,12 +163,16 @@ int ppx_cuda_conv_transpose1d (int act, const float *w, const float *bias, const
  * 0 .. ppx_cuda_conv_n_configs()-1 = that tile configuration where the GEMM path applies; split 0 = planned,
  * > 0 = that many leaves (at most one per stage). Call it with no conv in flight that needs scratch. */
 void ppx_cuda_conv_set_plan (int cfg, int split);
+/* One-stage pieces (same bits as the planned leaves; cuda-conv.cu): -1 = where the planner's cost model takes
+ * them (default), 0 = never, 1 = wherever they apply (tensor cores, leaves of 2 stages or more). */
+void ppx_cuda_conv_set_pieces (int mode);
 int ppx_cuda_conv_n_configs (void);
 /* The plan a call would have with these overrides (transposed: L = T, dilation ignored): *cfg -1 = the direct
- * kernels; the leaves; the tile. */
+ * kernels; the planned leaves; the tile; *launch_split (may be NULL): the main launch's leaves (the planned
+ * leaves, or more where they run as one-stage pieces). */
 void ppx_cuda_conv_plan_info (int transposed, int M, int Cin, int Cout, int K, int L, int stride, int dilation,
                               int groups, int streaming, int force_cfg, int force_split, int *cfg, int *split,
-                              int *tile_rows, int *tile_cols);
+                              int *tile_rows, int *tile_cols, int *launch_split);
 /* GPU time of one call in microseconds for each of n_plans (cfgs[i], splits[i]) overrides (as
  * ppx_cuda_conv_set_plan): the median of `reps` replays of a CUDA graph of `calls` calls cycling over copies of
  * the weights that together exceed the L2, on its own buffers and stream; act and residual (y += ...) as in a

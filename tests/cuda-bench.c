@@ -358,6 +358,9 @@ run_bench_conv (void)
   const char *only = g_getenv ("PPX_BENCH_CONV_ONLY");
   const int force_cfg = g_getenv ("PPX_BENCH_CONV_CFG") ? atoi (g_getenv ("PPX_BENCH_CONV_CFG")) : -1;
   const int force_split = g_getenv ("PPX_BENCH_CONV_SPLIT") ? atoi (g_getenv ("PPX_BENCH_CONV_SPLIT")) : 0;
+  /* PPX_BENCH_CONV_PIECES=0 / 1: one-stage pieces never / wherever they apply (default: as planned) */
+  if (g_getenv ("PPX_BENCH_CONV_PIECES"))
+    ppx_backend_cuda_conv_force_pieces (atoi (g_getenv ("PPX_BENCH_CONV_PIECES")));
   MimiConv convs[64];
   for (int dec = 0; dec < 2; dec++) {
     const int n = mimi_convs (dec, convs, G_N_ELEMENTS (convs));
@@ -384,7 +387,11 @@ run_bench_conv (void)
         const double nw = time_conv_one (c, Ms[j], force_cfg, force_split);
         sum_old[j] += o;
         sum_new[j] += nw;
-        g_autofree char *plan = pc < 0 ? g_strdup ("direct") : g_strdup_printf ("%dx%d/%d", tr, tc, ps);
+        const int launch = ppx_backend_cuda_conv_launch_leaves (gpu, c->tr, Ms[j], c->Cin, c->Cout, c->K, c->L,
+                                                                c->stride, c->dil, c->groups, c->streaming);
+        g_autofree char *plan = pc < 0          ? g_strdup ("direct")
+                                : launch != ps ? g_strdup_printf ("%dx%d/%dp%d", tr, tc, ps, launch)
+                                               : g_strdup_printf ("%dx%d/%d", tr, tc, ps);
         printf ("  %8.1f %7.1f %-11s", o, nw, plan);
       }
       printf ("\n");

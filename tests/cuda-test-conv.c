@@ -282,3 +282,91 @@ test_conv_batch (void)
     }
   }
 }
+
+/* One M-row call sequence (2 calls with state) of a Mimi conv with one-stage pieces never (0) or always (1)
+ * and the leaves `split` (0: planned): the outputs of both calls and the final state, downloaded. */
+static void
+run_mimi_pieces (const MimiConv *c, int M, int split, int pieces, const float *xs, const float *rs, const float *st,
+                 Pair *w, Pair *b, float *yout, float *sout)
+{
+  const gsize sr = MAX (mc_state_row (c), 1), orow = mc_out_row (c), irow = (gsize) c->Cin * c->L;
+  g_autoptr (GError) err = NULL;
+  PpxTensor *x = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * irow, &err);
+  PpxTensor *y = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * orow, &err);
+  PpxTensor *s = ppx_tensor_new (gpu, PPX_TENSOR_F32, (gsize) M * sr, &err);
+  g_assert_no_error (err);
+  ppx_tensor_upload (s, 0, st, (gsize) M * sr);
+  ppx_backend_cuda_conv_force (-1, split);
+  ppx_backend_cuda_conv_force_pieces (pieces);
+  for (int k = 0; k < 2; k++) {
+    ppx_tensor_upload (x, 0, xs + (gsize) k * M * irow, (gsize) M * irow);
+    ppx_tensor_upload (y, 0, rs + (gsize) k * M * orow, (gsize) M * orow);
+    mc_run (gpu, c, w->g, b->g, x, s, y, M);
+    ppx_tensor_download (y, 0, yout + (gsize) k * M * orow, (gsize) M * orow);
+  }
+  ppx_backend_cuda_conv_force_pieces (-1);
+  ppx_backend_cuda_conv_force (-1, 0);
+  ppx_tensor_download (s, 0, sout, (gsize) M * sr);
+  ppx_tensor_free (x);
+  ppx_tensor_free (y);
+  ppx_tensor_free (s);
+}
+
+/* One-stage pieces are a way to run the planned leaves (cuda-conv.cu, conv_pieces): every Mimi conv, planned
+ * and with 2 or 3 forced leaves, gives the same bits (outputs of 2 calls, state) with pieces always as with
+ * pieces never; and the planned leaves are the same for every M (the batch-independence rule). Fails if the
+ * combine adds the pieces in another order than the leaf's own chain (e.g. bias first). */
+void
+test_conv_pieces (void)
+{
+  MimiConv convs[64];
+  int with_pieces = 0, compared = 0;
+  const int M = 3;
+  for (int dec = 0; dec < 2; dec++) {
+    const int n = mimi_convs (dec, convs, G_N_ELEMENTS (convs));
+    for (int i = 0; i < n; i++) {
+      const MimiConv *c = &convs[i];
+      int pc, ps, tr, tc, ps1 = -1;
+      static const int Ms[] = {1, 2, 8, 80, 160, 256};
+      for (guint j = 0; j < G_N_ELEMENTS (Ms); j++) {
+        g_assert_true (ppx_backend_cuda_conv_plan (gpu, c->tr, Ms[j], c->Cin, c->Cout, c->K, c->L, c->stride, c->dil,
+                                                   c->groups, c->streaming, -1, 0, &pc, &ps, &tr, &tc));
+        if (j == 0)
+          ps1 = ps;
+        else if (pc >= 0 && ps != ps1)
+          g_error ("%s: %d leaves planned at M = %d, %d at M = 1", c->name, ps, Ms[j], ps1);
+      }
+      if (pc < 0)
+        continue; /* the direct kernels */
+      const gsize sr = MAX (mc_state_row (c), 1), orow = mc_out_row (c), irow = (gsize) c->Cin * c->L;
+      Pair w = mc_weights (c), b = pair_random (c->Cout);
+      g_autofree float *xs = random_floats ((gsize) 2 * M * irow, -1, 1), *st = random_floats (M * sr, -1, 1);
+      g_autofree float *rs = random_floats ((gsize) 2 * M * orow, -1, 1);
+      g_autofree float *y0 = g_new (float, (gsize) 2 * M * orow), *y1 = g_new (float, (gsize) 2 * M * orow);
+      g_autofree float *s0 = g_new (float, M * sr), *s1 = g_new (float, M * sr);
+      static const int splits[] = {0, 2, 3};
+      for (guint k = 0; k < G_N_ELEMENTS (splits); k++) {
+        ppx_backend_cuda_conv_force_pieces (1);
+        const int launch = ppx_backend_cuda_conv_launch_leaves (gpu, c->tr, M, c->Cin, c->Cout, c->K, c->L, c->stride,
+                                                                c->dil, c->groups, c->streaming);
+        ppx_backend_cuda_conv_force_pieces (-1);
+        run_mimi_pieces (c, M, splits[k], 0, xs, rs, st, &w, &b, y0, s0);
+        run_mimi_pieces (c, M, splits[k], 1, xs, rs, st, &w, &b, y1, s1);
+        if (memcmp (y0, y1, (gsize) 2 * M * orow * sizeof (float)) != 0)
+          g_error ("%s M%d split %d: one-stage pieces change the output", c->name, M, splits[k]);
+        if (c->streaming && memcmp (s0, s1, M * sr * sizeof (float)) != 0)
+          g_error ("%s M%d split %d: one-stage pieces change the state", c->name, M, splits[k]);
+        with_pieces += k == 0 && launch > ps1;
+        compared++;
+      }
+      pair_free (&w);
+      pair_free (&b);
+    }
+  }
+  if (g_test_verbose ())
+    g_printerr ("  %d comparisons bit for bit; %d planned calls run as pieces when forced\n", compared, with_pieces);
+  /* on the tensor cores (the default) the leaves of several stages run as pieces when forced: not vacuous */
+  const char *mma = g_getenv ("PPX_CUDA_F32_MMA");
+  if (!(mma && mma[0] == '0'))
+    g_assert_cmpint (with_pieces, >, 0);
+}

@@ -95,6 +95,7 @@ void test_conv1d (void);
 void test_conv_transpose1d (void);
 void test_conv_mimi (void);
 void test_conv_batch (void);
+void test_conv_pieces (void);
 void test_golden (void);
 void test_prefill (void);
 

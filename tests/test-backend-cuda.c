@@ -78,6 +78,7 @@ main (int argc, char **argv)
     g_test_add_func ("/cuda/conv-transpose1d", test_conv_transpose1d);
     g_test_add_func ("/cuda/conv-mimi", test_conv_mimi);
     g_test_add_func ("/cuda/conv-batch", test_conv_batch);
+    g_test_add_func ("/cuda/conv-pieces", test_conv_pieces);
     g_test_add_func ("/cuda/vq", test_vq);
     g_test_add_func ("/cuda/sample", test_sample);
     g_test_add_func ("/cuda/force-tokens", test_force_tokens);

@@ -62,6 +62,12 @@ typedef struct
   gint64 arrival_us;            /* when the current arrival's first buffer came */
   gint64 arrival_interval_us;   /* between the last two arrivals (0: one seen) */
   guint arrival_samples;        /* the samples the current arrival brought */
+  /* frame alignment kept over the call (gstppstream-drift.c): the phase of
+   * its frames against the others' hand-in (unwrapped), frames in a row
+   * complete after / before the window */
+  gboolean drift_have_phase;
+  gint64 drift_phase_us;
+  guint drift_late, drift_early;
   gint64 align_extra_us;        /* what this stream's frames may wait beyond
                                  * batch-deadline: its arrival interval once
                                  * aligned (its frames complete up to one

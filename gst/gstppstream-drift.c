@@ -9,16 +9,27 @@
  * so the ticks followed its clock; every call faster than it then handed in
  * each frame at once after the tick before, its latency growing at the
  * difference of the clocks (+2 ms/s for the server's, +4 ms/s for +2000 ppm),
- * without bound (to --max-input-backlog). So at each frame complete, the
- * stream tracks its phase against the reference (unwrapped: it moves a little
- * a frame), and when its frames complete more than DRIFT_MARGIN_US after the
- * window DRIFT_FRAMES frames in a row, it moves its frame boundary by one
- * arrival: silence inserted at the frame's start when late (the frame
- * completes an arrival earlier; its answer left out, as the first frame's
- * lead), the frame's first arrival of input dropped when early (it completes
- * an arrival later; the answer's timeline skips it, the next buffer flagged
- * DISCONT). At a quiet moment when one comes within DRIFT_PATIENCE frames
- * (that arrival's RMS under QUIET_RMS), else then. */
+ * without bound (to --max-input-backlog).
+ *
+ * So the stream follows its source's clock against the monotonic one: the
+ * offset of each arrival (its time less the audio received, counted in
+ * samples) from the arrivals that came while the stream was idle (one that
+ * waited upstream while a frame was stepped is read late), their least over
+ * the last few (the lower envelope: an arrival is only ever delayed), and,
+ * while none comes idle (a stream whose frames all wait for the tick reads
+ * every arrival late), the rate measured over the call. Its frames' phase
+ * against the others' is where the first frame was aligned plus how far the
+ * source's clock moved since, plus the moves below: when it is more than
+ * DRIFT_MARGIN_US beyond the window DRIFT_FRAMES frames in a row, the frame
+ * boundary moves by one arrival: silence inserted at the frame's start when
+ * late (the frame completes an arrival earlier; its answer left out, as the
+ * first frame's lead), the frame's first arrival of input dropped when early
+ * (it completes an arrival later; the answer's timeline skips it, the next
+ * buffer flagged DISCONT). At a quiet moment when one comes within
+ * DRIFT_PATIENCE frames (that arrival's RMS under QUIET_RMS), else then.
+ * Measured from the stream's own arrivals, not from the ticker's reference at
+ * each frame: that reference moves when one member ticks alone (after a
+ * stall), and every stream read that as a drift. */
 #include "gstppstream-internal.h"
 #include "gstppsamples.h"
 
@@ -37,11 +48,25 @@
 #define DRIFT_PATIENCE 12
 /* -40 dBFS */
 #define QUIET_RMS 0.01
+/* an arrival that comes this long after the last buffer was taken came
+ * while the stream was idle (its time is its own) */
+#define IDLE_US 1000
+/* buffers that come within this of an arrival's first belong to it
+ * (gstppstream.c) */
+#define ARRIVAL_GAP_US 3000
+/* the origin: the first arrivals that came idle over this long */
+#define ORIGIN_US (3 * G_USEC_PER_SEC)
+/* the rate is measured over at least this long ... */
+#define RATE_BASE_US (4 * G_USEC_PER_SEC)
+/* ... and used once no arrival came idle for this long */
+#define STALE_US G_USEC_PER_SEC
 
-static void
-drift_forget (GstPpStream * st)
+void
+gst_pp_stream_drift_forget (GstPpStream * st)
 {
-  st->drift_have_phase = FALSE;
+  st->drift_ready = FALSE;
+  st->drift_n_first = st->drift_n_ring = st->drift_next = 0;
+  st->drift_moves_us = 0;
   st->drift_late = st->drift_early = 0;
 }
 
@@ -64,24 +89,67 @@ head_rms (GstPpStream * st, guint n)
   return n ? sqrt (sum / n) : 0;
 }
 
+/* An arrival that came idle, @off (its time less the audio received) at
+ * @now: into the origin (the least over the first ORIGIN_US: a call's first
+ * arrivals may come late, the backlog of its start) or the ring of the
+ * last few. */
+static void
+note_offset (GstPpStream * st, gint64 off, gint64 now)
+{
+  if (st->drift_n_first == 0 || now - st->drift_first_us < ORIGIN_US) {
+    if (st->drift_n_first == 0)
+      st->drift_first_us = now;
+    if (st->drift_n_first == 0 || off < st->drift_off0_us) {
+      st->drift_off0_us = off;
+      st->drift_t0_us = now;
+    }
+    st->drift_n_first++;
+    return;
+  }
+  st->drift_ring_off[st->drift_next] = off;
+  st->drift_ring_t[st->drift_next] = now;
+  st->drift_next = (st->drift_next + 1) % GST_PP_DRIFT_RING;
+  st->drift_n_ring = MIN (st->drift_n_ring + 1, GST_PP_DRIFT_RING);
+}
+
+/* How far the source's clock moved against the monotonic one since the
+ * origin (us, negative: it runs fast), at @now. */
+static gint64
+clock_moved (GstPpStream * st, gint64 now)
+{
+  gint64 env = G_MAXINT64, env_t = 0;
+  guint i;
+
+  if (st->drift_n_ring == 0)
+    return 0;
+  for (i = 0; i < st->drift_n_ring; i++)
+    if (st->drift_ring_off[i] < env) {
+      env = st->drift_ring_off[i];
+      env_t = st->drift_ring_t[i];
+    }
+  /* the least of the last few; where none came idle lately, carried on at
+   * the rate measured from the origin to it */
+  if (now - env_t > STALE_US && env_t - st->drift_t0_us >= RATE_BASE_US)
+    env += (gint64) ((gdouble) (env - st->drift_off0_us)
+        / (env_t - st->drift_t0_us) * (now - env_t));
+  return env - st->drift_off0_us;
+}
+
 void
 gst_pp_stream_drift_at_arrival (GstPpStream * st, gsize had, gboolean gap)
 {
   const gint64 rate = GST_PP_STREAM_RATE;
-  gint64 now = g_get_monotonic_time (), period, g, tol, p, e;
+  gint64 now = g_get_monotonic_time (), period, g, tol, e;
   gsize have, need;
   guint gs;
-  gboolean late, early;
+  gboolean late, early, idle;
 
   if (!st->aligned || st->aligning || st->arrival_interval_us == 0 || gap
       || st->member == NULL || st->arrival_samples == 0) {
-    drift_forget (st);
+    gst_pp_stream_drift_forget (st);
     return;
   }
-  need = (gsize) (st->frame_size - st->lead_samples);
   have = gst_adapter_available (st->adapter) / st->info.bpf;
-  if (had >= need || have < need)
-    return;                     /* no frame completes at this buffer */
   period = (gint64) st->frame_size * G_USEC_PER_SEC / rate;
   /* an arrival: its interval in whole buffers (the two 20 ms buffers of a
    * 40 ms client page: 40 ms), at most half a frame */
@@ -91,25 +159,42 @@ gst_pp_stream_drift_at_arrival (GstPpStream * st, gsize had, gboolean gap)
   gs = CLAMP (gs, st->arrival_samples, (guint) st->frame_size / 2);
   g = (gint64) gs * G_USEC_PER_SEC / rate;
   tol = MIN (LEAD_TOLERANCE_US, g / 2);
-  p = gst_pp_ticker_phase (st->member, now, period);
-  if (p < 0) {
-    drift_forget (st);
+  /* the buffers within ARRIVAL_GAP_US of an arrival's first are that
+   * arrival (a client page's two packets): idle when its first was */
+  if (st->drift_arrival_us > 0 && now - st->drift_arrival_us < ARRIVAL_GAP_US) {
+    idle = st->drift_arrival_idle;
+  } else {
+    idle = st->drift_arrival_idle = now - st->drift_return_us >= IDLE_US;
+    st->drift_arrival_us = now;
+    if (idle)
+      note_offset (st, now - (gint64) ((st->samples_since_resync + have)
+              * G_USEC_PER_SEC / rate), now);
+  }
+  need = (gsize) (st->frame_size - st->lead_samples);
+  if (had >= need || have < need)
+    return;                     /* no frame completes at this buffer */
+  if (st->drift_n_ring == 0) {
+    /* in the origin: where the frames complete against the others'
+     * hand-in, the earliest of those that came idle (0 with nobody to
+     * align with: this stream is the reference) */
+    gint64 p = gst_pp_ticker_phase (st->member, now, period);
+    /* around the window's middle, -(g - tol) / 2 (it is (-g, tol]) */
+    gint64 mid = -(g - tol) / 2;
+
+    p = p < 0 ? 0 : ((p - mid) % period + period + period / 2) % period
+        - period / 2 + mid;
+    if (idle && (!st->drift_ready || p < st->drift_e0_us))
+      st->drift_e0_us = p;
+    st->drift_ready |= idle;
     return;
   }
-  if (!st->drift_have_phase) {
-    e = p > tol ? p - period : p;
-  } else {
-    gint64 d = ((p - st->drift_phase_us) % period + period + period / 2)
-        % period - period / 2;
-
-    e = st->drift_phase_us + d;
-  }
-  st->drift_have_phase = TRUE;
+  if (!st->drift_ready)
+    return;
+  e = st->drift_e0_us + clock_moved (st, now) + st->drift_moves_us;
   late = e > tol + DRIFT_MARGIN_US;
   early = e < -(g + DRIFT_MARGIN_US);
   st->drift_late = late ? st->drift_late + 1 : 0;
   st->drift_early = early ? st->drift_early + 1 : 0;
-  st->drift_phase_us = e;
   GST_LOG_OBJECT (st->element, "drift: frame complete %.1f ms after the "
       "others' hand-in (%u late, %u early in a row)", e / 1000.0,
       st->drift_late, st->drift_early);
@@ -122,7 +207,7 @@ gst_pp_stream_drift_at_arrival (GstPpStream * st, gsize had, gboolean gap)
     /* this frame starts with an arrival of silence: it takes that much
      * less input, and the next ones complete an arrival earlier */
     st->lead_samples = gs;
-    st->drift_phase_us -= g;
+    st->drift_moves_us -= g;
     GST_OBJECT_LOCK (st->element);
     st->stats.drift_silence_ms += gs * 1000.0 / rate;
     GST_OBJECT_UNLOCK (st->element);
@@ -135,7 +220,7 @@ gst_pp_stream_drift_at_arrival (GstPpStream * st, gsize had, gboolean gap)
     gst_adapter_flush (st->adapter, (gsize) gs * st->info.bpf);
     st->samples_since_resync += gs;
     st->next_is_discont = TRUE;
-    st->drift_phase_us += g;
+    st->drift_moves_us += g;
     GST_OBJECT_LOCK (st->element);
     st->stats.drift_dropped_ms += gs * 1000.0 / rate;
     GST_OBJECT_UNLOCK (st->element);

@@ -37,6 +37,8 @@ GstMessage *gst_pp_stream_update_stats (GstPpStream * st, gdouble step_ms,
  * arrival (st->lead_samples set, or input dropped from the adapter). */
 void gst_pp_stream_drift_at_arrival (GstPpStream * st, gsize had,
     gboolean gap);
+/* Forgets the source clock followed (a new timeline). */
+void gst_pp_stream_drift_forget (GstPpStream * st);
 
 /* Posts a personaplex-stats message now (EOS) and restarts the interval. */
 void gst_pp_stream_post_stats (GstPpStream * st);

@@ -110,8 +110,7 @@ reset_timeline (GstPpStream * st)
   st->lead_samples = 0;
   st->aligning = st->aligned = FALSE;
   st->align_extra_us = 0;
-  st->drift_have_phase = FALSE;
-  st->drift_late = st->drift_early = 0;
+  gst_pp_stream_drift_forget (st);
   st->next_is_discont = TRUE;
   st->n_lag = st->next_lag = 0;
 }
@@ -596,8 +595,7 @@ handle_timeline (GstPpStream * st, GstBuffer * buffer,
   st->arrival_us = st->arrival_interval_us = 0;
   st->arrival_samples = 0;
   st->align_extra_us = 0;
-  st->drift_have_phase = FALSE;
-  st->drift_late = st->drift_early = 0;
+  gst_pp_stream_drift_forget (st);
   GST_DEBUG_OBJECT (st->element, "timeline starts at %" GST_TIME_FORMAT
       " (a first buffer of %u samples)%s", GST_TIME_ARGS (st->resync_pts),
       n_samples, st->aligning ? ", its frames aligned with the others'" : "");
@@ -644,7 +642,9 @@ sink_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
   gst_adapter_push (st->adapter, buffer);
   alignment_at_arrival (st, n_samples);
   gst_pp_stream_drift_at_arrival (st, had, gap);
-  return step_complete_frames (st);
+  ret = step_complete_frames (st);
+  st->drift_return_us = g_get_monotonic_time ();
+  return ret;
 }
 
 /* GAP: silence in, so the model keeps its 80 ms clock and keeps talking.

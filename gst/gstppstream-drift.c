@@ -29,7 +29,8 @@
  * DRIFT_PATIENCE frames (that arrival's RMS under QUIET_RMS), else then.
  * Measured from the stream's own arrivals, not from the ticker's reference at
  * each frame: that reference moves when one member ticks alone (after a
- * stall), and every stream read that as a drift. */
+ * stall), and a first version read that as a drift (a 0 ppm call of 8 had
+ * 120 ms of input dropped). */
 #include "gstppstream-internal.h"
 #include "gstppsamples.h"
 
@@ -117,19 +118,21 @@ note_offset (GstPpStream * st, gint64 off, gint64 now)
 static gint64
 clock_moved (GstPpStream * st, gint64 now)
 {
-  gint64 env = G_MAXINT64, env_t = 0;
+  gint64 env = G_MAXINT64, env_t = 0, last = 0;
   guint i;
 
   if (st->drift_n_ring == 0)
     return 0;
-  for (i = 0; i < st->drift_n_ring; i++)
+  for (i = 0; i < st->drift_n_ring; i++) {
     if (st->drift_ring_off[i] < env) {
       env = st->drift_ring_off[i];
       env_t = st->drift_ring_t[i];
     }
+    last = MAX (last, st->drift_ring_t[i]);
+  }
   /* the least of the last few; where none came idle lately, carried on at
    * the rate measured from the origin to it */
-  if (now - env_t > STALE_US && env_t - st->drift_t0_us >= RATE_BASE_US)
+  if (now - last > STALE_US && env_t - st->drift_t0_us >= RATE_BASE_US)
     env += (gint64) ((gdouble) (env - st->drift_off0_us)
         / (env_t - st->drift_t0_us) * (now - env_t));
   return env - st->drift_off0_us;

@@ -52,6 +52,8 @@ typedef struct
   gdouble batch_wait_ms;        /* how long the last frame might wait for the
                                  * others: batch-deadline and its frame
                                  * alignment's arrival interval; -1: none */
+  gdouble drift_silence_ms;     /* silence inserted, input dropped: frame */
+  gdouble drift_dropped_ms;     /* alignment kept against a drifting clock */
   GstClockTime latency;         /* own latency last answered to a LATENCY query, 0: none yet */
   GstClockTime last_pts;
   GstClockTime last_running_time;

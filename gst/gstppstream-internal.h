@@ -30,6 +30,16 @@ GstMessage *gst_pp_stream_update_stats (GstPpStream * st, gdouble step_ms,
     const GstPpTickInfo * tick, const GstPpFramePosition * pos,
     gboolean * frame_messages, gboolean * latency_grew);
 
+/* Frame alignment kept over a call (gstppstream-drift.c): a buffer was
+ * taken into the adapter, which held @had samples before it (@gap: a GAP's
+ * silence); when it completes a frame of an aligned stream whose frames
+ * complete outside the others' window, the frame boundary may move by an
+ * arrival (st->lead_samples set, or input dropped from the adapter). */
+void gst_pp_stream_drift_at_arrival (GstPpStream * st, gsize had,
+    gboolean gap);
+/* Forgets the source clock followed (a new timeline). */
+void gst_pp_stream_drift_forget (GstPpStream * st);
+
 /* Posts a personaplex-stats message now (EOS) and restarts the interval. */
 void gst_pp_stream_post_stats (GstPpStream * st);
 

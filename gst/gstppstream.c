@@ -110,6 +110,7 @@ reset_timeline (GstPpStream * st)
   st->lead_samples = 0;
   st->aligning = st->aligned = FALSE;
   st->align_extra_us = 0;
+  gst_pp_stream_drift_forget (st);
   st->next_is_discont = TRUE;
   st->n_lag = st->next_lag = 0;
 }
@@ -594,6 +595,7 @@ handle_timeline (GstPpStream * st, GstBuffer * buffer,
   st->arrival_us = st->arrival_interval_us = 0;
   st->arrival_samples = 0;
   st->align_extra_us = 0;
+  gst_pp_stream_drift_forget (st);
   GST_DEBUG_OBJECT (st->element, "timeline starts at %" GST_TIME_FORMAT
       " (a first buffer of %u samples)%s", GST_TIME_ARGS (st->resync_pts),
       n_samples, st->aligning ? ", its frames aligned with the others'" : "");
@@ -605,8 +607,9 @@ sink_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
 {
   GstPpStream *st = gst_pad_get_element_private (pad);
   gsize size = gst_buffer_get_size (buffer);
-  gsize carried;
+  gsize carried, had;
   guint n_samples;
+  gboolean gap;
   GstFlowReturn ret;
 
   if (!st->have_caps) {
@@ -634,9 +637,14 @@ sink_chain (GstPad * pad, GstObject * parent, GstBuffer * buffer)
     gst_buffer_unref (buffer);
     return ret;
   }
+  gap = GST_BUFFER_FLAG_IS_SET (buffer, GST_BUFFER_FLAG_GAP);
+  had = gst_adapter_available (st->adapter) / st->info.bpf;
   gst_adapter_push (st->adapter, buffer);
   alignment_at_arrival (st, n_samples);
-  return step_complete_frames (st);
+  gst_pp_stream_drift_at_arrival (st, had, gap);
+  ret = step_complete_frames (st);
+  st->drift_return_us = g_get_monotonic_time ();
+  return ret;
 }
 
 /* GAP: silence in, so the model keeps its 80 ms clock and keeps talking.

@@ -694,17 +694,16 @@ gst_pp_ticker_step (GstPpTickerMember * m, const gfloat * in, gfloat * out,
   return ret;
 }
 
-gint64
-gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
+/* How long after the others' hand-in (the reference phase) a frame
+ * complete at @complete_at is, modulo @period; -1 when nothing to align
+ * with (lock held). */
+static gint64
+phase_locked (GstPpTicker * t, GstPpTickerMember * m, gint64 complete_at,
     gint64 period, gint64 granularity)
 {
-  GstPpTicker *t;
-  gint64 d, lead = -1, ref, cadence;
+  gint64 d, ref, cadence;
   guint others = 0, i;
 
-  g_return_val_if_fail (m != NULL && period > 0, 0);
-  t = m->ticker;
-  g_mutex_lock (&t->lock);
   for (i = 0; i < t->members->len; i++) {
     GstPpTickerMember *o = g_ptr_array_index (t->members, i);
 
@@ -719,8 +718,25 @@ gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
    * others paused, or left) */
   cadence = t->nominal > 0 ? t->nominal : t->last_tick;
   ref = t->nominal > 0 ? t->nominal : t->anchor > 0 ? t->anchor : t->last_tick;
-  if (others > 0 && cadence > 0
-      && complete_at - cadence < CADENCE_PERIODS * period + granularity) {
+  if (others == 0 || cadence == 0
+      || complete_at - cadence >= CADENCE_PERIODS * period + granularity)
+    return -1;
+  d = (complete_at - ref) % period;
+  return d < 0 ? d + period : d;
+}
+
+gint64
+gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
+    gint64 period, gint64 granularity)
+{
+  GstPpTicker *t;
+  gint64 d, lead = -1;
+
+  g_return_val_if_fail (m != NULL && period > 0, 0);
+  t = m->ticker;
+  g_mutex_lock (&t->lock);
+  d = phase_locked (t, m, complete_at, period, granularity);
+  if (d >= 0) {
     gint64 g = CLAMP (granularity, 1, period), tol = MIN (LEAD_TOLERANCE_US,
         g / 2);
 
@@ -729,16 +745,26 @@ gst_pp_ticker_lead_in (GstPpTickerMember * m, gint64 complete_at,
      * every g: a lead of whole buffers moves it to the last arrival at or
      * before the others' hand-in, where it waits less than g for them;
      * within tol after it, the others wait for it instead. */
-    lead = 0;
-    d = (complete_at - ref) % period;
-    if (d < 0)
-      d += period;
     lead = d > tol ? (d - tol + g - 1) / g * g : 0;
     if (lead >= period)
       lead = 0;
   }
   g_mutex_unlock (&t->lock);
   return lead;
+}
+
+gint64
+gst_pp_ticker_phase (GstPpTickerMember * m, gint64 at, gint64 period)
+{
+  GstPpTicker *t;
+  gint64 d;
+
+  g_return_val_if_fail (m != NULL && period > 0, -1);
+  t = m->ticker;
+  g_mutex_lock (&t->lock);
+  d = phase_locked (t, m, at, period, 0);
+  g_mutex_unlock (&t->lock);
+  return d;
 }
 
 guint

@@ -141,6 +141,14 @@ GstPpTickResult gst_pp_ticker_step (GstPpTickerMember * member,
 gint64 gst_pp_ticker_lead_in (GstPpTickerMember * member, gint64 complete_at,
     gint64 period, gint64 granularity);
 
+/* Frame alignment kept over a call (docs/element.md, "Clocks that drift"):
+ * how long after the others' hand-in (the reference of
+ * gst_pp_ticker_lead_in) a frame complete at @at is, modulo @period
+ * (0 <= phase < @period); -1 when there is nothing to align with (as
+ * gst_pp_ticker_lead_in). */
+gint64 gst_pp_ticker_phase (GstPpTickerMember * member, gint64 at,
+    gint64 period);
+
 /* The live ticks (docs/element.md, "Tick history"): the last
  * GST_PP_TICK_HISTORY ticks the ticker ran, oldest first: rows stepped, wall
  * time (ms, an emulated device's included) and when each ended (monotonic

@@ -18,6 +18,7 @@ struct _PpxChatCall {
   char *url, *token, *origin, *response_header;
   gboolean accept_invalid_certificates, end_of_stream, decode;
   PpxChatPacing pacing;
+  double clock_rate;    /* the capture clock's rate against ours: 1 + clock_ppm / 1e6 */
   PpxChatAudio *audio;
   PpxChatCallbacks callbacks;
   gpointer user_data;
@@ -245,7 +246,8 @@ send_page (PpxChatCall *call, guint i)
   call->record.sent_samples = MAX (call->record.sent_samples, end);
 }
 
-/* Real time: page i is due when its last sample would have been captured, counted from the handshake. */
+/* Real time: page i is due when its last sample would have been captured, counted from the handshake, on the
+ * client's capture clock (options.clock_ppm). */
 static void
 send_due_pages (PpxChatCall *call)
 {
@@ -253,7 +255,8 @@ send_due_pages (PpxChatCall *call)
   while (call->next_page < n && soup_websocket_connection_get_state (call->ws) == SOUP_WEBSOCKET_STATE_OPEN) {
     gint64 end;
     ppx_chat_audio_page (call->audio, call->next_page, &end);
-    gint64 due = call->record.handshake_us + end * G_USEC_PER_SEC / PPX_CHAT_RATE;
+    gint64 due = call->record.handshake_us + (gint64) (end * (double) G_USEC_PER_SEC / PPX_CHAT_RATE /
+                                                       call->clock_rate + 0.5);
     gint64 now = g_get_monotonic_time ();
     if (call->pacing == PPX_CHAT_PACE_REALTIME && due > now) {
       call->pace = g_timeout_source_new ((guint) ((due - now + 999) / 1000));
@@ -396,6 +399,7 @@ ppx_chat_call_new (const PpxChatOptions *options, const PpxChatCallbacks *callba
   call->end_of_stream = options->end_of_stream;
   call->decode = options->decode;
   call->pacing = options->pacing;
+  call->clock_rate = 1 + CLAMP (options->clock_ppm, -100000, 100000) / 1e6;
   call->audio = options->audio ? ppx_chat_audio_ref (options->audio) : NULL;
   if (callbacks)
     call->callbacks = *callbacks;

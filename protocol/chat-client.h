@@ -65,6 +65,11 @@ typedef struct {
   GMainContext *context;                /* NULL: the thread-default context of ppx_chat_call_start's caller */
   const char *response_header;          /* a header of the upgrade's answer to keep in record->response_header
                                          * (e.g. X-Served-By: the server a balancer chose); NULL: none */
+  double clock_ppm;                     /* PPX_CHAT_PACE_REALTIME: the client's capture clock runs this many parts
+                                         * per million fast (negative: slow) against this process's, as a sound
+                                         * card's does: it captures PPX_CHAT_RATE x (1 + ppm/1e6) samples a second
+                                         * of g_get_monotonic_time, so page i leaves at its end / that rate after
+                                         * the handshake; 0: the same clock. |ppm| at most 100000 */
 } PpxChatOptions;
 
 typedef struct {

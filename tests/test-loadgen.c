@@ -468,6 +468,16 @@ test_options (void)
   expect_error ("--url ws://h:1 --insecure", "--insecure");
   expect_error ("--url ws://h:1 --param novalue", "--param 'novalue'");
   expect_error ("--url ws://h:1 --server-pid x", "--server-pid");
+  expect_error ("--url ws://h:1 --clock-ppm 5,x", "--clock-ppm '5,x'");
+  expect_error ("--url ws://h:1 --clock-ppm 200000", "--clock-ppm");
+  expect_error ("--url ws://h:1 --clock-ppm 1,,2", "--clock-ppm");
+  g_assert_true (parse (&o, "--url ws://h:1 --calls 4 --clock-ppm 0,2000,-2000", &error));
+  g_assert_true (loadgen_options_call_ppm (&o, 0) == 0 && loadgen_options_call_ppm (&o, 1) == 2000 &&
+                 loadgen_options_call_ppm (&o, 2) == -2000 && loadgen_options_call_ppm (&o, 3) == 0);
+  loadgen_options_clear (&o);
+  g_assert_true (parse (&o, "--url ws://h:1", &error));
+  g_assert_true (loadgen_options_call_ppm (&o, 7) == 0);
+  loadgen_options_clear (&o);
   expect_error ("--url ws://h:1 --server-pid =5", "--server-pid");
   expect_error ("--url ws://h:1 --server-pid s1=0", "--server-pid");
   expect_error ("--url ws://h:1 --auth-token a~b", "--auth-token");
@@ -647,6 +657,31 @@ test_call_playout (void)
   loadgen_call_stats (refused, 100, &s);
   g_assert_false (s.has_playout);
   loadgen_call_stats_clear (&s);
+  record_free (r);
+}
+
+/* --clock-ppm: a client whose clock runs 2 % slow sends 2 % less audio a second, so the server's answer pages come
+ * every 40 ms / 0.98 of the loadgen's clock; its player, on the same clock, takes them as they come (nothing missed
+ * after its start), where a player on the loadgen's clock runs dry 2 % of the time */
+static void
+test_clock_playout (void)
+{
+  PpxChatRecord *r = record_new (101);
+  r->handshake_us = us (1.0);
+  add_event (r, 1.0, PPX_CHAT_HANDSHAKE, 0, NULL);
+  for (guint j = 0; j < 250; j++)
+    add_event (r, 1.2 + 0.04 * j / 0.98, PPX_CHAT_AUDIO, 960 * (j + 1), NULL);
+  r->close_code = 1000;
+  r->end_us = us (12);
+  g_autoptr (LoadgenCall) c = call_of (0, r);
+  LoadgenPlayout same, own;
+  g_assert_true (loadgen_call_playout (c, r->start_us, NULL, &same));
+  c->clock_ppm = -20000;
+  g_assert_true (loadgen_call_playout (c, r->start_us, NULL, &own));
+  g_test_message ("missed %.1f ms on the loadgen's clock, %.1f ms on the client's", same.missed_ms, own.missed_ms);
+  g_assert_cmpfloat (same.missed_ms, >, 100);
+  g_assert_cmpfloat (own.missed_ms, <, 20);
+  g_assert_cmpuint (own.rebuffers, ==, 0);
   record_free (r);
 }
 
@@ -905,6 +940,7 @@ main (int argc, char **argv)
   g_test_add_func ("/loadgen/player", test_player);
   g_test_add_func ("/loadgen/playout-trace", test_playout_trace);
   g_test_add_func ("/loadgen/call-playout", test_call_playout);
+  g_test_add_func ("/loadgen/clock-playout", test_clock_playout);
   g_test_add_func ("/loadgen/missed-rule", test_missed_rule);
   g_test_add_func ("/loadgen/html", test_html);
   g_test_add_func ("/loadgen/health", test_health);

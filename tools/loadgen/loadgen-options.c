@@ -7,6 +7,7 @@
 #define DEFAULT_PATH "/api/chat"
 #define MAX_CALLS 10000
 #define MAX_SECONDS (24 * 3600.0)
+#define MAX_CLOCK_PPM 100000.0 /* 10 %: far beyond any sound card (10-100 ppm), room for compressed tests */
 
 static GQuark
 options_error_quark (void)
@@ -71,6 +72,25 @@ check_health (char **health, GError **error)
   return TRUE;
 }
 
+/* --clock-ppm PPM[,PPM...]: numbers within +-MAX_CLOCK_PPM */
+static gboolean
+parse_clock_ppm (LoadgenOptions *o, GError **error)
+{
+  if (!o->clock_ppm_arg)
+    return TRUE;
+  g_auto (GStrv) parts = g_strsplit (o->clock_ppm_arg, ",", -1);
+  for (guint i = 0; parts[i]; i++) {
+    char *end = NULL;
+    g_strstrip (parts[i]);
+    double v = g_ascii_strtod (parts[i], &end);
+    if (!*parts[i] || !end || *end || !isfinite (v) || fabs (v) > MAX_CLOCK_PPM)
+      FAIL ("--clock-ppm '%s': use PPM[,PPM...], each from %.0f to %.0f", o->clock_ppm_arg, -MAX_CLOCK_PPM,
+            MAX_CLOCK_PPM);
+    g_array_append_val (o->clock_ppm, v);
+  }
+  return TRUE;
+}
+
 static gboolean
 check_options (LoadgenOptions *o, GError **error)
 {
@@ -127,7 +147,7 @@ check_options (LoadgenOptions *o, GError **error)
     for (const char *p = o->auth_token; *p; p++)
       if ((guchar) *p <= ' ' || (guchar) *p >= 0x7f)
         FAIL ("--auth-token: printable ASCII without spaces, please");
-  return check_params (o->params, error) && check_health (o->health, error);
+  return check_params (o->params, error) && check_health (o->health, error) && parse_clock_ppm (o, error);
 }
 
 /* --server-pid [NAME=]PID */
@@ -160,6 +180,7 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
   o->max_latency_ms = 1000;
   o->server_pids = g_array_new (FALSE, FALSE, sizeof (int));
   o->server_names = g_ptr_array_new_with_free_func (g_free);
+  o->clock_ppm = g_array_new (FALSE, FALSE, sizeof (double));
   GOptionEntry entries[] = {
     {"url", 'u', 0, G_OPTION_ARG_STRING, &o->url,
      "Server or balancer: ws://HOST:PORT or wss://HOST:PORT (path /api/chat unless given)", "URL"},
@@ -211,6 +232,10 @@ loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **erro
     {"health", 0, 0, G_OPTION_ARG_STRING_ARRAY, &o->health,
      "Read this server's /health each second for its tick p99, drawn by --report (repeatable)",
      "NAME=URL"},
+    {"clock-ppm", 0, 0, G_OPTION_ARG_STRING, &o->clock_ppm_arg,
+     "Each call's client clock runs PPM parts per million fast (negative: slow) against the loadgen's: it sends "
+     "its audio and plays the answer at 24 kHz x (1 + PPM/1e6); call k takes the k-th value, cycling (default 0)",
+     "PPM[,PPM...]"},
     {"playout-trace", 0, 0, G_OPTION_ARG_FILENAME, &o->playout_trace,
      "Replay a trace (lines 'ARRIVAL_MS SAMPLES') through the reference player, print its figures as JSON, exit",
      "FILE"},
@@ -258,7 +283,18 @@ loadgen_options_clear (LoadgenOptions *o)
   g_free (o->report_path);
   g_strfreev (o->health);
   g_free (o->playout_trace);
+  g_free (o->clock_ppm_arg);
+  if (o->clock_ppm)
+    g_array_unref (o->clock_ppm);
   memset (o, 0, sizeof *o);
+}
+
+double
+loadgen_options_call_ppm (const LoadgenOptions *o, guint k)
+{
+  if (!o->clock_ppm || o->clock_ppm->len == 0)
+    return 0;
+  return g_array_index (o->clock_ppm, double, k % o->clock_ppm->len);
 }
 
 static void

@@ -38,12 +38,17 @@ typedef struct {
   char *report_path;      /* --report FILE.html; NULL: none */
   char **health;          /* --health NAME=URL: servers whose /health the run polls each second (tick p99) */
   char *playout_trace;    /* --playout-trace FILE: replay it through the reference player, print, exit */
+  char *clock_ppm_arg;    /* --clock-ppm PPM[,PPM...] as given */
+  GArray *clock_ppm;      /* double: the clients' clock offsets, call k takes entry k mod len; empty: all 0 */
 } LoadgenOptions;
 
 /* Parses and checks argv (GOption; --help prints and exits). FALSE with a message naming the option on bad
  * input. Clear `o` with loadgen_options_clear either way. */
 gboolean loadgen_options_parse (LoadgenOptions *o, int *argc, char ***argv, GError **error);
 void loadgen_options_clear (LoadgenOptions *o);
+
+/* How fast call k's client clock runs against the loadgen's, in parts per million (--clock-ppm; 0: none). */
+double loadgen_options_call_ppm (const LoadgenOptions *o, guint k);
 
 /* The URL of call k: o->url with the query parameters added (percent-encoded). */
 char *loadgen_options_call_url (const LoadgenOptions *o, guint k);

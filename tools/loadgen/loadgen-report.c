@@ -453,6 +453,7 @@ add_call (JsonBuilder *b, const LoadgenReport *r, const LoadgenCall *c, const Lo
   tool_json_add_int (b, "http_status", rec ? rec->http_status : 0);
   tool_json_add_int (b, "close_code", rec ? rec->close_code : -1);
   add_double (b, "scheduled_s", c->scheduled_s);
+  add_double (b, "clock_ppm", c->clock_ppm);
   add_double (b, "connect_s", rec ? run_time (r, rec->start_us) : NAN);
   add_double (b, "end_s", rec ? run_time (r, rec->end_us) : NAN);
   add_double (b, "join_ms", s->join_ms);

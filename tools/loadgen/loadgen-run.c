@@ -168,6 +168,8 @@ print_call (const LoadgenRun *run, const Slot *s)
                 "(%u re-buffers, %.0f ms dropped), %u underruns, %u text pieces", st.join_ms, st.frames_answered,
                 st.latency_p50_ms, st.latency_p99_ms, st.playout.missed_ms, st.playout.rebuffers,
                 st.playout.dropped_ms, st.underruns, s->record->record->n_text);
+  if (s->record->clock_ppm != 0)
+    g_printerr ("; client clock %+.0f ppm", s->record->clock_ppm);
   g_printerr (" (at %.1f s)\n", now_s (run));
   loadgen_call_stats_clear (&st);
 }
@@ -241,6 +243,7 @@ on_start_call (gpointer user_data)
     .decode = FALSE,
     .response_header = o->server_header && *o->server_header ? o->server_header : NULL,
     .origin = o->origin,
+    .clock_ppm = s->record->clock_ppm,
   };
   PpxChatCallbacks callbacks = {.event = on_event, .finished = on_finished};
   s->call = ppx_chat_call_new (&co, &callbacks, s);
@@ -339,6 +342,7 @@ loadgen_run_calls (LoadgenRun *run, LoadgenReport *report)
     s->index = (guint) k;
     double at = o->calls > 1 ? o->ramp_s * k / o->calls : 0;
     s->record = loadgen_call_new (s->index, at);
+    s->record->clock_ppm = loadgen_options_call_ppm (o, s->index);
     g_ptr_array_add (report->records, s->record);
     set_timer (s, at, on_start_call);
   }

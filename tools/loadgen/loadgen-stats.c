@@ -137,6 +137,10 @@ loadgen_call_playout (const LoadgenCall *c, gint64 origin_us, GArray *per_second
   if (!c->record || c->record->answer_samples <= 0)
     return FALSE;
   g_autoptr (GArray) chunks = loadgen_call_chunks (c->record, c->record->start_us);
+  /* the player's quanta run on the client's clock: an arrival t ms after the connect is at t x (1 + ppm/1e6) ms
+   * of that clock */
+  for (guint i = 0; c->clock_ppm != 0 && i < chunks->len; i++)
+    g_array_index (chunks, LoadgenChunk, i).arrival_ms *= 1 + c->clock_ppm / 1e6;
   loadgen_playout_replay ((const LoadgenChunk *) (void *) chunks->data, chunks->len,
                           (c->record->start_us - origin_us) / 1000.0, per_second, out);
   return TRUE;

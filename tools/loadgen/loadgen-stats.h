@@ -26,6 +26,8 @@ typedef struct {
   char *reason;                /* see loadgen_call_classify */
   char *detail;                /* the 0x05 text or the error message; NULL: none */
   char *server;                /* the server that took it (the balancer's response header); NULL: not known */
+  double clock_ppm;            /* its client's clock against the loadgen's (--clock-ppm): it sent and plays at
+                                * 24 kHz x (1 + clock_ppm/1e6) of the loadgen's clock; 0: the same clock */
 } LoadgenCall;
 
 LoadgenCall *loadgen_call_new (guint index, double scheduled_s);
@@ -86,7 +88,7 @@ void loadgen_call_stats_clear (LoadgenCallStats *s);
  * completes, arriving when it arrived: ms after `origin_us` (a monotonic time). An array of LoadgenChunk. */
 GArray *loadgen_call_chunks (const PpxChatRecord *r, gint64 origin_us);
 /* Replays the call's chunks through the player (loadgen_playout_replay) with the quanta's clock starting at the
- * call's connect; `per_second` as there, by seconds after `origin_us` (NULL: not wanted). FALSE (and `out`
+ * call's connect and running at the call's client clock (clock_ppm: the arrivals are counted in it); `per_second` as there, by seconds after `origin_us` (NULL: not wanted). FALSE (and `out`
  * zeroed) when the call had no answer audio. */
 gboolean loadgen_call_playout (const LoadgenCall *c, gint64 origin_us, GArray *per_second, LoadgenPlayout *out);
 

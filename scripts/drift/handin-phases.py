@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Each member's hand-in phase on the server's clock (the log's time mod 80 ms) and the ticks' start phase, by
+stretch, from a server log at GST_DEBUG=personaplexticker:6 (docs/server.md, "Clocks that drift").
+
+  scripts/drift/handin-phases.py SERVER.log [STRETCH_S]
+
+A member that drifts against the server's clock moves through the period; one the ticks follow drags their phase."""
+import re, sys, statistics, collections, cmath, math
+
+HAND = re.compile(r'member (0x[0-9a-f]+) handed in (-?[\d.]+) ms after the last tick ended( \(a tick runs\))?, '
+                  r'(-?[\d.]+) ms behind')
+TICK = re.compile(r'(catch-up tick|tick) of (\d+) rows .* ran ([\d.]+) ms')
+ANSI = re.compile(r'\x1b\[[0-9;]*m')
+P = 0.080
+
+
+def circ_median(ts):
+    # the circular mean of phases (ms in [0, 80)): stable across the wrap
+    z = sum(cmath.exp(2j * math.pi * (t % P) / P) for t in ts) / len(ts)
+    return (cmath.phase(z) / (2 * math.pi) * P) % P * 1000
+
+
+def main():
+    path = sys.argv[1]
+    stretch = float(sys.argv[2]) if len(sys.argv) > 2 else 5.0
+    names, hands, starts = {}, collections.defaultdict(list), []
+    with open(path, errors='replace') as f:
+        for line in f:
+            line = ANSI.sub('', line)
+            stamp = line.split(' ', 1)[0]
+            if stamp.count(':') != 2:
+                continue
+            h, m, s = stamp.split(':')
+            t = int(h) * 3600 + int(m) * 60 + float(s)
+            r = HAND.search(line)
+            if r:
+                name = names.setdefault(r.group(1), 'm%d' % len(names))
+                hands[name].append(t)
+                continue
+            r = TICK.search(line)
+            if r and r.group(1) == 'tick':
+                starts.append(t - float(r.group(3)) / 1000)
+    if not starts:
+        print('no ticks')
+        return
+    t0, t1 = starts[0], starts[-1]
+    k = 0
+    print('phase (ms, the server clock mod 80 ms) by stretch: ticks, then each member')
+    while t0 + k * stretch < t1:
+        a, b = t0 + k * stretch, t0 + (k + 1) * stretch
+        k += 1
+        st = [t for t in starts if a <= t < b]
+        if not st:
+            continue
+        row = ['%5.0f s: ticks %4.1f' % (a - t0, circ_median(st))]
+        for name in sorted(hands, key=lambda n: int(n[1:])):
+            v = [t for t in hands[name] if a <= t < b]
+            if len(v) > 5:
+                row.append('%s %4.1f' % (name, circ_median(v)))
+        print('  '.join(row))
+
+
+main()

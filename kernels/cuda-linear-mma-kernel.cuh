@@ -8,9 +8,12 @@
 
 #include <stdlib.h>
 
-/* A stage's multiplications in the wgmma configuration (defined in cuda-linear-wgmma.cu, sm_90a only). */
-template <int FMT, int CK, int NT>
-__device__ void tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st);
+/* A stage's multiplications in the wgmma configuration (defined in cuda-linear-wgmma.cu, sm_90a only); with
+ * a.wg_pipe the stage calls issue () (the copies of the stage D - 1 ahead and their commit) itself, once its
+ * first wgmma are in flight (or first), else the caller has called it before. */
+template <int FMT, int CK, int NT, class F>
+__device__ __forceinline__ void tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st,
+                             F &issue);
 
 /* y (+)= x W^T for one slice of x rows (blockIdx.x), one row block (C::ROWS weight rows, blockIdx.y) and one
  * leaf of K (blockIdx.z), M <= NT * 8 rows of x in the slice.
@@ -77,15 +80,21 @@ tc_linear_kernel (TcArgs a)
 #endif
     b.convert_x (slot, al, row_inv);
     __syncthreads (); /* everyone's copies of stage jj are visible; slot wr_slot (stage jj - 1) is read */
-    if (jj + D - 1 < nstg) {
-      b.issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1, &xbar[wr_slot]);
-      b.issue_weights (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
-    }
-    cp_async_commit ();
-    if constexpr (WG)
-      tcw_compute (b, acc, slot, st0 + jj); /* cuda-linear-wgmma.cu (sm_90a) */
-    else
+    auto issue = [&] () {
+      if (jj + D - 1 < nstg) {
+        b.issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1, &xbar[wr_slot]);
+        b.issue_weights (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
+      }
+      cp_async_commit ();
+    };
+    if constexpr (WG) {
+      if (!a.wg_pipe)
+        issue ();
+      tcw_compute (b, acc, slot, st0 + jj, issue); /* cuda-linear-wgmma.cu (sm_90a) */
+    } else {
+      issue ();
       b.compute (acc, slot, st0 + jj);
+    }
     rd = rd + 1 == D ? 0 : rd + 1;
     wr_slot = wr_slot + 1 == D ? 0 : wr_slot + 1;
   }

@@ -87,6 +87,7 @@ struct TcArgs {
   int depth;           /* D, the shared-memory ring's slots (tc_depth) */
   const uint4 *xs;     /* NT > 1: x already split into hi/lo records in slot order, [stage][tiles][8][32] */
   int xs_tiles;        /* the n-tiles of the launch (xs's stride between stages, in 256 records) */
+  int wg_pipe;         /* wgmma configuration: the software-pipelined stage (PPX_CUDA_LINEAR_WGPIPE; same results) */
 };
 
 /* The fields of a launch's arguments that come from the weight: its pointers and shape, and the K split

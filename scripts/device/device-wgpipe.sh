@@ -1,0 +1,78 @@
+#!/bin/sh
+# Runs on the GPU machine: the software-pipelined wgmma stage (docs/cuda.md, "wgmma (sm_90a)", "The stage
+# software-pipelined") against main's binaries, in one call within a time budget. PACK: device-pack.sh's pack
+# of this branch plus bin/personaplex-bench; MAIN: a directory holding main's test-backend-cuda and
+# personaplex-bench (run with PACK's lib/). Steps, in this order (default: all), each skipped or cut short when
+# the budget (BUDGET seconds, default 225) runs low:
+#   tests:  the linear tests that check the bits (batched rows against M = 1, slices, the path, against the CPU,
+#           the golden model), with the pipelined stage (the default) and the batch ones again with
+#           PPX_CUDA_LINEAR_WGPIPE=0 (main's order)
+#   bench:  --bench int4 on the four temporal shapes at PPX_BENCH_MS (default 80,128,160): main, new, and new
+#           with PPX_CUDA_LINEAR_WGPIPE=0
+#   sweep:  personaplex-bench's session sweep (int4, fp8 KV; 1,80,160 on a GPU of more than 100 GB, else
+#           1,64,88), new then main
+# Logs go to $OUT. Usage: sh device-wgpipe.sh PACK MAIN [steps...]
+set -u
+p=$(cd "$1" && pwd)
+mb=$(cd "$2" && pwd)
+shift 2
+steps=${*:-tests bench sweep}
+log=${OUT:-/tmp}
+budget=${BUDGET:-225}
+export LD_LIBRARY_PATH="$p/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PPX_GOLDEN_DIR="$p/golden" PPX_DATA_DIR="$p/data"
+export G_DEBUG=fatal-criticals
+has () { case " $steps " in *" $1 "*) return 0;; esac; return 1; }
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$log/gpu.txt"
+mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+t0=$(date +%s)
+el () { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+# the seconds a step may take: its cap, or what is left of the budget (0: skip it)
+cap () {
+  left=$(( budget - ($(date +%s) - t0) ))
+  [ "$left" -lt 8 ] && { echo 0; return; }
+  [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
+if has tests; then
+  t=$(cap 45)
+  [ "$t" -gt 0 ] && timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/linear-wgmma-path -p /cuda/linear-batch \
+    -p /cuda/linear-batch-slices > "$log/tests-batch.log" 2>&1
+  el "batch tests (pipelined) exit $?"
+  grep -E '^(ok|not ok)|Bail|ERROR|differs' "$log/tests-batch.log" | tail -5
+  t=$(cap 40)
+  [ "$t" -gt 0 ] && timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/linear -p /cuda/golden > "$log/tests-linear.log" 2>&1
+  el "linear, golden tests exit $?"
+  grep -E '^(ok|not ok)|Bail|ERROR' "$log/tests-linear.log" | tail -4
+  t=$(cap 30)
+  [ "$t" -gt 0 ] && PPX_CUDA_LINEAR_WGPIPE=0 timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/linear-batch \
+    -p /cuda/linear-batch-slices > "$log/tests-batch-pipe0.log" 2>&1
+  el "batch tests (WGPIPE=0) exit $?"
+  grep -E '^(ok|not ok)|Bail|ERROR|differs' "$log/tests-batch-pipe0.log" | tail -3
+fi
+if has bench; then
+  export PPX_BENCH_MS=${PPX_BENCH_MS:-80,128,160}
+  shapes=${BENCH_SHAPES:-22528x4096,12288x4096,4096x11264,4096x4096}
+  run () { # name, env..., binary
+    name=$1; shift
+    t=$(cap 30)
+    [ "$t" -gt 0 ] || { el "== $name skipped (budget)"; return; }
+    timeout "$t" env "$@" --bench int4 "$shapes" > "$log/bench-$name.log" 2>&1
+    el "== $name"; grep -E '^int4' "$log/bench-$name.log" | awk '{printf "%s %s %s | ", $2"x"$4, $7, $8} END {print ""}' \
+      | fold -w 200
+  }
+  run main "$mb/test-backend-cuda"
+  run new "$p/bin/test-backend-cuda"
+  run new-pipe0 PPX_CUDA_LINEAR_WGPIPE=0 "$p/bin/test-backend-cuda"
+fi
+if has sweep; then
+  sw=${SWEEP:-$([ "${mem:-0}" -gt 100000 ] && echo 1,80,160 || echo 1,64,88)}
+  for nb in "new:$p/bin/personaplex-bench" "main:$mb/personaplex-bench"; do
+    n=${nb%%:*} b=${nb#*:}
+    t=$(cap 75)
+    [ "$t" -gt 0 ] || { el "sweep $n skipped (budget)"; continue; }
+    timeout "$t" "$b" -r full -q int4 -b cuda -c session --context 3000 --sweep "$sw" --sweep-kv fp8 \
+      -n 20 -w 3 > "$log/sweep-$n.log" 2>&1
+    el "sweep $n ($sw) exit $?"
+    grep -E '^(fp8|kv) ' "$log/sweep-$n.log"
+  done
+fi
+el done

@@ -37,11 +37,19 @@ tc_linear_kernel (TcArgs a)
   __shared__ float row_inv[8];
   __shared__ float red2[2][TC_WARPS];
   __shared__ uint64_t xbar[8]; /* NT > 1 on sm_90: slot d's x records have landed (bulk copy) */
+  /* WG, wg_pipe 2 (the ring without the block barrier): slot d's weights and scales have landed (every thread's
+   * cp.async), and every thread is done reading slot d */
+  __shared__ uint64_t wbar[WG ? 8 : 1], ebar[WG ? 8 : 1];
   const TcBlock<FMT, CK, NT, WG> b (a);
   const int D = a.depth;
   const int st0 = blockIdx.z * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
+  const bool ring = WG && a.wg_pipe == 2;
   if (NT > 1 && threadIdx.x < D)
     mbar_init (&xbar[threadIdx.x]);
+  if (WG && ring && threadIdx.x < D) {
+    mbar_init_n (&wbar[threadIdx.x], TC_THREADS);
+    mbar_init_n (&ebar[threadIdx.x], TC_THREADS);
+  }
 
   for (int d = 0; d < D - 1; d++)
     if (d < nstg)
@@ -53,6 +61,8 @@ tc_linear_kernel (TcArgs a)
     if (d < nstg)
       b.issue_x (smem + d * C::SLOT, st0 + d, &xbar[d]);
     cp_async_commit ();
+    if (WG && ring)
+      cp_async_mbar_arrive (&wbar[WG ? d : 0]); /* (all D - 1 stages' weights: they were issued together) */
   }
   if (NT == 1 && a.alpha)
     b.row_rms (row_inv, red2);
@@ -66,6 +76,40 @@ tc_linear_kernel (TcArgs a)
       for (int i = 0; i < 4; i++)
         acc[rt][nt][i] = 0.0f;
   int rd = 0, wr_slot = D - 1; /* the slots read and written this step */
+  if constexpr (WG) {
+    if (ring) {
+      /* No block barrier: a stage starts once its copies have landed (wbar: every thread's cp.async of the
+       * weights and scales; xbar: the bulk copy of x); a thread issues its copies into a slot once every thread
+       * has left the stage that slot held (ebar, arrived on at the end of each stage), from tcw_compute, behind
+       * the stage's first wgmma. The two warpgroups drift apart by up to a stage, so one's dequantization, adds
+       * and waits overlap the other's wgmma. */
+      for (int jj = 0; jj < nstg; jj++) {
+        const uint4 *slot = smem + rd * C::SLOT;
+        const unsigned par = (unsigned) (jj / D) & 1u;
+        mbar_wait (&wbar[rd], par);
+        mbar_wait (&xbar[rd], par);
+        auto issue = [&] () {
+          if (jj + D - 1 < nstg) {
+            if (jj >= 1)
+              mbar_wait (&ebar[wr_slot], (unsigned) ((jj - 1) / D) & 1u);
+            b.issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1, &xbar[wr_slot]);
+            b.issue_weights (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
+            cp_async_mbar_arrive (&wbar[wr_slot]);
+          }
+        };
+        tcw_compute (b, acc, slot, st0 + jj, issue);
+        mbar_arrive (&ebar[rd]);
+        rd = rd + 1 == D ? 0 : rd + 1;
+        wr_slot = wr_slot + 1 == D ? 0 : wr_slot + 1;
+      }
+      cp_async_wait<0> ();
+      ppx_pdl_trigger ();
+      b.store_leaf (acc);
+      if (a.S > 1 && b.last_leaf (&ticket))
+        b.combine_leaves ();
+      return;
+    }
+  }
   const bool aux = NT == 1 && (a.alpha || a.gate);
   float4 al_next = aux && nstg > 0 ? b.aux_at (st0) : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
   for (int jj = 0; jj < nstg; jj++) {

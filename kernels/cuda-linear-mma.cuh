@@ -210,6 +210,38 @@ mbar_init (uint64_t *bar)
 #endif
 }
 
+/* An mbarrier expecting `count` arrivals a phase (the wgmma configuration's barrier-free ring, wg_pipe 2). */
+__device__ __forceinline__ void
+mbar_init_n (uint64_t *bar, unsigned count)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
+  asm volatile ("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(count) : "memory");
+  asm volatile ("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+/* This thread's arrival on bar (release: its reads of the slot before it are done). */
+__device__ __forceinline__ void
+mbar_arrive (uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
+  asm volatile ("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(b) : "memory");
+#endif
+}
+
+/* An arrival on bar once all of this thread's cp.async issued so far have landed (not counted in advance:
+ * the barrier's count includes it). */
+__device__ __forceinline__ void
+cp_async_mbar_arrive (uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
+  asm volatile ("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(b) : "memory");
+#endif
+}
+
 /* `bytes` (a multiple of 16, 16-byte aligned both sides) from global to shared memory, completing on bar */
 __device__ __forceinline__ void
 bulk_copy (void *dst, const void *src, unsigned bytes, uint64_t *bar)

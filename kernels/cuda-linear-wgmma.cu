@@ -20,7 +20,8 @@
 #ifndef PPX_CUDA_NO_WGMMA
 
 /* The configurations (NT) that take the software-pipelined stage (PPX_CUDA_LINEAR_WGPIPE): 8 and 16 n-tiles; the
- * 25-n-tile one (253 registers) spilled ~5 KB with it, so it keeps main's order. */
+ * 25-n-tile one (253 registers) spilled ~5 KB with it, and int4 g32 (CK = 2) at 16 n-tiles 14 KB, so they keep
+ * main's order. */
 #ifndef TCW_PIPE_NT
 #define TCW_PIPE_NT 16
 #endif
@@ -319,15 +320,15 @@ tcw_compute_p (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], cons
   }
 }
 
-/* The pipelined stage where b.a.wg_pipe is set, the configuration has 8 n-tiles or more (NT <= 4, the 9..32-row
- * launches, keep main's order: their 2 blocks an SM have 128 registers a thread, which the pipelined order
- * spilled) and the stage is a full one (the K tail, at most one stage a leaf, keeps main's order); else main's
- * order, the copies issued here first. */
+/* The pipelined stage where b.a.wg_pipe is set, the configuration has 8 to TCW_PIPE_NT n-tiles (NT <= 4, the
+ * 9..32-row launches, keep main's order: their 2 blocks an SM have 128 registers a thread, which the pipelined
+ * order spilled; int4 g32 at 16 n-tiles spilled too) and the stage is a full one (the K tail, at most one stage
+ * a leaf, keeps main's order); else main's order, the copies issued here first. */
 template <int FMT, int CK, int NT, class F>
 __device__ __forceinline__ void
 tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st, F &issue)
 {
-  if constexpr (NT >= 8 && NT <= TCW_PIPE_NT) {
+  if constexpr (NT >= 8 && NT <= TCW_PIPE_NT && !(FMT == PPX_CUDA_W_INT4 && CK == 2 && NT == 16)) {
     if (b.a.wg_pipe && (st + 1) * TC_STAGE <= b.a.K) {
       tcw_compute_p<FMT, CK, NT, true> (b, acc, slot, st, issue);
       return;
@@ -429,7 +430,7 @@ ppx_linear_wgmma (TcArgs a, int fmt, int ck, uint4 *xs, cudaStream_t s)
 {
   const int tiles = (a.M + 7) / 8;
   a.xs_tiles = tiles;
-  static const int pipe = env_int ("PPX_CUDA_LINEAR_WGPIPE", 0, 1, 1);
+  static const int pipe = env_int ("PPX_CUDA_LINEAR_WGPIPE", 0, 2, 1);
   a.wg_pipe = pipe;
   const size_t n = (size_t) a.n_stages * tiles * 256;
   const dim3 grid = ppx_grid_for (n, 256);

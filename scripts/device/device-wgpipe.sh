@@ -4,13 +4,15 @@
 # of this branch plus bin/personaplex-bench; MAIN: a directory holding main's test-backend-cuda and
 # personaplex-bench (run with PACK's lib/). Steps, in this order (default: all), each skipped or cut short when
 # the budget (BUDGET seconds, default 225) runs low:
-#   tests:  the linear tests that check the bits (batched rows against M = 1, slices, the path, against the CPU,
-#           the golden model), with the pipelined stage (the default) and the batch ones again with
-#           PPX_CUDA_LINEAR_WGPIPE=0 (main's order)
-#   bench:  --bench int4 on the four temporal shapes at PPX_BENCH_MS (default 80,128,160): main, new, and new
-#           with PPX_CUDA_LINEAR_WGPIPE=0
+#   tests:  the linear tests that check the bits (batched rows against M = 1, slices, the path, against the CPU)
+#           with PPX_CUDA_LINEAR_WGPIPE=1 (the pipelined stage) and 2 (and the ring without the block barrier),
+#           then the golden model
+#   bench:  --bench int4 on the four temporal shapes at PPX_BENCH_MS (default 80,128,160): main, then new with
+#           PPX_CUDA_LINEAR_WGPIPE=1, 2 and 0 (main's order); the variant with the least summed time is the
+#           sweep's (PIPE=N forces one)
 #   sweep:  personaplex-bench's session sweep (int4, fp8 KV; 1,80,160 on a GPU of more than 100 GB, else
-#           1,64,88), new then main
+#           1,64,88), new then main (SWEEP_WHICH="main" or "new" for one), PPX_CUDA_LINEAR_WGPIPE set for both
+#           (main ignores it)
 # Logs go to $OUT. Usage: sh device-wgpipe.sh PACK MAIN [steps...]
 set -u
 p=$(cd "$1" && pwd)
@@ -33,21 +35,19 @@ cap () {
   [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
 }
 if has tests; then
-  t=$(cap 45)
-  [ "$t" -gt 0 ] && timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/linear-wgmma-path -p /cuda/linear-batch \
-    -p /cuda/linear-batch-slices > "$log/tests-batch.log" 2>&1
-  el "batch tests (pipelined) exit $?"
-  grep -E '^(ok|not ok)|Bail|ERROR|differs' "$log/tests-batch.log" | tail -5
-  t=$(cap 40)
-  [ "$t" -gt 0 ] && timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/linear -p /cuda/golden > "$log/tests-linear.log" 2>&1
-  el "linear, golden tests exit $?"
-  grep -E '^(ok|not ok)|Bail|ERROR' "$log/tests-linear.log" | tail -4
+  for v in 1 2; do
+    t=$(cap 50)
+    [ "$t" -gt 0 ] && PPX_CUDA_LINEAR_WGPIPE=$v timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/linear-wgmma-path \
+      -p /cuda/linear-batch -p /cuda/linear-batch-slices -p /cuda/linear > "$log/tests-pipe$v.log" 2>&1
+    el "linear tests (PPX_CUDA_LINEAR_WGPIPE=$v) exit $?"
+    grep -E '^(ok|not ok)|Bail|ERROR|differs' "$log/tests-pipe$v.log" | tail -6
+  done
   t=$(cap 30)
-  [ "$t" -gt 0 ] && PPX_CUDA_LINEAR_WGPIPE=0 timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/linear-batch \
-    -p /cuda/linear-batch-slices > "$log/tests-batch-pipe0.log" 2>&1
-  el "batch tests (WGPIPE=0) exit $?"
-  grep -E '^(ok|not ok)|Bail|ERROR|differs' "$log/tests-batch-pipe0.log" | tail -3
+  [ "$t" -gt 0 ] && timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/golden > "$log/tests-golden.log" 2>&1
+  el "golden test exit $?"
+  grep -E '^(ok|not ok)|Bail|ERROR' "$log/tests-golden.log" | tail -3
 fi
+best=${PIPE:-}
 if has bench; then
   export PPX_BENCH_MS=${PPX_BENCH_MS:-80,128,160}
   shapes=${BENCH_SHAPES:-22528x4096,12288x4096,4096x11264,4096x4096}
@@ -60,19 +60,31 @@ if has bench; then
       | fold -w 200
   }
   run main "$mb/test-backend-cuda"
-  run new "$p/bin/test-backend-cuda"
-  run new-pipe0 PPX_CUDA_LINEAR_WGPIPE=0 "$p/bin/test-backend-cuda"
+  for v in 1 2 0; do
+    run pipe$v PPX_CUDA_LINEAR_WGPIPE=$v "$p/bin/test-backend-cuda"
+  done
+  # the sweep's variant: the one with the least time summed over the bench's lines (all of them present)
+  if [ -z "$best" ]; then
+    bs=""
+    for v in 1 2 0; do
+      n=$(grep -cE '^int4' "$log/bench-pipe$v.log" 2>/dev/null)
+      s=$(grep -E '^int4' "$log/bench-pipe$v.log" 2>/dev/null | awk '{s += $8} END {printf "%.0f", s * 100}')
+      [ "${n:-0}" -ge 12 ] || continue
+      if [ -z "$bs" ] || [ "$s" -lt "$bs" ]; then bs=$s best=$v; fi
+    done
+  fi
 fi
 if has sweep; then
   sw=${SWEEP:-$([ "${mem:-0}" -gt 100000 ] && echo 1,80,160 || echo 1,64,88)}
-  for nb in "new:$p/bin/personaplex-bench" "main:$mb/personaplex-bench"; do
-    n=${nb%%:*} b=${nb#*:}
+  best=${best:-1}
+  for nb in ${SWEEP_WHICH:-new main}; do
+    case $nb in new) b=$p/bin/personaplex-bench;; *) b=$mb/personaplex-bench;; esac
     t=$(cap 75)
-    [ "$t" -gt 0 ] || { el "sweep $n skipped (budget)"; continue; }
-    timeout "$t" "$b" -r full -q int4 -b cuda -c session --context 3000 --sweep "$sw" --sweep-kv fp8 \
-      -n 20 -w 3 > "$log/sweep-$n.log" 2>&1
-    el "sweep $n ($sw) exit $?"
-    grep -E '^(fp8|kv) ' "$log/sweep-$n.log"
+    [ "$t" -gt 0 ] || { el "sweep $nb skipped (budget)"; continue; }
+    PPX_CUDA_LINEAR_WGPIPE=$best timeout "$t" "$b" -r full -q int4 -b cuda -c session --context 3000 --sweep "$sw" \
+      --sweep-kv fp8 -n 20 -w 3 > "$log/sweep-$nb.log" 2>&1
+    el "sweep $nb ($sw, PPX_CUDA_LINEAR_WGPIPE=$best) exit $?"
+    grep -E '^(fp8|kv) ' "$log/sweep-$nb.log"
   done
 fi
 el done

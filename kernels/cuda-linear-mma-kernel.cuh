@@ -9,8 +9,8 @@
 #include <stdlib.h>
 
 /* A stage's multiplications in the wgmma configuration (defined in cuda-linear-wgmma.cu, sm_90a only); with
- * a.wg_pipe the stage calls issue () (the copies of the stage D - 1 ahead and their commit) itself, once its
- * first wgmma are in flight (or first), else the caller has called it before. */
+ * a.wg_pipe, in the configurations TcwPipe takes, the stage calls issue () (the copies of the stage D - 1 ahead)
+ * itself, once its first wgmma are in flight (or first), else the caller has called it before. */
 template <int FMT, int CK, int NT, class F>
 __device__ __forceinline__ void tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st,
                              F &issue);
@@ -39,14 +39,15 @@ tc_linear_kernel (TcArgs a)
   __shared__ uint64_t xbar[8]; /* NT > 1 on sm_90: slot d's x records have landed (bulk copy) */
   /* WG, wg_pipe 2 (the ring without the block barrier): slot d's weights and scales have landed (every thread's
    * cp.async), and every thread is done reading slot d */
-  __shared__ uint64_t wbar[WG ? 8 : 1], ebar[WG ? 8 : 1];
+  constexpr bool PCFG = WG && TcwPipe<FMT, CK, NT>::ON; /* a configuration with the pipelined stage and the ring */
+  __shared__ uint64_t wbar[PCFG ? 8 : 1], ebar[PCFG ? 8 : 1];
   const TcBlock<FMT, CK, NT, WG> b (a);
   const int D = a.depth;
   const int st0 = blockIdx.z * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
-  const bool ring = WG && a.wg_pipe == 2;
+  const bool ring = PCFG && a.wg_pipe == 2;
   if (NT > 1 && threadIdx.x < D)
     mbar_init (&xbar[threadIdx.x]);
-  if (WG && ring && threadIdx.x < D) {
+  if (PCFG && ring && threadIdx.x < D) {
     mbar_init_n (&wbar[threadIdx.x], TC_THREADS);
     mbar_init_n (&ebar[threadIdx.x], TC_THREADS);
   }
@@ -61,8 +62,8 @@ tc_linear_kernel (TcArgs a)
     if (d < nstg)
       b.issue_x (smem + d * C::SLOT, st0 + d, &xbar[d]);
     cp_async_commit ();
-    if (WG && ring)
-      cp_async_mbar_arrive (&wbar[WG ? d : 0]); /* (all D - 1 stages' weights: they were issued together) */
+    if (PCFG && ring)
+      cp_async_mbar_arrive (&wbar[PCFG ? d : 0]); /* (all D - 1 stages' weights: they were issued together) */
   }
   if (NT == 1 && a.alpha)
     b.row_rms (row_inv, red2);
@@ -76,7 +77,7 @@ tc_linear_kernel (TcArgs a)
       for (int i = 0; i < 4; i++)
         acc[rt][nt][i] = 0.0f;
   int rd = 0, wr_slot = D - 1; /* the slots read and written this step */
-  if constexpr (WG) {
+  if constexpr (PCFG) {
     if (ring) {
       /* No block barrier: a stage starts once its copies have landed (wbar: every thread's cp.async of the
        * weights and scales; xbar: the bulk copy of x); a thread issues its copies into a slot once every thread
@@ -131,10 +132,13 @@ tc_linear_kernel (TcArgs a)
       }
       cp_async_commit ();
     };
-    if constexpr (WG) {
+    if constexpr (PCFG) {
       if (!a.wg_pipe)
         issue ();
       tcw_compute (b, acc, slot, st0 + jj, issue); /* cuda-linear-wgmma.cu (sm_90a) */
+    } else if constexpr (WG) {
+      issue ();
+      tcw_compute (b, acc, slot, st0 + jj, issue); /* (does not call it) */
     } else {
       issue ();
       b.compute (acc, slot, st0 + jj);

@@ -63,6 +63,15 @@ template <int FMT, int CK, int NT, bool WG = false> struct TcCfg {
   static_assert (SW % TC_THREADS == 0, "weight copies are spread evenly over the threads");
 };
 
+/* The wgmma configurations (WG) that take the software-pipelined stage and, with PPX_CUDA_LINEAR_WGPIPE=2, the
+ * ring without the block barrier (cuda-linear-wgmma.cu, docs/cuda.md "The stage software-pipelined"): 8 and 16
+ * n-tiles. The others compile to main's order: the 25-n-tile one (253 registers) spilled ~5 KB with the
+ * pipelined stage, int4 g32 (CK = 2) at 16 n-tiles 14 KB, and the 2- and 4-n-tile ones (128 registers: 2 blocks
+ * an SM) have little to overlap. */
+template <int FMT, int CK, int NT> struct TcwPipe {
+  static constexpr bool ON = NT >= 8 && NT <= 16 && !(FMT == PPX_CUDA_W_INT4 && CK == 2 && NT == 16);
+};
+
 struct TcArgs {
   const uint8_t *w;
   const float *scales;

@@ -19,13 +19,6 @@
 
 #ifndef PPX_CUDA_NO_WGMMA
 
-/* The configurations (NT) that take the software-pipelined stage (PPX_CUDA_LINEAR_WGPIPE): 8 and 16 n-tiles; the
- * 25-n-tile one (253 registers) spilled ~5 KB with it, and int4 g32 (CK = 2) at 16 n-tiles 14 KB, so they keep
- * main's order. */
-#ifndef TCW_PIPE_NT
-#define TCW_PIPE_NT 16
-#endif
-
 __device__ __forceinline__ void
 wgmma_fence (void)
 {
@@ -320,22 +313,21 @@ tcw_compute_p (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], cons
   }
 }
 
-/* The pipelined stage where b.a.wg_pipe is set, the configuration has 8 to TCW_PIPE_NT n-tiles (NT <= 4, the
- * 9..32-row launches, keep main's order: their 2 blocks an SM have 128 registers a thread, which the pipelined
- * order spilled; int4 g32 at 16 n-tiles spilled too) and the stage is a full one (the K tail, at most one stage
- * a leaf, keeps main's order); else main's order, the copies issued here first. */
+/* The pipelined stage where b.a.wg_pipe is set, the configuration takes it (TcwPipe: 8 and 16 n-tiles, not int4
+ * g32 at 16) and the stage is a full one (the K tail, at most one stage a leaf, keeps main's order, the copies
+ * issued here first); the other configurations are main's code (the caller issued the copies). */
 template <int FMT, int CK, int NT, class F>
 __device__ __forceinline__ void
 tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st, F &issue)
 {
-  if constexpr (NT >= 8 && NT <= TCW_PIPE_NT && !(FMT == PPX_CUDA_W_INT4 && CK == 2 && NT == 16)) {
+  if constexpr (TcwPipe<FMT, CK, NT>::ON) {
     if (b.a.wg_pipe && (st + 1) * TC_STAGE <= b.a.K) {
       tcw_compute_p<FMT, CK, NT, true> (b, acc, slot, st, issue);
       return;
     }
+    if (b.a.wg_pipe)
+      issue ();
   }
-  if (b.a.wg_pipe)
-    issue ();
   tcw_compute_p<FMT, CK, NT, false> (b, acc, slot, st, issue);
 }
 

@@ -13,6 +13,7 @@
 #   sweep:  personaplex-bench's session sweep (int4, fp8 KV; 1,80,160 on a GPU of more than 100 GB, else
 #           1,64,88), new then main (SWEEP_WHICH="main" or "new" for one), PPX_CUDA_LINEAR_WGPIPE set for both
 #           (main ignores it)
+# TESTS (names under /cuda/), TEST_PIPES, BENCH_PIPES and NO_GOLDEN=1 narrow the steps (a second, shorter call).
 # Logs go to $OUT. Usage: sh device-wgpipe.sh PACK MAIN [steps...]
 set -u
 p=$(cd "$1" && pwd)
@@ -35,15 +36,17 @@ cap () {
   [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
 }
 if has tests; then
-  for v in 1 2; do
+  tests=""
+  for x in ${TESTS:-linear-wgmma-path linear-batch linear-batch-slices linear}; do tests="$tests -p /cuda/$x"; done
+  for v in ${TEST_PIPES:-1 2}; do
     t=$(cap 50)
-    [ "$t" -gt 0 ] && PPX_CUDA_LINEAR_WGPIPE=$v timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/linear-wgmma-path \
-      -p /cuda/linear-batch -p /cuda/linear-batch-slices -p /cuda/linear > "$log/tests-pipe$v.log" 2>&1
+    [ "$t" -gt 0 ] && PPX_CUDA_LINEAR_WGPIPE=$v timeout "$t" "$p/bin/test-backend-cuda" --verbose $tests \
+      > "$log/tests-pipe$v.log" 2>&1
     el "linear tests (PPX_CUDA_LINEAR_WGPIPE=$v) exit $?"
     grep -E '^(ok|not ok)|Bail|ERROR|differs' "$log/tests-pipe$v.log" | tail -6
   done
   t=$(cap 30)
-  [ "$t" -gt 0 ] && timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/golden > "$log/tests-golden.log" 2>&1
+  [ -z "${NO_GOLDEN:-}" ] && [ "$t" -gt 0 ] && timeout "$t" "$p/bin/test-backend-cuda" --verbose -p /cuda/golden > "$log/tests-golden.log" 2>&1
   el "golden test exit $?"
   grep -E '^(ok|not ok)|Bail|ERROR' "$log/tests-golden.log" | tail -3
 fi
@@ -60,13 +63,13 @@ if has bench; then
       | fold -w 200
   }
   run main "$mb/test-backend-cuda"
-  for v in 1 2 0; do
+  for v in ${BENCH_PIPES:-1 2 0}; do
     run pipe$v PPX_CUDA_LINEAR_WGPIPE=$v "$p/bin/test-backend-cuda"
   done
   # the sweep's variant: the one with the least time summed over the bench's lines (all of them present)
   if [ -z "$best" ]; then
     bs=""
-    for v in 1 2 0; do
+    for v in ${BENCH_PIPES:-1 2 0}; do
       n=$(grep -cE '^int4' "$log/bench-pipe$v.log" 2>/dev/null)
       s=$(grep -E '^int4' "$log/bench-pipe$v.log" 2>/dev/null | awk '{s += $8} END {printf "%.0f", s * 100}')
       [ "${n:-0}" -ge 12 ] || continue

@@ -25,7 +25,10 @@ __device__ __forceinline__ void tcw_compute (const TcBlock<FMT, CK, NT, true> &b
  * the stage D - 1 ahead into that slot and multiplies. The kernels after this one are let in
  * (ppx_pdl_trigger) only once the main loop is done: launched earlier, a following linear layer's blocks
  * would take SM slots this one's plan counts on (measured: 4.2 -> 4.8 us a call for back-to-back 1024 x
- * 1024 int8 layers on an H100). */
+ * 1024 int8 layers on an H100).
+ * The wgmma configurations of 8 and 16 n-tiles (TcwPipe) issue the copies from inside the stage, behind its first
+ * wgmma, and with PPX_CUDA_LINEAR_WGPIPE=2 run the ring without the block barrier (mbarriers wbar, xbar, ebar;
+ * docs/cuda.md "The stage software-pipelined"). */
 template <int FMT, int CK, int NT, bool WG>
 __global__ void __launch_bounds__ (TC_THREADS, (TcCfg<FMT, CK, NT, WG>::MINB))
 tc_linear_kernel (TcArgs a)

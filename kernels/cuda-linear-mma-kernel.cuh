@@ -8,9 +8,12 @@
 
 #include <stdlib.h>
 
-/* A stage's multiplications in the wgmma configuration (defined in cuda-linear-wgmma.cu, sm_90a only). */
-template <int FMT, int CK, int NT>
-__device__ void tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st);
+/* A stage's multiplications in the wgmma configuration (defined in cuda-linear-wgmma.cu, sm_90a only); with
+ * a.wg_pipe, in the configurations TcwPipe takes, the stage calls issue () (the copies of the stage D - 1 ahead)
+ * itself, once its first wgmma are in flight (or first), else the caller has called it before. */
+template <int FMT, int CK, int NT, class F>
+__device__ __forceinline__ void tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st,
+                             F &issue);
 
 /* y (+)= x W^T for one slice of x rows (blockIdx.x), one row block (C::ROWS weight rows, blockIdx.y) and one
  * leaf of K (blockIdx.z), M <= NT * 8 rows of x in the slice.
@@ -22,7 +25,10 @@ __device__ void tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1
  * the stage D - 1 ahead into that slot and multiplies. The kernels after this one are let in
  * (ppx_pdl_trigger) only once the main loop is done: launched earlier, a following linear layer's blocks
  * would take SM slots this one's plan counts on (measured: 4.2 -> 4.8 us a call for back-to-back 1024 x
- * 1024 int8 layers on an H100). */
+ * 1024 int8 layers on an H100).
+ * The wgmma configurations of 8 and 16 n-tiles (TcwPipe) issue the copies from inside the stage, behind its first
+ * wgmma, and with PPX_CUDA_LINEAR_WGPIPE=2 run the ring without the block barrier (mbarriers wbar, xbar, ebar;
+ * docs/cuda.md "The stage software-pipelined"). */
 template <int FMT, int CK, int NT, bool WG>
 __global__ void __launch_bounds__ (TC_THREADS, (TcCfg<FMT, CK, NT, WG>::MINB))
 tc_linear_kernel (TcArgs a)
@@ -34,11 +40,20 @@ tc_linear_kernel (TcArgs a)
   __shared__ float row_inv[8];
   __shared__ float red2[2][TC_WARPS];
   __shared__ uint64_t xbar[8]; /* NT > 1 on sm_90: slot d's x records have landed (bulk copy) */
+  /* WG, wg_pipe 2 (the ring without the block barrier): slot d's weights and scales have landed (every thread's
+   * cp.async), and every thread is done reading slot d */
+  constexpr bool PCFG = WG && TcwPipe<FMT, CK, NT>::ON; /* a configuration with the pipelined stage and the ring */
+  __shared__ uint64_t wbar[PCFG ? 8 : 1], ebar[PCFG ? 8 : 1];
   const TcBlock<FMT, CK, NT, WG> b (a);
   const int D = a.depth;
   const int st0 = blockIdx.z * a.leaf_stages, nstg = min (a.leaf_stages, a.n_stages - st0);
+  const bool ring = PCFG && a.wg_pipe == 2;
   if (NT > 1 && threadIdx.x < D)
     mbar_init (&xbar[threadIdx.x]);
+  if (PCFG && ring && threadIdx.x < D) {
+    mbar_init_n (&wbar[threadIdx.x], TC_THREADS);
+    mbar_init_n (&ebar[threadIdx.x], TC_THREADS);
+  }
 
   for (int d = 0; d < D - 1; d++)
     if (d < nstg)
@@ -50,6 +65,8 @@ tc_linear_kernel (TcArgs a)
     if (d < nstg)
       b.issue_x (smem + d * C::SLOT, st0 + d, &xbar[d]);
     cp_async_commit ();
+    if (PCFG && ring)
+      cp_async_mbar_arrive (&wbar[PCFG ? d : 0]); /* (all D - 1 stages' weights: they were issued together) */
   }
   if (NT == 1 && a.alpha)
     b.row_rms (row_inv, red2);
@@ -63,6 +80,40 @@ tc_linear_kernel (TcArgs a)
       for (int i = 0; i < 4; i++)
         acc[rt][nt][i] = 0.0f;
   int rd = 0, wr_slot = D - 1; /* the slots read and written this step */
+  if constexpr (PCFG) {
+    if (ring) {
+      /* No block barrier: a stage starts once its copies have landed (wbar: every thread's cp.async of the
+       * weights and scales; xbar: the bulk copy of x); a thread issues its copies into a slot once every thread
+       * has left the stage that slot held (ebar, arrived on at the end of each stage), from tcw_compute, behind
+       * the stage's first wgmma. The two warpgroups drift apart by up to a stage, so one's dequantization, adds
+       * and waits overlap the other's wgmma. */
+      for (int jj = 0; jj < nstg; jj++) {
+        const uint4 *slot = smem + rd * C::SLOT;
+        const unsigned par = (unsigned) (jj / D) & 1u;
+        mbar_wait (&wbar[rd], par);
+        mbar_wait (&xbar[rd], par);
+        auto issue = [&] () {
+          if (jj + D - 1 < nstg) {
+            if (jj >= 1)
+              mbar_wait (&ebar[wr_slot], (unsigned) ((jj - 1) / D) & 1u);
+            b.issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1, &xbar[wr_slot]);
+            b.issue_weights (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
+            cp_async_mbar_arrive (&wbar[wr_slot]);
+          }
+        };
+        tcw_compute (b, acc, slot, st0 + jj, issue);
+        mbar_arrive (&ebar[rd]);
+        rd = rd + 1 == D ? 0 : rd + 1;
+        wr_slot = wr_slot + 1 == D ? 0 : wr_slot + 1;
+      }
+      cp_async_wait<0> ();
+      ppx_pdl_trigger ();
+      b.store_leaf (acc);
+      if (a.S > 1 && b.last_leaf (&ticket))
+        b.combine_leaves ();
+      return;
+    }
+  }
   const bool aux = NT == 1 && (a.alpha || a.gate);
   float4 al_next = aux && nstg > 0 ? b.aux_at (st0) : make_float4 (0.0f, 0.0f, 0.0f, 0.0f);
   for (int jj = 0; jj < nstg; jj++) {
@@ -77,15 +128,24 @@ tc_linear_kernel (TcArgs a)
 #endif
     b.convert_x (slot, al, row_inv);
     __syncthreads (); /* everyone's copies of stage jj are visible; slot wr_slot (stage jj - 1) is read */
-    if (jj + D - 1 < nstg) {
-      b.issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1, &xbar[wr_slot]);
-      b.issue_weights (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
-    }
-    cp_async_commit ();
-    if constexpr (WG)
-      tcw_compute (b, acc, slot, st0 + jj); /* cuda-linear-wgmma.cu (sm_90a) */
-    else
+    auto issue = [&] () {
+      if (jj + D - 1 < nstg) {
+        b.issue_x (smem + wr_slot * C::SLOT, st0 + jj + D - 1, &xbar[wr_slot]);
+        b.issue_weights (smem + wr_slot * C::SLOT, st0 + jj + D - 1);
+      }
+      cp_async_commit ();
+    };
+    if constexpr (PCFG) {
+      if (!a.wg_pipe)
+        issue ();
+      tcw_compute (b, acc, slot, st0 + jj, issue); /* cuda-linear-wgmma.cu (sm_90a) */
+    } else if constexpr (WG) {
+      issue ();
+      tcw_compute (b, acc, slot, st0 + jj, issue); /* (does not call it) */
+    } else {
+      issue ();
       b.compute (acc, slot, st0 + jj);
+    }
     rd = rd + 1 == D ? 0 : rd + 1;
     wr_slot = wr_slot + 1 == D ? 0 : wr_slot + 1;
   }

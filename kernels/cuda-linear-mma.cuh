@@ -64,6 +64,15 @@ template <int FMT, int CK, int NT, bool WG = false> struct TcCfg {
   static_assert (SW % TC_THREADS == 0, "weight copies are spread evenly over the threads");
 };
 
+/* The wgmma configurations (WG) that take the software-pipelined stage and, with PPX_CUDA_LINEAR_WGPIPE=2, the
+ * ring without the block barrier (cuda-linear-wgmma.cu, docs/cuda.md "The stage software-pipelined"): 8 and 16
+ * n-tiles. The others compile to main's order: the 25-n-tile one (253 registers) spilled ~5 KB with the
+ * pipelined stage, int4 g32 (CK = 2) at 16 n-tiles 14 KB, and the 2- and 4-n-tile ones (128 registers: 2 blocks
+ * an SM) have little to overlap. */
+template <int FMT, int CK, int NT> struct TcwPipe {
+  static constexpr bool ON = NT >= 8 && NT <= 16 && !(FMT == PPX_CUDA_W_INT4 && CK == 2 && NT == 16);
+};
+
 struct TcArgs {
   const uint8_t *w;
   const float *scales;
@@ -88,6 +97,7 @@ struct TcArgs {
   int depth;           /* D, the shared-memory ring's slots (tc_depth) */
   const uint4 *xs;     /* NT > 1: x already split into hi/lo records in slot order, [stage][tiles][8][32] */
   int xs_tiles;        /* the n-tiles of the launch (xs's stride between stages, in 256 records) */
+  int wg_pipe;         /* wgmma configuration: the software-pipelined stage (PPX_CUDA_LINEAR_WGPIPE; same results) */
 };
 
 /* The fields of a launch's arguments that come from the weight: its pointers and shape, and the K split
@@ -207,6 +217,38 @@ mbar_init (uint64_t *bar)
   const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
   asm volatile ("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
   asm volatile ("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+/* An mbarrier expecting `count` arrivals a phase (the wgmma configuration's barrier-free ring, wg_pipe 2). */
+__device__ __forceinline__ void
+mbar_init_n (uint64_t *bar, unsigned count)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
+  asm volatile ("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(count) : "memory");
+  asm volatile ("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+/* This thread's arrival on bar (release: its reads of the slot before it are done). */
+__device__ __forceinline__ void
+mbar_arrive (uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
+  asm volatile ("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(b) : "memory");
+#endif
+}
+
+/* An arrival on bar once all of this thread's cp.async issued so far have landed (not counted in advance:
+ * the barrier's count includes it). */
+__device__ __forceinline__ void
+cp_async_mbar_arrive (uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = (unsigned) __cvta_generic_to_shared (bar);
+  asm volatile ("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(b) : "memory");
 #endif
 }
 

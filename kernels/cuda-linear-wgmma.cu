@@ -55,6 +55,25 @@ fence_regs (float (&v)[L])
     asm volatile ("" : "+f"(v[i])::"memory");
 }
 
+/* The A fragments of k-step q dequantized at this point of the program (the software-pipelined stage): the
+ * weight words it reads are tied here first, so the compiler does not hoist the dequantization above the wgmma
+ * issued before it, and the fragments after, so it does not sink it below the wgmma.fence that orders these
+ * register writes before the wgmma that read them. */
+template <class B>
+__device__ __forceinline__ void
+tcw_dequant_here (uint32_t (&rw)[1][2][B::WORDS], int q, uint32_t (&af)[1][4])
+{
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+#pragma unroll
+    for (int i = 0; i < B::WORDS; i++)
+      asm volatile ("" : "+r"(rw[0][h][i]));
+  B::dequant (rw, q, af);
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+    asm volatile ("" : "+r"(af[0][i]));
+}
+
 /* The shared-memory descriptor of one k-step's B operand (hi or lo): K-major, no swizzle; core matrices of 8
  * x rows x 16 bytes (8 bf16 of k), the second half of k (8 .. 15) 128 bytes on (leading byte offset), the next
  * 8 x rows (n-tile) 4096 bytes on (stride byte offset). */
@@ -89,16 +108,21 @@ tcw_add_chunk (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], cons
     }
 }
 
-/* One stage's multiplications for N = 8 n x-rows: the A fragments of all 8 k-steps dequantized first, then
- * the chunks PB at a time: each chunk's 2 CK wgmma (k-step by k-step, hi then lo) into its own chunk sum from
- * zero, one commit and one wait for the PB chunks, then the chunk sums added to acc in chunk order. PB chunk
- * sums of 4 n registers each are live at once (as many as fit beside acc: all the stage's chunks for few
- * n-tiles, one at N = 128); no accumulator of a wgmma in flight is read (a read between the wgmma and its
- * wait made ptxas serialize them, C7514). Every wgmma is waited for before the stage ends (the slot is then
- * free for the copies of the stage D - 1 ahead). */
-template <int FMT, int CK, int NT, int n>
+/* One stage's multiplications for N = 8 n x-rows: the chunks PB at a time: each chunk's 2 CK wgmma (k-step by
+ * k-step, hi then lo) into its own chunk sum from zero, one commit and one wait for the PB chunks, then the
+ * chunk sums added to acc in chunk order. PB chunk sums of 4 n registers each are live at once (as many as
+ * fit beside acc: all the stage's chunks for few n-tiles, one at N = 128); no accumulator of a wgmma in flight
+ * is read (a read between the wgmma and its wait made ptxas serialize them, C7514). Every wgmma is waited for
+ * before the stage ends (the slot is then free for the copies of the stage D - 1 ahead).
+ * PIPE = false (main's order; the tail stage; PPX_CUDA_LINEAR_WGPIPE=0): the A fragments of all 8 k-steps
+ * dequantized first, the copies issued by the caller before. PIPE = true (a full stage, pipelined): each k-step
+ * dequantized just before its wgmma (a wgmma.fence after it), so the tensor cores start on k-step 0 while the
+ * other k-steps are dequantized, and the copies of the stage D - 1 ahead issued (issue ()) once k-step 0's
+ * wgmma are in flight. The same wgmma on the same registers and the same adds in the same order: the same
+ * bits. */
+template <int FMT, int CK, int NT, int n, bool PIPE, class F>
 __device__ __forceinline__ void
-tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st)
+tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st, F &issue)
 {
   using B = TcBlock<FMT, CK, NT, true>;
   constexpr int NCHUNK = B::NCHUNK, L = 4 * n;
@@ -108,22 +132,25 @@ tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const ui
   static_assert (n <= 16, "one wgmma of at most 128 x rows a chunk: tcw_stage_wide past 16 n-tiles");
   static_assert (NCHUNK % PB == 0, "chunk groups");
   uint32_t rw[1][2][B::WORDS];
-  const bool full = (st + 1) * TC_STAGE <= b.a.K;
-  if (full)
+  if (PIPE)
+    b.load_weights (slot, rw);
+  else if ((st + 1) * TC_STAGE <= b.a.K)
     b.load_weights (slot, rw);
   else
     b.gather_tail (rw, st);
-  const int kvalid = full ? 8 : b.KS - st * 8;
+  const int kvalid = PIPE || (st + 1) * TC_STAGE <= b.a.K ? 8 : b.KS - st * 8;
   const float *ssc = reinterpret_cast<const float *> (slot + B::C::SX + B::C::SW);
   const uint32_t xaddr = (uint32_t) __cvta_generic_to_shared (slot);
   uint32_t af[8][1][4];
+  if (!PIPE) {
 #pragma unroll
-  for (int q = 0; q < 8; q++)
-    B::dequant (rw, q, af[q]);
+    for (int q = 0; q < 8; q++)
+      B::dequant (rw, q, af[q]);
+  }
   float p[PB][L];
 #pragma unroll
   for (int c0 = 0; c0 < NCHUNK; c0 += PB) {
-    if (c0 * CK >= kvalid)
+    if (!PIPE && c0 * CK >= kvalid)
       break;
 #pragma unroll
     for (int c = 0; c < PB; c++)
@@ -139,17 +166,23 @@ tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const ui
 #pragma unroll
       for (int i = 0; i < CK; i++) {
         const int q = (c0 + c) * CK + i;
-        if (q < kvalid) {
+        if (PIPE) {
+          tcw_dequant_here<B> (rw, q, af[q]);
+          wgmma_fence ();
+        }
+        if (PIPE || q < kvalid) {
           wgmma_bf16_rs<8 * n> (p[c], af[q][0], tcw_desc (xaddr + q * 512));       /* hi */
           wgmma_bf16_rs<8 * n> (p[c], af[q][0], tcw_desc (xaddr + q * 512 + 256)); /* lo */
         }
+        if (PIPE && q == 0)
+          issue (); /* the next copies, behind k-step 0's wgmma */
       }
     wgmma_commit ();
     wgmma_wait<0> ();
 #pragma unroll
     for (int c = 0; c < PB; c++) {
       fence_regs (p[c]);
-      if ((c0 + c) * CK < kvalid)
+      if (PIPE || (c0 + c) * CK < kvalid)
         tcw_add_chunk<FMT, CK, NT, n> (b, acc, p[c], ssc, c0 + c);
     }
   }
@@ -162,31 +195,38 @@ tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const ui
  * output element does not depend on N). Up to 20 n-tiles both parts are in flight together (one commit and
  * wait a chunk: acc 80 + chunk sums 80 + A fragments 32 registers); past that one part after the other
  * (acc 100 + 64 + 32), the other warpgroup's wgmma filling the tensor cores meanwhile. The A fragments of
- * the stage's 8 k-steps are dequantized once and serve all n x rows. */
-template <int FMT, int CK, int NT, int n>
+ * the stage's 8 k-steps are dequantized once and serve all n x rows: all first (PIPE = false), or each just
+ * before its first wgmma (PIPE = true, with the copies issued behind k-step 0's wgmma, as in tcw_stage). */
+template <int FMT, int CK, int NT, int n, bool PIPE, class F>
 __device__ __forceinline__ void
-tcw_stage_wide (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st)
+tcw_stage_wide (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st, F &issue)
 {
   using B = TcBlock<FMT, CK, NT, true>;
   constexpr int NCHUNK = B::NCHUNK, n2 = n - 16, L1 = 64, L2 = 4 * n2;
   constexpr bool together = n <= 20;
+  constexpr bool DQ = PIPE && together; /* past 20 n-tiles the pipelined dequantization spilled */
   static_assert (n > 16 && n <= NT, "the second part holds 1..NT - 16 n-tiles");
   uint32_t rw[1][2][B::WORDS];
-  const bool full = (st + 1) * TC_STAGE <= b.a.K;
-  if (full)
+  if (PIPE) {
     b.load_weights (slot, rw);
-  else
+    issue (); /* here, not behind k-step 0's wgmma: with the chunk sums live its registers spilled */
+  } else if ((st + 1) * TC_STAGE <= b.a.K) {
+    b.load_weights (slot, rw);
+  } else {
     b.gather_tail (rw, st);
-  const int kvalid = full ? 8 : b.KS - st * 8;
+  }
+  const int kvalid = PIPE || (st + 1) * TC_STAGE <= b.a.K ? 8 : b.KS - st * 8;
   const float *ssc = reinterpret_cast<const float *> (slot + B::C::SX + B::C::SW);
   const uint32_t xaddr = (uint32_t) __cvta_generic_to_shared (slot), xaddr2 = xaddr + 16 * 4096;
   uint32_t af[8][1][4];
+  if (!DQ) {
 #pragma unroll
-  for (int q = 0; q < 8; q++)
-    B::dequant (rw, q, af[q]);
+    for (int q = 0; q < 8; q++)
+      B::dequant (rw, q, af[q]);
+  }
 #pragma unroll
   for (int c = 0; c < NCHUNK; c++) {
-    if (c * CK >= kvalid)
+    if (!PIPE && c * CK >= kvalid)
       break;
     float p1[L1], p2[L2];
 #pragma unroll
@@ -203,7 +243,11 @@ tcw_stage_wide (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], con
 #pragma unroll
     for (int i = 0; i < CK; i++) {
       const int q = c * CK + i;
-      if (q < kvalid) {
+      if (DQ) {
+        tcw_dequant_here<B> (rw, q, af[q]);
+        wgmma_fence ();
+      }
+      if (PIPE || q < kvalid) {
         wgmma_bf16_rs<128> (p1, af[q][0], tcw_desc (xaddr + q * 512)); /* hi */
         if (together)
           wgmma_bf16_rs<8 * n2> (p2, af[q][0], tcw_desc (xaddr2 + q * 512));
@@ -225,7 +269,7 @@ tcw_stage_wide (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], con
 #pragma unroll
       for (int i = 0; i < CK; i++) {
         const int q = c * CK + i;
-        if (q < kvalid) {
+        if (PIPE || q < kvalid) {
           wgmma_bf16_rs<8 * n2> (p2, af[q][0], tcw_desc (xaddr2 + q * 512));       /* hi */
           wgmma_bf16_rs<8 * n2> (p2, af[q][0], tcw_desc (xaddr2 + q * 512 + 256)); /* lo */
         }
@@ -239,18 +283,18 @@ tcw_stage_wide (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], con
 }
 
 /* Stage st's multiplications for the block's n-tiles that hold x rows (the same count in every warp: each
- * warp takes them all), as straight-line code for that count. The TCW_NT configuration runs slices of 17..25
- * n-tiles (tc_slices gives it no fewer; fewer would take the 17-tile code: tiles past the slice's x rows
- * hold stale records, whose sums are never stored). */
-template <int FMT, int CK, int NT>
-__device__ void
-tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st)
+ * warp takes them all), as straight-line code for that count, in the pipelined order where b.a.wg_pipe is set.
+ * The TCW_NT configuration runs slices of 17..25 n-tiles (tc_slices gives it no fewer; fewer would take the
+ * 17-tile code: tiles past the slice's x rows hold stale records, whose sums are never stored). */
+template <int FMT, int CK, int NT, bool PIPE, class F>
+__device__ __forceinline__ void
+tcw_compute_p (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st, F &issue)
 {
   const int n = b.tiles;
   if constexpr (NT > 16) {
 #define TCW_WIDE(k)                                                                                                  \
   if (n <= k) {                                                                                                      \
-    tcw_stage_wide<FMT, CK, NT, (NT >= k ? k : 17)> (b, acc, slot, st);                                              \
+    tcw_stage_wide<FMT, CK, NT, (NT >= k ? k : 17), PIPE> (b, acc, slot, st, issue);                                 \
     return;                                                                                                          \
   }
     TCW_WIDE (17) TCW_WIDE (18) TCW_WIDE (19) TCW_WIDE (20) TCW_WIDE (21) TCW_WIDE (22) TCW_WIDE (23) TCW_WIDE (24)
@@ -260,13 +304,31 @@ tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const 
   } else {
 #define TCW_CASE(k)                                                                                                  \
   if (NT >= k && n == k) {                                                                                           \
-    tcw_stage<FMT, CK, NT, (NT >= k ? k : 1)> (b, acc, slot, st);                                                    \
+    tcw_stage<FMT, CK, NT, (NT >= k ? k : 1), PIPE> (b, acc, slot, st, issue);                                       \
     return;                                                                                                          \
   }
     TCW_CASE (1) TCW_CASE (2) TCW_CASE (3) TCW_CASE (4) TCW_CASE (5) TCW_CASE (6) TCW_CASE (7) TCW_CASE (8)
     TCW_CASE (9) TCW_CASE (10) TCW_CASE (11) TCW_CASE (12) TCW_CASE (13) TCW_CASE (14) TCW_CASE (15) TCW_CASE (16)
 #undef TCW_CASE
   }
+}
+
+/* The pipelined stage where b.a.wg_pipe is set, the configuration takes it (TcwPipe: 8 and 16 n-tiles, not int4
+ * g32 at 16) and the stage is a full one (the K tail, at most one stage a leaf, keeps main's order, the copies
+ * issued here first); the other configurations are main's code (the caller issued the copies). */
+template <int FMT, int CK, int NT, class F>
+__device__ __forceinline__ void
+tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const uint4 *slot, int st, F &issue)
+{
+  if constexpr (TcwPipe<FMT, CK, NT>::ON) {
+    if (b.a.wg_pipe && (st + 1) * TC_STAGE <= b.a.K) {
+      tcw_compute_p<FMT, CK, NT, true> (b, acc, slot, st, issue);
+      return;
+    }
+    if (b.a.wg_pipe)
+      issue ();
+  }
+  tcw_compute_p<FMT, CK, NT, false> (b, acc, slot, st, issue);
 }
 
 /* x [M][K] split into hi/lo bf16 (tc_split_record, the mma.sync kernel's split) and laid out as the wgmma B
@@ -364,6 +426,8 @@ ppx_linear_wgmma (TcArgs a, int fmt, int ck, uint4 *xs, cudaStream_t s)
 {
   const int tiles = (a.M + 7) / 8;
   a.xs_tiles = tiles;
+  static const int pipe = env_int ("PPX_CUDA_LINEAR_WGPIPE", 0, 2, 1);
+  a.wg_pipe = pipe;
   const size_t n = (size_t) a.n_stages * tiles * 256;
   const dim3 grid = ppx_grid_for (n, 256);
   if (fmt == PPX_CUDA_W_INT8)

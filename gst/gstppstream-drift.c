@@ -52,9 +52,6 @@
 /* an arrival that comes this long after the last buffer was taken came
  * while the stream was idle (its time is its own) */
 #define IDLE_US 1000
-/* buffers that come within this of an arrival's first belong to it
- * (gstppstream.c) */
-#define ARRIVAL_GAP_US 3000
 /* the origin: the first arrivals that came idle over this long */
 #define ORIGIN_US (3 * G_USEC_PER_SEC)
 /* the rate is measured over at least this long ... */
@@ -162,9 +159,9 @@ gst_pp_stream_drift_at_arrival (GstPpStream * st, gsize had, gboolean gap)
   gs = CLAMP (gs, st->arrival_samples, (guint) st->frame_size / 2);
   g = (gint64) gs * G_USEC_PER_SEC / rate;
   tol = MIN (LEAD_TOLERANCE_US, g / 2);
-  /* the buffers within ARRIVAL_GAP_US of an arrival's first are that
+  /* the buffers within GST_PP_ARRIVAL_GAP_US of an arrival's first are that
    * arrival (a client page's two packets): idle when its first was */
-  if (st->drift_arrival_us > 0 && now - st->drift_arrival_us < ARRIVAL_GAP_US) {
+  if (st->drift_arrival_us > 0 && now - st->drift_arrival_us < GST_PP_ARRIVAL_GAP_US) {
     idle = st->drift_arrival_idle;
   } else {
     idle = st->drift_arrival_idle = now - st->drift_return_us >= IDLE_US;

@@ -55,7 +55,7 @@ typedef struct
   guint64 samples_since_resync; /* samples already stepped since then */
   guint lead_samples;           /* silence before the timeline's first frame (frame alignment) */
   /* frame alignment, decided at the arrivals before the timeline's first
-   * frame is complete (gstppstream.c, alignment_at_arrival) */
+   * frame is complete (gstppstream-align.c) */
   gboolean aligning;            /* the first frame is not complete yet */
   gboolean aligned;             /* the timeline's frames are aligned (until
                                  * an arrival interval is measured, the

@@ -350,9 +350,10 @@ tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const 
       issue ();
   }
   if constexpr (FMT == PPX_CUDA_W_INT8 && NT == 4) {
-    /* int8's 4-n-tile configuration (the depformer's slices past 120 rows): with PPX_CUDA_LINEAR_WGPIPE8=1 each
-     * k-step dequantized just before its wgmma (tcw_stage's PIPE order); the caller issued the copies already
-     * (not a TcwPipe configuration: its kernel keeps main's loop), so the stage issues nothing */
+    /* int8's 4-n-tile configuration (the depformer's slices of 4 n-tiles, on wgmma from 129 rows): with
+     * PPX_CUDA_LINEAR_WGPIPE8=1 (the default; 0: main's order) each k-step dequantized just before its wgmma
+     * (tcw_stage's PIPE order); the caller issued the copies already (not a TcwPipe configuration: its kernel keeps
+     * main's loop), so the stage issues nothing */
     if (b.a.wg_pipe && (st + 1) * TC_STAGE <= b.a.K) {
       auto none = [] () {};
       tcw_compute_p<FMT, CK, NT, true> (b, acc, slot, st, none);
@@ -458,7 +459,7 @@ ppx_linear_wgmma (TcArgs a, int fmt, int ck, uint4 *xs, cudaStream_t s)
   const int tiles = (a.M + 7) / 8;
   a.xs_tiles = tiles;
   static const int pipe = env_int ("PPX_CUDA_LINEAR_WGPIPE", 0, 2, 1);
-  static const int pipe8 = env_int ("PPX_CUDA_LINEAR_WGPIPE8", 0, 1, 0);
+  static const int pipe8 = env_int ("PPX_CUDA_LINEAR_WGPIPE8", 0, 1, 1);
   /* int8 slices of up to 4 n-tiles: the 4-tile configuration, whose kernel reads wg_pipe only in tcw_compute */
   a.wg_pipe = fmt == PPX_CUDA_W_INT8 && a.slice_tiles > 2 && a.slice_tiles <= 4 ? pipe8 : pipe;
   const size_t n = (size_t) a.n_stages * tiles * 256;

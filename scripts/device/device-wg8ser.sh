@@ -9,8 +9,9 @@
 #           then the golden model
 #   bench:  --bench int8 on the depformer's five shapes at PPX_BENCH_MS (default 1,80,160): main, then new with
 #           PPX_CUDA_LINEAR_WGPIPE8=0 (the fix alone) and 1 (and the pipelined stage at 4 n-tiles)
-#   sass:   where the machine has cuobjdump: per int8 wgmma kernel of main's and new's test-backend-cuda, its HGMMA
-#           and WARPGROUP.DEPBAR counts (serialized wgmma: a wait behind every HGMMA)
+#   sass:   (only when named) where the machine has cuobjdump: per int8 wgmma kernel of main's and new's
+#           test-backend-cuda, its HGMMA and WARPGROUP.DEPBAR counts (serialized wgmma: a wait behind every HGMMA);
+#           the first call's 20 s a binary were not enough (nothing printed, 40 s of the budget gone)
 #   sweep:  personaplex-bench's session sweep (int4, fp8 KV; 80,160 on a GPU of more than 130 GB, else 80,88), new
 #           then main, only when the budget has room for both; PPX_CUDA_LINEAR_WGPIPE8=PIPE8 (default: the faster
 #           of the bench's two, summed over its M = 160 lines)
@@ -19,7 +20,7 @@ set -u
 p=$(cd "$1" && pwd)
 mb=$(cd "$2" && pwd)
 shift 2
-steps=${*:-tests bench sass sweep}
+steps=${*:-tests bench sweep}
 log=${OUT:-/tmp}
 budget=${BUDGET:-165}
 export LD_LIBRARY_PATH="$p/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PPX_GOLDEN_DIR="$p/golden" PPX_DATA_DIR="$p/data"
@@ -80,7 +81,7 @@ if has sass; then
   if [ -n "$od" ]; then
     for nb in main new; do
       case $nb in new) b=$tb;; *) b=$mb/test-backend-cuda;; esac
-      timeout 20 "$od" -sass "$b" 2>/dev/null | awk -v nb=$nb '/Function :/ {f = $3} f ~ /tc_linear_kernelILi2ELi8E.*Lb1E/ {
+      timeout 60 "$od" -sass "$b" 2>/dev/null | awk -v nb=$nb '/Function :/ {f = $3} f ~ /tc_linear_kernelILi2ELi8E.*Lb1E/ {
           if ($0 ~ /HGMMA/) h[f]++; if ($0 ~ /WARPGROUP.DEPBAR/) d[f]++ }
         END {for (f in h) printf "%s %s HGMMA %d DEPBAR %d\n", nb, f, h[f], d[f]}' | sort | tee -a "$log/sass.txt"
     done

@@ -74,6 +74,25 @@ tcw_dequant_here (uint32_t (&rw)[1][2][B::WORDS], int q, uint32_t (&af)[1][4])
     asm volatile ("" : "+r"(af[0][i]));
 }
 
+/* The A fragments of a stage's 8 k-steps, dequantized beforehand (PIPE = false), tied to this point: int8 only
+ * (docs/cuda.md, "int8 on wgmma"). Without it the compiler sank each k-step's int8 dequantization into the branch
+ * of the K tail stage that guards that k-step's wgmma (q < kvalid), between wgmma of one commit group, and ptxas
+ * serialized every wgmma of the kernel (C7512, "insufficient register resources") in the 4-, 8-, 16- and
+ * 24-n-tile configurations. Tied here, the fragments are all computed before the first wgmma, as the design has
+ * it; the wgmma and the adds are the same, so are the bits. (int4 and bf16 did not serialize: left as they were.) */
+template <int FMT>
+__device__ __forceinline__ void
+tcw_pin_fragments (uint32_t (&af)[8][1][4])
+{
+  if constexpr (FMT == PPX_CUDA_W_INT8) {
+#pragma unroll
+    for (int q = 0; q < 8; q++)
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        asm volatile ("" : "+r"(af[q][0][i]));
+  }
+}
+
 /* The shared-memory descriptor of one k-step's B operand (hi or lo): K-major, no swizzle; core matrices of 8
  * x rows x 16 bytes (8 bf16 of k), the second half of k (8 .. 15) 128 bytes on (leading byte offset), the next
  * 8 x rows (n-tile) 4096 bytes on (stride byte offset). */
@@ -146,6 +165,7 @@ tcw_stage (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const ui
 #pragma unroll
     for (int q = 0; q < 8; q++)
       B::dequant (rw, q, af[q]);
+    tcw_pin_fragments<FMT> (af);
   }
   float p[PB][L];
 #pragma unroll
@@ -223,6 +243,7 @@ tcw_stage_wide (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], con
 #pragma unroll
     for (int q = 0; q < 8; q++)
       B::dequant (rw, q, af[q]);
+    tcw_pin_fragments<FMT> (af);
   }
 #pragma unroll
   for (int c = 0; c < NCHUNK; c++) {
@@ -328,6 +349,17 @@ tcw_compute (const TcBlock<FMT, CK, NT, true> &b, float (&acc)[1][NT][4], const 
     if (b.a.wg_pipe)
       issue ();
   }
+  if constexpr (FMT == PPX_CUDA_W_INT8 && NT == 4) {
+    /* int8's 4-n-tile configuration (the depformer's slices of 4 n-tiles, on wgmma from 129 rows): with
+     * PPX_CUDA_LINEAR_WGPIPE8=1 (the default; 0: main's order) each k-step dequantized just before its wgmma
+     * (tcw_stage's PIPE order); the caller issued the copies already (not a TcwPipe configuration: its kernel keeps
+     * main's loop), so the stage issues nothing */
+    if (b.a.wg_pipe && (st + 1) * TC_STAGE <= b.a.K) {
+      auto none = [] () {};
+      tcw_compute_p<FMT, CK, NT, true> (b, acc, slot, st, none);
+      return;
+    }
+  }
   tcw_compute_p<FMT, CK, NT, false> (b, acc, slot, st, issue);
 }
 
@@ -427,7 +459,9 @@ ppx_linear_wgmma (TcArgs a, int fmt, int ck, uint4 *xs, cudaStream_t s)
   const int tiles = (a.M + 7) / 8;
   a.xs_tiles = tiles;
   static const int pipe = env_int ("PPX_CUDA_LINEAR_WGPIPE", 0, 2, 1);
-  a.wg_pipe = pipe;
+  static const int pipe8 = env_int ("PPX_CUDA_LINEAR_WGPIPE8", 0, 1, 1);
+  /* int8 slices of up to 4 n-tiles: the 4-tile configuration, whose kernel reads wg_pipe only in tcw_compute */
+  a.wg_pipe = fmt == PPX_CUDA_W_INT8 && a.slice_tiles > 2 && a.slice_tiles <= 4 ? pipe8 : pipe;
   const size_t n = (size_t) a.n_stages * tiles * 256;
   const dim3 grid = ppx_grid_for (n, 256);
   if (fmt == PPX_CUDA_W_INT8)

@@ -394,8 +394,9 @@ GST_START_TEST (test_restart_churn_sticky_order)
   GstCaps *caps = gst_caps_from_string (PPX_F32_CAPS);
   GstSegment segment;
   GstBuffer *buf;
-  gint misordered = 0, upstream_races = 0;
-  GstCheckLogFilter *filter, *upstream;
+  gint misordered = 0, upstream_races = 0, upstream_misordered = 0;
+  gint src_misordered = 0;
+  GstCheckLogFilter *filter, *upstream, *upstream_order, *src_order;
   const gchar *env = g_getenv ("PPX_TEST_CHURN_RESTARTS");
   const guint restarts = env ? (guint) atoi (env) : 1000;
   guint i;
@@ -412,8 +413,19 @@ GST_START_TEST (test_restart_churn_sticky_order)
    * core does not send them again before the next buffer (a real upstream
    * element is restarted with the pipeline). */
   upstream = gst_check_add_log_filter ("GStreamer", G_LOG_LEVEL_WARNING,
-      g_regex_new (":sink> (Got data flow before|Sticky event misordering)",
-          0, 0, NULL), count_misordering, &upstream_races, NULL);
+      g_regex_new (":sink> Got data flow before", 0, 0, NULL),
+      count_misordering, &upstream_races, NULL);
+  upstream_order = gst_check_add_log_filter ("GStreamer", G_LOG_LEVEL_WARNING,
+      g_regex_new (":sink> Sticky event misordering", 0, 0, NULL),
+      count_misordering, &upstream_misordered, NULL);
+  /* What such a race delivers out of order (a SEGMENT re-sent into the
+   * restarted sink pad before the STREAM_START whose push failed while src
+   * was deactivated) the element forwards on src in that order: src then
+   * warns when the STREAM_START comes. Tolerated only where the sink pad got
+   * the same misordering (seen in 2 of ~10 suite runs, 2026-11-28). */
+  src_order = gst_check_add_log_filter ("GStreamer", G_LOG_LEVEL_WARNING,
+      g_regex_new (":src> Sticky event misordering", 0, 0, NULL),
+      count_misordering, &src_misordered, NULL);
   gst_segment_init (&segment, GST_FORMAT_TIME);
   buf = ppx_test_signal_buffer (0, PPX_FRAME / 4);
   t = gst_harness_stress_push_buffer_start (h, caps, &segment, buf);
@@ -428,8 +440,15 @@ GST_START_TEST (test_restart_churn_sticky_order)
   gst_harness_stress_thread_stop (t);
   gst_check_remove_log_filter (filter);
   gst_check_remove_log_filter (upstream);
-  GST_INFO ("%d upstream races", upstream_races);
+  gst_check_remove_log_filter (upstream_order);
+  gst_check_remove_log_filter (src_order);
+  GST_INFO ("%d upstream races, %d misorderings at sink, %d at src",
+      upstream_races, upstream_misordered, src_misordered);
   fail_unless_equals_int (g_atomic_int_get (&misordered), 0);
+  fail_unless (g_atomic_int_get (&src_misordered) <=
+      g_atomic_int_get (&upstream_misordered),
+      "%d sticky events misordered on src, %d delivered so at sink",
+      src_misordered, upstream_misordered);
 
   gst_buffer_unref (buf);
   gst_caps_unref (caps);

@@ -184,6 +184,8 @@ test_client_stops_reading (void)
     if (!raw_ws_send_page (ws, audio, i) || fixture_server_log_count (s, "): ended: ") > 1)
       break;
   fixture_server_wait_log_count (s, "): ended: ", 2, 60000);
+  if (fixture_server_log_count (s, "ended: the client stopped reading") != 1)
+    g_printerr ("the server's log:\n%s\n", fixture_server_log (s)); /* how the call ended instead */
   /* it sent far more audio than the time it had: its call ends because it stopped reading, never as "no audio"
    * (issue 25) */
   g_assert_cmpuint (fixture_server_log_count (s, "ended: the client stopped reading"), ==, 1);

@@ -45,7 +45,8 @@
 #define AHEAD_BOUNDS 6
 #define AHEAD_MIN_MS 60000
 #define AHEAD_CHECK_MS 100
-/* Answer not yet written when a call's audio stops: the client stopped reading (2 s of answer). */
+/* Answer not yet written when a call's audio stops: the client stopped reading (2 s of answer), as it did where
+ * fewer bytes wait and the socket took none of them for half the media timeout. */
 #define NOT_READING_BYTES (16 * 1024)
 
 
@@ -679,7 +680,8 @@ on_media_check (gpointer user_data)
     return G_SOURCE_CONTINUE;
   chat->media_timer = 0;
   gsize unsent = chat->ws ? ppx_ws_send_queue (chat->ws) : 0;
-  if (unsent > NOT_READING_BYTES) {
+  gint64 stalled_us = chat->ws ? ppx_ws_send_stalled_us (chat->ws) : 0;
+  if (unsent > NOT_READING_BYTES || stalled_us > (gint64) timeout * G_USEC_PER_SEC / 2) {
     /* its audio stopped because it stopped reading (libsoup reads no more while it cannot write): say so */
     g_autofree char *why = g_strdup_printf ("the client stopped reading (%" G_GSIZE_FORMAT " bytes unsent), and "
                                             "sent no more audio", unsent);

@@ -34,10 +34,19 @@ struct _PpxCountingStream {
   GCancellable *cut; /* cancelled when the stream is cut: wakes the pollable sources */
   GCancellable *resume; /* non-NULL while input is paused */
   guint64 bytes_read, bytes_written;
-  gint64 last_read_us;
+  gint64 last_read_us, last_write_us;
   PpxCountingReadHook hook;
   gpointer hook_data;
 };
+
+static void
+account_write (PpxCountingStream *s, gssize n)
+{
+  if (n <= 0)
+    return;
+  s->bytes_written += (guint64) n;
+  s->last_write_us = g_get_monotonic_time ();
+}
 
 /* Accounts n bytes just read; FALSE when they are refused (the stream is then cut). */
 static gboolean
@@ -165,8 +174,7 @@ output_write (GOutputStream *stream, const void *buffer, gsize count, GCancellab
   if (refuse_write (out, error))
     return -1;
   gssize n = g_output_stream_write (out->base, buffer, count, cancellable, error);
-  if (n > 0)
-    out->owner->bytes_written += (guint64) n;
+  account_write (out->owner, n);
   return n;
 }
 
@@ -213,8 +221,7 @@ output_write_nonblocking (GPollableOutputStream *stream, const void *buffer, gsi
     return -1;
   gssize n = g_pollable_output_stream_write_nonblocking (G_POLLABLE_OUTPUT_STREAM (out->base), buffer, count, NULL,
                                                          error);
-  if (n > 0)
-    out->owner->bytes_written += (guint64) n;
+  account_write (out->owner, n);
   return n;
 }
 
@@ -331,7 +338,7 @@ ppx_counting_stream_new (GIOStream *base)
   PpxCountingStream *s = g_object_new (PPX_TYPE_COUNTING_STREAM, NULL);
   s->base = g_object_ref (base);
   s->cut = g_cancellable_new ();
-  s->last_read_us = g_get_monotonic_time ();
+  s->last_read_us = s->last_write_us = g_get_monotonic_time ();
   s->input = g_object_new (PPX_TYPE_COUNTING_INPUT, NULL);
   s->input->owner = s;
   s->input->base = g_io_stream_get_input_stream (base);
@@ -364,6 +371,12 @@ gint64
 ppx_counting_stream_last_read_us (PpxCountingStream *s)
 {
   return s->last_read_us;
+}
+
+gint64
+ppx_counting_stream_last_write_us (PpxCountingStream *s)
+{
+  return s->last_write_us;
 }
 
 void

@@ -12,6 +12,7 @@ struct _PpxWs {
   SoupWebsocketConnection *conn;
   gsize unread_message; /* bytes read since the last message was delivered */
   guint64 handed;       /* bytes handed to libsoup to send, frame headers included */
+  gint64 queued_us;     /* when the send queue last went from empty to not */
   guint ping_watch;
   gint64 paused_since;  /* reading paused (0: not) */
   gint64 resumed_us;
@@ -184,6 +185,14 @@ ppx_ws_send_queue (PpxWs *ws)
   return ws->handed > written ? (gsize) (ws->handed - written) : 0;
 }
 
+gint64
+ppx_ws_send_stalled_us (PpxWs *ws)
+{
+  if (!ppx_ws_send_queue (ws))
+    return 0;
+  return g_get_monotonic_time () - MAX (ppx_counting_stream_last_write_us (ws->stream), ws->queued_us);
+}
+
 /* Frame bytes of a server frame (unmasked) with `len` payload bytes. */
 static gsize
 frame_bytes (gsize len)
@@ -196,7 +205,10 @@ queue_room (PpxWs *ws, gsize len)
 {
   if (!ppx_ws_is_open (ws))
     return FALSE;
-  if (ppx_ws_send_queue (ws) + frame_bytes (len) <= ws->limits.max_send_queue) {
+  gsize queue = ppx_ws_send_queue (ws);
+  if (queue + frame_bytes (len) <= ws->limits.max_send_queue) {
+    if (!queue)
+      ws->queued_us = g_get_monotonic_time ();
     ws->handed += frame_bytes (len);
     return TRUE;
   }

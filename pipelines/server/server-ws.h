@@ -70,6 +70,9 @@ const char *ppx_ws_end_label (PpxWs *ws);
 /* The peer's close code (0: none). */
 gushort ppx_ws_peer_close_code (PpxWs *ws);
 gsize ppx_ws_send_queue (PpxWs *ws);
+/* How long bytes have waited in the send queue with the socket taking none of them (0: the queue is empty): a
+ * client that reads would have taken some within a round trip. */
+gint64 ppx_ws_send_stalled_us (PpxWs *ws);
 /* Closes the connection if it is open (no callbacks from then on) and frees it. */
 void ppx_ws_free (PpxWs *ws);
 

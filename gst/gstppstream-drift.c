@@ -13,13 +13,21 @@
  *
  * So the stream follows its source's clock against the monotonic one: the
  * offset of each arrival (its time less the audio received, counted in
- * samples) from the arrivals that came while the stream was idle (one that
- * waited upstream while a frame was stepped is read late), their least over
- * the last few (the lower envelope: an arrival is only ever delayed), and,
- * while none comes idle (a stream whose frames all wait for the tick reads
- * every arrival late), the rate measured over the call. Its frames' phase
- * against the others' is where the first frame was aligned plus how far the
- * source's clock moved since, plus the moves below: when it is more than
+ * samples). Arrivals that came while the stream was idle (one that waited
+ * upstream while a frame was stepped is read late) are kept by half second,
+ * the least of each (an arrival is only ever delayed); the clock's rate is
+ * the median of the slopes between those minima, at most MAX_RATE (a few
+ * seconds of arrivals all read late, a loaded machine, move it by that
+ * rate over their length: a least of the last few was moved by all of
+ * their delay, and a 0 ppm call had silence inserted), and its offset now the least
+ * of the minima carried to now at that rate, over the last 16 half seconds
+ * that had one (the lower envelope). Its frames' phase against the others' hand-in is q plus that
+ * offset, q being where a frame in its first 3 s completed against that
+ * hand-in less the offset of the arrival that completed it: both are read
+ * late by the same delay, so q holds whenever that frame came (an earlier
+ * version took the two from different arrivals, and a call whose first
+ * arrivals all came 60 ms late on a loaded machine had input dropped when
+ * they came on time), plus the moves below: when it is more than
  * DRIFT_MARGIN_US beyond the window DRIFT_FRAMES frames in a row, the frame
  * boundary moves by one arrival: silence inserted at the frame's start when
  * late (the frame completes an arrival earlier; its answer left out, as the
@@ -27,14 +35,15 @@
  * (it completes an arrival later; the answer's timeline skips it, the next
  * buffer flagged DISCONT). At a quiet moment when one comes within
  * DRIFT_PATIENCE frames (that arrival's RMS under QUIET_RMS), else then.
- * Measured from the stream's own arrivals, not from the ticker's reference at
- * each frame: that reference moves when one member ticks alone (after a
+ * Followed from the stream's own arrivals after its origin, not from the
+ * ticker's reference at each frame: that reference moves when one member ticks alone (after a
  * stall), and a first version read that as a drift (a 0 ppm call of 8 had
  * 120 ms of input dropped). */
 #include "gstppstream-internal.h"
 #include "gstppsamples.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define GST_CAT_DEFAULT gst_personaplex_duplex_debug
 
@@ -52,18 +61,28 @@
 /* an arrival that comes this long after the last buffer was taken came
  * while the stream was idle (its time is its own) */
 #define IDLE_US 1000
-/* the origin: the first arrivals that came idle over this long */
+/* the origin: where the frames complete is read over the first arrivals
+ * that came idle over this long */
 #define ORIGIN_US (3 * G_USEC_PER_SEC)
-/* the rate is measured over at least this long ... */
-#define RATE_BASE_US (4 * G_USEC_PER_SEC)
-/* ... and used once no arrival came idle for this long */
-#define STALE_US G_USEC_PER_SEC
+/* the minima of the idle arrivals' offsets: by this long */
+#define BUCKET_US (G_USEC_PER_SEC / 2)
+/* the rate: slopes between minima this far apart or more, at least this
+ * many, at most this much: a sound card is within 100 ppm (element-drift's
+ * clocks 2500); the bound is what a stretch of arrivals all read late can
+ * move the envelope by (3 ms over 1 s of them), where the median slope
+ * cannot tell them from a clock run slow */
+#define RATE_SPAN_US (2 * G_USEC_PER_SEC)
+#define RATE_MIN_PAIRS 3
+#define MAX_RATE 0.003
+/* the offset moved more than MAX_RATE allows since the origin, and this */
+#define REBASE_US 20000
 
 void
 gst_pp_stream_drift_forget (GstPpStream * st)
 {
-  st->drift_ready = FALSE;
-  st->drift_n_first = st->drift_n_ring = st->drift_next = 0;
+  st->drift_ready = st->drift_wrapped = FALSE;
+  st->drift_first_us = 0;
+  st->drift_n_buckets = st->drift_next = 0;
   st->drift_moves_us = 0;
   st->drift_late = st->drift_early = 0;
 }
@@ -88,58 +107,81 @@ head_rms (GstPpStream * st, guint n)
 }
 
 /* An arrival that came idle, @off (its time less the audio received) at
- * @now: into the origin (the least over the first ORIGIN_US: a call's first
- * arrivals may come late, the backlog of its start) or the ring of the
- * last few. */
+ * @now: into the minimum of its half second. */
 static void
 note_offset (GstPpStream * st, gint64 off, gint64 now)
 {
-  if (st->drift_n_first == 0 || now - st->drift_first_us < ORIGIN_US) {
-    if (st->drift_n_first == 0)
-      st->drift_first_us = now;
-    if (st->drift_n_first == 0 || off < st->drift_off0_us) {
-      st->drift_off0_us = off;
-      st->drift_t0_us = now;
+  guint last = (st->drift_next + GST_PP_DRIFT_BUCKETS - 1)
+      % GST_PP_DRIFT_BUCKETS;
+
+  if (st->drift_first_us == 0)
+    st->drift_first_us = now;
+  if (st->drift_n_buckets > 0
+      && (now - st->drift_first_us) / BUCKET_US
+      == (st->drift_bucket_t[last] - st->drift_first_us) / BUCKET_US) {
+    if (off < st->drift_bucket_off[last]) {
+      st->drift_bucket_off[last] = off;
+      st->drift_bucket_t[last] = now;
     }
-    st->drift_n_first++;
     return;
   }
-  st->drift_ring_off[st->drift_next] = off;
-  st->drift_ring_t[st->drift_next] = now;
-  st->drift_next = (st->drift_next + 1) % GST_PP_DRIFT_RING;
-  st->drift_n_ring = MIN (st->drift_n_ring + 1, GST_PP_DRIFT_RING);
+  st->drift_bucket_off[st->drift_next] = off;
+  st->drift_bucket_t[st->drift_next] = now;
+  st->drift_next = (st->drift_next + 1) % GST_PP_DRIFT_BUCKETS;
+  st->drift_n_buckets = MIN (st->drift_n_buckets + 1, GST_PP_DRIFT_BUCKETS);
 }
 
-/* How far the source's clock moved against the monotonic one since the
- * origin (us, negative: it runs fast), at @now. */
-static gint64
-clock_moved (GstPpStream * st, gint64 now)
+static int
+compare_double (gconstpointer a, gconstpointer b)
 {
-  gint64 env = G_MAXINT64, env_t = 0, last = 0;
+  gdouble x = *(const gdouble *) a, y = *(const gdouble *) b;
+
+  return x < y ? -1 : x > y;
+}
+
+/* The source clock's rate against the monotonic one (us a us, positive: it
+ * runs slow): the median slope between half-second minima RATE_SPAN_US or
+ * more apart (0 with fewer than RATE_MIN_PAIRS such pairs). */
+static gdouble
+clock_rate (GstPpStream * st)
+{
+  gdouble slopes[GST_PP_DRIFT_BUCKETS * (GST_PP_DRIFT_BUCKETS - 1) / 2];
+  guint n = 0, i, j;
+
+  for (i = 0; i < st->drift_n_buckets; i++)
+    for (j = 0; j < st->drift_n_buckets; j++) {
+      gint64 dt = st->drift_bucket_t[j] - st->drift_bucket_t[i];
+
+      if (dt >= RATE_SPAN_US)
+        slopes[n++] = (gdouble) (st->drift_bucket_off[j]
+            - st->drift_bucket_off[i]) / dt;
+    }
+  if (n < RATE_MIN_PAIRS)
+    return 0;
+  qsort (slopes, n, sizeof *slopes, compare_double);
+  return CLAMP (slopes[n / 2], -MAX_RATE, MAX_RATE);
+}
+
+/* The source clock's offset at @now: the least of the minima carried to
+ * @now at its rate (the lower envelope). */
+static gint64
+clock_offset (GstPpStream * st, gint64 now)
+{
+  gdouble rate = clock_rate (st);
+  gint64 env = G_MAXINT64;
   guint i;
 
-  if (st->drift_n_ring == 0)
-    return 0;
-  for (i = 0; i < st->drift_n_ring; i++) {
-    if (st->drift_ring_off[i] < env) {
-      env = st->drift_ring_off[i];
-      env_t = st->drift_ring_t[i];
-    }
-    last = MAX (last, st->drift_ring_t[i]);
-  }
-  /* the least of the last few; where none came idle lately, carried on at
-   * the rate measured from the origin to it */
-  if (now - last > STALE_US && env_t - st->drift_t0_us >= RATE_BASE_US)
-    env += (gint64) ((gdouble) (env - st->drift_off0_us)
-        / (env_t - st->drift_t0_us) * (now - env_t));
-  return env - st->drift_off0_us;
+  for (i = 0; i < st->drift_n_buckets; i++)
+    env = MIN (env, st->drift_bucket_off[i]
+        + (gint64) (rate * (now - st->drift_bucket_t[i])));
+  return env;
 }
 
 void
 gst_pp_stream_drift_at_arrival (GstPpStream * st, gsize had, gboolean gap)
 {
   const gint64 rate = GST_PP_STREAM_RATE;
-  gint64 now = g_get_monotonic_time (), period, g, tol, e;
+  gint64 now = g_get_monotonic_time (), period, g, tol, e, mid, off;
   gsize have, need;
   guint gs;
   gboolean late, early, idle;
@@ -166,31 +208,55 @@ gst_pp_stream_drift_at_arrival (GstPpStream * st, gsize had, gboolean gap)
   } else {
     idle = st->drift_arrival_idle = now - st->drift_return_us >= IDLE_US;
     st->drift_arrival_us = now;
+    st->drift_arrival_off_us = now - (gint64) ((st->samples_since_resync
+            + have) * G_USEC_PER_SEC / rate);
     if (idle)
-      note_offset (st, now - (gint64) ((st->samples_since_resync + have)
-              * G_USEC_PER_SEC / rate), now);
+      note_offset (st, st->drift_arrival_off_us, now);
   }
   need = (gsize) (st->frame_size - st->lead_samples);
-  if (had >= need || have < need)
+  if (had >= need || have < need || st->drift_n_buckets == 0)
     return;                     /* no frame completes at this buffer */
-  if (st->drift_n_ring == 0) {
-    /* in the origin: where the frames complete against the others'
-     * hand-in, the earliest of those that came idle (0 with nobody to
-     * align with: this stream is the reference) */
-    gint64 p = gst_pp_ticker_phase (st->member, now, period);
-    /* around the window's middle, -(g - tol) / 2 (it is (-g, tol]) */
-    gint64 mid = -(g - tol) / 2;
+  /* around the window's middle, -(g - tol) / 2 (it is (-g, tol]) */
+  mid = -(g - tol) / 2;
+  if (now - st->drift_first_us < ORIGIN_US) {
+    /* in the origin: where this frame completes against the others'
+     * hand-in (0 with nobody to align with: this stream is the reference)
+     * less its arrival's offset, kept from the arrival least delayed */
+    gint64 p = MAX (gst_pp_ticker_phase (st->member, now, period), 0);
+    gint64 delay = st->drift_arrival_off_us - clock_offset (st, now);
 
-    p = p < 0 ? 0 : ((p - mid) % period + period + period / 2) % period
-        - period / 2 + mid;
-    if (idle && (!st->drift_ready || p < st->drift_e0_us))
-      st->drift_e0_us = p;
-    st->drift_ready |= idle;
+    if (!st->drift_ready || delay < st->drift_qoff_us) {
+      st->drift_q_us = p - st->drift_arrival_off_us;
+      st->drift_qoff_us = delay;
+    }
+    st->drift_ready = TRUE;
     return;
   }
   if (!st->drift_ready)
     return;
-  e = st->drift_e0_us + clock_moved (st, now) + st->drift_moves_us;
+  off = clock_offset (st, now);
+  e = st->drift_q_us + off + st->drift_moves_us;
+  if (!st->drift_wrapped) {
+    /* the period's multiple that puts the first phase after the origin
+     * around the window's middle, kept (a slow drift must not wrap) */
+    st->drift_wrap_us = ((e - mid) % period + period + period / 2) % period
+        - period / 2 + mid - e;
+    st->drift_wrapped = TRUE;
+    st->drift_off0_us = off;
+    st->drift_t0_us = now;
+  }
+  e += st->drift_wrap_us;
+  if (ABS (off - st->drift_off0_us) > MAX_RATE * (now - st->drift_t0_us)
+      + REBASE_US) {
+    /* no clock drifts that fast: the arrivals came late all through the
+     * origin (a backlog at the call's start, read since) or come late now
+     * (one that builds up): followed anew from here */
+    GST_INFO_OBJECT (st->element, "the arrivals moved %.1f ms against the "
+        "source's clock in %.1f s: not a drift, followed anew",
+        (off - st->drift_off0_us) / 1000.0, (now - st->drift_t0_us) / 1e6);
+    gst_pp_stream_drift_forget (st);
+    return;
+  }
   late = e > tol + DRIFT_MARGIN_US;
   early = e < -(g + DRIFT_MARGIN_US);
   st->drift_late = late ? st->drift_late + 1 : 0;

@@ -20,9 +20,11 @@
 #include "gstpptextpad.h"
 #include "gstppticker.h"
 
+/* The half seconds over which a source's clock is followed (8 s):
+ * gstppstream-drift.c. */
+#define GST_PP_DRIFT_BUCKETS 16
 /* The frames over which a stream's lateness is judged (4 s): see
  * gstppticker.h, "Behind". */
-#define GST_PP_DRIFT_RING 12
 #define GST_PP_LAG_FRAMES 50
 
 G_BEGIN_DECLS
@@ -63,18 +65,22 @@ typedef struct
   gint64 arrival_us;            /* when the current arrival's first buffer came */
   gint64 arrival_interval_us;   /* between the last two arrivals (0: one seen) */
   guint arrival_samples;        /* the samples the current arrival brought */
-  /* frame alignment kept over the call (gstppstream-drift.c): where the
-   * first frame completed against the others' hand-in, the source clock's
-   * offset at the origin (the least of the first arrivals that came idle)
-   * and of the last ones (a ring), the frame boundary's moves, frames in a
-   * row complete after / before the window, when the last buffer was taken */
-  gboolean drift_ready;
-  gint64 drift_e0_us, drift_off0_us, drift_t0_us, drift_first_us, drift_moves_us;
-  gint64 drift_ring_off[GST_PP_DRIFT_RING], drift_ring_t[GST_PP_DRIFT_RING];
-  guint drift_n_first, drift_n_ring, drift_next;
+  /* frame alignment kept over the call (gstppstream-drift.c): where its
+   * frames complete against the others' hand-in less the offset of the
+   * arrival that completed them (q, the origin's), the source clock's offset
+   * (the least of the arrivals that came idle, by half second: a ring), the
+   * frame boundary's moves, frames in a row complete after / before the
+   * window, when the last buffer was taken */
+  gboolean drift_ready, drift_wrapped;
+  gint64 drift_q_us, drift_qoff_us, drift_first_us, drift_moves_us,
+      drift_wrap_us, drift_off0_us, drift_t0_us;
+  gint64 drift_bucket_off[GST_PP_DRIFT_BUCKETS],
+      drift_bucket_t[GST_PP_DRIFT_BUCKETS];
+  guint drift_n_buckets, drift_next;
   guint drift_late, drift_early;
   gint64 drift_return_us;
   gint64 drift_arrival_us;      /* the current arrival's first buffer */
+  gint64 drift_arrival_off_us;  /* ... its offset (time less audio received) */
   gboolean drift_arrival_idle;  /* ... came while the stream was idle */
   gint64 align_extra_us;        /* what this stream's frames may wait beyond
                                  * batch-deadline: its arrival interval once

@@ -1,10 +1,11 @@
 /* personaplexduplex: calls whose sources run on clocks of their own (docs/element.md, "Clocks that drift").
- * Three live calls on one engine, their input in client pages (two 20 ms buffers every 40 ms, pushed from appsrc
+ * Four live calls on one engine, their input in client pages (two 20 ms buffers every 40 ms, pushed from appsrc
  * on a schedule of the monotonic clock, stamped by their sample count as the server's decoded Ogg pages are), on
  * an emulated device whose every tick lasts at least 20 ms (PPX_TICK_EMULATE; not loaded): the first on the
- * test's clock, one whose clock runs PPM slow (a page every 40 ms x (1 + PPM/1e6)) and one PPM fast, joining
- * 400 ms after the first at its page phase. PPM is 5000 (0.4 ms a period): RUN_US of it is 80 ms of drift, a
- * period, as 50 ppm is over 27 minutes.
+ * test's clock, one whose clock runs PPM slow (a page every 40 ms x (1 + PPM/1e6)), one PPM fast, and one on the
+ * test's clock whose pages come BURST_DELAY_US late for BURST_US (a loaded machine reading them late), joining
+ * 400 ms after the first at its page phase. PPM is 2500 (0.2 ms a period): RUN_US of it is 55 ms of drift, as
+ * 50 ppm is over 18 minutes.
  *
  * Before: the slow call's frames completed later each period and every tick waited for them, so the ticks
  * followed its clock; the others handed each frame in at once after the tick before and their latency grew at the
@@ -12,21 +13,27 @@
  * they complete after it (the slow call) a frame starts with an arrival of silence, when more than an arrival
  * before it (the fast one) its first arrival of input is dropped. Asserted: each call's latency (an answer's
  * arrival at the sink less the push of the page that completed its input) varies over the run after its first
- * 2 s (1 s medians) by at most 32 ms (70 ms the fast one: an arrival and the margins); the call on the test's clock is never moved, the slow one has silence
+ * 2 s (1 s medians, the burst left out) by at most 32 ms (70 ms the fast one: an arrival and the margins); the
+ * calls on the test's clock are never moved (the late one was, by the first version), the slow one has silence
  * inserted and the fast one input dropped (the stats). */
 #include "element-harness.h"
 
 #include <gst/app/app.h>
 #include <string.h>
 
-#define N_CALLS 3
-#define PPM 5000.0
+#define N_CALLS 4
+#define PPM 2500.0
 #define JOIN_US 400000
-#define RUN_US 16000000
+#define RUN_US 22000000
 #define SETTLE_US 2000000
 #define WINDOW_US 1000000
 #define MAX_PAGES 1000
 #define MAX_ANSWERS 1000
+/* the fourth call, on the test's clock, has its pages read late over a stretch (a loaded machine): by this much,
+ * from BURST_FROM_US after its start for BURST_US */
+#define BURST_DELAY_US 40000
+#define BURST_FROM_US 8000000
+#define BURST_US 2500000
 /* a call's first page: 13.5 ms at 24 kHz (as opusdec's first buffer of a call: the pre-skip taken off) */
 #define FIRST_SAMPLES 324
 
@@ -34,6 +41,7 @@ typedef struct
 {
   GstElement *pipeline, *pp, *src;
   double ppm;
+  gboolean burst;               /* its pages come BURST_DELAY_US late over a stretch */
   gint64 start_us;              /* its first page (monotonic us) */
   guint64 offset;               /* samples pushed */
   guint pages;
@@ -85,16 +93,21 @@ push_page (Call * c, gint64 now)
   c->pages++;
 }
 
-/* page k of @c is due at its start + k pages of 40 ms of its own clock */
+/* page k of @c is due at its start + k pages of 40 ms of its own clock (the burst's late) */
 static gint64
 page_due (const Call * c)
 {
-  return c->start_us + (gint64) (c->pages * 40000.0 / (1 + c->ppm / 1e6));
+  gint64 due = (gint64) (c->pages * 40000.0 / (1 + c->ppm / 1e6));
+
+  if (c->burst && due >= BURST_FROM_US && due < BURST_FROM_US + BURST_US)
+    due += BURST_DELAY_US;
+  return c->start_us + due;
 }
 
-/* The spread (max - min) of @c's 1 s medians of latency after SETTLE_US, in us; the medians in @desc. */
+/* The spread (max - min) of @c's 1 s medians of latency after SETTLE_US, in us, leaving out the answers that came
+ * from @skip_from to @skip_to (the burst: every tick waits for the late call then); the medians in @desc. */
 static gint64
-latency_spread (Call * c, GString * desc)
+latency_spread (Call * c, gint64 skip_from, gint64 skip_to, GString * desc)
 {
   gint64 lo = G_MAXINT64, hi = G_MININT64, w0 = c->start_us + SETTLE_US;
   gint64 lat[MAX_ANSWERS];
@@ -102,7 +115,7 @@ latency_spread (Call * c, GString * desc)
 
   g_mutex_lock (&c->lock);
   for (a = 0; a < c->answers; a++) {
-    if (c->answer_at[a] < w0) {
+    if (c->answer_at[a] < w0 || (c->answer_at[a] >= skip_from && c->answer_at[a] < skip_to)) {
       continue;
     }
     while (p < MIN (c->pages, MAX_PAGES) && c->page_end[p] < c->answer_end[a])
@@ -151,7 +164,8 @@ GST_START_TEST (test_drifting_clocks)
     Call *c = &calls[i];
 
     g_mutex_init (&c->lock);
-    c->ppm = i == 0 ? 0 : i == 1 ? -PPM : PPM;
+    c->ppm = i == 0 || i == 3 ? 0 : i == 1 ? -PPM : PPM;
+    c->burst = i == 3;
     c->pipeline = gst_parse_launch (desc, NULL);
     g_free (desc);
     fail_unless (c->pipeline != NULL);
@@ -197,7 +211,8 @@ GST_START_TEST (test_drifting_clocks)
     fail_unless (gst_structure_get_double (st, "drift-silence-ms", &silence[i]));
     fail_unless (gst_structure_get_double (st, "drift-dropped-ms", &dropped[i]));
     gst_structure_free (st);
-    spread[i] = latency_spread (&calls[i], desc);
+    spread[i] = latency_spread (&calls[i], calls[3].start_us + BURST_FROM_US,
+        calls[3].start_us + BURST_FROM_US + BURST_US + 1000000, desc);
     GST_INFO ("call %u (%+.0f ppm): latency by second (ms):%s; spread %.1f ms; silence inserted %.0f ms, input "
         "dropped %.0f ms", i, calls[i].ppm, desc->str, spread[i] / 1e3, silence[i], dropped[i]);
     g_printerr ("call %u (%+.0f ppm): latency by second (ms):%s; spread %.1f ms; silence inserted %.0f ms, input "
@@ -221,6 +236,10 @@ GST_START_TEST (test_drifting_clocks)
       "window", spread[2] / 1e3);
   fail_unless (silence[0] == 0 && dropped[0] == 0, "the call on the test's clock was moved (%.0f ms of silence, "
       "%.0f ms dropped)", silence[0], dropped[0]);
+  /* before: its frames read late 12 in a row were taken for a slow clock (the least of the last 12 arrivals) */
+  fail_unless (silence[3] == 0 && dropped[3] == 0, "the call on the test's clock whose pages came %d ms late for %.1f "
+      "s was moved (%.0f ms of silence, %.0f ms dropped)", BURST_DELAY_US / 1000, BURST_US / 1e6, silence[3],
+      dropped[3]);
   fail_unless (silence[1] > 0 && dropped[1] == 0, "the slow call: %.0f ms of silence, %.0f ms dropped",
       silence[1], dropped[1]);
   fail_unless (silence[2] == 0 && dropped[2] > 0, "the fast call: %.0f ms of silence, %.0f ms dropped",

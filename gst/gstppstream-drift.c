@@ -16,19 +16,20 @@
  * samples). Arrivals that came while the stream was idle (one that waited
  * upstream while a frame was stepped is read late) are kept by half second,
  * the least of each (an arrival is only ever delayed); the clock's rate is
- * the median of the slopes between those minima, at most MAX_RATE (a few
- * seconds of arrivals all read late, a loaded machine, move it by that
- * rate over their length: a least of the last few was moved by all of
- * their delay, and a 0 ppm call had silence inserted), and its offset now the least
- * of the minima carried to now at that rate, over the last 16 half seconds
- * that had one (the lower envelope). Its frames' phase against the others' hand-in is q plus that
- * offset, q being where a frame in its first 3 s completed against that
- * hand-in less the offset of the arrival that completed it: both are read
- * late by the same delay, so q holds whenever that frame came (an earlier
- * version took the two from different arrivals, and a call whose first
- * arrivals all came 60 ms late on a loaded machine had input dropped when
- * they came on time), plus the moves below: when it is more than
- * DRIFT_MARGIN_US beyond the window DRIFT_FRAMES frames in a row, the frame
+ * the median of the slopes between those minima, at most MAX_PPM (seconds
+ * of arrivals all read late, a loaded machine, move it by that rate over
+ * their length: a least of the last few was moved by all of their delay,
+ * and 0 ppm calls had silence inserted and input dropped), and its offset
+ * now the least of the minima carried to now at that rate, over the last 64
+ * half seconds that had one (the lower envelope). Its frames' phase against
+ * the others' hand-in is q plus that offset, q being where a frame in its
+ * first 3 s completed against that hand-in less the offset of the arrival
+ * that completed it: both are read late by the same delay, so q holds
+ * whenever that frame came (an earlier version took the two from different
+ * arrivals, and a call whose first arrivals all came 60 ms late on a loaded
+ * machine had input dropped when they came on time), plus the moves below.
+ * An offset that moved more than the bound allows since the origin is no
+ * drift: followed anew. When the phase is more than DRIFT_MARGIN_US beyond the window DRIFT_FRAMES frames in a row, the frame
  * boundary moves by one arrival: silence inserted at the frame's start when
  * late (the frame completes an arrival earlier; its answer left out, as the
  * first frame's lead), the frame's first arrival of input dropped when early
@@ -66,16 +67,36 @@
 #define ORIGIN_US (3 * G_USEC_PER_SEC)
 /* the minima of the idle arrivals' offsets: by this long */
 #define BUCKET_US (G_USEC_PER_SEC / 2)
-/* the rate: slopes between minima this far apart or more, at least this
- * many, at most this much: a sound card is within 100 ppm (element-drift's
- * clocks 2500); the bound is what a stretch of arrivals all read late can
- * move the envelope by (3 ms over 1 s of them), where the median slope
- * cannot tell them from a clock run slow */
+/* the rate: slopes between minima half the ring apart, this far or more,
+ * at least this many */
 #define RATE_SPAN_US (2 * G_USEC_PER_SEC)
 #define RATE_MIN_PAIRS 3
-#define MAX_RATE 0.003
-/* the offset moved more than MAX_RATE allows since the origin, and this */
-#define REBASE_US 20000
+/* at most this much (ppm; PPX_DRIFT_MAX_PPM): a sound card is within 100.
+ * It bounds what a stretch of arrivals all read late can move the offset
+ * by (0.5 ms a second of them), where the median slope cannot tell them from
+ * a clock run slow: a server busy with calls joining delays every arrival
+ * by 20-40 ms for 10 s and more. element-drift's clocks run 2500 ppm fast
+ * or slow (to see its moves in 20 s), and it sets 3000 */
+#define MAX_PPM 500
+/* the offset moved more than the bound allows since the origin, and this:
+ * not a drift */
+#define REBASE_US 10000
+
+static gdouble
+max_rate (void)
+{
+  static gsize once = 0;
+  static gdouble rate;
+
+  if (g_once_init_enter (&once)) {
+    const gchar *env = g_getenv ("PPX_DRIFT_MAX_PPM");
+    gdouble ppm = env ? g_ascii_strtod (env, NULL) : MAX_PPM;
+
+    rate = (ppm > 0 && ppm <= 100000 ? ppm : MAX_PPM) / 1e6;
+    g_once_init_leave (&once, 1);
+  }
+  return rate;
+}
 
 void
 gst_pp_stream_drift_forget (GstPpStream * st)
@@ -140,26 +161,30 @@ compare_double (gconstpointer a, gconstpointer b)
 }
 
 /* The source clock's rate against the monotonic one (us a us, positive: it
- * runs slow): the median slope between half-second minima RATE_SPAN_US or
- * more apart (0 with fewer than RATE_MIN_PAIRS such pairs). */
+ * runs slow): the median slope between half-second minima half the ring
+ * apart (RATE_SPAN_US or more; 0 with fewer than RATE_MIN_PAIRS), within
+ * the bound. */
 static gdouble
 clock_rate (GstPpStream * st)
 {
-  gdouble slopes[GST_PP_DRIFT_BUCKETS * (GST_PP_DRIFT_BUCKETS - 1) / 2];
-  guint n = 0, i, j;
+  gdouble slopes[GST_PP_DRIFT_BUCKETS / 2 + 1], bound = max_rate ();
+  guint n = 0, k, h = st->drift_n_buckets / 2, first =
+      (st->drift_next + GST_PP_DRIFT_BUCKETS - st->drift_n_buckets)
+      % GST_PP_DRIFT_BUCKETS;
 
-  for (i = 0; i < st->drift_n_buckets; i++)
-    for (j = 0; j < st->drift_n_buckets; j++) {
-      gint64 dt = st->drift_bucket_t[j] - st->drift_bucket_t[i];
+  for (k = 0; h > 0 && k + h < st->drift_n_buckets; k++) {
+    guint i = (first + k) % GST_PP_DRIFT_BUCKETS;
+    guint j = (first + k + h) % GST_PP_DRIFT_BUCKETS;
+    gint64 dt = st->drift_bucket_t[j] - st->drift_bucket_t[i];
 
-      if (dt >= RATE_SPAN_US)
-        slopes[n++] = (gdouble) (st->drift_bucket_off[j]
-            - st->drift_bucket_off[i]) / dt;
-    }
+    if (dt >= RATE_SPAN_US)
+      slopes[n++] = (gdouble) (st->drift_bucket_off[j]
+          - st->drift_bucket_off[i]) / dt;
+  }
   if (n < RATE_MIN_PAIRS)
     return 0;
   qsort (slopes, n, sizeof *slopes, compare_double);
-  return CLAMP (slopes[n / 2], -MAX_RATE, MAX_RATE);
+  return CLAMP (slopes[n / 2], -bound, bound);
 }
 
 /* The source clock's offset at @now: the least of the minima carried to
@@ -246,7 +271,7 @@ gst_pp_stream_drift_at_arrival (GstPpStream * st, gsize had, gboolean gap)
     st->drift_t0_us = now;
   }
   e += st->drift_wrap_us;
-  if (ABS (off - st->drift_off0_us) > MAX_RATE * (now - st->drift_t0_us)
+  if (ABS (off - st->drift_off0_us) > max_rate () * (now - st->drift_t0_us)
       + REBASE_US) {
     /* no clock drifts that fast: the arrivals came late all through the
      * origin (a backlog at the call's start, read since) or come late now

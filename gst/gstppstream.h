@@ -20,9 +20,9 @@
 #include "gstpptextpad.h"
 #include "gstppticker.h"
 
-/* The half seconds over which a source's clock is followed (8 s):
+/* The half seconds over which a source's clock is followed (32 s):
  * gstppstream-drift.c. */
-#define GST_PP_DRIFT_BUCKETS 16
+#define GST_PP_DRIFT_BUCKETS 64
 /* The frames over which a stream's lateness is judged (4 s): see
  * gstppticker.h, "Behind". */
 #define GST_PP_LAG_FRAMES 50

@@ -409,14 +409,212 @@ attend_tile (const typename Kv<KV>::T *kl, const typename Kv<KV>::T *vl, const f
   }
 }
 
+/* ---- fp8 on the tensor cores (sm_89 and later, Dh = 128) ----
+ *
+ * q.K and w.V as mma.sync.m16n8k16 (f16 in, f32 accumulate): e4m3 decodes to f16 exactly (two values an
+ * instruction), and f32 operands are carried as two f16 parts, hi + lo, scaled by a power of two first so that
+ * the largest is in [2^14, 2^15) and lo rarely goes subnormal (the scale is folded back afterwards). A warp tile
+ * is 16 positions (MMA_SUB of them a step). In an mma the lane of group g (lane / 4) and thread t (lane % 4)
+ * holds rows g and g + 8 of A, columns (k) 2t, 2t + 1, 2t + 8, 2t + 9 of A and B, column g of B and columns 2t,
+ * 2t + 1 of C. The k order inside a k-step is free as long as A and B use the same one, and so is the row order
+ * of V's A (the output dims), which lets every lane keep 16-byte loads.
+ *  - Scores: A = K (rows: the tile's positions g, g + 8; the lane loads dims [64L + 16t, +16) of both, L = 0, 1),
+ *    B = q (8 k-steps; k-step 4L + u, column 2t + e holds dim 64L + 16t + 4u + e, column 2t + 8 + e dim
+ *    64L + 16t + 4u + 2 + e), B's even columns q hi and odd ones q lo, so every lane's C holds (hi, lo) sums of
+ *    positions g and g + 8: each lane has the whole scores of its two positions.
+ *  - Values: A = V transposed (rows: dims, k: the tile's positions); the group g lanes load dims [16g, +16) of
+ *    positions 2t, 2t + 1, 2t + 8, 2t + 9 and a byte permute pairs two positions' bytes for each f16x2; mma j
+ *    has dim 16g + 2j in row g and 16g + 2j + 1 in row g + 8. B = the weights e^(s - m) * vscale * 2^sw (hi in
+ *    even columns, lo in odd: two shuffles of packed halves), sw chosen per tile from the tile's largest V
+ *    scale (the accumulators are rescaled by the power of two with the running max's correction). */
+#define MMA_SUB 1
+
+__device__ __forceinline__ void
+mma_f16 (float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1)
+{
+  asm ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* bytes 0, 1 of w -> lo, bytes 2, 3 -> hi, each an f16x2 (the lower byte in the lower half) */
+__device__ __forceinline__ void
+e4m3x4_f16 (uint32_t w, uint32_t &lo, uint32_t &hi)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm ("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+       : "=r"(lo), "=r"(hi)
+       : "r"(w));
+#else
+  lo = hi = 0u; /* not used before sm_89 (the kernel takes the CUDA-core path) */
+  (void) w;
+#endif
+}
+
+/* 2^e as a float, e in [-126, 127] */
+__device__ __forceinline__ float
+pow2f (int e)
+{
+  return __int_as_float ((127 + e) << 23);
+}
+
+/* The power of two that takes a largest magnitude x (>= 0) into [2^14, 2^15), clamped to [-62, 62]. */
+__device__ __forceinline__ int
+mma_shift (float x)
+{
+  const int E = (__float_as_int (x) >> 23) & 0xff; /* x in [2^(E-127), 2^(E-126)) */
+  return min (62, max (-62, 141 - E));
+}
+
+__device__ __forceinline__ uint32_t
+pack_half2 (__half lo, __half hi)
+{
+  return (uint32_t) __half_as_ushort (lo) | ((uint32_t) __half_as_ushort (hi) << 16);
+}
+
+/* x = hi + lo (f16 parts); returns the part of index `which` (0: hi, 1: lo) */
+__device__ __forceinline__ __half
+split_part (float x, int which)
+{
+  const __half hi = __float2half_rn (x);
+  return which ? __float2half_rn (x - __half2float (hi)) : hi;
+}
+
+template <bool CHECK>
+__device__ __forceinline__ void
+attend_tile_mma (const uint8_t *kc, const uint8_t *vc, const float *ks, const float *vs, int HD, int k0, int g,
+                 int t, const Window &win, uint32_t qf, float qmul, float &mrun, float &lsum, int &sw,
+                 float (&acc)[8][4])
+{
+  uint4 kr[MMA_SUB][2][2], vr[MMA_SUB][4];
+  float ksc[MMA_SUB][2], vsc[MMA_SUB][2];
+  bool ok[MMA_SUB][2];
+#pragma unroll
+  for (int s = 0; s < MMA_SUB; s++) {
+    const int kb = k0 + 16 * s;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const int k = kb + g + 8 * r;
+      ok[s][r] = !CHECK || window_has (win, k);
+#pragma unroll
+      for (int L = 0; L < 2; L++)
+        kr[s][r][L] = ok[s][r] ? *reinterpret_cast<const uint4 *> (kc + k * HD + 64 * L + 16 * t)
+                               : make_uint4 (0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+      const int k = kb + 2 * t + (p & 1) + 8 * (p >> 1);
+      vr[s][p] = !CHECK || window_has (win, k) ? *reinterpret_cast<const uint4 *> (vc + k * HD + 16 * g)
+                                               : make_uint4 (0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const int k = kb + g + 8 * r;
+      ksc[s][r] = ok[s][r] ? ks[k] : 0.0f;
+      vsc[s][r] = ok[s][r] ? vs[k] : 0.0f;
+    }
+  }
+  /* scores of positions g and g + 8 of each sub-tile */
+  float sc[MMA_SUB][2], tmax = -INFINITY, vmax = 0.0f;
+#pragma unroll
+  for (int s = 0; s < MMA_SUB; s++) {
+    float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int L = 0; L < 2; L++) {
+      const uint32_t w0[4] = {kr[s][0][L].x, kr[s][0][L].y, kr[s][0][L].z, kr[s][0][L].w};
+      const uint32_t w1[4] = {kr[s][1][L].x, kr[s][1][L].y, kr[s][1][L].z, kr[s][1][L].w};
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        /* q's B fragments of k-steps 4L + 2h, 4L + 2h + 1 (volatile: not hoisted out of the tile loop) */
+        uint32_t b[4];
+        asm volatile ("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                      : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                      : "r"(qf + (uint32_t) (2 * L + h) * 32u * 16u));
+#pragma unroll
+        for (int v = 0; v < 2; v++) {
+          const int u = 2 * h + v;
+          uint32_t a0, a1, a2, a3;
+          e4m3x4_f16 (w0[u], a0, a2);
+          e4m3x4_f16 (w1[u], a1, a3);
+          mma_f16 (c[L], a0, a1, a2, a3, b[2 * v], b[2 * v + 1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const float d = (c[0][2 * r] + c[1][2 * r]) + (c[0][2 * r + 1] + c[1][2 * r + 1]);
+      sc[s][r] = ok[s][r] ? d * (ksc[s][r] * qmul) : -INFINITY;
+      tmax = fmaxf (tmax, sc[s][r]);
+      vmax = fmaxf (vmax, vsc[s][r]);
+    }
+  }
+  /* over the groups (the four lanes of a group hold the same positions) */
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) {
+    tmax = fmaxf (tmax, __shfl_xor_sync (ATT_FULL, tmax, o));
+    vmax = fmaxf (vmax, __shfl_xor_sync (ATT_FULL, vmax, o));
+  }
+  const float mnew = fmaxf (mrun, tmax);
+  const int swn = mma_shift (vmax);
+  /* corr * 2^(swn - sw), the power of two in two steps (|swn - sw| <= 124) */
+  const int ds = swn - sw;
+  const float c0 = expf (mrun - mnew); /* 0 for the first tile */
+  const float corr = c0 * pow2f (ds / 2) * pow2f (ds - ds / 2);
+  mrun = mnew;
+  sw = swn;
+  lsum *= c0; /* lsum is kept unscaled */
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      acc[j][i] *= corr;
+  const float wunit = pow2f (swn);
+  const int part = g & 1; /* this lane's B column: hi (even) or lo (odd) */
+#pragma unroll
+  for (int s = 0; s < MMA_SUB; s++) {
+    float e[2];
+    __half hp[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      e[r] = expf (sc[s][r] - mnew);
+      hp[r] = split_part (e[r] * vsc[s][r] * wunit, t & 1);
+    }
+    lsum += e[0] + e[1];
+    /* lanes of thread 0 publish hi, of thread 1 lo: {w(g), w(g + 8)} */
+    const uint32_t pub = pack_half2 (hp[0], hp[1]);
+    const uint32_t X = __shfl_sync (ATT_FULL, pub, 8 * t + part);     /* positions 2t, 2t + 8 */
+    const uint32_t Y = __shfl_sync (ATT_FULL, pub, 8 * t + 4 + part); /* positions 2t + 1, 2t + 9 */
+    const uint32_t b0 = __byte_perm (X, Y, 0x5410), b1 = __byte_perm (X, Y, 0x7632);
+    const uint32_t P[4] = {vr[s][0].x, vr[s][0].y, vr[s][0].z, vr[s][0].w};
+    const uint32_t Q[4] = {vr[s][1].x, vr[s][1].y, vr[s][1].z, vr[s][1].w};
+    const uint32_t R[4] = {vr[s][2].x, vr[s][2].y, vr[s][2].z, vr[s][2].w};
+    const uint32_t S[4] = {vr[s][3].x, vr[s][3].y, vr[s][3].z, vr[s][3].w};
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const uint32_t sel = (j & 1) ? 0x7362u : 0x5140u;
+      uint32_t a0, a1, a2, a3;
+      e4m3x4_f16 (__byte_perm (P[j / 2], Q[j / 2], sel), a0, a1);
+      e4m3x4_f16 (__byte_perm (R[j / 2], S[j / 2], sel), a2, a3);
+      mma_f16 (acc[j], a0, a1, a2, a3, b0, b1);
+    }
+  }
+}
+
 /* Block (head h, chunk c, session m): the heads of a chunk are neighbours in the launch order, so the blocks
  * that run together read the same cache rows (all heads of a position are one contiguous row). */
-template <int KV, int DH>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define ATT_E4M3_CVT 1
+#else
+#define ATT_E4M3_CVT 0
+#endif
+
+template <int KV, int DH, bool MMA>
 __global__ void __launch_bounds__ (ATT_THREADS, 4)
 attention_split_kernel (AttnArgs a)
 {
   ppx_pdl_enter ();
   typedef Shape<KV, DH> S;
+  constexpr bool TC = MMA && KV == PPX_TENSOR_FP8 && DH == 128 && ATT_E4M3_CVT;
   typedef typename Kv<KV>::T T;
   __shared__ float wacc[ATT_WARPS][ATT_MAX_DH]; /* each warp's exp-weighted sums, */
   __shared__ float wml[ATT_WARPS][2];           /* its max and sum of exp */
@@ -484,40 +682,104 @@ attention_split_kernel (AttnArgs a)
       continue;
     }
 
-    float qv[S::DPL], acc[S::DPL];
-    {
-      const float *qr = a.qkv + row * 3 * HD + (size_t) h * Dh;
-#pragma unroll
-      for (int i = 0; i < S::DPL; i++) {
-        const int d = lane_dim<KV, DH> (li, i);
-        qv[i] = d < Dh ? qr[d] : 0.0f;
-        acc[i] = 0.0f;
-      }
-    }
-    /* the warp's tiles (warp w takes tiles w, w + ATT_WARPS, ...), an online softmax over them */
     float mrun = -INFINITY, lsum = 0.0f;
-    for (int tile = warp; tile < n_tiles; tile += ATT_WARPS) {
-      const int k0 = tile * S::SPL, k1 = k0 + S::SPL - 1;
-      const int n = overlap (win.a1, win.b1, k0, k1) + overlap (win.a2, win.b2, k0, k1);
-      if (n == S::SPL)
-        attend_tile<KV, DH, false> (kl, vl, ksr, vsr, HD, Dh, k0, gg, li, win, qv, att_scale, mrun, lsum, acc);
-      else if (n > 0)
-        attend_tile<KV, DH, true> (kl, vl, ksr, vsr, HD, Dh, k0, gg, li, win, qv, att_scale, mrun, lsum, acc);
-    }
-    /* the warp's groups hold the same dims of different positions: sum them, then the lanes' sums of exp */
+    if constexpr (TC) {
+      /* q of the lane's dims (64L + 16t + i), split into hi (even groups) or lo (odd groups) parts */
+      const int g = lane >> 2, t = lane & 3;
+      const float *qr = a.qkv + row * 3 * HD + (size_t) h * Dh;
+      float qx[32], qa = 0.0f;
 #pragma unroll
-    for (int o = S::LPP; o < 32; o <<= 1) {
+      for (int L = 0; L < 2; L++)
 #pragma unroll
-      for (int i = 0; i < S::DPL; i++)
-        acc[i] += __shfl_xor_sync (ATT_FULL, acc[i], o);
-    }
-    lsum = ppx_warp_sum (lsum);
-    if (gg == 0) {
+        for (int i = 0; i < 4; i++) {
+          const float4 v = *reinterpret_cast<const float4 *> (qr + 64 * L + 16 * t + 4 * i);
+          qx[16 * L + 4 * i] = v.x;
+          qx[16 * L + 4 * i + 1] = v.y;
+          qx[16 * L + 4 * i + 2] = v.z;
+          qx[16 * L + 4 * i + 3] = v.w;
+        }
 #pragma unroll
-      for (int i = 0; i < S::DPL; i++) {
-        const int d = lane_dim<KV, DH> (li, i);
-        if (d < Dh)
-          wacc[warp][d] = acc[i];
+      for (int i = 0; i < 32; i++)
+        qa = fmaxf (qa, fabsf (qx[i]));
+      qa = fmaxf (qa, __shfl_xor_sync (ATT_FULL, qa, 1));
+      qa = fmaxf (qa, __shfl_xor_sync (ATT_FULL, qa, 2));
+      const int sq = mma_shift (qa);
+      const float qu = pow2f (sq);
+      /* kept in shared memory (each lane reads back only its own words, per k-step group): 16 registers fewer
+       * in the tile loop, which otherwise spills under the 128-register bound */
+      __shared__ uint4 qsm[ATT_WARPS][4][32];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        uint32_t f[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          f[j] = pack_half2 (split_part (qx[8 * i + 2 * j] * qu, g & 1), split_part (qx[8 * i + 2 * j + 1] * qu, g & 1));
+        qsm[warp][i][lane] = make_uint4 (f[0], f[1], f[2], f[3]);
+      }
+      const uint32_t qf = (uint32_t) __cvta_generic_to_shared (&qsm[warp][0][lane]);
+      const float qmul = att_scale * pow2f (-sq);
+      float acc[8][4];
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+      int sw = 0;
+      const uint8_t *kb = (const uint8_t *) kc + (size_t) r0 * HD, *vb = (const uint8_t *) vc + (size_t) r0 * HD;
+      const int spl = 16 * MMA_SUB, nt = (n_pos + spl - 1) / spl;
+      for (int tile = warp; tile < nt; tile += ATT_WARPS) {
+        const int k0 = tile * spl, k1 = k0 + spl - 1;
+        const int n = overlap (win.a1, win.b1, k0, k1) + overlap (win.a2, win.b2, k0, k1);
+        if (n == spl)
+          attend_tile_mma<false> (kb, vb, ksr, vsr, (int) HD, k0, g, t, win, qf, qmul, mrun, lsum, sw, acc);
+        else if (n > 0)
+          attend_tile_mma<true> (kb, vb, ksr, vsr, (int) HD, k0, g, t, win, qf, qmul, mrun, lsum, sw, acc);
+      }
+      /* the groups hold different positions (the four lanes of a group the same ones) */
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1)
+        lsum += __shfl_xor_sync (ATT_FULL, lsum, o);
+      if (t == 0) {
+        const float f = pow2f (-sw);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          wacc[warp][16 * g + 2 * j] = (acc[j][0] + acc[j][1]) * f;
+          wacc[warp][16 * g + 2 * j + 1] = (acc[j][2] + acc[j][3]) * f;
+        }
+      }
+    } else {
+      float qv[S::DPL], acc[S::DPL];
+      {
+        const float *qr = a.qkv + row * 3 * HD + (size_t) h * Dh;
+#pragma unroll
+        for (int i = 0; i < S::DPL; i++) {
+          const int d = lane_dim<KV, DH> (li, i);
+          qv[i] = d < Dh ? qr[d] : 0.0f;
+          acc[i] = 0.0f;
+        }
+      }
+      /* the warp's tiles (warp w takes tiles w, w + ATT_WARPS, ...), an online softmax over them */
+      for (int tile = warp; tile < n_tiles; tile += ATT_WARPS) {
+        const int k0 = tile * S::SPL, k1 = k0 + S::SPL - 1;
+        const int n = overlap (win.a1, win.b1, k0, k1) + overlap (win.a2, win.b2, k0, k1);
+        if (n == S::SPL)
+          attend_tile<KV, DH, false> (kl, vl, ksr, vsr, HD, Dh, k0, gg, li, win, qv, att_scale, mrun, lsum, acc);
+        else if (n > 0)
+          attend_tile<KV, DH, true> (kl, vl, ksr, vsr, HD, Dh, k0, gg, li, win, qv, att_scale, mrun, lsum, acc);
+      }
+      /* the warp's groups hold the same dims of different positions: sum them, then the lanes' sums of exp */
+#pragma unroll
+      for (int o = S::LPP; o < 32; o <<= 1) {
+#pragma unroll
+        for (int i = 0; i < S::DPL; i++)
+          acc[i] += __shfl_xor_sync (ATT_FULL, acc[i], o);
+      }
+      lsum = ppx_warp_sum (lsum);
+      if (gg == 0) {
+#pragma unroll
+        for (int i = 0; i < S::DPL; i++) {
+          const int d = lane_dim<KV, DH> (li, i);
+          if (d < Dh)
+            wacc[warp][d] = acc[i];
+        }
       }
     }
     if (lane == 0) {
@@ -631,6 +893,20 @@ ppx_cuda_attention_scratch_floats (int M, int T, int H, int Dh, int cap)
   return p.n_chunks > 1 ? (size_t) M * T * H * p.n_chunks * (Dh + 2) : 0;
 }
 
+/* PPX_CUDA_ATTENTION_FP8_MMA=0 (a benchmarking knob, read once) keeps fp8 caches on the CUDA cores. */
+static bool
+fp8_mma (void)
+{
+  static int cached = -1;
+  int v = __atomic_load_n (&cached, __ATOMIC_RELAXED);
+  if (v < 0) {
+    const char *env = getenv ("PPX_CUDA_ATTENTION_FP8_MMA");
+    v = env && *env ? atoi (env) != 0 : 1;
+    __atomic_store_n (&cached, v, __ATOMIC_RELAXED);
+  }
+  return v != 0;
+}
+
 template <int KV>
 static void
 launch_fmt (const AttnArgs &a, int M, cudaStream_t s)
@@ -639,22 +915,22 @@ launch_fmt (const AttnArgs &a, int M, cudaStream_t s)
   Kern k;
   switch (a.Dh) {
     case 16:
-      k = attention_split_kernel<KV, 16>;
+      k = attention_split_kernel<KV, 16, false>;
       break;
     case 32:
-      k = attention_split_kernel<KV, 32>;
+      k = attention_split_kernel<KV, 32, false>;
       break;
     case 64:
-      k = attention_split_kernel<KV, 64>;
+      k = attention_split_kernel<KV, 64, false>;
       break;
     case 128:
-      k = attention_split_kernel<KV, 128>;
+      k = KV == PPX_TENSOR_FP8 && fp8_mma () ? attention_split_kernel<KV, 128, true> : attention_split_kernel<KV, 128, false>;
       break;
     case 256:
-      k = attention_split_kernel<KV, 256>;
+      k = attention_split_kernel<KV, 256, false>;
       break;
     default:
-      k = attention_split_kernel<KV, 0>;
+      k = attention_split_kernel<KV, 0, false>;
       break;
   }
   dim3 grid ((unsigned) a.H, (unsigned) a.n_chunks, (unsigned) M);

@@ -7,39 +7,28 @@ Members are named m0, m1, ... in the order of their first hand-in (about join or
 the server's GStreamer clock) it prints every member's median hand-in time after the previous tick's start, earliest
 first, and their spread; --timeline prints every hand-in and every tick's start and end between FROM and TO
 (docs/server.md, "Joins and leaves": the ramp's split ticks)."""
-import gzip, re, sys, statistics, collections
+import os, sys, statistics, collections
 
-HAND = re.compile(r'member (0x[0-9a-f]+) handed in (-?[\d.]+) ms after the last tick ended( \(a tick runs\))?, '
-                  r'(-?[\d.]+) ms behind: (\d+) of (\d+) waited')
-TICK = re.compile(r'(catch-up tick|tick) of (\d+) rows \((\d+) waited for, (\d+) missed it; (\d+) members\): '
-                  r'(-?[\d.]+) ms after the last one ended, its oldest frame waited ([\d.]+) ms, ran ([\d.]+) ms')
-ANSI = re.compile(r'\x1b\[[0-9;]*m')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tickerlog import HAND, TICK, lines  # noqa: E402
 
 
 def events(path):
     names, ev = {}, []
-    opener = gzip.open if path.endswith('.gz') else open
-    with opener(path, 'rt', errors='replace') as f:
-        for line in f:
-            line = ANSI.sub('', line)
-            stamp = line.split(' ', 1)[0]
-            if stamp.count(':') != 2:
-                continue
-            h, m, s = stamp.split(':')
-            t = int(h) * 3600 + int(m) * 60 + float(s)
-            r = HAND.search(line)
-            if r:
-                name = names.setdefault(r.group(1), 'm%d' % len(names))
-                ev.append((t, 'H', name, 'during a tick' if r.group(3) else '',
-                           'behind %s ms, %s/%s pending' % (r.group(4), r.group(5), r.group(6))))
-                continue
-            r = TICK.search(line)
-            if r:
-                ran = float(r.group(8)) / 1000
-                desc = '%s of %s rows (%s waited, %s missed), oldest waited %s ms, ran %s ms' % (
-                    r.group(1), r.group(2), r.group(3), r.group(4), r.group(7), r.group(8))
-                ev.append((t - ran, 'S', desc))   # the line is written at the end: start = end - ran
-                ev.append((t, 'E', ''))
+    for t, line in lines(path):
+        r = HAND.search(line)
+        if r:
+            name = names.setdefault(r.group(1), 'm%d' % len(names))
+            ev.append((t, 'H', name, 'during a tick' if r.group(3) else '',
+                       'behind %s ms, %s/%s pending' % (r.group(4), r.group(5), r.group(6))))
+            continue
+        r = TICK.search(line)
+        if r:
+            ran = float(r.group(8)) / 1000
+            desc = '%s of %s rows (%s waited, %s missed), oldest waited %s ms, ran %s ms' % (
+                r.group(1), r.group(2), r.group(3), r.group(4), r.group(7), r.group(8))
+            ev.append((t - ran, 'S', desc))   # the line is written at the end: start = end - ran
+            ev.append((t, 'E', ''))
     ev.sort(key=lambda e: e[0])
     return ev
 

@@ -428,6 +428,8 @@ static void
 stop_pipeline (gpointer data, gpointer unused)
 {
   Chat *chat = data;
+  g_autofree char *what = g_strdup_printf ("call %u (%s)", chat->id, chat->peer);
+  ppx_server_duplex_log_drift (chat->pipeline, what);
   gst_element_set_state (chat->pipeline, GST_STATE_NULL);
 }
 

@@ -77,6 +77,26 @@ ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, con
   return duplex;
 }
 
+void
+ppx_server_duplex_log_drift (GstElement *pipeline, const char *what)
+{
+  g_autoptr (GstElement) duplex = gst_bin_get_by_name (GST_BIN (pipeline), "duplex");
+  GstStructure *stats = NULL;
+  double silence = 0, dropped = 0;
+  if (!duplex)
+    return;
+  g_object_get (duplex, "stats", &stats, NULL);
+  if (!stats)
+    return;
+  gst_structure_get_double (stats, "drift-silence-ms", &silence);
+  gst_structure_get_double (stats, "drift-dropped-ms", &dropped);
+  gst_structure_free (stats);
+  if (silence > 0 || dropped > 0)
+    g_printerr ("personaplex-server: %s: its frames moved to keep in the engine's tick (its clock drifts against "
+                "the server's): %.0f ms of silence inserted, %.0f ms of its audio dropped\n",
+                what, silence, dropped);
+}
+
 /* The element's own error message (it names the file and the problem; a GPU that does not exist: "CUDA backend:
  * GPU 3 does not exist (2 present)") instead of a bare state failure, with the GPU asked for. */
 static void

@@ -16,6 +16,11 @@ G_BEGIN_DECLS
  * (`call` NULL: the server's defaults); NULL with an error when the element is not installed. */
 GstElement *ppx_server_duplex_new (const PpxServerOptions *o, const PpxCallParams *call, const char *name,
                                    GError **error);
+/* Where a call's pipeline holds a personaplexduplex named "duplex": a log line when it moved its frame boundary
+ * to keep its frames in the engine's tick over the call (its client's clock drifting against the server's,
+ * docs/element.md "Clocks that drift": silence inserted, its audio dropped). Read before the pipeline stops
+ * (the stats start again with the next stream); `what` names the call ("call 3 (127.0.0.1:4000)"). */
+void ppx_server_duplex_log_drift (GstElement *pipeline, const char *what);
 
 /* A call's pipeline posted `e` (from its streaming threads): keeps, under `lock`, its first error's `text` in *first
  * and in *busy whether it was the shared engine having no free slot (the element's RESOURCE/BUSY); TRUE when this

@@ -505,7 +505,10 @@ on_started (gpointer data)
 static void
 stop_on_worker (gpointer data, gpointer unused)
 {
-  gst_element_set_state (((PpxWebrtcPeer *) data)->pipeline, GST_STATE_NULL);
+  PpxWebrtcPeer *peer = data;
+  g_autofree char *what = g_strdup_printf ("session %u", peer->id);
+  ppx_server_duplex_log_drift (peer->pipeline, what);
+  gst_element_set_state (peer->pipeline, GST_STATE_NULL);
 }
 
 static gboolean

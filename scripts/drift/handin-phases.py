@@ -5,12 +5,11 @@ stretch, from a server log at GST_DEBUG=personaplexticker:6 (docs/server.md, "Cl
   scripts/drift/handin-phases.py SERVER.log [STRETCH_S]
 
 A member that drifts against the server's clock moves through the period; one the ticks follow drags their phase."""
-import re, sys, statistics, collections, cmath, math
+import os, sys, collections, cmath, math
 
-HAND = re.compile(r'member (0x[0-9a-f]+) handed in (-?[\d.]+) ms after the last tick ended( \(a tick runs\))?, '
-                  r'(-?[\d.]+) ms behind')
-TICK = re.compile(r'(catch-up tick|tick) of (\d+) rows .* ran ([\d.]+) ms')
-ANSI = re.compile(r'\x1b\[[0-9;]*m')
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'pipelines', 'fleet'))
+from tickerlog import HAND, TICK, lines  # noqa: E402
+
 P = 0.080
 
 
@@ -24,22 +23,15 @@ def main():
     path = sys.argv[1]
     stretch = float(sys.argv[2]) if len(sys.argv) > 2 else 5.0
     names, hands, starts = {}, collections.defaultdict(list), []
-    with open(path, errors='replace') as f:
-        for line in f:
-            line = ANSI.sub('', line)
-            stamp = line.split(' ', 1)[0]
-            if stamp.count(':') != 2:
-                continue
-            h, m, s = stamp.split(':')
-            t = int(h) * 3600 + int(m) * 60 + float(s)
-            r = HAND.search(line)
-            if r:
-                name = names.setdefault(r.group(1), 'm%d' % len(names))
-                hands[name].append(t)
-                continue
-            r = TICK.search(line)
-            if r and r.group(1) == 'tick':
-                starts.append(t - float(r.group(3)) / 1000)
+    for t, line in lines(path):
+        r = HAND.search(line)
+        if r:
+            name = names.setdefault(r.group(1), 'm%d' % len(names))
+            hands[name].append(t)
+            continue
+        r = TICK.search(line)
+        if r and r.group(1) == 'tick':
+            starts.append(t - float(r.group(8)) / 1000)
     if not starts:
         print('no ticks')
         return

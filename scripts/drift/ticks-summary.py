@@ -7,28 +7,19 @@ catch-up ticks.
 
 Only the ticks from the first with N rows (--calls, default: the most rows seen) to the last count; stretches of
 STRETCH_S seconds (default 10) from the first of them."""
-import re, sys, statistics
+import os, sys, statistics
 
-TICK = re.compile(r'(catch-up tick|tick) of (\d+) rows \((\d+) waited for, (\d+) missed it; (\d+) members\): '
-                  r'(-?[\d.]+) ms after the last one ended, its oldest frame waited ([\d.]+) ms, ran ([\d.]+) ms')
-ANSI = re.compile(r'\x1b\[[0-9;]*m')
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'pipelines', 'fleet'))
+from tickerlog import TICK, lines  # noqa: E402
 
 
 def ticks(path):
     out = []
-    with open(path, errors='replace') as f:
-        for line in f:
-            line = ANSI.sub('', line)
-            stamp = line.split(' ', 1)[0]
-            if stamp.count(':') != 2:
-                continue
-            r = TICK.search(line)
-            if not r:
-                continue
-            h, m, s = stamp.split(':')
-            out.append(dict(t=int(h) * 3600 + int(m) * 60 + float(s), catch_up=r.group(1) != 'tick',
-                            rows=int(r.group(2)), missed=int(r.group(4)), members=int(r.group(5)),
-                            waited=float(r.group(7)), ran=float(r.group(8))))
+    for t, line in lines(path):
+        r = TICK.search(line)
+        if r:
+            out.append(dict(t=t, catch_up=r.group(1) != 'tick', rows=int(r.group(2)), missed=int(r.group(4)),
+                            members=int(r.group(5)), waited=float(r.group(7)), ran=float(r.group(8))))
     return out
 
 

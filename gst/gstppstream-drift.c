@@ -29,17 +29,18 @@
  * arrivals, and a call whose first arrivals all came 60 ms late on a loaded
  * machine had input dropped when they came on time), plus the moves below.
  * An offset that moved more than the bound allows since the origin is no
- * drift: followed anew. When the phase is more than DRIFT_MARGIN_US beyond the window DRIFT_FRAMES frames in a row, the frame
- * boundary moves by one arrival: silence inserted at the frame's start when
+ * drift: followed anew. When the phase is more than DRIFT_MARGIN_US beyond
+ * the window DRIFT_FRAMES frames in a row, the frame boundary moves by one
+ * arrival: silence inserted at the frame's start when
  * late (the frame completes an arrival earlier; its answer left out, as the
  * first frame's lead), the frame's first arrival of input dropped when early
  * (it completes an arrival later; the answer's timeline skips it, the next
  * buffer flagged DISCONT). At a quiet moment when one comes within
  * DRIFT_PATIENCE frames (that arrival's RMS under QUIET_RMS), else then.
  * Followed from the stream's own arrivals after its origin, not from the
- * ticker's reference at each frame: that reference moves when one member ticks alone (after a
- * stall), and a first version read that as a drift (a 0 ppm call of 8 had
- * 120 ms of input dropped). */
+ * ticker's reference at each frame: that reference moves when one member
+ * ticks alone (after a stall), and a first version read that as a drift (a
+ * 0 ppm call of 8 had 120 ms of input dropped). */
 #include "gstppstream-internal.h"
 #include "gstppsamples.h"
 
